@@ -1,0 +1,95 @@
+"""The contract types a thread is made of, and their expansion into provider-shaped messages.
+
+A tool exchange is ONE stored message: the assistant message that made the calls also carries
+their results. Cutting a list of stored messages can therefore never orphan a tool result; only
+`to_chat_messages` unfolds the exchange into the assistant/tool pair providers expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Role = Literal["system", "user", "assistant"]
+ChatRole = Literal["system", "user", "assistant", "tool"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Attachment(_Frozen):
+    """A file that rides on a message: by reference (`url`) or inline (`data`, base64)."""
+
+    name: str
+    media_type: str
+    url: str | None = None
+    data: str | None = None
+
+
+class ToolCall(_Frozen):
+    """One call the model asked for."""
+
+    id: str
+    """Provider-assigned id; the matching `ToolResult.call_id` names it."""
+    name: str
+    arguments: dict[str, Any]
+
+
+class ToolResult(_Frozen):
+    """The answer to one `ToolCall`."""
+
+    call_id: str
+    """Id of the `ToolCall` this answers; `to_chat_messages` pairs them when expanding."""
+    content: str
+    is_error: bool = False
+    """True when the tool raised or its arguments were invalid; the model sees the error text."""
+
+
+class Message(_Frozen):
+    """One stored message of a thread."""
+
+    role: Role
+    content: str
+    tool_calls: list[ToolCall] = []
+    tool_results: list[ToolResult] = []
+    """Results of `tool_calls`, on the same message so a cut can never split the pair."""
+    attachments: list[Attachment] = []
+    run_id: str | None = None
+    """The run that wrote it: a user message and everything the agent did for it share one."""
+    seq: int | None = None
+    """Position in the thread, set by the store (contiguous from 1); None before it is stored."""
+
+
+class ChatMessage(_Frozen):
+    """A provider-shaped message: what one model call is actually sent."""
+
+    role: ChatRole
+    content: str
+    tool_calls: list[ToolCall] = []
+    tool_call_id: str | None = None
+    """For `role="tool"`: the call this message answers."""
+
+
+def to_chat_messages(messages: Iterable[Message]) -> list[ChatMessage]:
+    """Expand stored messages into provider shape.
+
+    An assistant message with tool calls becomes the assistant(tool_calls) message followed by
+    one `tool` message per result, in the order of the results.
+    """
+    out: list[ChatMessage] = []
+    for m in messages:
+        out.append(ChatMessage(role=m.role, content=m.content, tool_calls=m.tool_calls))
+        for r in m.tool_results:
+            out.append(ChatMessage(role="tool", content=r.content, tool_call_id=r.call_id))
+    return out
+
+
+def journal_form(message: Message) -> dict[str, Any]:
+    """What a journal records of a message: only what the prompt needs, no ids or positions.
+
+    Defaults are left out so the payload stays small and independent of which read produced it.
+    """
+    return message.model_dump(mode="json", exclude={"seq", "run_id"}, exclude_defaults=True)

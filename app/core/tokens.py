@@ -1,0 +1,38 @@
+"""A token ESTIMATE: about four characters per token, plus a small allowance per message.
+
+A real tokenizer is model-specific and would pull a provider dependency into the core, while a
+budget only has to keep a thread clear of the provider's hard limit. The estimator must be pure:
+it runs inside `select`, whose result a replay must reproduce exactly. Pass an exact estimator to
+`window_history(estimate=...)` when you need one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+from app.core.messages import ChatMessage, Message
+
+MESSAGE_ALLOWANCE = 4
+"""Tokens charged per message for the role and framing every provider adds around it."""
+
+TokenEstimator = Callable[[Message], int]
+
+
+def _json_len(items: list[object]) -> int:
+    if not items:
+        return 0
+    return len(json.dumps([i.model_dump(mode="json") for i in items], separators=(",", ":")))  # type: ignore[attr-defined]
+
+
+def estimate_message_tokens(message: Message | ChatMessage) -> int:
+    """ceil((len(content) + len(JSON of tool calls) + len(JSON of tool results)) / 4) + 4.
+
+    A 40-character message with no tools costs 10 + 4 = 14 tokens. Empty tool lists add nothing.
+    Works on stored and provider-shaped messages alike.
+    """
+    chars = len(message.content) + _json_len(list(message.tool_calls))
+    if isinstance(message, Message):
+        chars += _json_len(list(message.tool_results))
+    return math.ceil(chars / 4) + MESSAGE_ALLOWANCE

@@ -1,0 +1,160 @@
+"""The project's error tree, in one place so every boundary raises the same types.
+
+    AgentError                      code           HTTP (see app/http/errors.py)
+    ├── ConfigError                 config_error        500
+    ├── InvalidInput                invalid_input       422
+    │   └── InvalidContent          invalid_content     422  (content a store cannot hold)
+    ├── ContentTooLarge             content_too_large   413
+    ├── NotFound                    not_found           404
+    │   ├── AgentNotFound           agent_not_found     404
+    │   ├── ThreadNotFound          thread_not_found    404
+    │   └── RunNotFound             run_not_found       404
+    ├── ThreadBusy                  thread_busy         409
+    ├── QuotaExceeded               quota_exceeded      429
+    ├── StoreError                  store_error         503
+    ├── JournalMismatch             journal_mismatch    500
+    ├── ProviderError               provider_error      502
+    │   ├── ProviderTimeout         provider_timeout    502
+    │   ├── ProviderRateLimited     provider_rate_limited 502
+    │   └── ProviderBadResponse     provider_bad_response 502
+    └── RunFailed                   run_failed          the cause's status (502 for a provider)
+
+Each error carries a stable ``code`` (what clients branch on) and keeps its data as attributes,
+so nothing has to parse a message. This module is stdlib-only: ``app.core`` may import it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class AgentError(Exception):
+    """Root of every error this project raises on purpose."""
+
+    code: ClassVar[str] = "agent_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(AgentError):
+    """The module was wired or configured wrongly (a programming error, not a user's)."""
+
+    code = "config_error"
+
+
+class InvalidInput(AgentError):
+    """A caller sent something the project refuses before doing any work."""
+
+    code = "invalid_input"
+
+
+class InvalidContent(InvalidInput):
+    """Content a store cannot hold as sent (a NUL character, for PostgreSQL text)."""
+
+    code = "invalid_content"
+
+
+class ContentTooLarge(AgentError):
+    code = "content_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"content is {size} bytes, over the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class NotFound(AgentError):
+    code = "not_found"
+
+
+class AgentNotFound(NotFound):
+    code = "agent_not_found"
+
+    def __init__(self, agent: str) -> None:
+        super().__init__(f"no agent named {agent!r}")
+        self.agent = agent
+
+
+class ThreadNotFound(NotFound):
+    """Raised for a missing thread AND for another actor's thread: the two must look alike."""
+
+    code = "thread_not_found"
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"thread {thread_id!r} not found")
+        self.thread_id = thread_id
+
+
+class RunNotFound(NotFound):
+    code = "run_not_found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} not found")
+        self.run_id = run_id
+
+
+class ThreadBusy(AgentError):
+    """A run holds the thread's lease; turns on one thread are serialized, never interleaved."""
+
+    code = "thread_busy"
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(f"thread {thread_id!r} already has a turn running; retry when it ends")
+        self.thread_id = thread_id
+
+
+class QuotaExceeded(AgentError):
+    code = "quota_exceeded"
+
+    def __init__(self, actor_id: str, used: int, limit: int) -> None:
+        super().__init__(f"token quota spent: {used} of {limit} tokens used")
+        self.actor_id = actor_id
+        self.used = used
+        self.limit = limit
+
+
+class StoreError(AgentError):
+    """The database failed (unreachable, timed out, or refused a statement)."""
+
+    code = "store_error"
+
+
+class JournalMismatch(AgentError):
+    """A replay asked for a step other than the one journaled at that position."""
+
+    code = "journal_mismatch"
+
+
+class ProviderError(AgentError):
+    """The model provider failed after retries; the run fails and no partial answer is kept."""
+
+    code = "provider_error"
+
+
+class ProviderTimeout(ProviderError):
+    code = "provider_timeout"
+
+
+class ProviderRateLimited(ProviderError):
+    code = "provider_rate_limited"
+
+
+class ProviderBadResponse(ProviderError):
+    code = "provider_bad_response"
+
+
+class RunFailed(AgentError):
+    """A turn failed. Its user message is kept; `module.loop.resume(run_id)` can finish it."""
+
+    code = "run_failed"
+
+    def __init__(self, run_id: str, cause: BaseException) -> None:
+        super().__init__(f"run {run_id} failed: {cause}")
+        self.run_id = run_id
+        self.cause = cause
+
+    @property
+    def cause_code(self) -> str:
+        return self.cause.code if isinstance(self.cause, AgentError) else "internal_error"
