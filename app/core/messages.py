@@ -7,10 +7,10 @@ their results. Cutting a list of stored messages can therefore never orphan a to
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 Role = Literal["system", "user", "assistant"]
 ChatRole = Literal["system", "user", "assistant", "tool"]
@@ -93,3 +93,52 @@ def journal_form(message: Message) -> dict[str, Any]:
     Defaults are left out so the payload stays small and independent of which read produced it.
     """
     return message.model_dump(mode="json", exclude={"seq", "run_id"}, exclude_defaults=True)
+
+
+_TOOL_CALLS = TypeAdapter(list[ToolCall])
+_TOOL_RESULTS = TypeAdapter(list[ToolResult])
+_ATTACHMENTS = TypeAdapter(list[Attachment])
+
+
+def encode_json_list(items: Sequence[BaseModel]) -> str | None:
+    """The one JSON encoding of a message's tool calls, results or attachments (None if empty).
+
+    Stores write exactly this text, so `payload_bytes` equals the bytes a store holds and returns.
+    """
+    if not items:
+        return None
+    return "[" + ",".join(i.model_dump_json() for i in items) + "]"
+
+
+def decode_tool_calls(text: str | None) -> list[ToolCall]:
+    return _TOOL_CALLS.validate_json(text) if text else []
+
+
+def decode_tool_results(text: str | None) -> list[ToolResult]:
+    return _TOOL_RESULTS.validate_json(text) if text else []
+
+
+def decode_attachments(text: str | None) -> list[Attachment]:
+    return _ATTACHMENTS.validate_json(text) if text else []
+
+
+def payload_bytes(message: Message) -> int:
+    """UTF-8 bytes of a message's payload: content plus its encoded tool calls, results and
+    attachments. What `RunReport.bytes_read` adds up, whichever store answered the read."""
+    total = len(message.content.encode())
+    for items in (message.tool_calls, message.tool_results, message.attachments):
+        text = encode_json_list(items)
+        if text is not None:
+            total += len(text.encode())
+    return total
+
+
+def contains_nul(message: Message) -> bool:
+    """True if any text of the message holds U+0000, which PostgreSQL text cannot store."""
+    if "\x00" in message.content:
+        return True
+    for items in (message.tool_calls, message.tool_results, message.attachments):
+        text = encode_json_list(items)
+        if text is not None and ("\\u0000" in text or "\x00" in text):
+            return True
+    return False

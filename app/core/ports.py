@@ -40,7 +40,7 @@ class ModelRequest(_Frozen):
     messages: list[ChatMessage]
     tools: list[ToolSpec] = []
     purpose: str = "chat"
-    """`chat` for the agent's own steps, `history_summary` for the summarizer: the ledger keeps it."""
+    """`chat` for agent steps, `history_summary` for the summarizer (kept in the ledger)."""
 
 
 class ModelResponse(_Frozen):
@@ -95,9 +95,7 @@ class AgentStore(Protocol):
         """Every message of the thread, in seq order; None for an unknown thread."""
         ...
 
-    async def append_messages(
-        self, thread_id: str, messages: Sequence[Message]
-    ) -> list[Message]:
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
         """Store `messages` at the end of the thread, all or none; returns them with `seq` set."""
         ...
 

@@ -1,0 +1,64 @@
+"""MemoryStore: an in-process AgentStore with the FULL read only.
+
+It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
+whole thread, then select) is exercised by every test that uses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from app.core.messages import Message
+from app.core.ports import Thread
+from app.errors import ThreadNotFound
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._threads: dict[str, Thread] = {}
+        self._lock = asyncio.Lock()
+
+    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        now = datetime.now(UTC)
+        thread = Thread(
+            id=str(uuid.uuid4()),
+            actor_id=actor_id,
+            agent=agent,
+            title=title,
+            messages=[],
+            created_at=now,
+            updated_at=now,
+        )
+        self._threads[thread.id] = thread
+        return thread
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return self._threads.get(thread_id)
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None:
+        thread = self._threads.get(thread_id)
+        return None if thread is None else thread.model_copy(update={"messages": []})
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        async with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                raise ThreadNotFound(thread_id)
+            start = len(thread.messages) + 1
+            stored = [m.model_copy(update={"seq": start + i}) for i, m in enumerate(messages)]
+            self._threads[thread_id] = thread.model_copy(
+                update={"messages": [*thread.messages, *stored], "updated_at": datetime.now(UTC)}
+            )
+        return stored
+
+    async def list_messages(
+        self, thread_id: str, *, limit: int, before: int | None = None
+    ) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        msgs = [m for m in thread.messages if before is None or (m.seq or 0) < before]
+        return msgs[-limit:] if limit else []

@@ -1,0 +1,122 @@
+"""The database schema: Alembic's target metadata and the tables the store and journal use.
+
+JSON payloads (tool calls, results, attachments, journal steps) are TEXT that the store encodes
+and decodes itself: the bytes the store reports are then the bytes the database returned, and
+pydantic parses the JSON straight from the string without a `json.loads` pass in between.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+_ID = sa.String(36)
+_NOW = sa.func.current_timestamp()
+
+threads = sa.Table(
+    "threads",
+    metadata,
+    sa.Column("id", _ID, primary_key=True),
+    sa.Column("actor_id", sa.String(200), nullable=False),
+    sa.Column("agent", sa.String(200), nullable=False),
+    sa.Column("title", sa.String(500), nullable=True),
+    sa.Column("last_seq", sa.Integer, nullable=False, server_default="0"),
+    # `last_seq` is the append counter: bumping it with UPDATE ... RETURNING takes the row lock
+    # that keeps `seq` contiguous under concurrent appends, on PostgreSQL and SQLite alike.
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
+)
+
+messages = sa.Table(
+    "messages",
+    metadata,
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("tool_calls", sa.Text, nullable=True),
+    sa.Column("tool_results", sa.Text, nullable=True),
+    sa.Column("attachments", sa.Text, nullable=True),
+    sa.Column("run_id", _ID, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # Serves the bounded read: `WHERE thread_id = ? ORDER BY seq DESC LIMIT n` walks it backwards.
+    sa.UniqueConstraint("thread_id", "seq"),
+    # Serves "has this thread ever been answered": an index-only existence probe.
+    sa.Index("ix_messages_thread_id_role", "thread_id", "role"),
+    sa.CheckConstraint("role IN ('system', 'user', 'assistant')", name="role"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", _ID, primary_key=True),
+    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("actor_id", sa.String(200), nullable=False),
+    sa.Column("agent", sa.String(200), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("request", sa.Text, nullable=False),
+    sa.Column("error_code", sa.String(64), nullable=True),
+    sa.Column("error_message", sa.Text, nullable=True),
+    sa.Column("report", sa.Text, nullable=True),
+    sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.CheckConstraint("status IN ('running', 'completed', 'failed')", name="status"),
+    # The thread lease: at most one running run per thread, enforced by the database itself.
+    sa.Index(
+        "uq_runs_thread_id_running",
+        "thread_id",
+        unique=True,
+        postgresql_where=sa.text("status = 'running'"),
+        sqlite_where=sa.text("status = 'running'"),
+    ),
+    sa.Index("ix_runs_status_lease_expires_at", "status", "lease_expires_at"),
+)
+
+run_steps = sa.Table(
+    "run_steps",
+    metadata,
+    sa.Column("run_id", _ID, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+)
+
+ledger = sa.Table(
+    "ledger",
+    metadata,
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("run_id", _ID, nullable=False),
+    sa.Column("thread_id", _ID, nullable=False),
+    sa.Column("actor_id", sa.String(200), nullable=False),
+    sa.Column("agent", sa.String(200), nullable=False),
+    sa.Column("purpose", sa.String(32), nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("prompt_tokens", sa.Integer, nullable=False),
+    sa.Column("completion_tokens", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Index("ix_ledger_run_id", "run_id"),
+    sa.Index("ix_ledger_actor_id", "actor_id"),
+)

@@ -1,0 +1,189 @@
+"""SqlAgentStore: threads and messages on PostgreSQL (asyncpg) or SQLite (aiosqlite).
+
+Every operation opens its own short transaction: a journal step or an appended message stays
+committed whatever happens to the request that caused it, and no SSE stream holds a connection.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.messages import Message, contains_nul
+from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
+from app.errors import InvalidContent, ThreadNotFound
+from app.store import migrate
+from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
+from app.store.engine import make_engine
+from app.store.errors import wrap_db_errors
+from app.store.schema import messages, threads
+
+_TID = sa.bindparam("tid", type_=sa.String)
+_LIMIT = sa.bindparam("n", type_=sa.Integer)
+_MSG_COLS = [messages.c[name] for name in MESSAGE_COLUMNS]
+_ANSWERED = (
+    sa.exists()
+    .where(messages.c.thread_id == threads.c.id, messages.c.role == "assistant")
+    .label("answered")
+)
+
+
+def _turn_read(limited: bool) -> sa.Select[Any]:
+    """The per-turn read, one statement and one round trip: title, the whole-thread answered
+    flag, and the newest `n` messages (or all), oldest first.
+
+    The page is a derived table (`ORDER BY seq DESC LIMIT n` on the unique (thread_id, seq)
+    index) LEFT JOINed to the thread row, so an existing thread with an empty page still comes
+    back as one row with NULL message columns. Portable: no LATERAL, which SQLite lacks.
+    """
+    page = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq.desc())
+    if limited:
+        page = page.limit(_LIMIT)
+    sub = page.subquery("page")
+    return (
+        sa.select(threads.c.title, _ANSWERED, *[sub.c[name] for name in MESSAGE_COLUMNS])
+        .select_from(threads.outerjoin(sub, sa.true()))
+        .where(threads.c.id == _TID)
+        .order_by(sub.c.seq)
+    )
+
+
+_TURN_READ_LIMITED = _turn_read(limited=True)
+_TURN_READ_ALL = _turn_read(limited=False)
+_THREAD_BY_ID = sa.select(
+    threads.c.id,
+    threads.c.actor_id,
+    threads.c.agent,
+    threads.c.title,
+    threads.c.created_at,
+    threads.c.updated_at,
+).where(threads.c.id == _TID)
+_ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
+
+
+class SqlAgentStore:
+    """`AgentStore` and `ThreadTurnReader` over SQLAlchemy Core (no ORM identity map to pay for)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    @classmethod
+    def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
+        """Build a store and its engine; `engine_options` go to `make_engine` (pool sizes...)."""
+        return cls(make_engine(url, **engine_options))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    async def create_schema(self) -> None:
+        """Bring the database to the newest Alembic revision (`alembic upgrade head`)."""
+        async with wrap_db_errors("create_schema"):
+            await migrate.upgrade(self._engine)
+
+    async def dispose(self) -> None:
+        await self._engine.dispose()
+
+    # --- AgentStore ------------------------------------------------------------------------
+
+    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        thread_id = str(uuid.uuid4())
+        async with wrap_db_errors("create_thread"), self._engine.begin() as conn:
+            await conn.execute(
+                threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
+            )
+            row = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one()
+        return _thread(row, [])
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        async with wrap_db_errors("get_thread"), self._engine.connect() as conn:
+            head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+            if head is None:
+                return None
+            rows = (await conn.execute(_ALL_MESSAGES, {"tid": thread_id})).all()
+        return _thread(head, [from_row(r) for r in rows])
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None:
+        """The thread without its messages: what an ownership check needs."""
+        async with wrap_db_errors("get_thread_info"), self._engine.connect() as conn:
+            head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+        return None if head is None else _thread(head, [])
+
+    async def append_messages(self, thread_id: str, messages_: Sequence[Message]) -> list[Message]:
+        """Append all of `messages_` or none of them, with contiguous `seq` numbers.
+
+        The thread's `last_seq` counter is bumped first, with `UPDATE ... RETURNING`: that write
+        takes the thread row's lock (PostgreSQL) or the database write lock (SQLite), so two
+        concurrent appends are serialized and can never pick the same `seq`.
+        """
+        if not messages_:
+            return []
+        for m in messages_:
+            if contains_nul(m):
+                raise InvalidContent("message text may not contain NUL (U+0000) characters")
+        n = len(messages_)
+        async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
+            last = (
+                await conn.execute(
+                    threads.update()
+                    .where(threads.c.id == thread_id)
+                    .values(last_seq=threads.c.last_seq + n, updated_at=sa.func.current_timestamp())
+                    .returning(threads.c.last_seq)
+                )
+            ).scalar_one_or_none()
+            if last is None:
+                raise ThreadNotFound(thread_id)
+            first = last - n + 1
+            await conn.execute(
+                messages.insert(),
+                [to_row(thread_id, first + i, m) for i, m in enumerate(messages_)],
+            )
+        return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
+
+    # --- ThreadTurnReader ------------------------------------------------------------------
+
+    async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
+        """The newest `query.message_limit` messages (None: all), the title, and whether the
+        thread was ever answered, in one round trip. None for an unknown thread."""
+        limit = query.message_limit
+        stmt = _TURN_READ_ALL if limit is None else _TURN_READ_LIMITED
+        params: dict[str, Any] = {"tid": query.thread_id}
+        if limit is not None:
+            params["n"] = limit
+        async with wrap_db_errors("load_thread_for_turn"), self._engine.connect() as conn:
+            rows = (await conn.execute(stmt, params)).all()
+        if not rows:
+            return None
+        first = rows[0]
+        page = [from_row(r, 2) for r in rows if r[2] is not None]
+        return ThreadTurnPage(messages=page, title=first[0], has_assistant_message=bool(first[1]))
+
+    # --- transcript paging (HTTP) ----------------------------------------------------------
+
+    async def list_messages(
+        self, thread_id: str, *, limit: int, before: int | None = None
+    ) -> list[Message]:
+        """Up to `limit` messages with `seq < before` (newest page when None), oldest first."""
+        stmt = sa.select(*_MSG_COLS).where(messages.c.thread_id == thread_id)
+        if before is not None:
+            stmt = stmt.where(messages.c.seq < before)
+        stmt = stmt.order_by(messages.c.seq.desc()).limit(limit)
+        async with wrap_db_errors("list_messages"), self._engine.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [from_row(r) for r in reversed(rows)]
+
+
+def _thread(row: Any, msgs: list[Message]) -> Thread:
+    return Thread(
+        id=row.id,
+        actor_id=row.actor_id,
+        agent=row.agent,
+        title=row.title,
+        messages=msgs,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )

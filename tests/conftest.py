@@ -1,0 +1,130 @@
+"""Shared fixtures: one migrated database per backend per session, emptied before each test.
+
+PostgreSQL tests need a server (AGENT_TEST_POSTGRES_URL, default the local one). Without it they
+skip, unless AGENT_REQUIRE_POSTGRES=1 (what `.ci/run` sets): then a missing server fails the run.
+Each session creates a database of its own name and drops it at the end, so runs never collide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from app.store import migrate
+from app.store.engine import make_engine
+from app.store.schema import metadata
+from app.store.sql import SqlAgentStore
+
+PG_ADMIN_URL = os.environ.get(
+    "AGENT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
+)
+REQUIRE_POSTGRES = os.environ.get("AGENT_REQUIRE_POSTGRES") == "1"
+
+_postgres_ran = False
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _pg_admin(sql: str) -> None:
+    conn = await asyncpg.connect(_asyncpg_dsn(PG_ADMIN_URL), timeout=5)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def create_pg_database(prefix: str = "agent_test") -> str:
+    """Create a fresh, uniquely named PostgreSQL database and return its async URL."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    try:
+        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        message = f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(message)
+        pytest.skip(message)
+    return make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_pg_database(url: str) -> None:
+    name = make_url(url).database
+    asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _migrate(url: str) -> None:
+    engine = make_engine(url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path: Path = tmp_path_factory.mktemp("db") / "agent.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    asyncio.run(_migrate(url))
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    url = create_pg_database()
+    try:
+        asyncio.run(_migrate(url))
+        yield url
+    finally:
+        drop_pg_database(url)
+
+
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A migrated database URL, SQLite and PostgreSQL in turn."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+async def empty_database(engine: sa.ext.asyncio.AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            names = ", ".join(t.name for t in metadata.sorted_tables)
+            await conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        else:
+            for table in reversed(metadata.sorted_tables):
+                await conn.execute(table.delete())
+
+
+@pytest.fixture
+async def sql_store(db_url: str) -> AsyncIterator[SqlAgentStore]:
+    """A SqlAgentStore on an emptied database: every test starts from zero rows."""
+    store = SqlAgentStore.from_url(db_url)
+    await empty_database(store.engine)
+    try:
+        yield store
+    finally:
+        await store.dispose()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    global _postgres_ran
+    if report.when == "call" and report.passed and "postgres" in report.keywords:
+        _postgres_ran = True
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """With PostgreSQL required, a run in which no PostgreSQL test passed is a failure."""
+    if REQUIRE_POSTGRES and not _postgres_ran and session.testscollected:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nAGENT_REQUIRE_POSTGRES=1 but no PostgreSQL test passed: failing the run.")
