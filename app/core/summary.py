@@ -1,0 +1,109 @@
+"""Folding what a history window dropped into a summary the model can still act on.
+
+`summarize_with_model` is the built-in summarizer (`HistoryConfig(summarize=True)` binds it): one
+extra, non-streamed call to the module's model with `purpose="history_summary"`, so the ledger
+books its tokens apart from the agent's own steps. `render_history_summary` is the default wording
+of the summary in the prompt.
+
+This module imports the history types lazily because `app.core.history` imports it for its
+defaults; the dependency only runs one way at import time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from app.core.messages import ChatMessage, Message
+from app.core.ports import ModelProvider, ModelRequest
+
+if TYPE_CHECKING:
+    from app.core.history import HistoryPolicyContext, HistorySummary, Summarizer
+
+DEFAULT_HISTORY_SUMMARY_INSTRUCTION = (
+    "Summarize this conversation for an assistant that will continue it without seeing these "
+    "messages. Preserve decisions made, facts and constraints the user stated, identifiers and "
+    "names mentioned, and any open questions or anything left unresolved. Omit pleasantries. "
+    "Reply with the summary only \u2014 no preamble, no headings."
+)
+"""What the summarizer is told when no instruction is given.
+
+Written for a reader who continues the conversation without seeing the messages, so it asks for
+what a later turn must act on (decisions, stated facts and constraints, identifiers and names,
+open questions) rather than a readable recap.
+"""
+
+
+def render_history_summary(text: str) -> str:
+    """The default wording of a folded-history summary in the prompt.
+
+    The summary goes in a delimited `<conversation_summary>` block, followed by a note that the
+    messages it stands in for are no longer sent verbatim, so the model neither mistakes the
+    summary for something the user said nor asks for what it already covers. Pure: the loop runs
+    it outside any checkpoint.
+    """
+    return (
+        f"<conversation_summary>\n{text}\n</conversation_summary>\n"
+        "Earlier messages in this thread are no longer included verbatim. "
+        "Treat the summary above as an accurate record of them."
+    )
+
+
+def _render_transcript(messages: Sequence[Message]) -> str:
+    """A plain-text transcript of stored messages, tool exchanges and attachments included.
+
+    Sent as ONE user message rather than replayed as chat messages: the summarizer must read the
+    conversation, not continue it, and a replayed tool exchange could invite it to call tools.
+    """
+    lines: list[str] = []
+    for m in messages:
+        lines.append(f"{m.role}: {m.content}")
+        for call in m.tool_calls:
+            args = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False)
+            lines.append(f"  [tool call {call.id}] {call.name}({args})")
+        for result in m.tool_results:
+            label = "tool error" if result.is_error else "tool result"
+            lines.append(f"  [{label} {result.call_id}] {result.content}")
+        for att in m.attachments:
+            lines.append(f"  [attachment] {att.name} ({att.media_type})")
+    return "\n".join(lines)
+
+
+def summarize_with_model(
+    model: ModelProvider, instruction: str = DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+) -> Summarizer:
+    """A `HistoryPolicy.summarize` backed by one non-streamed call to `model`.
+
+    The returned coroutine function takes `(dropped, ctx)` and makes exactly ONE
+    `model.complete(...)` call: a system message holding `instruction`, then a user message
+    holding a transcript of `dropped`; no tools (a summary must not act), and
+    `purpose="history_summary"` so the call gets a ledger row of its own. It returns
+    `HistorySummary(text=response.content, usage=response.usage)`. `complete` rather than
+    `stream` keeps the summary's tokens out of the user's live stream.
+
+    The loop runs it inside the `history:summarize` checkpoint, so it may do I/O: a replay reads
+    the journaled summary back instead of calling the model again.
+    """
+    from app.core.history import HistorySummary
+
+    async def summarize(dropped: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        request = ModelRequest(
+            messages=[
+                ChatMessage(role="system", content=instruction),
+                ChatMessage(role="user", content=_render_transcript(dropped)),
+            ],
+            tools=[],
+            purpose="history_summary",
+        )
+        response = await model.complete(request)
+        return HistorySummary(text=response.content, usage=response.usage)
+
+    return summarize
+
+
+__all__ = [
+    "DEFAULT_HISTORY_SUMMARY_INSTRUCTION",
+    "render_history_summary",
+    "summarize_with_model",
+]
