@@ -1,0 +1,111 @@
+"""Rule 4: the built-in summarizer is one non-streamed, tool-less call; its wording is fixed."""
+
+from collections.abc import AsyncIterator
+
+from app.core.history import (
+    HistoryConfig,
+    HistoryPolicyContext,
+    HistorySummary,
+    policy_from_config,
+    window_history,
+)
+from app.core.messages import Message, ToolCall, ToolResult
+from app.core.ports import ModelRequest, ModelResponse, TextDelta, Usage
+from app.core.summary import (
+    DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
+    render_history_summary,
+    summarize_with_model,
+)
+
+CTX = HistoryPolicyContext(thread_id="t1", agent="helper", actor_id="u1", run_id="r1")
+
+
+class CountingModel:
+    """Records every request; streaming exists only to prove the summarizer never uses it."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+        self.streamed = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        return ModelResponse(
+            content="The user wants Postgres.",
+            usage=Usage(prompt_tokens=120, completion_tokens=9),
+            model="fake",
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
+        self.streamed += 1
+        yield TextDelta(text="no")
+
+
+DROPPED = [
+    Message(role="user", content="Move billing to Postgres. Ticket BILL-42.", run_id="a"),
+    Message(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id="c1", name="lookup", arguments={"ticket": "BILL-42"})],
+        tool_results=[ToolResult(call_id="c1", content="status: open")],
+        run_id="a",
+    ),
+    Message(role="assistant", content="Done: plan drafted.", run_id="a"),
+]
+
+
+async def test_summarize_with_model_makes_exactly_one_tool_less_history_summary_call() -> None:
+    model = CountingModel()
+    summary = await summarize_with_model(model)(DROPPED, CTX)
+
+    assert summary == HistorySummary(
+        text="The user wants Postgres.", usage=Usage(prompt_tokens=120, completion_tokens=9)
+    )
+    assert len(model.requests) == 1
+    assert model.streamed == 0
+    request = model.requests[0]
+    assert request.purpose == "history_summary"
+    assert request.tools == []
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert request.messages[0].content == DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+    transcript = request.messages[1].content
+    for needle in ("Move billing to Postgres", "BILL-42", "lookup", "status: open", "Done"):
+        assert needle in transcript
+
+
+async def test_custom_instruction_is_sent() -> None:
+    model = CountingModel()
+    await summarize_with_model(model, instruction="Bullet points only.")(DROPPED, CTX)
+    assert model.requests[0].messages[0].content == "Bullet points only."
+
+
+async def test_summarize_true_binds_summarize_with_model() -> None:
+    model = CountingModel()
+    policy = policy_from_config(HistoryConfig(max_messages=1, summarize=True), model)
+    summarize = getattr(policy, "summarize", None)
+    assert summarize is not None
+    sel = policy.select([*DROPPED, Message(role="user", content="and now?")], CTX)
+    summary = await summarize(sel.drop, CTX)
+    assert summary.text == "The user wants Postgres."
+    assert [r.purpose for r in model.requests] == ["history_summary"]
+
+
+def test_default_instruction_asks_for_what_a_later_turn_acts_on() -> None:
+    text = DEFAULT_HISTORY_SUMMARY_INSTRUCTION.lower()
+    for needle in ("decisions", "facts and constraints", "identifiers and names", "open questions"):
+        assert needle in text
+    assert "pleasantries" in text
+    assert "summary only" in text
+
+
+def test_render_history_summary_format() -> None:
+    assert render_history_summary("The user is migrating billing.") == (
+        "<conversation_summary>\nThe user is migrating billing.\n</conversation_summary>\n"
+        "Earlier messages in this thread are no longer included verbatim. "
+        "Treat the summary above as an accurate record of them."
+    )
+
+
+def test_window_history_renders_with_the_default() -> None:
+    assert window_history(max_messages=2).render_summary is render_history_summary
+    custom = window_history(max_messages=2, render_summary=str.upper)
+    assert custom.render_summary("x") == "X"
