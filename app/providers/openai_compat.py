@@ -1,0 +1,463 @@
+"""A ModelProvider for any server that speaks OpenAI's chat completions API.
+
+OpenAI itself, Ollama, vLLM and llama.cpp all accept the same ``POST {base_url}/chat/completions``
+body, so one adapter over httpx covers them. This module is the provider boundary: it turns
+httpx and HTTP failures into the ``ProviderError`` tree of ``app.errors`` (with ``from exc``),
+so nothing above it ever sees an httpx exception.
+
+Retries (tenacity): timeouts, transport errors, 429 and 5xx are retried with exponential backoff
+(a 429's ``Retry-After`` wins, capped); every other 4xx fails at once, and so does a response
+that arrived but cannot be understood. A stream is retried only until the server has accepted
+it (a 2xx status): once its body has begun, deltas may already be on the user's screen, so a
+failure from then on is final (``ProviderBadResponse`` for a cut, ``ProviderTimeout`` for a
+stall).
+
+The API key only ever goes into the ``Authorization`` header; no message or log line holds it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from app.core.messages import ChatMessage, ToolCall
+from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec, Usage
+from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_ERROR_TEXT_LIMIT = 500
+"""How much of an unparseable error body goes into an error message."""
+
+
+class _Transient(Exception):
+    """An attempt failed in a way worth retrying; carries the error to raise if retries run out."""
+
+    def __init__(self, final: ProviderError, retry_after: float | None = None) -> None:
+        super().__init__(final.message)
+        self.final = final
+        self.retry_after = retry_after
+
+
+class OpenAICompatibleProvider:
+    """Chat completions over HTTP, with ``complete`` and ``stream``.
+
+    Args:
+        base_url: The API root, e.g. ``https://api.openai.com/v1`` or
+            ``http://localhost:11434/v1`` (Ollama); ``/chat/completions`` is appended.
+        api_key: Sent as ``Authorization: Bearer <key>``; ``None`` sends no such header (local
+            servers usually want none).
+        model: The model name the server knows.
+        timeout: Seconds for each of connect, write, read and pool wait, applied per request
+            even on an injected client, so this argument always means what it says.
+        max_retries: Retries AFTER the first attempt; 0 means a single attempt.
+        client: An ``httpx.AsyncClient`` to share (or a test's); the caller keeps ownership.
+            Without one the provider builds its own, which ``aclose()`` closes.
+        backoff_base: First backoff wait in seconds; it doubles each retry.
+        max_retry_wait: Cap on any single wait, a server's ``Retry-After`` included, so a
+            misbehaving server cannot park a turn for minutes.
+        sleep: How waits are spent; injectable so tests can record them without waiting.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        client: httpx.AsyncClient | None = None,
+        *,
+        backoff_base: float = 0.5,
+        max_retry_wait: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.max_retry_wait = max_retry_wait
+        self._api_key = api_key
+        self._owns_client = client is None
+        self._client = client if client is not None else httpx.AsyncClient()
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleProvider(url={self.url!r}, model={self.model!r})"
+
+    async def aclose(self) -> None:
+        """Close the client if this provider built it; an injected client is the caller's."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> OpenAICompatibleProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- ModelProvider ------------------------------------------------------------------------
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self._body(request, stream=False)
+
+        async def attempt() -> httpx.Response:
+            try:
+                response = await self._client.post(
+                    self.url, json=body, headers=self._headers(), timeout=self._timeouts()
+                )
+            except httpx.HTTPError as exc:
+                raise self._transport_failure(exc) from exc
+            if not response.is_success:
+                raise _status_failure(response.status_code, response.headers, response.content)
+            return response
+
+        response = await self._retrying(attempt)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ProviderBadResponse(
+                f"provider returned invalid JSON: {_excerpt(response.content)}"
+            ) from exc
+        return self._parse_completion(data)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
+        """Yield a TextDelta per content delta, then the assembled ModelResponse.
+
+        Tool calls arrive as deltas keyed by ``index``: the id and name in the first, the
+        arguments as string pieces across the rest; they are joined and parsed at the end.
+        """
+        body = self._body(request, stream=True)
+
+        async def attempt() -> httpx.Response:
+            http_request = self._client.build_request(
+                "POST",
+                self.url,
+                json=body,
+                headers={**self._headers(), "Accept": "text/event-stream"},
+                timeout=self._timeouts(),
+            )
+            try:
+                response = await self._client.send(http_request, stream=True)
+            except httpx.HTTPError as exc:
+                raise self._transport_failure(exc) from exc
+            if response.is_success:
+                return response
+            try:
+                content = await response.aread()
+            except httpx.HTTPError as exc:
+                raise self._transport_failure(exc) from exc
+            finally:
+                await response.aclose()
+            raise _status_failure(response.status_code, response.headers, content)
+
+        response = await self._retrying(attempt)
+        assembly = _StreamAssembly(default_model=self.model)
+        try:
+            async for line in response.aiter_lines():
+                delta = assembly.feed(line)
+                if delta:
+                    yield TextDelta(text=delta)
+                if assembly.done:
+                    break
+        except httpx.TimeoutException as exc:
+            raise ProviderTimeout(
+                f"stream from {self.url} stalled for more than {self.timeout}s"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ProviderBadResponse(f"stream from {self.url} was cut off: {exc}") from exc
+        finally:
+            await response.aclose()
+        yield assembly.result()
+
+    # --- request ------------------------------------------------------------------------------
+
+    def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_wire_message(m) for m in request.messages],
+            "stream": stream,
+        }
+        if request.tools:
+            body["tools"] = [_wire_tool(t) for t in request.tools]
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def _timeouts(self) -> httpx.Timeout:
+        return httpx.Timeout(self.timeout)
+
+    # --- retries ------------------------------------------------------------------------------
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Run `attempt`, retrying `_Transient` failures; then raise the final error."""
+        kwargs: dict[str, Any] = {} if self._sleep is None else {"sleep": self._sleep}
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+            before_sleep=self._log_retry,
+            **kwargs,
+        )
+        try:
+            result: T = await retrying(attempt)
+        except _Transient as exc:
+            raise exc.final from exc.__cause__
+        return result
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Exponential from `backoff_base`; a 429's Retry-After instead; both capped."""
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, _Transient) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_retry_wait)
+        backoff: float = self.backoff_base * 2.0 ** (state.attempt_number - 1)
+        return min(backoff, self.max_retry_wait)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning(
+            "model call to %s failed (attempt %d of %d): %s; retrying in %.2fs",
+            self.url, state.attempt_number, self.max_retries + 1, exc, wait,
+        )
+
+    def _transport_failure(self, exc: httpx.HTTPError) -> _Transient:
+        if isinstance(exc, httpx.TimeoutException):
+            return _Transient(
+                ProviderTimeout(f"no answer from {self.url} within {self.timeout}s")
+            )
+        return _Transient(ProviderError(f"could not talk to {self.url}: {exc!r}"))
+
+    # --- response -----------------------------------------------------------------------------
+
+    def _parse_completion(self, data: Any) -> ModelResponse:
+        try:
+            message = data["choices"][0]["message"]
+            content = message.get("content") or ""
+            raw_calls = message.get("tool_calls") or []
+            if not isinstance(content, str) or not isinstance(raw_calls, list):
+                raise TypeError("content must be a string and tool_calls a list")
+            calls = [
+                _tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
+                for c in raw_calls
+            ]
+            usage = _usage(data.get("usage"))
+            model = data.get("model") or self.model
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ProviderBadResponse(
+                f"provider response is not a chat completion ({exc!r}): {_excerpt(data)}"
+            ) from exc
+        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=str(model))
+
+
+class _StreamAssembly:
+    """Folds SSE lines of a streamed completion into text deltas and one final response."""
+
+    def __init__(self, default_model: str) -> None:
+        self.done = False
+        self._model = default_model
+        self._content: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._usage = Usage()
+
+    def feed(self, line: str) -> str:
+        """Take one line; return the content it adds ("" for none)."""
+        if not line.startswith("data:"):
+            return ""  # blank separators, ": keep-alive" comments, event:/id: fields
+        payload = line[len("data:") :].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return ""
+        try:
+            chunk = json.loads(payload)
+        except ValueError as exc:
+            raise ProviderBadResponse(f"stream sent invalid JSON: {_excerpt(payload)}") from exc
+        try:
+            return self._apply(chunk)
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise ProviderBadResponse(
+                f"stream chunk is not a chat completion chunk ({exc!r}): {_excerpt(payload)}"
+            ) from exc
+
+    def _apply(self, chunk: dict[str, Any]) -> str:
+        if "error" in chunk:
+            raise ProviderError(f"provider failed mid-stream: {_error_message(chunk)}")
+        if chunk.get("model"):
+            self._model = str(chunk["model"])
+        if chunk.get("usage"):
+            self._usage = _usage(chunk["usage"])
+        text = ""
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            piece = delta.get("content")
+            if piece:
+                if not isinstance(piece, str):
+                    raise TypeError("delta content must be a string")
+                text += piece
+            for call in delta.get("tool_calls") or []:
+                slot = self._calls.setdefault(
+                    int(call["index"]), {"id": "", "name": "", "args": []}
+                )
+                function = call.get("function") or {}
+                slot["id"] = call.get("id") or slot["id"]
+                slot["name"] = function.get("name") or slot["name"]
+                if function.get("arguments"):
+                    slot["args"].append(function["arguments"])
+        self._content.append(text)
+        return text
+
+    def result(self) -> ModelResponse:
+        if not self.done:
+            raise ProviderBadResponse("stream ended before its [DONE] marker")
+        calls = []
+        for index in sorted(self._calls):
+            slot = self._calls[index]
+            if not slot["id"] or not slot["name"]:
+                raise ProviderBadResponse(f"streamed tool call {index} has no id or name")
+            calls.append(_tool_call(slot["id"], slot["name"], "".join(slot["args"])))
+        return ModelResponse(
+            content="".join(self._content), tool_calls=calls, usage=self._usage, model=self._model
+        )
+
+
+# --- wire shapes ---------------------------------------------------------------------------
+
+
+def _wire_message(message: ChatMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        # OpenAI's documented shape for a pure tool-call turn is content null, not "".
+        out["content"] = message.content or None
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in message.tool_calls
+        ]
+    if message.role == "tool":
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+def _wire_tool(tool: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
+
+
+def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
+    """Arguments arrive as a JSON string (some servers send an object); a call needs an object.
+
+    An empty string means no arguments: some servers send it for parameterless tools.
+    """
+    if not isinstance(call_id, str) or not isinstance(name, str) or not call_id or not name:
+        raise ProviderBadResponse(f"tool call has no usable id or name: {call_id!r}, {name!r}")
+    parsed: Any = arguments
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        parsed = {}
+    elif isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError as exc:
+            raise ProviderBadResponse(
+                f"arguments of tool call {name!r} are not valid JSON: {_excerpt(arguments)}"
+            ) from exc
+    if not isinstance(parsed, dict):
+        raise ProviderBadResponse(
+            f"arguments of tool call {name!r} are not a JSON object: {_excerpt(arguments)}"
+        )
+    return ToolCall(id=call_id, name=name, arguments=parsed)
+
+
+def _usage(raw: Any) -> Usage:
+    """A server that reports no usage (some local ones) gets zeros, not a failed turn."""
+    if raw is None:
+        return Usage()
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+    )
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def _status_failure(status: int, headers: httpx.Headers, content: bytes) -> Exception:
+    """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final."""
+    text = f"provider returned HTTP {status}: {_error_message_from_body(content)}"
+    if status == 429:
+        return _Transient(ProviderRateLimited(text), retry_after=_retry_after(headers))
+    if status >= 500:
+        return _Transient(ProviderError(text))
+    return ProviderError(text)
+
+
+def _error_message_from_body(content: bytes) -> str:
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return _excerpt(content.decode("utf-8", "replace")) or "(empty body)"
+    return _error_message(data)
+
+
+def _error_message(data: Any) -> str:
+    """OpenAI nests ``{"error": {"message"}}``; Ollama and others send ``{"error": "..."}``."""
+    if isinstance(data, dict):
+        error = data.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message
+        if isinstance(error, str):
+            return error
+    return _excerpt(data)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(seconds, 0.0)
+
+
+def _excerpt(value: Any) -> str:
+    text = value if isinstance(value, str) else (
+        value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+    )
+    return text[:_ERROR_TEXT_LIMIT] + ("…" if len(text) > _ERROR_TEXT_LIMIT else "")
