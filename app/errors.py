@@ -10,6 +10,7 @@
     │   ├── ThreadNotFound          thread_not_found    404
     │   └── RunNotFound             run_not_found       404
     ├── ThreadBusy                  thread_busy         409
+    ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
     ├── StoreError                  store_error         503
     ├── JournalMismatch             journal_mismatch    500
@@ -103,6 +104,17 @@ class ThreadBusy(AgentError):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {thread_id!r} already has a turn running; retry when it ends")
         self.thread_id = thread_id
+
+
+class DuplicateMessage(AgentError):
+    """The run already stored a message of this role: what makes a replayed persist idempotent."""
+
+    code = "duplicate_message"
+
+    def __init__(self, run_id: str, role: str) -> None:
+        super().__init__(f"run {run_id!r} already stored its {role} message")
+        self.run_id = run_id
+        self.role = role
 
 
 class QuotaExceeded(AgentError):

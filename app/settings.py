@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.history import HistoryConfig
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore")
@@ -35,8 +37,9 @@ class Settings(BaseSettings):
     model_timeout: float = Field(default=60.0, gt=0)
     """Seconds per provider request before it is retried (then fails with a 502)."""
 
-    history_max_messages: int | None = Field(default=40, ge=1)
-    """Module-wide window: newest messages sent per turn (and read from the database)."""
+    history_max_messages: int | None = Field(default=None, ge=1)
+    """Module-wide window: newest messages sent per turn (and read from the database).
+    With no history setting at all, a turn sends the whole thread."""
     history_max_tokens: int | None = Field(default=None, ge=1)
     history_summarize: bool = False
     """Fold what the window drops into a summary made by the model (one extra call)."""
@@ -58,6 +61,16 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    def history_config(self) -> HistoryConfig | None:
+        """The module-wide `history` these settings describe, or None when none is set."""
+        if self.history_max_messages is None and self.history_max_tokens is None:
+            return None
+        return HistoryConfig(
+            max_messages=self.history_max_messages,
+            max_tokens=self.history_max_tokens,
+            summarize=self.history_summarize,
+        )
 
     def actor_keys(self) -> dict[str, str]:
         """The API keys as {key: actor id}; empty in local development mode."""

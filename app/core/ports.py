@@ -100,6 +100,13 @@ class AgentStore(Protocol):
         ...
 
 
+@runtime_checkable
+class ThreadInfoReader(Protocol):
+    """Optional: a store that can answer "whose thread is this" without reading its messages."""
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None: ...
+
+
 class ThreadTurnQuery(_Frozen):
     thread_id: str
     message_limit: int | None = Field(default=None, ge=0)
@@ -146,6 +153,53 @@ class DurableContext(Protocol):
         ...
 
 
+class RunRequest(_Frozen):
+    """What a run was asked to do: enough to resume it in another process."""
+
+    run_id: str
+    thread_id: str
+    actor_id: str
+    agent: str
+    content: str
+
+
+class RunRecord(_Frozen):
+    """A run as the durable runtime keeps it."""
+
+    request: RunRequest
+    status: str
+    """`running`, `completed` or `failed`."""
+    error_code: str | None = None
+    error_message: str | None = None
+    report: dict[str, Any] | None = None
+    """The `RunReport` as JSON, once the run ended (completed or failed)."""
+
+
+@runtime_checkable
+class DurableRuntime(Protocol):
+    """Where runs live: it hands out a `DurableContext` per run and holds the thread lease."""
+
+    async def begin(self, request: RunRequest) -> DurableContext:
+        """Start a new run; `ThreadBusy` while another run holds the thread."""
+        ...
+
+    async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        """Take an unfinished run back (its journal replays); `RunNotFound` if there is none."""
+        ...
+
+    async def complete(self, run_id: str, report: dict[str, Any]) -> None: ...
+
+    async def fail(
+        self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
+    ) -> None: ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def expired_runs(self) -> list[str]:
+        """Runs still marked running whose lease ran out: their process died."""
+        ...
+
+
 # --- ledger --------------------------------------------------------------------------------
 
 
@@ -170,19 +224,25 @@ class Ledger(Protocol):
         """All tokens (prompt + completion) the actor has spent, for quotas."""
         ...
 
+    async def entries_for_run(self, run_id: str) -> list[LedgerEntry]: ...
+
 
 __all__ = [
     "AgentStore",
     "DurableContext",
+    "DurableRuntime",
     "JsonValue",
     "Ledger",
     "LedgerEntry",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "RunRecord",
+    "RunRequest",
     "StreamingModelProvider",
     "TextDelta",
     "Thread",
+    "ThreadInfoReader",
     "ThreadTurnPage",
     "ThreadTurnQuery",
     "ThreadTurnReader",

@@ -34,7 +34,7 @@ def provider_from_settings(
     if normalized == "openai":
         if not model:
             raise ConfigError(
-                "model kind 'openai' needs a model name (e.g. AGENT_MODEL_NAME=gpt-4o-mini)"
+                "model kind 'openai' needs a model name (e.g. AGENT_OPENAI_MODEL=gpt-4o-mini)"
             )
         return OpenAICompatibleProvider(
             base_url=base_url or OPENAI_BASE_URL, api_key=api_key, model=model, timeout=timeout

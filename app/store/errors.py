@@ -19,8 +19,8 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
     """
     try:
         yield
-    except AgentError:
-        raise
+    except (AgentError, sa_exc.IntegrityError):
+        raise  # integrity errors mean something to the caller: it translates them itself
     except sa_exc.DataError as exc:
         raise InvalidContent(f"{operation}: the database refused the data ({_cause(exc)})") from exc
     except sa_exc.TimeoutError as exc:

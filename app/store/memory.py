@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from app.core.messages import Message
 from app.core.ports import Thread
-from app.errors import ThreadNotFound
+from app.errors import DuplicateMessage, ThreadNotFound
 
 
 class MemoryStore:
@@ -47,6 +47,10 @@ class MemoryStore:
             thread = self._threads.get(thread_id)
             if thread is None:
                 raise ThreadNotFound(thread_id)
+            stored_keys = {(m.run_id, m.role) for m in thread.messages if m.run_id is not None}
+            for m in messages:
+                if m.run_id is not None and (m.run_id, m.role) in stored_keys:
+                    raise DuplicateMessage(m.run_id, m.role)
             start = len(thread.messages) + 1
             stored = [m.model_copy(update={"seq": start + i}) for i, m in enumerate(messages)]
             self._threads[thread_id] = thread.model_copy(

@@ -59,6 +59,9 @@ messages = sa.Table(
     sa.UniqueConstraint("thread_id", "seq"),
     # Serves "has this thread ever been answered": an index-only existence probe.
     sa.Index("ix_messages_thread_id_role", "thread_id", "role"),
+    # A run stores one user message and one answer: a replayed persist step can never store a
+    # second copy, whatever moment the process died at.
+    sa.Index("uq_messages_run_id_role", "run_id", "role", unique=True),
     sa.CheckConstraint("role IN ('system', 'user', 'assistant')", name="role"),
 )
 

@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.messages import Message, contains_nul
 from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
-from app.errors import InvalidContent, ThreadNotFound
+from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
 from app.store.engine import make_engine
@@ -126,6 +127,15 @@ class SqlAgentStore:
             if contains_nul(m):
                 raise InvalidContent("message text may not contain NUL (U+0000) characters")
         n = len(messages_)
+        try:
+            return await self._append(thread_id, messages_, n)
+        except sa_exc.IntegrityError as exc:
+            if "run_id" not in str(exc.orig):
+                raise StoreError(f"append_messages: {type(exc.orig).__name__}") from exc
+            dup = next((m for m in messages_ if m.run_id is not None), messages_[0])
+            raise DuplicateMessage(dup.run_id or "", dup.role) from exc
+
+    async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
         async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
             last = (
                 await conn.execute(

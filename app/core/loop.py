@@ -1,0 +1,557 @@
+"""AgentLoop: one run answers one user message, every outside effect behind a checkpoint.
+
+Checkpoints, in order (DESIGN.md "The loop and the journal"):
+
+    persist:user                  the user's message, so `select` sees it as the newest
+    patch:agent:selected-history  (marker; a run journaled before it existed replays the old path)
+    load:thread                   the bounded read + `select`; records the SELECTION only
+    history:summarize             only when something was dropped and the policy summarizes
+    persist:usage:history         the summary's ledger row
+    model:<n>                     one per model step (its ledger row is written inside it)
+    tool:<n>:<call id>            one per tool call
+    persist:assistant             the answer, tool calls and results on ONE message
+
+A replay reads each journaled result back instead of running it: the store is not read again,
+`select` and the summarizer are not called again, and the model gets the same prompt byte for
+byte. `select` must therefore be pure; anything non-deterministic belongs in `summarize`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+from app.core.context_window import ChatMiddleware
+from app.core.history import HistoryPolicy, HistoryPolicyContext, HistorySelection
+from app.core.messages import (
+    ChatMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    journal_form,
+    payload_bytes,
+    to_chat_messages,
+)
+from app.core.ports import (
+    AgentStore,
+    DurableContext,
+    DurableRuntime,
+    JsonValue,
+    Ledger,
+    LedgerEntry,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    RunRequest,
+    TextDelta,
+    Thread,
+    ThreadInfoReader,
+    ThreadTurnQuery,
+    ToolSpec,
+    Usage,
+    supports_bounded_read,
+    supports_streaming,
+)
+from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult
+from app.core.summary import render_history_summary
+from app.core.tokens import estimate_message_tokens
+from app.errors import (
+    AgentError,
+    AgentNotFound,
+    DuplicateMessage,
+    QuotaExceeded,
+    RunFailed,
+    ThreadNotFound,
+)
+
+log = logging.getLogger(__name__)
+
+SELECTED_HISTORY = "agent:selected-history"
+"""The patch marker of the selection-only `load:thread` payload."""
+
+
+class ToolBinding(Protocol):
+    """A callable tool as the loop sees it: its advertised spec and how to run it."""
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    async def invoke(self, arguments: dict[str, Any]) -> ToolResult:
+        """Run the tool. Bad arguments or a raising tool give an `is_error` result, not an
+        exception: the model sees the error and can correct itself."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    """Everything the loop needs to know about one agent (the module builds it from @agent)."""
+
+    name: str
+    system_prompt: str
+    policy: HistoryPolicy
+    tools: Mapping[str, ToolBinding] = field(default_factory=dict)
+    max_steps: int = 8
+    """Model calls per run at most; a run still asking for tools after that stops and says so."""
+    middleware: Sequence[ChatMiddleware] = ()
+
+
+class ToolCallEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    call: ToolCall
+
+
+class ToolResultEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    call_id: str
+    name: str
+    is_error: bool
+    content_chars: int
+
+
+LoopEvent: TypeAlias = TextDelta | ToolCallEvent | ToolResultEvent
+EventSink: TypeAlias = Callable[[LoopEvent], Awaitable[None]]
+
+
+class WindowPreview(BaseModel):
+    """What the next turn would send (without its new user message): `GET .../window`."""
+
+    thread_id: str
+    agent: str
+    read_bound: int | None
+    kept: list[Message]
+    dropped: list[Message]
+    summarizes: bool
+    """True when the policy would fold `dropped` into a summary (made only during a real turn)."""
+    tokens: list[int]
+    """Estimated tokens of each kept message."""
+    total_tokens: int
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        store: AgentStore,
+        runtime: DurableRuntime,
+        ledger: Ledger,
+        model: ModelProvider,
+        agents: Mapping[str, AgentDefinition],
+        token_quota: int | None = None,
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.ledger = ledger
+        self.model = model
+        self.agents = dict(agents)
+        self.token_quota = token_quota
+
+    # --- entry points ----------------------------------------------------------------------
+
+    async def run_turn(
+        self,
+        *,
+        agent: str,
+        thread_id: str,
+        actor_id: str,
+        content: str,
+        run_id: str,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
+        thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started."""
+        definition = self.definition(agent)
+        await self.owned_thread(thread_id, actor_id, agent)
+        if self.token_quota is not None:
+            used = await self.ledger.tokens_used(actor_id)
+            if used >= self.token_quota:
+                raise QuotaExceeded(actor_id, used, self.token_quota)
+        request = RunRequest(
+            run_id=run_id, thread_id=thread_id, actor_id=actor_id, agent=agent, content=content
+        )
+        ctx = await self.runtime.begin(request)
+        return await self._drive(request, ctx, definition, on_event, RunReport(run_id=run_id))
+
+    async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
+        """Finish a failed or interrupted run from its journal (a finished one replays as is)."""
+        request, ctx = await self.runtime.reopen(run_id)
+        record = await self.runtime.get_run(run_id)
+        report = RunReport(run_id=run_id)
+        if record is not None and record.report is not None:
+            prior = RunReport.model_validate(record.report)
+            # The read happened in an earlier attempt; its figures stay true for this run.
+            report.read_bound, report.rows_read, report.bytes_read = (
+                prior.read_bound,
+                prior.rows_read,
+                prior.bytes_read,
+            )
+        return await self._drive(request, ctx, self.definition(request.agent), on_event, report)
+
+    def definition(self, agent: str) -> AgentDefinition:
+        try:
+            return self.agents[agent]
+        except KeyError:
+            raise AgentNotFound(agent) from None
+
+    async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
+        """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
+        if isinstance(self.store, ThreadInfoReader):
+            thread = await self.store.get_thread_info(thread_id)
+        else:
+            thread = await self.store.get_thread(thread_id)
+        if thread is None or thread.actor_id != actor_id or (agent and thread.agent != agent):
+            raise ThreadNotFound(thread_id)
+        return thread
+
+    async def preview(self, thread_id: str, actor_id: str) -> WindowPreview:
+        thread = await self.owned_thread(thread_id, actor_id)
+        definition = self.definition(thread.agent)
+        policy = definition.policy
+        bound = read_bound(policy)
+        messages, _title, _answered = await self._read(thread_id, bound)
+        ctx = HistoryPolicyContext(
+            thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
+        )
+        selection = policy.select(messages, ctx)
+        tokens = [estimate_message_tokens(m) for m in selection.keep]
+        return WindowPreview(
+            thread_id=thread_id,
+            agent=thread.agent,
+            read_bound=bound,
+            kept=selection.keep,
+            dropped=selection.drop,
+            summarizes=bool(selection.drop) and _summarizer(policy) is not None,
+            tokens=tokens,
+            total_tokens=sum(tokens),
+        )
+
+    # --- the run ---------------------------------------------------------------------------
+
+    async def _drive(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        on_event: EventSink | None,
+        report: RunReport,
+    ) -> RunResult:
+        try:
+            message = await self._run(request, ctx, definition, on_event, report)
+        except Exception as exc:
+            report.status = "failed"
+            await self._finish_report(request, ctx, report)
+            code = exc.code if isinstance(exc, AgentError) else "internal_error"
+            try:
+                await self.runtime.fail(
+                    request.run_id, code, str(exc), report.model_dump(mode="json")
+                )
+            except Exception:
+                log.exception("run %s: could not record its failure", request.run_id)
+            if code == "internal_error":
+                log.exception("run %s failed", request.run_id)
+            raise RunFailed(request.run_id, exc) from exc
+        report.status = "completed"
+        await self._finish_report(request, ctx, report)
+        await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
+        return RunResult(run_id=request.run_id, message=message, report=report)
+
+    async def _run(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        on_event: EventSink | None,
+        report: RunReport,
+    ) -> Message:
+        policy = definition.policy
+        hctx = HistoryPolicyContext(
+            thread_id=request.thread_id,
+            agent=request.agent,
+            actor_id=request.actor_id,
+            run_id=request.run_id,
+        )
+        user = Message(role="user", content=request.content, run_id=request.run_id)
+        await ctx.step("persist:user", lambda: self._persist(request.thread_id, user))
+
+        if await ctx.patched(SELECTED_HISTORY):
+            recorded = await ctx.step(
+                "load:thread", lambda: self._load_selected(request.thread_id, policy, hctx, report)
+            )
+            keep = [Message.model_validate(m) for m in recorded["keep"]]
+            drop = [Message.model_validate(m) for m in recorded.get("drop", [])]
+        else:
+            recorded = await ctx.step(
+                "load:thread", lambda: self._load_whole(request.thread_id, report)
+            )
+            legacy = policy.select([Message.model_validate(m) for m in recorded["messages"]], hctx)
+            keep, drop = legacy.keep, legacy.drop
+
+        prompt = [ChatMessage(role="system", content=definition.system_prompt)]
+        summarizer = _summarizer(policy)
+        if drop and summarizer is not None:
+            summary = await ctx.step(
+                "history:summarize", lambda: _summarize(summarizer, drop, hctx)
+            )
+            usage = Usage.model_validate(summary["usage"])
+            await ctx.step(
+                "persist:usage:history",
+                lambda: self._record_usage(
+                    request, "history_summary", _model_name(self.model), usage
+                ),
+            )
+            report.model_calls.append(
+                ModelCallReport(
+                    purpose="history_summary",
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                )
+            )
+            render = getattr(policy, "render_summary", None) or render_history_summary
+            prompt.append(ChatMessage(role="system", content=render(summary["text"])))
+        prompt.extend(to_chat_messages(keep))
+
+        return await self._answer(request, ctx, definition, prompt, on_event, report)
+
+    async def _answer(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        prompt: list[ChatMessage],
+        on_event: EventSink | None,
+        report: RunReport,
+    ) -> Message:
+        specs = [binding.spec for binding in definition.tools.values()]
+        calls: list[ToolCall] = []
+        results: list[ToolResult] = []
+        content = ""
+        for n in range(1, definition.max_steps + 1):
+            recorded = await ctx.step(
+                f"model:{n}",
+                lambda: self._model_step(request, definition, prompt, specs, on_event),
+            )
+            response = ModelResponse.model_validate(recorded["response"])
+            report.model_calls.append(
+                ModelCallReport(
+                    purpose="chat",
+                    prompt_tokens=response.usage.prompt_tokens,
+                    completion_tokens=response.usage.completion_tokens,
+                    **recorded["metrics"],
+                )
+            )
+            content = response.content
+            if not response.tool_calls:
+                break
+            prompt.append(
+                ChatMessage(
+                    role="assistant", content=response.content, tool_calls=response.tool_calls
+                )
+            )
+            for call in response.tool_calls:
+                if on_event is not None:
+                    await on_event(ToolCallEvent(call=call))
+                result = ToolResult.model_validate(
+                    await ctx.step(f"tool:{n}:{call.id}", _tool_step(definition, call))
+                )
+                if on_event is not None:
+                    await on_event(
+                        ToolResultEvent(
+                            call_id=call.id,
+                            name=call.name,
+                            is_error=result.is_error,
+                            content_chars=len(result.content),
+                        )
+                    )
+                calls.append(call)
+                results.append(result)
+                prompt.append(
+                    ChatMessage(role="tool", content=result.content, tool_call_id=call.id)
+                )
+        else:
+            content = content or f"(stopped after {definition.max_steps} model steps)"
+
+        answer = Message(
+            role="assistant",
+            content=content,
+            tool_calls=calls,
+            tool_results=results,
+            run_id=request.run_id,
+        )
+        stored = await ctx.step(
+            "persist:assistant", lambda: self._persist(request.thread_id, answer)
+        )
+        return answer.model_copy(update={"seq": stored.get("seq")})
+
+    # --- steps -----------------------------------------------------------------------------
+
+    async def _persist(self, thread_id: str, message: Message) -> JsonValue:
+        """Idempotent: a replay after a crash between the write and its journal entry finds the
+        message already stored (one per run and role) and does not store it twice."""
+        try:
+            stored = await self.store.append_messages(thread_id, [message])
+            return {"seq": stored[0].seq}
+        except DuplicateMessage:
+            return {"seq": None}
+
+    async def _read(
+        self, thread_id: str, bound: int | None
+    ) -> tuple[list[Message], str | None, bool]:
+        if supports_bounded_read(self.store):
+            page = await self.store.load_thread_for_turn(
+                ThreadTurnQuery(thread_id=thread_id, message_limit=bound)
+            )
+            if page is None:
+                raise ThreadNotFound(thread_id)
+            return page.messages, page.title, page.has_assistant_message
+        thread = await self.store.get_thread(thread_id)
+        if thread is None:
+            raise ThreadNotFound(thread_id)
+        answered = any(m.role == "assistant" for m in thread.messages)
+        return thread.messages, thread.title, answered
+
+    async def _load_selected(
+        self, thread_id: str, policy: HistoryPolicy, hctx: HistoryPolicyContext, report: RunReport
+    ) -> JsonValue:
+        bound = read_bound(policy)
+        messages, title, answered = await self._read(thread_id, bound)
+        _count_read(report, bound, messages)
+        selection: HistorySelection = policy.select(messages, hctx)
+        recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
+        if _summarizer(policy) is not None:
+            recorded["drop"] = [journal_form(m) for m in selection.drop]
+        recorded["title"] = title
+        recorded["has_assistant_message"] = answered
+        return recorded
+
+    async def _load_whole(self, thread_id: str, report: RunReport) -> JsonValue:
+        """The pre-`agent:selected-history` payload: the whole thread. Kept so runs journaled
+        that way finish on exactly what they recorded."""
+        messages, title, answered = await self._read(thread_id, None)
+        _count_read(report, None, messages)
+        return {
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "title": title,
+            "has_assistant_message": answered,
+        }
+
+    async def _model_step(
+        self,
+        request: RunRequest,
+        definition: AgentDefinition,
+        prompt: list[ChatMessage],
+        specs: list[ToolSpec],
+        on_event: EventSink | None,
+    ) -> JsonValue:
+        messages, metrics = _apply_middleware(definition.middleware, list(prompt))
+        model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
+        if on_event is not None and supports_streaming(self.model):
+            response: ModelResponse | None = None
+            async for event in self.model.stream(model_request):
+                if isinstance(event, ModelResponse):
+                    response = event
+                else:
+                    await on_event(event)
+            if response is None:
+                raise RuntimeError("the provider's stream ended without a final response")
+        else:
+            response = await self.model.complete(model_request)
+        await self._record_usage(
+            request, "chat", response.model or _model_name(self.model), response.usage
+        )
+        return {"response": response.model_dump(mode="json"), "metrics": metrics}
+
+    async def _record_usage(
+        self, request: RunRequest, purpose: str, model: str, usage: Usage
+    ) -> JsonValue:
+        await self.ledger.record(
+            LedgerEntry(
+                run_id=request.run_id,
+                thread_id=request.thread_id,
+                actor_id=request.actor_id,
+                agent=request.agent,
+                purpose=purpose,
+                model=model,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+            )
+        )
+        return {"recorded": True}
+
+    async def _finish_report(
+        self, request: RunRequest, ctx: DurableContext, report: RunReport
+    ) -> None:
+        report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
+        try:
+            entries = await self.ledger.entries_for_run(request.run_id)
+        except AgentError:
+            log.warning("run %s: ledger rows unavailable for its report", request.run_id)
+            return
+        report.ledger = [
+            LedgerRow(
+                purpose=e.purpose,
+                model=e.model,
+                prompt_tokens=e.prompt_tokens,
+                completion_tokens=e.completion_tokens,
+            )
+            for e in entries
+        ]
+
+
+def read_bound(policy: HistoryPolicy) -> int | None:
+    """The rows a turn asks the store for: the policy's declared `max_messages`, else all."""
+    bound = getattr(policy, "max_messages", None)
+    return bound if isinstance(bound, int) else None
+
+
+def _summarizer(policy: HistoryPolicy) -> Any:
+    return getattr(policy, "summarize", None)
+
+
+def _count_read(report: RunReport, bound: int | None, messages: list[Message]) -> None:
+    report.read_bound = bound
+    report.rows_read = len(messages)
+    report.bytes_read = sum(payload_bytes(m) for m in messages)
+
+
+async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
+    summary = await summarizer(drop, hctx)
+    return {"text": summary.text, "usage": summary.usage.model_dump(mode="json")}
+
+
+def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:
+    return lambda: _run_tool(definition, call)
+
+
+async def _run_tool(definition: AgentDefinition, call: ToolCall) -> JsonValue:
+    binding = definition.tools.get(call.name)
+    if binding is None:
+        result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
+    else:
+        result = await binding.invoke(dict(call.arguments))
+        result = result.model_copy(update={"call_id": call.id})
+    return result.model_dump(mode="json")
+
+
+def _apply_middleware(
+    middleware: Sequence[ChatMiddleware], messages: list[ChatMessage]
+) -> tuple[list[ChatMessage], dict[str, Any]]:
+    metrics: dict[str, Any] = {
+        "window_trimmed": False,
+        "messages_sent": len(messages),
+        "messages_original": len(messages),
+        "window_orphans_dropped": 0,
+    }
+    for mw in middleware:
+        messages, m = mw(messages)
+        metrics["window_trimmed"] = bool(metrics["window_trimmed"] or m.get("window_trimmed"))
+        metrics["window_orphans_dropped"] += int(m.get("window_orphans_dropped", 0))
+    metrics["messages_sent"] = len(messages)
+    return messages, metrics
+
+
+def _model_name(model: ModelProvider) -> str:
+    name = getattr(model, "model", None) or getattr(model, "name", None)
+    return name if isinstance(name, str) else type(model).__name__

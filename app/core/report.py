@@ -1,0 +1,59 @@
+"""What a run measured: the figures users read before they trim.
+
+They are filled where the numbers arise (the read, each journal write, each model call), never
+estimated afterwards.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from app.core.messages import Message
+
+
+class ModelCallReport(BaseModel):
+    """One model call: its purpose, its tokens, and what the chat middleware cut from it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    purpose: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    window_trimmed: bool = False
+    messages_sent: int = 0
+    messages_original: int = 0
+    window_orphans_dropped: int = 0
+
+
+class LedgerRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    purpose: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class RunReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    status: str = "running"
+    read_bound: int | None = None
+    """The `message_limit` the store was asked for; None when it read the whole thread."""
+    rows_read: int = 0
+    """Messages the thread read returned (0 when the read was replayed from the journal)."""
+    bytes_read: int = 0
+    """Payload bytes (content + tool calls, results, attachments) the read returned."""
+    journal_bytes: dict[str, int] = {}
+    """Checkpoint name -> bytes of its journaled payload."""
+    model_calls: list[ModelCallReport] = []
+    ledger: list[LedgerRow] = []
+
+
+class RunResult(BaseModel):
+    """What `run_turn` and `resume` return."""
+
+    run_id: str
+    message: Message
+    report: RunReport

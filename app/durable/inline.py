@@ -1,0 +1,62 @@
+"""InlineRuntime: runs without a journal, for callers who opt out of durability.
+
+Nothing survives the process: a run that dies is gone (its user message stays in the store).
+Turns on one thread are still serialized, by an in-process set of busy threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.ports import DurableContext, RunRecord, RunRequest
+from app.durable.context import InlineContext
+from app.errors import RunNotFound, ThreadBusy
+
+
+class InlineRuntime:
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._busy: set[str] = set()
+
+    async def begin(self, request: RunRequest) -> DurableContext:
+        if request.thread_id in self._busy:
+            raise ThreadBusy(request.thread_id)
+        self._busy.add(request.thread_id)
+        self._runs[request.run_id] = RunRecord(request=request, status="running")
+        return InlineContext(request.run_id)
+
+    async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed
+
+    async def complete(self, run_id: str, report: dict[str, Any]) -> None:
+        self._end(run_id, "completed", None, None, report)
+
+    async def fail(
+        self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
+    ) -> None:
+        self._end(run_id, "failed", error_code, error_message, report)
+
+    def _end(
+        self,
+        run_id: str,
+        status: str,
+        code: str | None,
+        message: str | None,
+        report: dict[str, Any],
+    ) -> None:
+        record = self._runs[run_id]
+        self._busy.discard(record.request.thread_id)
+        self._runs[run_id] = record.model_copy(
+            update={
+                "status": status,
+                "error_code": code,
+                "error_message": message,
+                "report": report,
+            }
+        )
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return self._runs.get(run_id)
+
+    async def expired_runs(self) -> list[str]:
+        return []

@@ -1,0 +1,223 @@
+"""SqlJournal: runs and their steps in the project database (the embedded durable runtime).
+
+Each step is committed on its own, so a crash loses at most the step in flight. A run holds its
+thread through a lease: the partial unique index on runs(thread_id) WHERE status = 'running'
+lets one run per thread exist, and `lease_expires_at`, renewed by every journal write, tells a
+live run from one whose process died.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.ports import DurableContext, RunRecord, RunRequest
+from app.durable.context import JournaledContext, encode_payload
+from app.errors import RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.store.errors import wrap_db_errors
+from app.store.schema import run_steps, runs
+
+
+class _Step:
+    __slots__ = ("name", "payload")
+
+    def __init__(self, name: str, payload: str) -> None:
+        self.name = name
+        self.payload = payload
+
+
+class SqlJournal:
+    """`DurableRuntime` on the `runs` and `run_steps` tables."""
+
+    def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
+        self._engine = engine
+        self._lease = timedelta(seconds=lease_seconds)
+
+    def _expiry(self) -> datetime:
+        return datetime.now(UTC) + self._lease
+
+    async def begin(self, request: RunRequest) -> DurableContext:
+        await self._release_expired(request.thread_id)
+        try:
+            async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
+                await conn.execute(
+                    runs.insert().values(
+                        id=request.run_id,
+                        thread_id=request.thread_id,
+                        actor_id=request.actor_id,
+                        agent=request.agent,
+                        status="running",
+                        request=request.model_dump_json(),
+                        lease_expires_at=self._expiry(),
+                    )
+                )
+        except sa_exc.IntegrityError as exc:
+            text = str(exc.orig).lower()
+            if "foreign" in text:
+                raise ThreadNotFound(request.thread_id) from exc
+            if "unique" in text or "duplicate" in text:
+                raise ThreadBusy(request.thread_id) from exc
+            raise StoreError(f"begin_run: {type(exc.orig).__name__}") from exc
+        return self._context(request.run_id, [])
+
+    async def _release_expired(self, thread_id: str) -> None:
+        """A run whose lease ran out no longer holds the thread: mark it failed (resumable).
+
+        Without this, a crashed process would lock its threads until a start-up sweep ran.
+        """
+        async with wrap_db_errors("release_expired"), self._engine.begin() as conn:
+            await conn.execute(
+                runs.update()
+                .where(
+                    runs.c.thread_id == thread_id,
+                    runs.c.status == "running",
+                    runs.c.lease_expires_at < datetime.now(UTC),
+                )
+                .values(
+                    status="failed",
+                    error_code="lease_expired",
+                    error_message="the run's process stopped before it finished",
+                )
+            )
+
+    async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        """Claim an unfinished run (running with an expired lease, or failed) and replay it."""
+        async with wrap_db_errors("reopen_run"), self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.select(runs.c.request, runs.c.status).where(runs.c.id == run_id)
+                )
+            ).one_or_none()
+            if row is None:
+                raise RunNotFound(run_id)
+            steps = (
+                await conn.execute(
+                    sa.select(run_steps.c.name, run_steps.c.payload)
+                    .where(run_steps.c.run_id == run_id)
+                    .order_by(run_steps.c.position)
+                )
+            ).all()
+        request = RunRequest.model_validate_json(row.request)
+        if row.status != "completed":
+            await self._claim(request)
+        return request, self._context(run_id, [_Step(s.name, s.payload) for s in steps])
+
+    async def _claim(self, request: RunRequest) -> None:
+        try:
+            async with wrap_db_errors("claim_run"), self._engine.begin() as conn:
+                claimed = await conn.execute(
+                    runs.update()
+                    .where(
+                        runs.c.id == request.run_id,
+                        sa.or_(
+                            runs.c.status == "failed",
+                            sa.and_(
+                                runs.c.status == "running",
+                                runs.c.lease_expires_at < datetime.now(UTC),
+                            ),
+                        ),
+                    )
+                    .values(
+                        status="running",
+                        lease_expires_at=self._expiry(),
+                        error_code=None,
+                        error_message=None,
+                    )
+                )
+                if claimed.rowcount == 0:
+                    raise ThreadBusy(request.thread_id)  # the run is alive in another process
+        except sa_exc.IntegrityError as exc:
+            raise ThreadBusy(request.thread_id) from exc
+
+    def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
+        async def write(position: int, name: str, payload: str) -> None:
+            async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
+                await conn.execute(
+                    run_steps.insert().values(
+                        run_id=run_id, position=position, name=name, payload=payload
+                    )
+                )
+                await conn.execute(
+                    runs.update()
+                    .where(runs.c.id == run_id)
+                    .values(lease_expires_at=self._expiry(), updated_at=sa.func.current_timestamp())
+                )
+
+        return JournaledContext(run_id, list(history), write)
+
+    async def complete(self, run_id: str, report: dict[str, Any]) -> None:
+        await self._end(run_id, "completed", None, None, report)
+
+    async def fail(
+        self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
+    ) -> None:
+        await self._end(run_id, "failed", error_code, error_message, report)
+
+    async def _end(
+        self,
+        run_id: str,
+        status: str,
+        code: str | None,
+        message: str | None,
+        report: dict[str, Any],
+    ) -> None:
+        async with wrap_db_errors("end_run"), self._engine.begin() as conn:
+            await conn.execute(
+                runs.update()
+                .where(runs.c.id == run_id)
+                .values(
+                    status=status,
+                    error_code=code,
+                    error_message=message,
+                    report=encode_payload(report),
+                    lease_expires_at=None,
+                    updated_at=sa.func.current_timestamp(),
+                )
+            )
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        async with wrap_db_errors("get_run"), self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    sa.select(
+                        runs.c.request,
+                        runs.c.status,
+                        runs.c.error_code,
+                        runs.c.error_message,
+                        runs.c.report,
+                    ).where(runs.c.id == run_id)
+                )
+            ).one_or_none()
+        if row is None:
+            return None
+        return RunRecord(
+            request=RunRequest.model_validate_json(row.request),
+            status=row.status,
+            error_code=row.error_code,
+            error_message=row.error_message,
+            report=json.loads(row.report) if row.report else None,
+        )
+
+    async def expired_runs(self) -> list[str]:
+        async with wrap_db_errors("expired_runs"), self._engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(runs.c.id)
+                .where(runs.c.status == "running", runs.c.lease_expires_at < datetime.now(UTC))
+                .order_by(runs.c.created_at)
+            )
+            return [r.id for r in rows]
+
+    async def steps(self, run_id: str) -> list[tuple[str, str]]:
+        """(name, payload) of every journaled step, in order: for tests and inspection."""
+        async with wrap_db_errors("run_steps"), self._engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(run_steps.c.name, run_steps.c.payload)
+                .where(run_steps.c.run_id == run_id)
+                .order_by(run_steps.c.position)
+            )
+            return [(r.name, r.payload) for r in rows]

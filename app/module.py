@@ -1,0 +1,241 @@
+"""AgentModule: the composition root. `for_root(...)` wires store, journal, ledger, model and
+agents once; the router, the lifespan and `run_turn` all use what it built.
+
+    module = AgentModule.for_root(model=..., actor_resolver=..., history={"max_messages": 40},
+                                  agents=[PageHelperAgent])
+    app = FastAPI(lifespan=module.lifespan)
+    app.include_router(module.router)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from pydantic import BaseModel, ConfigDict
+
+from app.core.context_window import ChatMiddleware
+from app.core.history import HistoryConfig, HistoryPolicy, resolve_policy
+from app.core.loop import AgentDefinition, AgentLoop, EventSink
+from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider
+from app.core.report import RunResult
+from app.durable import InlineRuntime, SqlJournal
+from app.errors import ConfigError
+from app.providers import provider_from_settings
+from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
+from app.settings import Settings, get_settings
+from app.store import SqlAgentStore
+from app.store.ledger import MemoryLedger, SqlLedger
+
+log = logging.getLogger("app")
+
+__all__ = ["Actor", "ActorResolver", "AgentModule", "AgentSpec", "agent", "tool"]
+
+
+class Actor(BaseModel):
+    """Who is asking. Every thread belongs to the actor that created it."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+
+
+ActorResolver = Callable[[Request], Awaitable[Actor | None]]
+
+
+def api_key_resolver(keys: Mapping[str, str]) -> ActorResolver:
+    """`Authorization: Bearer <key>` names the actor; keys are compared in constant time."""
+    pairs = [(k.encode(), actor) for k, actor in keys.items()]
+
+    async def resolve(request: Request) -> Actor | None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        given = token.strip().encode()
+        found: str | None = None
+        for key, actor in pairs:  # no early exit: the time taken does not depend on the match
+            if hmac.compare_digest(key, given):
+                found = actor
+        return Actor(id=found) if found is not None else None
+
+    return resolve
+
+
+async def local_actor(_request: Request) -> Actor:
+    """Local development mode (no API keys configured): everyone is actor `local`."""
+    return Actor(id="local")
+
+
+class AgentModule:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        loop: AgentLoop,
+        actor_resolver: ActorResolver,
+        owns_store: bool,
+        local_mode: bool,
+    ) -> None:
+        self.settings = settings
+        self.loop = loop
+        self.actor_resolver = actor_resolver
+        self._owns_store = owns_store
+        self.local_mode = local_mode
+        self._tasks: set[asyncio.Task[Any]] = set()
+        from app.http.router import build_router
+
+        self.router: APIRouter = build_router(self)
+
+    @property
+    def store(self) -> AgentStore:
+        return self.loop.store
+
+    @classmethod
+    def for_root(
+        cls,
+        *,
+        model: ModelProvider | None = None,
+        actor_resolver: ActorResolver | None = None,
+        history: HistoryConfig | Mapping[str, Any] | None = None,
+        history_policy: HistoryPolicy | None = None,
+        store: AgentStore | None = None,
+        agents: Sequence[type] = (),
+        journal: DurableRuntime | None = None,
+        ledger: Ledger | None = None,
+        quota: int | None = None,
+        chat_middleware: Sequence[ChatMiddleware] = (),
+        settings: Settings | None = None,
+    ) -> AgentModule:
+        """Build the module. Anything not given comes from `settings` (default: the
+        environment, `AGENT_*`): the SQL store on `database_url`, its journal and ledger, the
+        configured model, the API-key actor resolver, the module-wide history."""
+        settings = settings or get_settings()
+        if model is None:
+            key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            model = provider_from_settings(
+                settings.model,
+                settings.openai_base_url,
+                key,
+                settings.openai_model,
+                settings.model_timeout,
+            )
+        owns_store = store is None
+        if store is None:
+            store = SqlAgentStore.from_url(
+                settings.database_url,
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_max_overflow,
+                pool_timeout=settings.db_pool_timeout,
+            )
+        if isinstance(store, SqlAgentStore):
+            journal = journal or SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
+            ledger = ledger or SqlLedger(store.engine)
+        journal = journal or InlineRuntime()
+        ledger = ledger or MemoryLedger()
+        if history is None and history_policy is None:
+            history = settings.history_config()
+
+        definitions: dict[str, AgentDefinition] = {}
+        for cls_ in agents:
+            spec = agent_spec(cls_)
+            if spec.name in definitions:
+                raise ConfigError(f"two agents named {spec.name!r}")
+            definitions[spec.name] = AgentDefinition(
+                name=spec.name,
+                system_prompt=spec.system_prompt,
+                policy=resolve_policy(spec.history, history_policy, history, model),
+                tools=tool_bindings(cls_()),
+                max_steps=spec.max_steps,
+                middleware=(*chat_middleware, *spec.chat_middleware),
+            )
+        local_mode = False
+        if actor_resolver is None:
+            keys = settings.actor_keys()
+            local_mode = not keys
+            actor_resolver = api_key_resolver(keys) if keys else local_actor
+        loop = AgentLoop(
+            store=store,
+            runtime=journal,
+            ledger=ledger,
+            model=model,
+            agents=definitions,
+            token_quota=quota if quota is not None else settings.token_quota,
+        )
+        return cls(
+            settings=settings,
+            loop=loop,
+            actor_resolver=actor_resolver,
+            owns_store=owns_store,
+            local_mode=local_mode,
+        )
+
+    async def run_turn(
+        self,
+        *,
+        agent: str,
+        thread_id: str,
+        actor_id: str,
+        content: str,
+        on_event: EventSink | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Run one turn without HTTP; the chat route calls exactly this."""
+        return await self.loop.run_turn(
+            agent=agent,
+            thread_id=thread_id,
+            actor_id=actor_id,
+            content=content,
+            run_id=run_id or str(uuid.uuid4()),
+            on_event=on_event,
+        )
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Run `coro` to the end even if whoever started it goes away (a client that
+        disconnects mid-stream); the lifespan waits for these tasks at shutdown."""
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def resume_expired_runs(self) -> list[str]:
+        """Resume every run whose lease expired (its process died). Returns their ids."""
+        run_ids = await self.loop.runtime.expired_runs()
+        for run_id in run_ids:
+            log.info("resuming run %s whose lease expired", run_id)
+            self.spawn(self._resume_quietly(run_id))
+        return run_ids
+
+    async def _resume_quietly(self, run_id: str) -> None:
+        try:
+            await self.loop.resume(run_id)
+        except Exception:
+            log.exception("run %s could not be resumed", run_id)
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
+        """Migrate (when configured), resume runs whose process died, and on the way out let
+        running turns finish before the engine is disposed. Nest it inside your own lifespan
+        with `async with module.lifespan(app): ...` to compose."""
+        if self.settings.migrate_on_start and isinstance(self.store, SqlAgentStore):
+            await self.store.create_schema()
+        if self.local_mode:
+            log.warning(
+                "no AGENT_API_KEYS configured: local development mode, every request "
+                "is actor 'local'"
+            )
+        await self.resume_expired_runs()
+        try:
+            yield
+        finally:
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=30)
+            aclose = getattr(self.loop.model, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            if self._owns_store and isinstance(self.store, SqlAgentStore):
+                await self.store.dispose()

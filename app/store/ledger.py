@@ -1,0 +1,66 @@
+"""The token ledger: one row per model call, so no spend goes unaccounted."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.ports import LedgerEntry
+from app.store.errors import wrap_db_errors
+from app.store.schema import ledger
+
+_FIELDS = (
+    "run_id",
+    "thread_id",
+    "actor_id",
+    "agent",
+    "purpose",
+    "model",
+    "prompt_tokens",
+    "completion_tokens",
+)
+
+
+class SqlLedger:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def record(self, entry: LedgerEntry) -> None:
+        async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
+            await conn.execute(ledger.insert().values(**entry.model_dump()))
+
+    async def tokens_used(self, actor_id: str) -> int:
+        total = sa.func.coalesce(
+            sa.func.sum(ledger.c.prompt_tokens + ledger.c.completion_tokens), 0
+        )
+        async with wrap_db_errors("ledger_tokens_used"), self._engine.connect() as conn:
+            used = (
+                await conn.execute(sa.select(total).where(ledger.c.actor_id == actor_id))
+            ).scalar()
+        return int(used or 0)
+
+    async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
+        cols = [ledger.c[f] for f in _FIELDS]
+        async with wrap_db_errors("ledger_entries"), self._engine.connect() as conn:
+            rows = await conn.execute(
+                sa.select(*cols).where(ledger.c.run_id == run_id).order_by(ledger.c.id)
+            )
+            return [LedgerEntry(**dict(zip(_FIELDS, r, strict=True))) for r in rows]
+
+
+class MemoryLedger:
+    """In-process ledger for tests and the MemoryStore."""
+
+    def __init__(self) -> None:
+        self.entries: list[LedgerEntry] = []
+
+    async def record(self, entry: LedgerEntry) -> None:
+        self.entries.append(entry)
+
+    async def tokens_used(self, actor_id: str) -> int:
+        return sum(
+            e.prompt_tokens + e.completion_tokens for e in self.entries if e.actor_id == actor_id
+        )
+
+    async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
+        return [e for e in self.entries if e.run_id == run_id]
