@@ -69,12 +69,15 @@ class JournaledContext:
     async def patched(self, marker: str) -> bool:
         name = PATCH_PREFIX + marker
         if self.replaying:
-            if self._history[self._position].name == name:
+            record = self._history[self._position]
+            if record.name == name:
                 self._position += 1
+                self.journal_bytes[name] = len(record.payload.encode())
                 return True
             return False  # journaled before the marker existed: old path, no position spent
         await self._write(self._position, name, "true")
         self._position += 1
+        self.journal_bytes[name] = 4
         return True
 
 

@@ -61,7 +61,7 @@ messages = sa.Table(
     sa.Index("ix_messages_thread_id_role", "thread_id", "role"),
     # A run stores one user message and one answer: a replayed persist step can never store a
     # second copy, whatever moment the process died at.
-    sa.Index("uq_messages_run_id_role", "run_id", "role", unique=True),
+    sa.Index("uq_messages_thread_id_run_id_role", "thread_id", "run_id", "role", unique=True),
     sa.CheckConstraint("role IN ('system', 'user', 'assistant')", name="role"),
 )
 

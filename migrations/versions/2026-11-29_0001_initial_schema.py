@@ -107,6 +107,9 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("messages", schema=None) as batch_op:
         batch_op.create_index("ix_messages_thread_id_role", ["thread_id", "role"], unique=False)
+        batch_op.create_index(
+            "uq_messages_thread_id_run_id_role", ["thread_id", "run_id", "role"], unique=True
+        )
 
     op.create_table(
         "runs",
@@ -186,6 +189,7 @@ def downgrade() -> None:
 
     op.drop_table("runs")
     with op.batch_alter_table("messages", schema=None) as batch_op:
+        batch_op.drop_index("uq_messages_thread_id_run_id_role")
         batch_op.drop_index("ix_messages_thread_id_role")
 
     op.drop_table("messages")

@@ -1,0 +1,147 @@
+"""Loop fixtures: a real SQL store, journal and ledger on each backend, and counting doubles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from app.core.history import (
+    HistoryPolicy,
+    HistoryPolicyContext,
+    HistorySelection,
+    HistorySummary,
+)
+from app.core.loop import AgentDefinition, AgentLoop, ToolBinding
+from app.core.messages import Message
+from app.core.ports import ModelProvider, Thread, ThreadTurnPage, ThreadTurnQuery, Usage
+from app.durable import SqlJournal
+from app.store import SqlAgentStore
+from app.store.ledger import SqlLedger
+
+
+class CountingStore:
+    """Delegates to the SQL store and counts the thread reads (bounded and full)."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        self.inner = inner
+        self.bounded_reads: list[int | None] = []
+        self.full_reads = 0
+
+    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        return await self.inner.create_thread(actor_id=actor_id, agent=agent, title=title)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        self.full_reads += 1
+        return await self.inner.get_thread(thread_id)
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None:
+        return await self.inner.get_thread_info(thread_id)
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        return await self.inner.append_messages(thread_id, messages)
+
+    async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
+        self.bounded_reads.append(query.message_limit)
+        return await self.inner.load_thread_for_turn(query)
+
+
+class FullReadStore:
+    """The same database without the bounded read: the loop must fall back to `get_thread`."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        self.inner = inner
+        self.full_reads = 0
+
+    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        return await self.inner.create_thread(actor_id=actor_id, agent=agent, title=title)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        self.full_reads += 1
+        return await self.inner.get_thread(thread_id)
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None:
+        return await self.inner.get_thread_info(thread_id)
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        return await self.inner.append_messages(thread_id, messages)
+
+
+class CountingPolicy:
+    """Wraps a policy, forwarding what it declares, counting `select` calls."""
+
+    def __init__(self, inner: HistoryPolicy) -> None:
+        self.inner = inner
+        self.selects = 0
+        self.max_messages = getattr(inner, "max_messages", None)
+        self.summarize = getattr(inner, "summarize", None)
+        self.render_summary = getattr(inner, "render_summary", None)
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        self.selects += 1
+        return self.inner.select(messages, ctx)
+
+
+@dataclass
+class CountingSummarizer:
+    text: str = "the user wants X"
+    calls: list[list[Message]] = field(default_factory=list)
+
+    async def __call__(self, dropped: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.calls.append(dropped)
+        return HistorySummary(text=self.text, usage=Usage(prompt_tokens=50, completion_tokens=7))
+
+
+@dataclass
+class LoopEnv:
+    store: SqlAgentStore
+    journal: SqlJournal
+    ledger: SqlLedger
+
+    def loop(
+        self,
+        model: ModelProvider,
+        policy: HistoryPolicy,
+        *,
+        store: Any = None,
+        tools: dict[str, ToolBinding] | None = None,
+        max_steps: int = 8,
+        quota: int | None = None,
+        agent: str = "helper",
+    ) -> AgentLoop:
+        definition = AgentDefinition(
+            name=agent,
+            system_prompt="You help.",
+            policy=policy,
+            tools=tools or {},
+            max_steps=max_steps,
+        )
+        return AgentLoop(
+            store=store or self.store,
+            runtime=self.journal,
+            ledger=self.ledger,
+            model=model,
+            agents={agent: definition},
+            token_quota=quota,
+        )
+
+    async def thread(self, messages: Sequence[Message] = (), actor: str = "alice") -> str:
+        thread = await self.store.create_thread(actor_id=actor, agent="helper", title="t")
+        if messages:
+            await self.store.append_messages(thread.id, messages)
+        return thread.id
+
+    async def step_names(self, run_id: str) -> list[str]:
+        return [name for name, _ in await self.journal.steps(run_id)]
+
+    async def step_payload(self, run_id: str, name: str) -> str:
+        return next(p for n, p in await self.journal.steps(run_id) if n == name)
+
+
+@pytest.fixture
+def env(sql_store: SqlAgentStore) -> LoopEnv:
+    return LoopEnv(
+        sql_store, SqlJournal(sql_store.engine, lease_seconds=60), SqlLedger(sql_store.engine)
+    )

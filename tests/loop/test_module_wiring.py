@@ -1,0 +1,199 @@
+"""Precedence through the public surface, busy threads, and the no-journal path."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from app import AgentModule, HistoryConfig, agent, tool
+from app.core.history import HistoryPolicyContext, HistorySelection, window_history
+from app.core.messages import Message, ToolCall
+from app.core.ports import ModelRequest, ModelResponse
+from app.errors import RunFailed, ThreadBusy, ThreadNotFound
+from app.settings import Settings
+from app.store import MemoryStore
+from app.testing import ScriptedProvider, reply
+from tests.factories import assistant, user
+from tests.loop.conftest import LoopEnv
+
+SETTINGS = Settings(migrate_on_start=False)
+
+
+class KeepTwo:
+    """A custom policy: the newest two (it may declare the bound: it keeps the newest)."""
+
+    max_messages = 2
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        return HistorySelection(keep=messages[-2:], drop=messages[:-2])
+
+
+@agent(name="pinned", history=HistoryConfig(max_messages=1))
+class Pinned:
+    pass
+
+
+@agent(name="plain")
+class Plain:
+    pass
+
+
+async def _sent(module: AgentModule, agent_name: str, model: ScriptedProvider) -> int:
+    thread = await module.store.create_thread(actor_id="a", agent=agent_name)
+    await module.store.append_messages(
+        thread.id, [m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+    )
+    await module.run_turn(agent=agent_name, thread_id=thread.id, actor_id="a", content="now")
+    return len(model.calls[-1].messages) - 1  # minus the system prompt
+
+
+async def test_agent_history_beats_history_policy_beats_history_and_none_sends_all() -> None:
+    model = ScriptedProvider(default=reply("ok"))
+    both = AgentModule.for_root(
+        model=model,
+        store=MemoryStore(),
+        agents=[Pinned, Plain],
+        history_policy=KeepTwo(),
+        history={"max_messages": 3},
+        settings=SETTINGS,
+    )
+    assert await _sent(both, "pinned", model) == 1  # @agent(history=) wins
+    assert await _sent(both, "plain", model) == 2  # then history_policy
+    config_only = AgentModule.for_root(
+        model=model,
+        store=MemoryStore(),
+        agents=[Plain],
+        history={"max_messages": 3},
+        settings=SETTINGS,
+    )
+    assert await _sent(config_only, "plain", model) == 3  # then history
+    nothing = AgentModule.for_root(
+        model=model, store=MemoryStore(), agents=[Plain], settings=SETTINGS
+    )
+    assert await _sent(nothing, "plain", model) == 11  # no ceiling: the whole thread
+
+
+async def test_history_accepts_a_dict_and_a_disabled_history_sends_only_the_new_message() -> None:
+    @agent(name="forgetful", history={"enabled": False})
+    class Forgetful:
+        pass
+
+    model = ScriptedProvider(default=reply("ok"))
+    module = AgentModule.for_root(
+        model=model, store=MemoryStore(), agents=[Forgetful], settings=SETTINGS
+    )
+    assert await _sent(module, "forgetful", model) == 1
+    assert model.calls[-1].messages[-1].content == "now"
+
+
+async def test_tools_from_the_agent_class_are_advertised_and_bad_arguments_reach_the_model() -> (
+    None
+):
+    @agent(name="pages", system_prompt="Read pages.")
+    class Pages:
+        @tool
+        async def read_page(self, url: str, max_chars: int = 100) -> str:
+            """Fetch a page's text.
+
+            More detail the model does not need."""
+            return f"page {url}"[:max_chars]
+
+    model = ScriptedProvider(
+        [
+            reply(
+                "",
+                tool_calls=[ToolCall(id="c1", name="read_page", arguments={"url": 5, "bogus": 1})],
+            ),
+            reply("", tool_calls=[ToolCall(id="c2", name="read_page", arguments={"url": "x"})]),
+            reply("done"),
+        ]
+    )
+    module = AgentModule.for_root(
+        model=model, store=MemoryStore(), agents=[Pages], settings=SETTINGS
+    )
+    thread = await module.store.create_thread(actor_id="a", agent="pages")
+    result = await module.run_turn(agent="pages", thread_id=thread.id, actor_id="a", content="go")
+    spec = model.calls[0].tools[0]
+    assert spec.name == "read_page" and spec.description == "Fetch a page's text."
+    assert spec.parameters["required"] == ["url"]
+    assert spec.parameters["properties"]["max_chars"]["type"] == "integer"
+    bad, good = result.message.tool_results
+    assert bad.is_error and "url" in bad.content and "bogus" in bad.content
+    assert not good.is_error and good.content == "page x"
+
+
+async def test_a_second_turn_on_a_busy_thread_is_refused_and_not_stored(env: LoopEnv) -> None:
+    tid = await env.thread()
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def slow(_request: ModelRequest) -> ModelResponse:
+        entered.set()
+        await gate.wait()
+        return reply("first answer")
+
+    loop = env.loop(ScriptedProvider([slow]), window_history(max_messages=5))
+    first = asyncio.create_task(
+        loop.run_turn(
+            agent="helper",
+            thread_id=tid,
+            actor_id="alice",
+            content="first",
+            run_id=str(uuid.uuid4()),
+        )
+    )
+    await asyncio.wait_for(entered.wait(), 10)
+    with pytest.raises(ThreadBusy):
+        await loop.run_turn(
+            agent="helper",
+            thread_id=tid,
+            actor_id="alice",
+            content="second",
+            run_id=str(uuid.uuid4()),
+        )
+    gate.set()
+    await first
+    thread = await env.store.get_thread(tid)
+    assert thread is not None and [m.content for m in thread.messages] == ["first", "first answer"]
+
+
+async def test_another_actors_thread_is_not_found(env: LoopEnv) -> None:
+    tid = await env.thread(actor="alice")
+    loop = env.loop(ScriptedProvider([reply("x")]), window_history(max_messages=5))
+    with pytest.raises(ThreadNotFound):
+        await loop.run_turn(
+            agent="helper",
+            thread_id=tid,
+            actor_id="mallory",
+            content="hi",
+            run_id=str(uuid.uuid4()),
+        )
+    thread = await env.store.get_thread(tid)
+    assert thread is not None and thread.messages == []
+
+
+async def test_without_a_journal_a_failed_run_cannot_be_resumed_but_the_thread_goes_on() -> None:
+    from app.errors import ProviderError, RunNotFound
+
+    model = ScriptedProvider([ProviderError("down"), reply("back")])
+    module = AgentModule.for_root(
+        model=model, store=MemoryStore(), agents=[Plain], settings=SETTINGS
+    )
+    thread = await module.store.create_thread(actor_id="a", agent="plain")
+    with pytest.raises(RunFailed) as info:
+        await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="one")
+    with pytest.raises(RunNotFound):
+        await module.loop.resume(info.value.run_id)
+    result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="two")
+    assert result.message.content == "back"
+    assert result.report.journal_bytes == {}
+
+
+def test_a_window_declares_its_read_bound_only_when_it_is_a_pure_count() -> None:
+    from app.core.loop import read_bound
+
+    assert read_bound(window_history(max_messages=7)) == 7
+    assert read_bound(window_history(max_tokens=100)) is None
+    assert read_bound(window_history(max_messages=7, summarize=lambda d, c: None)) is None  # type: ignore[arg-type,return-value]
