@@ -1,0 +1,117 @@
+"""PostgreSQL connections killed mid-run: the turn completes or fails cleanly, the pool
+recovers, and the next turn works. (PostgreSQL only: it is about the server going away.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.core.history import window_history
+from app.core.loop import AgentDefinition, AgentLoop
+from app.core.ports import ModelRequest, ModelResponse
+from app.durable import SqlJournal
+from app.errors import StoreError
+from app.store import SqlAgentStore
+from app.store.ledger import SqlLedger
+from app.testing import ScriptedProvider, reply
+from tests.conftest import empty_database
+
+pytestmark = pytest.mark.postgres
+
+
+async def _terminate_other_backends(url: str) -> int:
+    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = await asyncpg.connect(dsn)
+    try:
+        killed = await conn.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return len(killed)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
+    store = SqlAgentStore.from_url(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5)
+    await empty_database(store.engine)
+    try:
+        yield store
+    finally:
+        await store.dispose()
+
+
+def _loop(store: SqlAgentStore, model: ScriptedProvider) -> AgentLoop:
+    definition = AgentDefinition(
+        name="helper", system_prompt="s", policy=window_history(max_messages=6)
+    )
+    return AgentLoop(
+        store=store,
+        runtime=SqlJournal(store.engine),
+        ledger=SqlLedger(store.engine),
+        model=model,
+        agents={"helper": definition},
+    )
+
+
+async def test_connections_killed_during_the_model_call_do_not_break_the_turn(
+    pg_store: SqlAgentStore,
+    postgres_url: str,
+) -> None:
+    killed: list[int] = []
+
+    async def kill_then_answer(_request: ModelRequest) -> ModelResponse:
+        killed.append(await _terminate_other_backends(postgres_url))
+        return reply("survived")
+
+    loop = _loop(pg_store, ScriptedProvider([kill_then_answer, reply("next")]))
+    tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="one", run_id=str(uuid.uuid4())
+    )
+    assert killed and killed[0] >= 1, "the test must actually have killed pooled connections"
+    # pool_pre_ping noticed the dead connections and replaced them: the run finished.
+    assert result.message.content == "survived"
+    second = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="two", run_id=str(uuid.uuid4())
+    )
+    assert second.message.content == "next"
+    thread = await pg_store.get_thread(tid)
+    assert thread is not None
+    assert [m.content for m in thread.messages] == ["one", "survived", "two", "next"]
+
+
+async def test_an_unreachable_database_fails_the_turn_with_a_store_error_not_a_traceback(
+    pg_store: SqlAgentStore,
+) -> None:
+    tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
+    broken = SqlAgentStore.from_url(
+        "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere", pool_timeout=1
+    )
+    try:
+        loop = AgentLoop(
+            store=broken,
+            runtime=SqlJournal(pg_store.engine),
+            ledger=SqlLedger(pg_store.engine),
+            model=ScriptedProvider([reply("x")]),
+            agents={
+                "helper": AgentDefinition(
+                    name="helper", system_prompt="s", policy=window_history(max_messages=6)
+                )
+            },
+        )
+        with pytest.raises(StoreError, match="database"):
+            await loop.run_turn(
+                agent="helper",
+                thread_id=tid,
+                actor_id="alice",
+                content="hi",
+                run_id=str(uuid.uuid4()),
+            )
+    finally:
+        await broken.dispose()
