@@ -10,6 +10,7 @@ agents once; the router, the lifespan and `run_turn` all use what it built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import uuid
@@ -132,11 +133,13 @@ class AgentModule:
                 max_overflow=settings.db_max_overflow,
                 pool_timeout=settings.db_pool_timeout,
             )
+        runtime: DurableRuntime
         if isinstance(store, SqlAgentStore):
-            journal = journal or SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
+            runtime = journal or SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
             ledger = ledger or SqlLedger(store.engine)
-        journal = journal or InlineRuntime()
-        ledger = ledger or MemoryLedger()
+        else:
+            runtime = journal or InlineRuntime()
+            ledger = ledger or MemoryLedger()
         if history is None and history_policy is None:
             history = settings.history_config()
 
@@ -160,7 +163,7 @@ class AgentModule:
             actor_resolver = api_key_resolver(keys) if keys else local_actor
         loop = AgentLoop(
             store=store,
-            runtime=journal,
+            runtime=runtime,
             ledger=ledger,
             model=model,
             agents=definitions,
@@ -216,11 +219,20 @@ class AgentModule:
         except Exception:
             log.exception("run %s could not be resumed", run_id)
 
+    async def _sweep_forever(self) -> None:
+        """Resume runs whose lease expires while this process is up (another replica died)."""
+        while True:
+            await asyncio.sleep(self.settings.run_lease_seconds)
+            try:
+                await self.resume_expired_runs()
+            except Exception:
+                log.exception("the sweep for expired runs failed; retrying next period")
+
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
-        """Migrate (when configured), resume runs whose process died, and on the way out let
-        running turns finish before the engine is disposed. Nest it inside your own lifespan
-        with `async with module.lifespan(app): ...` to compose."""
+        """Migrate (when configured), resume runs whose process died (now and periodically),
+        and on the way out let running turns finish before the engine is disposed. Nest it in
+        your own lifespan with `async with module.lifespan(app): ...` to compose."""
         if self.settings.migrate_on_start and isinstance(self.store, SqlAgentStore):
             await self.store.create_schema()
         if self.local_mode:
@@ -229,9 +241,13 @@ class AgentModule:
                 "is actor 'local'"
             )
         await self.resume_expired_runs()
+        sweeper = asyncio.create_task(self._sweep_forever())
         try:
             yield
         finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
             if self._tasks:
                 await asyncio.wait(set(self._tasks), timeout=30)
             aclose = getattr(self.loop.model, "aclose", None)

@@ -239,7 +239,8 @@ class AgentLoop:
         report: RunReport,
     ) -> RunResult:
         try:
-            message = await self._run(request, ctx, definition, on_event, report)
+            async with self.runtime.keep_alive(request.run_id):
+                message = await self._run(request, ctx, definition, on_event, report)
         except Exception as exc:
             report.status = "failed"
             await self._finish_report(request, ctx, report)

@@ -8,6 +8,7 @@ Optional powers are protocols of their own, probed at run time (`supports_bounde
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeAlias, TypeGuard, runtime_checkable
 
@@ -185,6 +186,10 @@ class DurableRuntime(Protocol):
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         """Take an unfinished run back (its journal replays); `RunNotFound` if there is none."""
+        ...
+
+    def keep_alive(self, run_id: str) -> AbstractAsyncContextManager[None]:
+        """Hold the run's lease while the block runs (the loop wraps each run in it)."""
         ...
 
     async def complete(self, run_id: str, report: dict[str, Any]) -> None: ...

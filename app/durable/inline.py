@@ -6,6 +6,8 @@ Turns on one thread are still serialized, by an in-process set of busy threads.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from app.core.ports import DurableContext, RunRecord, RunRequest
@@ -24,6 +26,10 @@ class InlineRuntime:
         self._busy.add(request.thread_id)
         self._runs[request.run_id] = RunRecord(request=request, status="running")
         return InlineContext(request.run_id)
+
+    @asynccontextmanager
+    async def keep_alive(self, run_id: str) -> AsyncIterator[None]:
+        yield  # no lease to renew: the busy set lives and dies with the process
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed

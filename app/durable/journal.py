@@ -8,7 +8,12 @@ live run from one whose process died.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +26,8 @@ from app.durable.context import JournaledContext, encode_payload
 from app.errors import RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
+
+log = logging.getLogger(__name__)
 
 
 class _Step:
@@ -42,7 +49,16 @@ class SqlJournal:
         return datetime.now(UTC) + self._lease
 
     async def begin(self, request: RunRequest) -> DurableContext:
-        await self._release_expired(request.thread_id)
+        try:
+            await self._insert_run(request)
+        except ThreadBusy:
+            # Only now look for a dead holder: the common turn pays one round trip, not two.
+            if not await self._release_expired(request.thread_id):
+                raise
+            await self._insert_run(request)
+        return self._context(request.run_id, [])
+
+    async def _insert_run(self, request: RunRequest) -> None:
         try:
             async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
                 await conn.execute(
@@ -63,15 +79,14 @@ class SqlJournal:
             if "unique" in text or "duplicate" in text:
                 raise ThreadBusy(request.thread_id) from exc
             raise StoreError(f"begin_run: {type(exc.orig).__name__}") from exc
-        return self._context(request.run_id, [])
 
-    async def _release_expired(self, thread_id: str) -> None:
+    async def _release_expired(self, thread_id: str) -> bool:
         """A run whose lease ran out no longer holds the thread: mark it failed (resumable).
 
-        Without this, a crashed process would lock its threads until a start-up sweep ran.
+        Without this, a crashed process would lock its threads until a sweep resumed its runs.
         """
         async with wrap_db_errors("release_expired"), self._engine.begin() as conn:
-            await conn.execute(
+            released = await conn.execute(
                 runs.update()
                 .where(
                     runs.c.thread_id == thread_id,
@@ -84,6 +99,34 @@ class SqlJournal:
                     error_message="the run's process stopped before it finished",
                 )
             )
+        return bool(released.rowcount)
+
+    @asynccontextmanager
+    async def keep_alive(self, run_id: str) -> AsyncIterator[None]:
+        """Renew the run's lease every third of its length while the block runs, so a long
+        model call is never mistaken for a dead process. A process that dies stops renewing."""
+
+        async def beat() -> None:
+            interval = self._lease.total_seconds() / 3
+            while True:
+                await asyncio.sleep(interval)
+                try:
+                    async with wrap_db_errors("renew_lease"), self._engine.begin() as conn:
+                        await conn.execute(
+                            runs.update()
+                            .where(runs.c.id == run_id, runs.c.status == "running")
+                            .values(lease_expires_at=self._expiry())
+                        )
+                except StoreError:
+                    log.warning("run %s: could not renew its lease", run_id)
+
+        task = asyncio.create_task(beat())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         """Claim an unfinished run (running with an expired lease, or failed) and replay it."""
@@ -141,11 +184,6 @@ class SqlJournal:
                     run_steps.insert().values(
                         run_id=run_id, position=position, name=name, payload=payload
                     )
-                )
-                await conn.execute(
-                    runs.update()
-                    .where(runs.c.id == run_id)
-                    .values(lease_expires_at=self._expiry(), updated_at=sa.func.current_timestamp())
                 )
 
         return JournaledContext(run_id, list(history), write)

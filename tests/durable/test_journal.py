@@ -1,0 +1,90 @@
+"""SqlJournal on both databases: the lease, its renewal, and claiming runs back."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.core.ports import RunRequest
+from app.durable import SqlJournal
+from app.errors import RunNotFound, ThreadBusy, ThreadNotFound
+from app.store import SqlAgentStore
+from app.store.schema import runs
+
+
+def _request(thread_id: str) -> RunRequest:
+    return RunRequest(
+        run_id=str(uuid.uuid4()), thread_id=thread_id, actor_id="a", agent="x", content="hi"
+    )
+
+
+async def _expire(store: SqlAgentStore, run_id: str) -> None:
+    async with store.engine.begin() as conn:
+        await conn.execute(
+            runs.update()
+            .where(runs.c.id == run_id)
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=1))
+        )
+
+
+async def test_one_live_run_per_thread(sql_store: SqlAgentStore) -> None:
+    journal = SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    first = _request(thread.id)
+    await journal.begin(first)
+    with pytest.raises(ThreadBusy):
+        await journal.begin(_request(thread.id))
+    await journal.complete(first.run_id, {"status": "completed"})
+    await journal.begin(_request(thread.id))  # the lease went with the run
+
+
+async def test_a_run_on_an_unknown_thread_is_refused(sql_store: SqlAgentStore) -> None:
+    with pytest.raises(ThreadNotFound):
+        await SqlJournal(sql_store.engine).begin(_request(str(uuid.uuid4())))
+
+
+async def test_an_expired_lease_no_longer_holds_the_thread_and_its_run_stays_resumable(
+    sql_store: SqlAgentStore,
+) -> None:
+    journal = SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    dead = _request(thread.id)
+    await journal.begin(dead)
+    assert await journal.expired_runs() == []
+    await _expire(sql_store, dead.run_id)
+    assert await journal.expired_runs() == [dead.run_id]
+    fresh = _request(thread.id)
+    await journal.begin(fresh)
+    record = await journal.get_run(dead.run_id)
+    assert record is not None and record.status == "failed" and record.error_code == "lease_expired"
+    with pytest.raises(ThreadBusy):  # resuming it now would interleave with the fresh run
+        await journal.reopen(dead.run_id)
+    await journal.complete(fresh.run_id, {})
+    request, _ctx = await journal.reopen(dead.run_id)
+    assert request == dead
+
+
+async def test_keep_alive_renews_the_lease_during_a_long_step(sql_store: SqlAgentStore) -> None:
+    journal = SqlJournal(sql_store.engine, lease_seconds=0.6)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    run = _request(thread.id)
+    await journal.begin(run)
+    async with journal.keep_alive(run.run_id):
+        await asyncio.sleep(1.5)  # well past the 0.6 s lease: only renewals keep it alive
+        assert await journal.expired_runs() == []
+        with pytest.raises(ThreadBusy):
+            await journal.begin(_request(thread.id))
+
+
+async def test_reopening_a_live_run_or_an_unknown_one_is_refused(sql_store: SqlAgentStore) -> None:
+    journal = SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    live = _request(thread.id)
+    await journal.begin(live)
+    with pytest.raises(ThreadBusy):
+        await journal.reopen(live.run_id)
+    with pytest.raises(RunNotFound):
+        await journal.reopen(str(uuid.uuid4()))
