@@ -1,0 +1,106 @@
+"""Threads, transcript paging and the window preview."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.http.conftest import ALICE, assert_error, new_thread, post, transcript
+
+
+async def test_create_thread_returns_201_with_its_id_agent_and_title(
+    client: httpx.AsyncClient,
+) -> None:
+    r = await client.post("/agents/helper/threads", headers=ALICE, json={"title": "Pages"})
+    assert r.status_code == 201
+    body = r.json()
+    assert set(body) == {"id", "agent", "title"}
+    assert body["agent"] == "helper" and body["title"] == "Pages"
+
+    bare = await client.post("/agents/helper/threads", headers=ALICE)  # the body is optional
+    assert bare.status_code == 201 and bare.json()["title"] is None
+
+
+async def test_create_thread_refuses_unknown_agent_and_long_title(
+    client: httpx.AsyncClient,
+) -> None:
+    assert_error(
+        await client.post("/agents/nobody/threads", headers=ALICE, json={}), 404, "agent_not_found"
+    )
+    long = await client.post("/agents/helper/threads", headers=ALICE, json={"title": "t" * 501})
+    assert_error(long, 422, "validation_error")
+    extra = await client.post("/agents/helper/threads", headers=ALICE, json={"owner": "bob"})
+    assert_error(extra, 422, "validation_error")
+
+
+async def test_get_thread_shows_its_metadata(client: httpx.AsyncClient) -> None:
+    r = await client.post("/agents/helper/threads", headers=ALICE, json={"title": "T"})
+    thread_id = r.json()["id"]
+    got = await client.get(f"/threads/{thread_id}", headers=ALICE)
+    assert got.status_code == 200
+    body = got.json()
+    assert set(body) == {"id", "agent", "title", "created_at", "updated_at"}
+    assert (body["id"], body["agent"], body["title"]) == (thread_id, "helper", "T")
+    assert body["created_at"] is not None
+    # the canonical form of an id is not required: any spelling of the UUID finds the thread
+    upper = await client.get(f"/threads/{thread_id.upper()}", headers=ALICE)
+    assert upper.status_code == 200 and upper.json()["id"] == thread_id
+
+
+async def test_messages_are_paged_newest_page_first_oldest_first_within(
+    client: httpx.AsyncClient,
+) -> None:
+    thread_id = await new_thread(client)
+    for i in range(3):
+        assert (await post(client, thread_id, f"message {i}")).status_code == 200
+    everything = await transcript(client, thread_id)
+    assert [m["seq"] for m in everything] == [1, 2, 3, 4, 5, 6]
+    assert [m["role"] for m in everything] == ["user", "assistant"] * 3
+
+    first = await client.get(f"/threads/{thread_id}/messages", headers=ALICE, params={"limit": 4})
+    page = first.json()
+    assert [m["seq"] for m in page["messages"]] == [3, 4, 5, 6]
+    assert page["next_before"] == 3
+    older = await client.get(
+        f"/threads/{thread_id}/messages",
+        headers=ALICE,
+        params={"limit": 4, "before": page["next_before"]},
+    )
+    assert [m["seq"] for m in older.json()["messages"]] == [1, 2]
+    assert older.json()["next_before"] is None
+
+    exact = await client.get(f"/threads/{thread_id}/messages", headers=ALICE, params={"limit": 6})
+    assert exact.json()["next_before"] is None  # nothing older: no empty page to ask for
+
+
+async def test_message_paging_parameters_are_validated(client: httpx.AsyncClient) -> None:
+    thread_id = await new_thread(client)
+    for params in ({"limit": 0}, {"limit": 201}, {"before": 0}, {"limit": "many"}):
+        r = await client.get(f"/threads/{thread_id}/messages", headers=ALICE, params=params)
+        assert_error(r, 422, "validation_error")
+
+
+async def test_window_shows_kept_messages_with_token_estimates(client: httpx.AsyncClient) -> None:
+    thread_id = await new_thread(client)
+    assert (await post(client, thread_id, "/read_page https://example.org")).status_code == 200
+    r = await client.get(f"/threads/{thread_id}/window", headers=ALICE)
+    assert r.status_code == 200
+    window = r.json()
+    assert set(window) == {
+        "thread_id",
+        "agent",
+        "read_bound",
+        "kept",
+        "dropped_count",
+        "dropped",
+        "summarizes",
+        "total_tokens",
+    }
+    assert window["thread_id"] == thread_id and window["agent"] == "helper"
+    assert window["read_bound"] == 20
+    assert [m["role"] for m in window["kept"]] == ["user", "assistant"]
+    assert all(m["tokens"] > 0 for m in window["kept"])
+    # the page the tool read rides on the assistant message and dominates the estimate
+    assert window["kept"][1]["tokens"] > 4000
+    assert window["total_tokens"] == sum(m["tokens"] for m in window["kept"])
+    assert window["dropped_count"] == 0 and window["dropped"] == []
+    assert window["summarizes"] is False
