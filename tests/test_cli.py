@@ -1,0 +1,123 @@
+"""`python -m app serve | chat | inspect` against a real server on loopback, SQLite in tmp_path."""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app import cli
+
+ROOT = Path(__file__).parents[1]
+KEY = "key-a"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env.update(
+        AGENT_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}",
+        AGENT_API_KEYS=f"{KEY}=alice",
+        AGENT_HISTORY_MAX_MESSAGES="3",
+    )
+    return env
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[str]:
+    """`python -m app serve` in a subprocess (migrating its database at start-up)."""
+    port = _free_port()
+    log = (tmp_path / "server.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                if httpx.get(f"{url}/healthz", trust_env=False).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def test_chat_streams_answers_and_inspect_shows_the_window(
+    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = "hello from the terminal\n/read_page https://example.org/cli\n\nbye now\n"
+    chat = subprocess.run(
+        [sys.executable, "-m", "app", "chat", "--url", server],
+        input=lines,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**_env(tmp_path), "AGENT_API_KEY": KEY},
+        timeout=60,
+    )
+    assert chat.returncode == 0, chat.stderr
+    out = chat.stdout.splitlines()
+    assert out[0].startswith("thread ")
+    thread_id = out[0].removeprefix("thread ")
+    assert 'Echo (saw 2 messages): "hello from the terminal"' in out
+    assert '[tool read_page({"url": "https://example.org/cli"})]' in out
+    assert any(line.startswith("[tool read_page: 2") and "chars]" in line for line in out)
+    assert any("Tool read_page returned" in line for line in out)
+    assert any('"bye now"' in line for line in out)
+
+    assert cli.main(["inspect", thread_id, "--url", server, "--api-key", KEY]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == f"thread {thread_id} (agent assistant, read bound 3)"
+    assert len(shown) == 5  # header, three kept messages, totals
+    assert "assistant" in shown[1] and "tool call" in shown[1]
+    assert "bye now" in shown[2] and "user" in shown[2]
+    assert shown[-1].startswith("kept 3 messages, ~") and shown[-1].endswith("dropped 0")
+
+
+def test_chat_in_process_continues_a_thread(
+    server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n"))
+    assert cli.main(["chat", "--url", server, "--api-key", KEY]) == 0
+    first = capsys.readouterr().out.splitlines()
+    thread_id = first[0].removeprefix("thread ")
+    assert first[1] == 'Echo (saw 2 messages): "first line"'
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("second line\n"))
+    assert cli.main(["chat", "--url", server, "--api-key", KEY, "--thread", thread_id]) == 0
+    assert capsys.readouterr().out.splitlines() == ['Echo (saw 4 messages): "second line"']
+
+
+def test_errors_are_reported_not_raised(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["inspect", "not-a-thread", "--url", server, "--api-key", KEY]) == 1
+    assert "404 thread_not_found" in capsys.readouterr().err
+    assert cli.main(["inspect", "x", "--url", server, "--api-key", "wrong"]) == 1
+    assert "401 unauthorized" in capsys.readouterr().err
+    closed = f"http://127.0.0.1:{_free_port()}"
+    assert cli.main(["inspect", "x", "--url", closed]) == 1
+    assert "error:" in capsys.readouterr().err
