@@ -1,0 +1,63 @@
+"""`python -m bench [--quick] [--backends sqlite,postgres] [--lengths 100,1000] [--reps 30]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from bench.report import render, targets, write_chart, write_json
+from bench.run import BACKENDS, Config, run_benchmark
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part.replace("_", "")) for part in text.split(",") if part)
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in BACKENDS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown backend(s) {unknown}; choose from {BACKENDS}")
+    return names
+
+
+def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help="lengths 100 and 10,000, 10 reps: under a minute")
+    parser.add_argument("--backends", type=_backends, help="comma-separated: sqlite,postgres")
+    parser.add_argument("--lengths", type=_ints, help="thread lengths, e.g. 100,1000,10000")
+    parser.add_argument("--reps", type=int, help="reps per turn figure (reads take 4x as many)")
+    parser.add_argument("--postgres-url", help="admin URL; a bench database is created beside it")
+    parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
+    parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
+    args = parser.parse_args(argv)
+    config = Config.quick() if args.quick else Config()
+    if args.backends:
+        config.backends = args.backends
+    if args.lengths:
+        config.lengths = tuple(sorted(args.lengths))
+    if args.reps:
+        config.reps = args.reps
+    if args.postgres_url:
+        config.postgres_url = args.postgres_url
+    return config, args.json, args.chart
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, json_path, chart_path = parse_args(sys.argv[1:] if argv is None else argv)
+    results = asyncio.run(run_benchmark(config))
+    results["targets"] = targets(results)
+    print(render(results))
+    write_json(results, json_path)
+    write_chart(results, chart_path)
+    print(f"\nwrote {json_path} and {chart_path} ({results['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

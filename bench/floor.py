@@ -1,0 +1,93 @@
+"""The raw-driver floor: the store's own bounded-read statement, sent straight through asyncpg
+(PostgreSQL) or aiosqlite (SQLite) on one open connection. No SQLAlchemy at run time, no
+pydantic: just the round trip and the driver's row decoding, fetching the same columns.
+
+The SQL text is the store's statement compiled once, up front, with the engine's own dialect,
+so both sides send the same single statement (same placeholders, same casts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import aiosqlite
+import asyncpg
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.sql import _TURN_READ_LIMITED
+
+
+class Floor(Protocol):
+    """One open driver connection that sends the bounded read."""
+
+    sql: str
+
+    def args(self, thread_id: str, limit: int) -> list[Any]: ...
+
+    async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]: ...
+
+    async def close(self) -> None: ...
+
+
+def compiled_turn_read(engine: AsyncEngine) -> tuple[str, list[str], dict[str, Any]]:
+    """(SQL text, positional parameter names, their default values) of the store's bounded read
+    as the engine's dialect renders it."""
+    compiled = _TURN_READ_LIMITED.compile(dialect=engine.dialect)
+    names = list(compiled.positiontup or [])
+    return str(compiled), names, dict(compiled.params)
+
+
+def _args(names: list[str], defaults: dict[str, Any], thread_id: str, limit: int) -> list[Any]:
+    values = {**defaults, "tid": thread_id, "n": limit}
+    return [values[name] for name in names]
+
+
+class AsyncpgFloor:
+    def __init__(self, conn: asyncpg.Connection, engine: AsyncEngine) -> None:
+        self.connection = conn
+        self.sql, self._names, self._defaults = compiled_turn_read(engine)
+
+    def args(self, thread_id: str, limit: int) -> list[Any]:
+        return _args(self._names, self._defaults, thread_id, limit)
+
+    @classmethod
+    async def open(cls, url: str, engine: AsyncEngine) -> AsyncpgFloor:
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        return cls(await asyncpg.connect(dsn), engine)
+
+    async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
+        # conn.fetch caches the prepared statement, as SQLAlchemy's asyncpg adapter does.
+        return await self.connection.fetch(self.sql, *self.args(thread_id, limit))
+
+    async def close(self) -> None:
+        await self.connection.close()
+
+
+class AiosqliteFloor:
+    def __init__(self, conn: aiosqlite.Connection, engine: AsyncEngine) -> None:
+        self._conn = conn
+        self.sql, self._names, self._defaults = compiled_turn_read(engine)
+
+    def args(self, thread_id: str, limit: int) -> list[Any]:
+        return _args(self._names, self._defaults, thread_id, limit)
+
+    @classmethod
+    async def open(cls, url: str, engine: AsyncEngine) -> AiosqliteFloor:
+        path = make_url(url).database
+        if not path:
+            raise ValueError(f"not a file SQLite URL: {url}")
+        return cls(await aiosqlite.connect(path), engine)
+
+    async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
+        return list(await self._conn.execute_fetchall(self.sql, self.args(thread_id, limit)))
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+async def open_floor(url: str, engine: AsyncEngine) -> Floor:
+    if make_url(url).get_backend_name() == "sqlite":
+        return await AiosqliteFloor.open(url, engine)
+    return await AsyncpgFloor.open(url, engine)
