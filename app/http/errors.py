@@ -131,10 +131,17 @@ def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
     else:
         code, message = "internal_error", INTERNAL_MESSAGE
     if status >= 500 and status not in _SHOWN_5XX:
-        if cause is error:  # a failed run was already logged by the loop
-            log.error("%s: %s", code, message, exc_info=error)
+        log.error("%s (run %s): %s", code, run_id, message, exc_info=cause)
         message = INTERNAL_MESSAGE
     return status, code, message, run_id
+
+
+def public_message(code: str, message: str) -> str:
+    """What a client may read of a stored error: nothing of our internals (a 500-class code)."""
+    status = STATUS_BY_CODE.get(code)
+    if status is not None and status >= 500 and status not in _SHOWN_5XX:
+        return INTERNAL_MESSAGE
+    return message
 
 
 def agent_error_response(error: AgentError) -> JSONResponse:

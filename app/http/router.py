@@ -43,7 +43,7 @@ from app.http.deps import (
     RunIdPath,
     run_id_or_404,
 )
-from app.http.errors import agent_route_class
+from app.http.errors import agent_route_class, public_message
 from app.http.schemas import (
     CreateThreadIn,
     ErrorDetail,
@@ -284,7 +284,12 @@ async def post_message(
 
 
 def _check_content(content: str, limit: int) -> None:
-    size = len(content.encode("utf-8", errors="surrogatepass"))
+    """Refuse, before any work, what cannot be stored: too many UTF-8 bytes, a lone surrogate
+    (JSON can spell one, "\\ud800"; UTF-8 cannot hold it), a NUL (PostgreSQL text cannot)."""
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidContent("content is not valid Unicode (it holds a lone surrogate)") from None
     if size > limit:
         raise ContentTooLarge(size, limit)
     if "\x00" in content:
@@ -316,9 +321,7 @@ async def get_run(run_id: RunIdPath, actor: ActorDep, module: ModuleDep) -> RunO
     )
     error = None
     if record.error_code is not None:
-        message = record.error_message or ""
-        if record.error_code == "internal_error":
-            message = "internal error"
+        message = public_message(record.error_code, record.error_message or "")
         error = ErrorDetail(code=record.error_code, message=message)
     return RunOut(
         **{**report.model_dump(), "status": record.status},

@@ -88,6 +88,18 @@ async def test_nul_in_content_is_422_invalid_content(
     assert await transcript(client, thread_id) == []
 
 
+async def test_a_lone_surrogate_is_422_invalid_content_not_a_500(
+    client: httpx.AsyncClient, thread_id: str
+) -> None:
+    r = await client.post(
+        _url(thread_id),
+        headers={**ALICE, "Content-Type": "application/json"},
+        content=b'{"content": "a\\ud800b"}',
+    )
+    assert_error(r, 422, "invalid_content")
+    assert await transcript(client, thread_id) == []
+
+
 async def test_unknown_agent_is_404(client: httpx.AsyncClient, thread_id: str) -> None:
     r = await client.post(_url(thread_id, agent="nobody"), headers=ALICE, json={"content": "hi"})
     assert_error(r, 404, "agent_not_found")
