@@ -1,0 +1,178 @@
+"""Crash recovery for real: the app in a subprocess on PostgreSQL, `kill -9` while the model is
+thinking (after `load:thread` was journaled), a restart that resumes the run at start-up.
+
+The answer is stored exactly once, and the model is sent the same prompt both times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from app.store import SqlAgentStore
+from app.store.schema import run_steps, runs
+from tests.conftest import empty_database
+from tests.providers.fake_openai import FakeOpenAI, Reply, completion
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "crash-test-key"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class App:
+    """`python -m app serve` in a subprocess, configured through AGENT_* variables."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env = env
+        self.log = log
+        self.port = _free_port()
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        out = self.log.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app",
+            "serve",
+            "--port",
+            str(self.port),
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=out,
+        )
+        out.close()
+        async with httpx.AsyncClient(trust_env=False) as client:
+            for _ in range(200):
+                try:
+                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                assert self.proc.returncode is None, self.log.read_text()
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"the app did not come up:\n{self.log.read_text()}")
+
+    async def kill_9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 15)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
+    store = SqlAgentStore.from_url(postgres_url)
+    await empty_database(store.engine)
+    try:
+        yield store
+    finally:
+        await store.dispose()
+
+
+async def _steps(store: SqlAgentStore) -> list[str]:
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(sa.select(run_steps.c.name).order_by(run_steps.c.position))
+        return [r.name for r in rows]
+
+
+async def test_a_killed_run_resumes_at_start_up_and_answers_exactly_once(
+    pg_store: SqlAgentStore,
+    postgres_url: str,
+    fake_openai: FakeOpenAI,
+    tmp_path: Path,
+) -> None:
+    fake_openai.enqueue(Reply(delay=60), Reply.json(completion("recovered answer")))
+    env = {
+        **os.environ,
+        "AGENT_DATABASE_URL": postgres_url,
+        "AGENT_MODEL": "openai",
+        "AGENT_OPENAI_BASE_URL": fake_openai.base_url,
+        "AGENT_OPENAI_MODEL": "fake-model",
+        "AGENT_API_KEYS": f"{KEY}=alice",
+        "AGENT_RUN_LEASE_SECONDS": "1",
+        "AGENT_HISTORY_MAX_MESSAGES": "6",
+    }
+    headers = {"Authorization": f"Bearer {KEY}"}
+    first = App(env, tmp_path / "first.log")
+    second = App(env, tmp_path / "second.log")
+    try:
+        await first.start()
+        async with httpx.AsyncClient(
+            base_url=first.url, headers=headers, trust_env=False, timeout=30
+        ) as client:
+            created = await client.post("/agents/assistant/threads", json={"title": "crash"})
+            assert created.status_code == 201, created.text
+            thread_id = created.json()["id"]
+            turn = asyncio.create_task(
+                client.post(
+                    f"/agents/assistant/threads/{thread_id}/messages",
+                    json={"content": "survive this"},
+                )
+            )
+            for _ in range(400):  # the model call is in flight: load:thread was journaled
+                if fake_openai.requests:
+                    break
+                await asyncio.sleep(0.025)
+            assert len(fake_openai.requests) == 1, first.log.read_text()
+            assert "load:thread" in await _steps(pg_store)
+            await first.kill_9()
+            with pytest.raises(httpx.TransportError):
+                await turn
+
+        await asyncio.sleep(1.5)  # nobody renews the lease any more: it expires
+        await second.start()  # ... and start-up resumes the run
+        async with httpx.AsyncClient(
+            base_url=second.url, headers=headers, trust_env=False, timeout=30
+        ) as client:
+            messages: list[dict[str, object]] = []
+            for _ in range(200):
+                page = await client.get(f"/threads/{thread_id}/messages")
+                messages = page.json()["messages"]
+                if any(m["role"] == "assistant" for m in messages):
+                    break
+                await asyncio.sleep(0.05)
+        assert [(m["role"], m["content"]) for m in messages] == [
+            ("user", "survive this"),
+            ("assistant", "recovered answer"),
+        ], second.log.read_text()
+        assert len(fake_openai.requests) == 2
+        before, after = (r.json()["messages"] for r in fake_openai.requests)
+        assert before == after, "the resumed run sent the model the same prompt"
+        async with pg_store.engine.connect() as conn:
+            statuses = (await conn.execute(sa.select(runs.c.status))).scalars().all()
+        assert statuses == ["completed"]
+        steps = await _steps(pg_store)
+        assert steps.count("load:thread") == 1 and steps.count("persist:assistant") == 1
+    finally:
+        await first.stop()
+        await second.stop()
