@@ -18,7 +18,12 @@
     │   ├── ProviderTimeout         provider_timeout    502
     │   ├── ProviderRateLimited     provider_rate_limited 502
     │   └── ProviderBadResponse     provider_bad_response 502
-    └── RunFailed                   run_failed          the cause's status (502 for a provider)
+    ├── RunFailed                   run_failed          the cause's code and status
+    └── Unauthorized                unauthorized        401  (app/http/errors.py: HTTP only)
+
+The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
+`invalid_json` (400), `not_found` (404, unknown route), `method_not_allowed` (405) and
+`internal_error` (500, anything unexpected; its message is never shown).
 
 Each error carries a stable ``code`` (what clients branch on) and keeps its data as attributes,
 so nothing has to parse a message. This module is stdlib-only: ``app.core`` may import it.

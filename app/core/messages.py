@@ -133,12 +133,23 @@ def payload_bytes(message: Message) -> int:
     return total
 
 
-def contains_nul(message: Message) -> bool:
-    """True if any text of the message holds U+0000, which PostgreSQL text cannot store."""
-    if "\x00" in message.content:
-        return True
-    for items in (message.tool_calls, message.tool_results, message.attachments):
-        text = encode_json_list(items)
-        if text is not None and ("\\u0000" in text or "\x00" in text):
-            return True
-    return False
+def unstorable_text(message: Message) -> str | None:
+    """Why a message cannot be stored as sent, or None if it can.
+
+    Two things no store here can hold: U+0000 (PostgreSQL text refuses it, and SQLite would
+    silently differ from PostgreSQL) and lone surrogates (not encodable as UTF-8 at all).
+    Checked before a write, so a refused batch writes nothing.
+    """
+    try:
+        texts = [message.content]
+        for items in (message.tool_calls, message.tool_results, message.attachments):
+            text = encode_json_list(items)
+            if text is not None:
+                texts.append(text)
+        for text in texts:
+            text.encode("utf-8")
+    except (UnicodeEncodeError, ValueError):
+        return "message text must be valid Unicode (it holds a lone surrogate)"
+    if any("\x00" in t or "\\u0000" in t for t in texts):
+        return "message text may not contain NUL (U+0000) characters"
+    return None

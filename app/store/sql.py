@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.messages import Message, contains_nul
+from app.core.messages import Message, unstorable_text
 from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
@@ -124,8 +124,9 @@ class SqlAgentStore:
         if not messages_:
             return []
         for m in messages_:
-            if contains_nul(m):
-                raise InvalidContent("message text may not contain NUL (U+0000) characters")
+            reason = unstorable_text(m)
+            if reason is not None:
+                raise InvalidContent(reason)
         n = len(messages_)
         try:
             return await self._append(thread_id, messages_, n)

@@ -225,6 +225,13 @@ async def test_nul_content_is_a_clear_error_and_writes_nothing(sql_store: SqlAge
         await sql_store.append_messages(thread.id, [nul_in_args])
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.messages == []
+    lone_surrogate = Message(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id="c", name="t", arguments={"x": "\ud800"})],
+    )
+    with pytest.raises(InvalidContent, match="surrogate"):
+        await sql_store.append_messages(thread.id, [user("fine"), lone_surrogate])
     # The thread still takes appends, and seq was not consumed by the refused batch.
     stored = await sql_store.append_messages(thread.id, [user("after")])
     assert stored[0].seq == 1
