@@ -16,7 +16,9 @@ from app.core.history import HistoryConfig
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="AGENT_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT_", extra="ignore", use_attribute_docstrings=True
+    )
 
     database_url: str = "sqlite+aiosqlite:///./agent.db"
     """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production."""
@@ -32,8 +34,11 @@ class Settings(BaseSettings):
     model: Literal["echo", "openai"] = "echo"
     """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
     openai_base_url: str = "https://api.openai.com/v1"
+    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`)."""
     openai_api_key: SecretStr | None = None
+    """Bearer key for the provider; unset sends none (local servers usually want none)."""
     openai_model: str = "gpt-4o-mini"
+    """Model name the provider knows."""
     model_timeout: float = Field(default=60.0, gt=0)
     """Seconds per provider request before it is retried (then fails with a 502)."""
 
@@ -41,6 +46,7 @@ class Settings(BaseSettings):
     """Module-wide window: newest messages sent per turn (and read from the database).
     With no history setting at all, a turn sends the whole thread."""
     history_max_tokens: int | None = Field(default=None, ge=1)
+    """Module-wide token budget (estimated); whichever of the two limits cuts more wins."""
     history_summarize: bool = False
     """Fold what the window drops into a summary made by the model (one extra call)."""
 
@@ -50,12 +56,15 @@ class Settings(BaseSettings):
     max_content_bytes: int = Field(default=256 * 1024, ge=1)
     """Largest user message accepted (UTF-8 bytes); bigger is a 413 before any work is done."""
     run_lease_seconds: float = Field(default=120.0, gt=0)
-    """How long a run holds its thread without progress before it counts as dead and is resumed."""
+    """Lease of a running run on its thread; renewed every third of it while the run works, so
+    a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries); unset means no quota."""
 
     host: str = "127.0.0.1"
+    """Address `python -m app serve` binds."""
     port: int = 8000
+    """Port `python -m app serve` listens on."""
 
     @field_validator("history_max_messages", "history_max_tokens", "token_quota", mode="before")
     @classmethod
