@@ -7,6 +7,7 @@ their results. Cutting a list of stored messages can therefore never orphan a to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -133,6 +134,11 @@ def payload_bytes(message: Message) -> int:
     return total
 
 
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+"""U+0000 as JSON spells it: `\\u0000` after an even number of backslashes. After an odd number
+it is an escaped backslash followed by the printable text `u0000`, which is storable."""
+
+
 def unstorable_text(message: Message) -> str | None:
     """Why a message cannot be stored as sent, or None if it can.
 
@@ -150,6 +156,7 @@ def unstorable_text(message: Message) -> str | None:
             text.encode("utf-8")
     except (UnicodeEncodeError, ValueError):
         return "message text must be valid Unicode (it holds a lone surrogate)"
-    if any("\x00" in t or "\\u0000" in t for t in texts):
+    content, json_texts = texts[0], texts[1:]
+    if "\x00" in content or any(_NUL_ESCAPE.search(t) for t in json_texts):
         return "message text may not contain NUL (U+0000) characters"
     return None
