@@ -88,7 +88,7 @@ def turns_table(results: dict[str, Any]) -> str:
                 str(w["time"]["n"]), _x(ratio(w["time"]["median_ms"], first)),
                 _ms(f["time"]["median_ms"]), _ms(f["time"]["p95_ms"]),
                 f"{f['time']['n']}{' (capped)' if f['capped'] else ''}",
-                _x(ratio(f["time"]["median_ms"], w["time"]["median_ms"])),
+                _x(ratio(f["time"]["median_ms"], f["paired_window"]["time"]["median_ms"])),
                 _ms(w["overhead"]["median_ms"]), _ms(w["driver"]["median_ms"]),
                 str(w["driver_calls"]), _ms(w["python"]["median_ms"]),
                 _ms(f["overhead"]["median_ms"]),

@@ -102,10 +102,11 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
     """Seed every length, then: bounded reads (all lengths interleaved), full reads and
     no-window turns (per length), window turns (all lengths interleaved), the breakdown.
 
-    No-window turns run before window turns: each turn appends two messages, and this way the
-    no-window reads see the thread at (about) its seeded length; the window's reads do not
-    depend on the length at all. Turns use a store of their own whose driver calls are timed;
-    the reads use a store with no instrumentation at all.
+    No-window turns (each paired with a windowed turn beside it) run before the interleaved
+    window turns: each turn appends two messages, and this way the no-window reads see the
+    thread at (about) its seeded length; the window's reads do not depend on the length.
+    Turns use a store of their own whose driver calls are timed; the reads use a store with no
+    instrumentation at all.
     """
     store = SqlAgentStore.from_url(url)
     turn_store = SqlAgentStore.from_url(url)
@@ -151,7 +152,8 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                         turn_store, threads[length], clock,
                         reps=config.reps, budget_s=config.nowindow_budget_s,
                         cap=config.cap_reps if length >= config.cap_from else None,
-                        warmup=config.full_warmup, compare_window=config.window,
+                        warmup=config.full_warmup, window=config.window,
+                        window_warmup=config.turn_warmup,
                     )
                     log(f"[{backend}] {length:,}: no-window turns "
                         f"x{nowindow[length]['time']['n']} in {time.perf_counter() - start:.1f} s")

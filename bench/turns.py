@@ -201,21 +201,29 @@ async def nowindow_turns(
     budget_s: float,
     cap: int | None,
     warmup: int,
-    compare_window: int,
+    window: int,
+    window_warmup: int,
 ) -> dict[str, Any]:
-    """Turns without a window in one thread. The first warm-up turn tells how long one takes;
-    as many reps follow as `budget_s` allows (at least 3, at most `reps`, at most `cap`)."""
-    s = TurnSeries(store, thread_id, None, clock)
+    """Turns without a window in one thread, each paired with a windowed turn in the same thread
+    right beside it (order alternating), so `nowin/win` compares neighbours, not figures taken
+    minutes apart on a noisy machine. The first no-window warm-up turn tells how long one
+    takes; as many reps follow as `budget_s` allows (at least 3, at most `reps`, `cap`)."""
+    whole = TurnSeries(store, thread_id, None, clock)
+    paired = TurnSeries(store, thread_id, window, clock)
     start = time.perf_counter()
-    await s.warm(1)
+    await whole.warm(1)
     one = time.perf_counter() - start
-    await s.warm(max(0, warmup - 1))
+    await whole.warm(max(0, warmup - 1))
+    await paired.warm(window_warmup)
     n = reps_within(one, reps, budget_s, minimum=3)
     if cap is not None:
         n = min(n, cap)
-    for _ in range(n):
+    for i in range(n):
         gc.collect()
-        await s.once()
-    out = await s.result(compare_window)
+        pair = [whole, paired]
+        for s in pair if i % 2 == 0 else reversed(pair):
+            await s.once()
+    out = await whole.result(window)
     out["capped"] = n < reps
+    out["paired_window"] = {k: summarize(v) for k, v in paired.samples.items()}
     return out

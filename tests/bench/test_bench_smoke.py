@@ -61,6 +61,7 @@ async def test_bench_smoke(tmp_path: Path) -> None:
         assert win["rows_read"] == WINDOW
         assert win["bytes_read"] == win["window_bytes"]
         assert nowin["read_bound"] is None
+        assert STAT_KEYS <= nowin["paired_window"]["time"].keys()
         assert nowin["rows_read"] > int(length)
         assert nowin["bytes_read"] > win["bytes_read"]
 
