@@ -63,6 +63,7 @@ from app.errors import (
     AgentError,
     AgentNotFound,
     DuplicateMessage,
+    ProviderBadResponse,
     QuotaExceeded,
     RunFailed,
     ThreadNotFound,
@@ -72,6 +73,10 @@ log = logging.getLogger(__name__)
 
 SELECTED_HISTORY = "agent:selected-history"
 """The patch marker of the selection-only `load:thread` payload."""
+MAX_TOOL_ARGUMENT_DEPTH = 100
+"""How deeply a tool call's arguments may nest. Much deeper cannot be journaled or read back
+(pydantic's JSON limits are about 250 levels to write and 200 to read), so such an answer fails
+its model step as a bad provider response, before anything of it is recorded."""
 
 
 class ToolBinding(Protocol):
@@ -462,6 +467,12 @@ class AgentLoop:
         await self._record_usage(
             request, "chat", response.model or _model_name(self.model), response.usage
         )
+        for call in response.tool_calls:
+            if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
+                raise ProviderBadResponse(
+                    f"the arguments of tool call {call.name!r} nest deeper than "
+                    f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
+                )
         return {"response": response.model_dump(mode="json"), "metrics": metrics}
 
     async def _record_usage(
@@ -505,6 +516,22 @@ def read_bound(policy: HistoryPolicy) -> int | None:
     """The rows a turn asks the store for: the policy's declared `max_messages`, else all."""
     bound = getattr(policy, "max_messages", None)
     return bound if isinstance(bound, int) else None
+
+
+def _nesting_depth(value: Any) -> int:
+    """Levels of dicts and lists in a JSON-like value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _summarizer(policy: HistoryPolicy) -> Any:
