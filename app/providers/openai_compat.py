@@ -128,7 +128,7 @@ class OpenAICompatibleProvider:
         response = await self._retrying(attempt)
         try:
             data = response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested past the limit
             raise ProviderBadResponse(
                 f"provider returned invalid JSON: {_excerpt(response.content)}"
             ) from exc
@@ -287,7 +287,7 @@ class _StreamAssembly:
             return ""
         try:
             chunk = json.loads(payload)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderBadResponse(f"stream sent invalid JSON: {_excerpt(payload)}") from exc
         try:
             return self._apply(chunk)
@@ -382,7 +382,7 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     elif isinstance(arguments, str):
         try:
             parsed = json.loads(arguments)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProviderBadResponse(
                 f"arguments of tool call {name!r} are not valid JSON: {_excerpt(arguments)}"
             ) from exc
@@ -419,7 +419,7 @@ def _status_failure(status: int, headers: httpx.Headers, content: bytes) -> Exce
 def _error_message_from_body(content: bytes) -> str:
     try:
         data = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):
         return _excerpt(content.decode("utf-8", "replace")) or "(empty body)"
     return _error_message(data)
 
