@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -197,6 +198,11 @@ def _thread(row: Any, msgs: list[Message]) -> Thread:
         agent=row.agent,
         title=row.title,
         messages=msgs,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
+        created_at=_aware(row.created_at),
+        updated_at=_aware(row.updated_at),
     )
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """SQLite keeps no time zone and returns naive datetimes; its CURRENT_TIMESTAMP is UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
