@@ -17,10 +17,11 @@ The API key only ever goes into the ``Authorization`` header; no message or log 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -112,6 +113,36 @@ class OpenAICompatibleProvider:
     # --- ModelProvider ------------------------------------------------------------------------
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        try:
+            return await self._complete(request)
+        except ProviderError as exc:
+            self._scrubbed(exc)
+            raise
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
+        """Yield a TextDelta per content delta, then the assembled ModelResponse.
+
+        Tool calls arrive as deltas keyed by ``index``: the id and name in the first, the
+        arguments as string pieces across the rest; they are joined and parsed at the end.
+        """
+        try:
+            async with contextlib.aclosing(self._stream(request)) as events:
+                async for event in events:
+                    yield event
+        except ProviderError as exc:
+            self._scrubbed(exc)
+            raise
+
+    def _scrubbed(self, exc: ProviderError) -> ProviderError:
+        """`exc` with the API key blanked out of its message: a server or proxy may echo the
+        key back in an error, and the message reaches the client, the run record and logs."""
+        key = self._api_key
+        if key and key in exc.message:
+            exc.message = exc.message.replace(key, "[redacted]")
+            exc.args = (exc.message,)
+        return exc
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
         body = self._body(request, stream=False)
 
         async def attempt() -> httpx.Response:
@@ -134,12 +165,9 @@ class OpenAICompatibleProvider:
             ) from exc
         return self._parse_completion(data)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
-        """Yield a TextDelta per content delta, then the assembled ModelResponse.
-
-        Tool calls arrive as deltas keyed by ``index``: the id and name in the first, the
-        arguments as string pieces across the rest; they are joined and parsed at the end.
-        """
+    async def _stream(
+        self, request: ModelRequest
+    ) -> AsyncGenerator[TextDelta | ModelResponse, None]:
         body = self._body(request, stream=True)
 
         async def attempt() -> httpx.Response:
@@ -233,6 +261,8 @@ class OpenAICompatibleProvider:
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
+        if isinstance(exc, _Transient):
+            exc = self._scrubbed(exc.final)
         logger.warning(
             "model call to %s failed (attempt %d of %d): %s; retrying in %.2fs",
             self.url, state.attempt_number, self.max_retries + 1, exc, wait,
