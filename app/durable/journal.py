@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.ports import DurableContext, RunRecord, RunRequest
 from app.durable.context import JournaledContext, encode_payload
 from app.errors import RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
 
@@ -43,6 +44,7 @@ class SqlJournal:
 
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         self._engine = engine
+        self._reader = autocommit(engine)
         self._lease = timedelta(seconds=lease_seconds)
 
     def _expiry(self) -> datetime:
@@ -130,7 +132,7 @@ class SqlJournal:
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         """Claim an unfinished run (running with an expired lease, or failed) and replay it."""
-        async with wrap_db_errors("reopen_run"), self._engine.connect() as conn:
+        async with wrap_db_errors("reopen_run"), self._reader.connect() as conn:
             row = (
                 await conn.execute(
                     sa.select(runs.c.request, runs.c.status).where(runs.c.id == run_id)
@@ -219,7 +221,7 @@ class SqlJournal:
             )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        async with wrap_db_errors("get_run"), self._engine.connect() as conn:
+        async with wrap_db_errors("get_run"), self._reader.connect() as conn:
             row = (
                 await conn.execute(
                     sa.select(
@@ -242,7 +244,7 @@ class SqlJournal:
         )
 
     async def expired_runs(self) -> list[str]:
-        async with wrap_db_errors("expired_runs"), self._engine.connect() as conn:
+        async with wrap_db_errors("expired_runs"), self._reader.connect() as conn:
             rows = await conn.execute(
                 sa.select(runs.c.id)
                 .where(runs.c.status == "running", runs.c.lease_expires_at < datetime.now(UTC))
@@ -252,7 +254,7 @@ class SqlJournal:
 
     async def steps(self, run_id: str) -> list[tuple[str, str]]:
         """(name, payload) of every journaled step, in order: for tests and inspection."""
-        async with wrap_db_errors("run_steps"), self._engine.connect() as conn:
+        async with wrap_db_errors("run_steps"), self._reader.connect() as conn:
             rows = await conn.execute(
                 sa.select(run_steps.c.name, run_steps.c.payload)
                 .where(run_steps.c.run_id == run_id)

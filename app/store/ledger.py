@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry
+from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import ledger
 
@@ -24,6 +25,7 @@ _FIELDS = (
 class SqlLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._reader = autocommit(engine)
 
     async def record(self, entry: LedgerEntry) -> None:
         async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
@@ -33,7 +35,7 @@ class SqlLedger:
         total = sa.func.coalesce(
             sa.func.sum(ledger.c.prompt_tokens + ledger.c.completion_tokens), 0
         )
-        async with wrap_db_errors("ledger_tokens_used"), self._engine.connect() as conn:
+        async with wrap_db_errors("ledger_tokens_used"), self._reader.connect() as conn:
             used = (
                 await conn.execute(sa.select(total).where(ledger.c.actor_id == actor_id))
             ).scalar()
@@ -41,7 +43,7 @@ class SqlLedger:
 
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
         cols = [ledger.c[f] for f in _FIELDS]
-        async with wrap_db_errors("ledger_entries"), self._engine.connect() as conn:
+        async with wrap_db_errors("ledger_entries"), self._reader.connect() as conn:
             rows = await conn.execute(
                 sa.select(*cols).where(ledger.c.run_id == run_id).order_by(ledger.c.id)
             )

@@ -20,16 +20,19 @@ from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
-from app.store.engine import make_engine
+from app.store.engine import autocommit, make_engine
 from app.store.errors import wrap_db_errors
 from app.store.schema import messages, threads
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _LIMIT = sa.bindparam("n", type_=sa.Integer)
 _MSG_COLS = [messages.c[name] for name in MESSAGE_COLUMNS]
+# Uncorrelated on purpose (the thread id is a parameter, not `threads.id`): PostgreSQL then
+# runs it once as an InitPlan on the (thread_id, role) index, where the correlated form was
+# run once per returned row, as a scan.
 _ANSWERED = (
     sa.exists()
-    .where(messages.c.thread_id == threads.c.id, messages.c.role == "assistant")
+    .where(messages.c.thread_id == _TID, messages.c.role == "assistant")
     .label("answered")
 )
 
@@ -72,6 +75,7 @@ class SqlAgentStore:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._reader = autocommit(engine)
 
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
@@ -104,7 +108,7 @@ class SqlAgentStore:
         return _thread(row, [])
 
     async def get_thread(self, thread_id: str) -> Thread | None:
-        async with wrap_db_errors("get_thread"), self._engine.connect() as conn:
+        async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
             head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
             if head is None:
                 return None
@@ -113,7 +117,7 @@ class SqlAgentStore:
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs."""
-        async with wrap_db_errors("get_thread_info"), self._engine.connect() as conn:
+        async with wrap_db_errors("get_thread_info"), self._reader.connect() as conn:
             head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
         return None if head is None else _thread(head, [])
 
@@ -168,7 +172,7 @@ class SqlAgentStore:
         params: dict[str, Any] = {"tid": query.thread_id}
         if limit is not None:
             params["n"] = limit
-        async with wrap_db_errors("load_thread_for_turn"), self._engine.connect() as conn:
+        async with wrap_db_errors("load_thread_for_turn"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt, params)).all()
         if not rows:
             return None
@@ -186,7 +190,7 @@ class SqlAgentStore:
         if before is not None:
             stmt = stmt.where(messages.c.seq < before)
         stmt = stmt.order_by(messages.c.seq.desc()).limit(limit)
-        async with wrap_db_errors("list_messages"), self._engine.connect() as conn:
+        async with wrap_db_errors("list_messages"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in reversed(rows)]
 
