@@ -139,9 +139,7 @@ def _arguments_model(name: str, method: Callable[..., Any]) -> type[BaseModel]:
         annotation = hints.get(param.name, Any)
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    return create_model(
-        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 def tool_bindings(instance: object) -> dict[str, MethodTool]:

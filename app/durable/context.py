@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from app.core.ports import JsonValue
@@ -18,7 +18,9 @@ class StepRecord(Protocol):
 
 
 class StepWriter(Protocol):
-    async def __call__(self, position: int, name: str, payload: str) -> None: ...
+    """Commits (position, name, payload) rows in one transaction."""
+
+    async def __call__(self, steps: Sequence[tuple[int, str, str]]) -> None: ...
 
 
 def encode_payload(value: JsonValue) -> str:
@@ -38,6 +40,8 @@ class JournaledContext:
         self._history = history
         self._write = write
         self._position = 0
+        self._pending: list[tuple[int, str, str]] = []
+        """Patch markers not yet written: they ride with the next step's commit."""
         self.journal_bytes: dict[str, int] = {}
         """Checkpoint name -> bytes of its payload, replayed or written in this attempt."""
         self.replayed: list[str] = []
@@ -61,7 +65,8 @@ class JournaledContext:
             return json.loads(record.payload)
         value = await fn()
         payload = encode_payload(value)
-        await self._write(self._position, name, payload)
+        await self._write([*self._pending, (self._position, name, payload)])
+        self._pending.clear()
         self._position += 1
         self.journal_bytes[name] = len(payload.encode())
         return value
@@ -75,7 +80,9 @@ class JournaledContext:
                 self.journal_bytes[name] = len(record.payload.encode())
                 return True
             return False  # journaled before the marker existed: old path, no position spent
-        await self._write(self._position, name, "true")
+        # Written with the next step, in its transaction: a marker changes nothing by itself,
+        # and a run that dies before that step asks again on resume and gets the same answer.
+        self._pending.append((self._position, name, "true"))
         self._position += 1
         self.journal_bytes[name] = 4
         return True

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,6 +29,16 @@ from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
 
 log = logging.getLogger(__name__)
+
+# Built once: a statement whose values arrive as parameters is compiled and cached once,
+# where `.values(...)` per call rebuilds and re-keys it on every journal write.
+_INSERT_RUN = runs.insert()
+_INSERT_STEP = run_steps.insert()
+_END_RUN = (
+    runs.update()
+    .where(runs.c.id == sa.bindparam("rid"))
+    .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
+)
 
 
 class _Step:
@@ -64,15 +74,16 @@ class SqlJournal:
         try:
             async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
                 await conn.execute(
-                    runs.insert().values(
-                        id=request.run_id,
-                        thread_id=request.thread_id,
-                        actor_id=request.actor_id,
-                        agent=request.agent,
-                        status="running",
-                        request=request.model_dump_json(),
-                        lease_expires_at=self._expiry(),
-                    )
+                    _INSERT_RUN,
+                    {
+                        "id": request.run_id,
+                        "thread_id": request.thread_id,
+                        "actor_id": request.actor_id,
+                        "agent": request.agent,
+                        "status": "running",
+                        "request": request.model_dump_json(),
+                        "lease_expires_at": self._expiry(),
+                    },
                 )
         except sa_exc.IntegrityError as exc:
             text = str(exc.orig).lower()
@@ -180,13 +191,13 @@ class SqlJournal:
             raise ThreadBusy(request.thread_id) from exc
 
     def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
-        async def write(position: int, name: str, payload: str) -> None:
+        async def write(steps: Sequence[tuple[int, str, str]]) -> None:
+            rows = [
+                {"run_id": run_id, "position": position, "name": name, "payload": payload}
+                for position, name, payload in steps
+            ]
             async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
-                await conn.execute(
-                    run_steps.insert().values(
-                        run_id=run_id, position=position, name=name, payload=payload
-                    )
-                )
+                await conn.execute(_INSERT_STEP, rows)
 
         return JournaledContext(run_id, list(history), write)
 
@@ -208,16 +219,14 @@ class SqlJournal:
     ) -> None:
         async with wrap_db_errors("end_run"), self._engine.begin() as conn:
             await conn.execute(
-                runs.update()
-                .where(runs.c.id == run_id)
-                .values(
-                    status=status,
-                    error_code=code,
-                    error_message=message,
-                    report=encode_payload(report),
-                    lease_expires_at=None,
-                    updated_at=sa.func.current_timestamp(),
-                )
+                _END_RUN,
+                {
+                    "rid": run_id,
+                    "status": status,
+                    "error_code": code,
+                    "error_message": message,
+                    "report": encode_payload(report),
+                },
             )
 
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -177,9 +177,7 @@ async def create_thread(
 ) -> ThreadCreated:
     """Start a thread owned by the caller."""
     title = body.title if body is not None else None
-    thread = await module.store.create_thread(
-        actor_id=actor.id, agent=definition.name, title=title
-    )
+    thread = await module.store.create_thread(actor_id=actor.id, agent=definition.name, title=title)
     return ThreadCreated(id=thread.id, agent=thread.agent, title=thread.title)
 
 

@@ -265,14 +265,16 @@ class OpenAICompatibleProvider:
             exc = self._scrubbed(exc.final)
         logger.warning(
             "model call to %s failed (attempt %d of %d): %s; retrying in %.2fs",
-            self.url, state.attempt_number, self.max_retries + 1, exc, wait,
+            self.url,
+            state.attempt_number,
+            self.max_retries + 1,
+            exc,
+            wait,
         )
 
     def _transport_failure(self, exc: httpx.HTTPError) -> _Transient:
         if isinstance(exc, httpx.TimeoutException):
-            return _Transient(
-                ProviderTimeout(f"no answer from {self.url} within {self.timeout}s")
-            )
+            return _Transient(ProviderTimeout(f"no answer from {self.url} within {self.timeout}s"))
         return _Transient(ProviderError(f"could not talk to {self.url}: {exc!r}"))
 
     # --- response -----------------------------------------------------------------------------
@@ -487,7 +489,9 @@ def _retry_after(headers: httpx.Headers) -> float | None:
 
 
 def _excerpt(value: Any) -> str:
-    text = value if isinstance(value, str) else (
-        value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+    text = (
+        value
+        if isinstance(value, str)
+        else (value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value))
     )
     return text[:_ERROR_TEXT_LIMIT] + ("…" if len(text) > _ERROR_TEXT_LIMIT else "")

@@ -34,9 +34,9 @@ def make_engine(
     an explicit pool size and checkout timeout, so exhaustion is a clear error, not a hang.
 
     Dead PostgreSQL connections (server restarted, backend terminated) are weeded out at
-    checkout by asking asyncpg whether the server closed the socket: no round trip, where
-    SQLAlchemy's `pool_pre_ping` costs three per checkout (BEGIN, ping, ROLLBACK), which is a
-    third of a turn's database time. `pool_recycle` retires connections before idle timeouts.
+    checkout with a one-round-trip ping; SQLAlchemy's `pool_pre_ping` costs three per checkout
+    (BEGIN, ping, ROLLBACK), which was a third of a turn's database time. `pool_recycle`
+    retires connections before servers or proxies drop idle ones.
     """
     kwargs: dict[str, Any] = {"echo": echo}
     if is_sqlite(url):
@@ -52,7 +52,7 @@ def make_engine(
     if is_sqlite(url):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
-        event.listen(engine.sync_engine, "checkout", _refuse_closed_connection)
+        event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
     return engine
 
 
@@ -69,12 +69,21 @@ def autocommit(engine: AsyncEngine) -> AsyncEngine:
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
-def _refuse_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    driver = getattr(dbapi_connection, "driver_connection", None)
-    is_closed = getattr(driver, "is_closed", None)
-    if callable(is_closed) and is_closed():
+def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Hand out only live connections: one round trip (`SELECT 1`, outside any transaction).
+
+    SQLAlchemy's `pool_pre_ping` does the same in three (BEGIN, ping, ROLLBACK). Asking asyncpg
+    whether the socket is closed is not enough on its own: a backend terminated a moment ago
+    may not have been noticed yet, and its connection then fails mid-statement.
+    """
+    driver = dbapi_connection.driver_connection
+    try:
+        if driver.is_closed():
+            raise ConnectionError("closed")
+        dbapi_connection.await_(driver.execute("SELECT 1"))
+    except Exception as error:
         # The pool discards this connection and checks out (or opens) another one.
-        raise exc.DisconnectionError("the server closed this connection")
+        raise exc.DisconnectionError(f"dead pooled connection ({type(error).__name__})") from error
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -22,6 +22,9 @@ _FIELDS = (
 )
 
 
+_INSERT = ledger.insert()
+
+
 class SqlLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -29,7 +32,7 @@ class SqlLedger:
 
     async def record(self, entry: LedgerEntry) -> None:
         async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
-            await conn.execute(ledger.insert().values(**entry.model_dump()))
+            await conn.execute(_INSERT, entry.model_dump())
 
     async def tokens_used(self, actor_id: str) -> int:
         total = sa.func.coalesce(

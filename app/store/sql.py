@@ -67,6 +67,13 @@ _THREAD_BY_ID = sa.select(
     threads.c.created_at,
     threads.c.updated_at,
 ).where(threads.c.id == _TID)
+_BUMP_SEQ = (
+    threads.update()
+    .where(threads.c.id == _TID)
+    .values(last_seq=threads.c.last_seq + _LIMIT, updated_at=sa.func.current_timestamp())
+    .returning(threads.c.last_seq)
+)
+_INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 
 
@@ -145,19 +152,12 @@ class SqlAgentStore:
 
     async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
         async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
-            last = (
-                await conn.execute(
-                    threads.update()
-                    .where(threads.c.id == thread_id)
-                    .values(last_seq=threads.c.last_seq + n, updated_at=sa.func.current_timestamp())
-                    .returning(threads.c.last_seq)
-                )
-            ).scalar_one_or_none()
+            last = (await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n})).scalar_one_or_none()
             if last is None:
                 raise ThreadNotFound(thread_id)
             first = last - n + 1
             await conn.execute(
-                messages.insert(),
+                _INSERT_MESSAGES,
                 [to_row(thread_id, first + i, m) for i, m in enumerate(messages_)],
             )
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]

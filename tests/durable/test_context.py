@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from app.durable.context import JournaledContext
@@ -16,10 +18,11 @@ class Rec:
 
 class Sink:
     def __init__(self) -> None:
-        self.writes: list[tuple[int, str, str]] = []
+        self.writes: list[list[tuple[int, str, str]]] = []
+        """One entry per commit."""
 
-    async def __call__(self, position: int, name: str, payload: str) -> None:
-        self.writes.append((position, name, payload))
+    async def __call__(self, steps: Sequence[tuple[int, str, str]]) -> None:
+        self.writes.append(list(steps))
 
 
 async def test_a_new_step_runs_once_and_is_journaled_compactly() -> None:
@@ -32,7 +35,7 @@ async def test_a_new_step_runs_once_and_is_journaled_compactly() -> None:
         return {"a": [1, "é"]}
 
     assert await ctx.step("s", fn) == {"a": [1, "é"]}
-    assert sink.writes == [(0, "s", '{"a":[1,"é"]}')]
+    assert sink.writes == [[(0, "s", '{"a":[1,"é"]}')]]
     assert ctx.journal_bytes == {"s": len('{"a":[1,"é"]}'.encode())}
     assert calls == [1]
 
@@ -58,11 +61,17 @@ async def test_replay_refuses_a_step_of_another_name() -> None:
         await ctx.step("tool:1:x", fn)
 
 
-async def test_patched_on_a_new_run_records_the_marker() -> None:
+async def test_patched_on_a_new_run_records_the_marker_with_the_next_step() -> None:
     sink = Sink()
     ctx = JournaledContext("r", [], sink)
     assert await ctx.patched("m") is True
-    assert sink.writes == [(0, "patch:m", "true")]
+    assert sink.writes == [], "a marker alone costs no commit"
+
+    async def fn() -> int:
+        return 7
+
+    assert await ctx.step("s", fn) == 7
+    assert sink.writes == [[(0, "patch:m", "true"), (1, "s", "7")]]
 
 
 async def test_patched_on_an_old_run_takes_the_old_path_without_spending_a_position() -> None:
