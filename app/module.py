@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from app.core.context_window import ChatMiddleware
 from app.core.history import HistoryConfig, HistoryPolicy, resolve_policy
 from app.core.loop import AgentDefinition, AgentLoop, EventSink
-from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider
+from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Thread
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
 from app.errors import ConfigError
@@ -186,8 +186,10 @@ class AgentModule:
         content: str,
         on_event: EventSink | None = None,
         run_id: str | None = None,
+        thread: Thread | None = None,
     ) -> RunResult:
-        """Run one turn without HTTP; the chat route calls exactly this."""
+        """Run one turn without HTTP; the chat route calls exactly this (passing the `thread`
+        its ownership check already loaded, so the turn does not read it again)."""
         return await self.loop.run_turn(
             agent=agent,
             thread_id=thread_id,
@@ -195,6 +197,7 @@ class AgentModule:
             content=content,
             run_id=run_id or str(uuid.uuid4()),
             on_event=on_event,
+            thread=thread,
         )
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:

@@ -93,10 +93,11 @@ def test_chat_streams_answers_and_inspect_shows_the_window(
     assert cli.main(["inspect", thread_id, "--url", server, "--api-key", KEY]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert shown[0] == f"thread {thread_id} (agent assistant, read bound 3)"
-    assert len(shown) == 5  # header, three kept messages, totals
-    assert "assistant" in shown[1] and "tool call" in shown[1]
-    assert "bye now" in shown[2] and "user" in shown[2]
-    assert shown[-1].startswith("kept 3 messages, ~") and shown[-1].endswith("dropped 0")
+    # header, two kept messages (the next turn's own message takes the third place), totals
+    assert len(shown) == 4
+    assert "bye now" in shown[1] and "user" in shown[1]
+    assert "assistant" in shown[2] and "Echo" in shown[2]
+    assert shown[-1].startswith("kept 2 messages, ~") and shown[-1].endswith("dropped 1")
 
 
 def test_chat_in_process_continues_a_thread(

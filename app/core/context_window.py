@@ -110,9 +110,16 @@ class ContextWindow:
         orphans = 0
         if cut > 0:
             # A tool message at the front of what is left answers an assistant that was cut.
-            while cut < len(rest) and rest[cut].role == "tool":
-                cut += 1
-                orphans += 1
+            walked = cut
+            while walked < len(rest) and rest[walked].role == "tool":
+                walked += 1
+            if walked < len(rest):
+                orphans, cut = walked - cut, walked
+            else:
+                # Only tool answers would be left (the step right after a tool call): walking
+                # past them would send nothing to answer, so keep their assistant instead.
+                while cut > 0 and rest[cut].role == "tool":
+                    cut -= 1
 
         kept = rest[cut:]
         out = list(head)

@@ -66,6 +66,7 @@ from app.errors import (
     ProviderBadResponse,
     QuotaExceeded,
     RunFailed,
+    RunNotFound,
     ThreadNotFound,
 )
 
@@ -165,11 +166,18 @@ class AgentLoop:
         content: str,
         run_id: str,
         on_event: EventSink | None = None,
+        thread: Thread | None = None,
     ) -> RunResult:
         """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
-        thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started."""
+        thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started.
+
+        `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
+        read: it is checked against `actor_id` and `agent` in memory instead."""
         definition = self.definition(agent)
-        await self.owned_thread(thread_id, actor_id, agent)
+        if thread is None or thread.id != thread_id:
+            await self.owned_thread(thread_id, actor_id, agent)
+        elif thread.actor_id != actor_id or thread.agent != agent:
+            raise ThreadNotFound(thread_id)
         if self.token_quota is not None:
             used = await self.ledger.tokens_used(actor_id)
             if used >= self.token_quota:
@@ -182,10 +190,13 @@ class AgentLoop:
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
         """Finish a failed or interrupted run from its journal (a finished one replays as is)."""
-        request, ctx = await self.runtime.reopen(run_id)
         record = await self.runtime.get_run(run_id)
+        if record is None:
+            raise RunNotFound(run_id)
+        definition = self.definition(record.request.agent)  # before the claim: never strand it
+        request, ctx = await self.runtime.reopen(run_id)
         report = RunReport(run_id=run_id)
-        if record is not None and record.report is not None:
+        if record.report is not None:
             prior = RunReport.model_validate(record.report)
             # The read happened in an earlier attempt; its figures stay true for this run.
             report.read_bound, report.rows_read, report.bytes_read = (
@@ -193,7 +204,7 @@ class AgentLoop:
                 prior.rows_read,
                 prior.bytes_read,
             )
-        return await self._drive(request, ctx, self.definition(request.agent), on_event, report)
+        return await self._drive(request, ctx, definition, on_event, report)
 
     def definition(self, agent: str) -> AgentDefinition:
         try:
@@ -211,8 +222,17 @@ class AgentLoop:
             raise ThreadNotFound(thread_id)
         return thread
 
-    async def preview(self, thread_id: str, actor_id: str) -> WindowPreview:
-        thread = await self.owned_thread(thread_id, actor_id)
+    async def preview(
+        self, thread_id: str, actor_id: str, thread: Thread | None = None
+    ) -> WindowPreview:
+        """What the next turn would send of the existing messages, read the way a turn reads.
+
+        `select` runs over them plus a stand-in for the next user message (which always rides),
+        so `kept` is exactly the history the next turn keeps. `dropped` lists what this read saw
+        and the next turn will not send; under a read bound older messages are not read at all.
+        """
+        if thread is None or thread.id != thread_id or thread.actor_id != actor_id:
+            thread = await self.owned_thread(thread_id, actor_id)
         definition = self.definition(thread.agent)
         policy = definition.policy
         bound = read_bound(policy)
@@ -220,13 +240,15 @@ class AgentLoop:
         ctx = HistoryPolicyContext(
             thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
         )
-        selection = policy.select(messages, ctx)
-        tokens = [estimate_message_tokens(m) for m in selection.keep]
+        next_message = Message(role="user", content="")
+        selection = policy.select([*messages, next_message], ctx)
+        kept = [m for m in selection.keep if m is not next_message]
+        tokens = [estimate_message_tokens(m) for m in kept]
         return WindowPreview(
             thread_id=thread_id,
             agent=thread.agent,
             read_bound=bound,
-            kept=selection.keep,
+            kept=kept,
             dropped=selection.drop,
             summarizes=bool(selection.drop) and _summarizer(policy) is not None,
             tokens=tokens,
@@ -513,9 +535,13 @@ class AgentLoop:
 
 
 def read_bound(policy: HistoryPolicy) -> int | None:
-    """The rows a turn asks the store for: the policy's declared `max_messages`, else all."""
+    """The rows a turn asks the store for: the policy's declared `max_messages`, else all.
+
+    At least 1: the newest message (the turn's own user message) always rides, so a policy
+    declaring 0 still needs that row read, or the bounded read would differ from the full one.
+    """
     bound = getattr(policy, "max_messages", None)
-    return bound if isinstance(bound, int) else None
+    return max(1, bound) if isinstance(bound, int) else None
 
 
 def _nesting_depth(value: Any) -> int:

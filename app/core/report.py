@@ -40,9 +40,11 @@ class RunReport(BaseModel):
     run_id: str
     status: str = "running"
     read_bound: int | None = None
-    """The `message_limit` the store was asked for; None when it read the whole thread."""
+    """The `message_limit` the store was asked for; None when it read the whole thread (or
+    when no read happened: a run resumed after its process died replays `load:thread`)."""
     rows_read: int = 0
-    """Messages the thread read returned (0 when the read was replayed from the journal)."""
+    """Messages the thread read returned. A run resumed after a failure carries the figures of
+    the attempt that read; one resumed after its process died replays the read and reports 0."""
     bytes_read: int = 0
     """Payload bytes (content + tool calls, results, attachments) the read returned."""
     journal_bytes: dict[str, int] = {}

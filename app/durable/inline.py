@@ -6,6 +6,7 @@ Turns on one thread are still serialized, by an in-process set of busy threads.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,7 +30,13 @@ class InlineRuntime:
 
     @asynccontextmanager
     async def keep_alive(self, run_id: str) -> AsyncIterator[None]:
-        yield  # no lease to renew: the busy set lives and dies with the process
+        """No lease to renew; but a cancelled run must give its thread back, since nothing
+        will ever resume it here (a journaled run stays `running` for the sweep instead)."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            self._end(run_id, "failed", "cancelled", "the run was cancelled before it ended", {})
+            raise
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed

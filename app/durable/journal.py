@@ -2,8 +2,8 @@
 
 Each step is committed on its own, so a crash loses at most the step in flight. A run holds its
 thread through a lease: the partial unique index on runs(thread_id) WHERE status = 'running'
-lets one run per thread exist, and `lease_expires_at`, renewed by every journal write, tells a
-live run from one whose process died.
+lets one run per thread exist, and `lease_expires_at`, renewed by `keep_alive` while the run
+works, tells a live run from one whose process died.
 """
 
 from __future__ import annotations

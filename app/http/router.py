@@ -196,7 +196,8 @@ async def list_messages(
     module: ModuleDep,
     limit: Annotated[int, Query(ge=1, le=200, description="Messages per page.")] = 50,
     before: Annotated[
-        int | None, Query(ge=1, description="Only messages with `seq` below this.")
+        int | None,
+        Query(ge=1, le=2**31 - 1, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
     page = await _page(module, thread.id, limit + 1, before)  # one extra: is there more?
@@ -220,7 +221,7 @@ async def _page(
 
 
 async def get_window(thread: OwnedThreadDep, actor: ActorDep, module: ModuleDep) -> WindowOut:
-    preview = await module.loop.preview(thread.id, actor.id)
+    preview = await module.loop.preview(thread.id, actor.id, thread=thread)
     kept = [
         WindowMessage(**m.model_dump(), tokens=t)
         for m, t in zip(preview.kept, preview.tokens, strict=True)
@@ -265,6 +266,7 @@ async def post_message(
             actor_id=actor.id,
             content=body.content,
             on_event=queue.put if queue is not None else None,
+            thread=thread,
         )
     )
     task.add_done_callback(_observe)

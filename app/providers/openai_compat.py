@@ -292,7 +292,7 @@ class OpenAICompatibleProvider:
             ]
             usage = _usage(data.get("usage"))
             model = data.get("model") or self.model
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise ProviderBadResponse(
                 f"provider response is not a chat completion ({exc!r}): {_excerpt(data)}"
             ) from exc
@@ -323,7 +323,7 @@ class _StreamAssembly:
             raise ProviderBadResponse(f"stream sent invalid JSON: {_excerpt(payload)}") from exc
         try:
             return self._apply(chunk)
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise ProviderBadResponse(
                 f"stream chunk is not a chat completion chunk ({exc!r}): {_excerpt(payload)}"
             ) from exc

@@ -104,8 +104,10 @@ class SqlAgentStore:
     # --- AgentStore ------------------------------------------------------------------------
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
-        if title is not None and "\x00" in title:
-            raise InvalidContent("title may not contain NUL (U+0000) characters")
+        if title is not None:
+            reason = unstorable_text(Message(role="user", content=title))
+            if reason is not None:
+                raise InvalidContent(reason.replace("message text", "title"))
         thread_id = str(uuid.uuid4())
         async with wrap_db_errors("create_thread"), self._engine.begin() as conn:
             await conn.execute(

@@ -284,3 +284,24 @@ def test_no_orphan_tool_message_ever_leaves(
         assert len(body) <= max_turns
     if not metrics["window_trimmed"]:
         assert out == msgs
+
+
+def test_the_step_after_a_tool_call_keeps_the_call_with_its_answers() -> None:
+    """A cut landing on trailing tool answers must not walk past them into nothing."""
+    msgs = [system(), user("q"), assistant("", calls=("c1", "c2")), tool("c1"), tool("c2")]
+    out, metrics = context_window(max_turns=1)(msgs)
+    assert [m.role for m in out] == ["system", "system", "assistant", "tool", "tool"]
+    assert metrics["window_orphans_dropped"] == 0
+    out, _ = context_window(max_chars=1, notice=False)(msgs)
+    assert [m.role for m in out] == ["system", "assistant", "tool", "tool"]
+
+
+@given(msgs=transcripts(), max_turns=limits, max_chars=limits)
+def test_the_newest_message_always_rides(
+    msgs: list[ChatMessage], max_turns: int | None, max_chars: int | None
+) -> None:
+    if max_turns is None and max_chars is None:
+        max_turns = 1
+    out, _ = context_window(max_turns=max_turns, max_chars=max_chars)(msgs)
+    if any(m.role != "system" for m in msgs):
+        assert out[-1] == msgs[-1]

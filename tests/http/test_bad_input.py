@@ -100,6 +100,14 @@ async def test_a_lone_surrogate_is_422_invalid_content_not_a_500(
     assert await transcript(client, thread_id) == []
 
 
+@pytest.mark.parametrize("before", ["0", "-1", str(2**31), str(10**30), "1.5", "x"])
+async def test_out_of_range_paging_is_422_never_500(
+    client: httpx.AsyncClient, thread_id: str, before: str
+) -> None:
+    r = await client.get(f"/threads/{thread_id}/messages?before={before}", headers=ALICE)
+    assert_error(r, 422, "validation_error")
+
+
 async def test_unknown_agent_is_404(client: httpx.AsyncClient, thread_id: str) -> None:
     r = await client.post(_url(thread_id, agent="nobody"), headers=ALICE, json={"content": "hi"})
     assert_error(r, 404, "agent_not_found")

@@ -128,13 +128,14 @@ async def test_with_a_summarizer_the_dropped_messages_are_recorded_too(env: Loop
     assert [m["content"] for m in recorded["drop"]] == ["q0", "a0", "q1", "a1", "q2"]
 
 
-@pytest.mark.parametrize("policy_kind", ["window", "whole", "summarizing"])
+@pytest.mark.parametrize("policy_kind", ["window", "zero", "whole", "summarizing"])
 async def test_bounded_and_full_reads_journal_byte_identical_load_thread(
     env: LoopEnv,
     policy_kind: str,
 ) -> None:
     policies = {
         "window": lambda: window_history(max_messages=4),
+        "zero": lambda: window_history(max_messages=0),  # still keeps (and reads) the newest
         "whole": whole_thread,
         "summarizing": lambda: window_history(max_messages=4, summarize=CountingSummarizer()),
     }
@@ -148,7 +149,7 @@ async def test_bounded_and_full_reads_journal_byte_identical_load_thread(
         ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="next", run_id=run_id)
         payloads.append(await env.step_payload(run_id, "load:thread"))
         if isinstance(store, CountingStore):
-            expected_bound = 4 if policy_kind == "window" else None
+            expected_bound = {"window": 4, "zero": 1}.get(policy_kind)
             assert store.bounded_reads == [expected_bound] and store.full_reads == 0
         else:
             assert store.full_reads == 1

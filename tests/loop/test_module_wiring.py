@@ -197,3 +197,47 @@ def test_a_window_declares_its_read_bound_only_when_it_is_a_pure_count() -> None
     assert read_bound(window_history(max_messages=7)) == 7
     assert read_bound(window_history(max_tokens=100)) is None
     assert read_bound(window_history(max_messages=7, summarize=lambda d, c: None)) is None  # type: ignore[arg-type,return-value]
+
+
+async def test_a_cancelled_turn_without_a_journal_gives_the_thread_back() -> None:
+    entered = asyncio.Event()
+
+    async def hang(_request: ModelRequest) -> ModelResponse:
+        entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    module = AgentModule.for_root(
+        model=ScriptedProvider([hang, reply("second")]),
+        store=MemoryStore(),
+        agents=[Plain],
+        settings=SETTINGS,
+    )
+    thread = await module.store.create_thread(actor_id="a", agent="plain")
+    task = asyncio.create_task(
+        module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="one")
+    )
+    await asyncio.wait_for(entered.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="two")
+    assert result.message.content == "second"
+
+
+async def test_resuming_a_run_of_an_agent_that_is_gone_leaves_the_run_untouched(
+    env: LoopEnv,
+) -> None:
+    from app.errors import AgentNotFound, ProviderError
+
+    tid = await env.thread()
+    run_id = str(uuid.uuid4())
+    with pytest.raises(RunFailed):
+        await env.loop(
+            ScriptedProvider([ProviderError("down")]), window_history(max_messages=3)
+        ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=run_id)
+    other = env.loop(ScriptedProvider([]), window_history(max_messages=3), agent="renamed")
+    with pytest.raises(AgentNotFound):
+        await other.resume(run_id)
+    record = await env.journal.get_run(run_id)
+    assert record is not None and record.status == "failed", "not claimed, so not stranded"

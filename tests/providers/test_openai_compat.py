@@ -371,6 +371,26 @@ async def test_malformed_json_is_a_bad_response(
     assert len(fake_openai.requests) == 1
 
 
+@pytest.mark.parametrize("usage", [{"prompt_tokens": "many"}, {"completion_tokens": 1e400}])
+async def test_malformed_usage_is_a_bad_response_not_a_crash(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, usage: dict[str, Any]
+) -> None:
+    body = completion("hi")
+    body["usage"] = usage
+    fake_openai.enqueue(Reply.text(json.dumps(body).replace("Infinity", "1e400")))
+    with pytest.raises(ProviderBadResponse, match="not a chat completion"):
+        await make_provider().complete(ask())
+
+
+async def test_a_streamed_tool_call_with_a_bad_index_is_a_bad_response(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    fake_openai.enqueue(Reply.sse([chunk({"tool_calls": [{"index": "first", "id": "c"}]})]))
+    with pytest.raises(ProviderBadResponse):
+        async for _event in make_provider().stream(ask()):
+            pass
+
+
 async def test_missing_choices_is_a_bad_response(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:

@@ -251,3 +251,9 @@ async def test_only_the_sql_store_offers_the_bounded_read(sql_store: SqlAgentSto
     assert supports_bounded_read(sql_store)
     assert isinstance(sql_store, ThreadTurnReader)
     assert not supports_bounded_read(MemoryStore())
+
+
+async def test_a_title_that_cannot_be_stored_is_a_clear_error(sql_store: SqlAgentStore) -> None:
+    for title, reason in (("a\x00b", "NUL"), ("a\ud800b", "surrogate")):
+        with pytest.raises(InvalidContent, match=reason):
+            await sql_store.create_thread(actor_id="alice", agent="assistant", title=title)
