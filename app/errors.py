@@ -10,6 +10,7 @@
     │   ├── ThreadNotFound          thread_not_found    404
     │   └── RunNotFound             run_not_found       404
     ├── ThreadBusy                  thread_busy         409
+    ├── LeaseLost                   lease_lost          409  (another process took the run over)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
     ├── StoreError                  store_error         503
@@ -109,6 +110,16 @@ class ThreadBusy(AgentError):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {thread_id!r} already has a turn running; retry when it ends")
         self.thread_id = thread_id
+
+
+class LeaseLost(AgentError):
+    """This process stalled past its run's lease and another one took the run over."""
+
+    code = "lease_lost"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} was taken over by another process (its lease ran out)")
+        self.run_id = run_id
 
 
 class DuplicateMessage(AgentError):

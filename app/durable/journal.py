@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import DurableContext, RunRecord, RunRequest
 from app.durable.context import JournaledContext, encode_payload
-from app.errors import RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
@@ -34,11 +35,17 @@ log = logging.getLogger(__name__)
 # where `.values(...)` per call rebuilds and re-keys it on every journal write.
 _INSERT_RUN = runs.insert()
 _INSERT_STEP = run_steps.insert()
+_OWNED = sa.and_(
+    runs.c.id == sa.bindparam("rid"),
+    runs.c.owner == sa.bindparam("holder"),
+    runs.c.status == "running",
+)
 _END_RUN = (
     runs.update()
-    .where(runs.c.id == sa.bindparam("rid"))
+    .where(_OWNED)
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
 )
+_HOLD = runs.update().where(_OWNED).values(lease_expires_at=sa.bindparam("expires"))
 
 
 class _Step:
@@ -56,21 +63,25 @@ class SqlJournal:
         self._engine = engine
         self._reader = autocommit(engine)
         self._lease = timedelta(seconds=lease_seconds)
+        self._owners: dict[str, str] = {}
+        """run id -> the token this process holds its lease with."""
 
     def _expiry(self) -> datetime:
         return datetime.now(UTC) + self._lease
 
     async def begin(self, request: RunRequest) -> DurableContext:
+        token = str(uuid.uuid4())
         try:
-            await self._insert_run(request)
+            await self._insert_run(request, token)
         except ThreadBusy:
             # Only now look for a dead holder: the common turn pays one round trip, not two.
             if not await self._release_expired(request.thread_id):
                 raise
-            await self._insert_run(request)
+            await self._insert_run(request, token)
+        self._owners[request.run_id] = token
         return self._context(request.run_id, [])
 
-    async def _insert_run(self, request: RunRequest) -> None:
+    async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
             async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
                 await conn.execute(
@@ -83,6 +94,7 @@ class SqlJournal:
                         "status": "running",
                         "request": request.model_dump_json(),
                         "lease_expires_at": self._expiry(),
+                        "owner": token,
                     },
                 )
         except sa_exc.IntegrityError as exc:
@@ -125,11 +137,7 @@ class SqlJournal:
                 await asyncio.sleep(interval)
                 try:
                     async with wrap_db_errors("renew_lease"), self._engine.begin() as conn:
-                        await conn.execute(
-                            runs.update()
-                            .where(runs.c.id == run_id, runs.c.status == "running")
-                            .values(lease_expires_at=self._expiry())
-                        )
+                        await conn.execute(_HOLD, self._held(run_id))
                 except StoreError:
                     log.warning("run %s: could not renew its lease", run_id)
 
@@ -161,9 +169,12 @@ class SqlJournal:
         request = RunRequest.model_validate_json(row.request)
         if row.status != "completed":
             await self._claim(request)
+        else:
+            self._owners.pop(run_id, None)  # a finished run replays; nothing to hold
         return request, self._context(run_id, [_Step(s.name, s.payload) for s in steps])
 
     async def _claim(self, request: RunRequest) -> None:
+        token = str(uuid.uuid4())
         try:
             async with wrap_db_errors("claim_run"), self._engine.begin() as conn:
                 claimed = await conn.execute(
@@ -183,12 +194,17 @@ class SqlJournal:
                         lease_expires_at=self._expiry(),
                         error_code=None,
                         error_message=None,
+                        owner=token,
                     )
                 )
                 if claimed.rowcount == 0:
                     raise ThreadBusy(request.thread_id)  # the run is alive in another process
         except sa_exc.IntegrityError as exc:
             raise ThreadBusy(request.thread_id) from exc
+        self._owners[request.run_id] = token
+
+    def _held(self, run_id: str) -> dict[str, Any]:
+        return {"rid": run_id, "holder": self._owners.get(run_id), "expires": self._expiry()}
 
     def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
@@ -197,6 +213,10 @@ class SqlJournal:
                 for position, name, payload in steps
             ]
             async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
+                # Still ours? The same transaction renews the lease and takes the run row's
+                # lock, so a takeover and this write cannot interleave.
+                if (await conn.execute(_HOLD, self._held(run_id))).rowcount == 0:
+                    raise LeaseLost(run_id)
                 await conn.execute(_INSERT_STEP, rows)
 
         return JournaledContext(run_id, list(history), write)
@@ -217,17 +237,23 @@ class SqlJournal:
         message: str | None,
         report: dict[str, Any],
     ) -> None:
+        holder = self._owners.pop(run_id, None)
+        if holder is None:
+            return  # a finished run that was only replayed: its record stays as it was
         async with wrap_db_errors("end_run"), self._engine.begin() as conn:
-            await conn.execute(
+            ended = await conn.execute(
                 _END_RUN,
                 {
                     "rid": run_id,
+                    "holder": holder,
                     "status": status,
                     "error_code": code,
                     "error_message": message,
                     "report": encode_payload(report),
                 },
             )
+        if ended.rowcount == 0:
+            log.warning("run %s: taken over by another process; its record is left to it", run_id)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with wrap_db_errors("get_run"), self._reader.connect() as conn:

@@ -78,6 +78,9 @@ runs = sa.Table(
     sa.Column("error_message", sa.Text, nullable=True),
     sa.Column("report", sa.Text, nullable=True),
     sa.Column("lease_expires_at", sa.DateTime(timezone=True), nullable=True),
+    # Which attempt holds the lease (a token per begin or claim): a process that lost its
+    # lease while stalled can no longer journal, renew or end the run another one took over.
+    sa.Column("owner", sa.String(36), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.CheckConstraint("status IN ('running', 'completed', 'failed')", name="status"),

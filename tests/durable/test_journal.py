@@ -88,3 +88,37 @@ async def test_reopening_a_live_run_or_an_unknown_one_is_refused(sql_store: SqlA
         await journal.reopen(live.run_id)
     with pytest.raises(RunNotFound):
         await journal.reopen(str(uuid.uuid4()))
+
+
+async def test_a_process_that_lost_its_lease_can_no_longer_write_or_end_the_run(
+    sql_store: SqlAgentStore,
+) -> None:
+    from app.errors import LeaseLost
+
+    stalled, taker = SqlJournal(sql_store.engine), SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    run = _request(thread.id)
+
+    async def value(v: str) -> str:
+        return v
+
+    ctx_a = await stalled.begin(run)
+    await ctx_a.step("persist:user", lambda: value("a1"))
+    await _expire(sql_store, run.run_id)  # the first process stalls past its lease...
+    _request_b, ctx_b = await taker.reopen(run.run_id)  # ... and another takes the run over
+
+    with pytest.raises(LeaseLost):
+        await ctx_a.step("load:thread", lambda: value("from the stalled process"))
+    await stalled.fail(run.run_id, "lease_lost", "lost", {})  # must not touch the new attempt
+
+    assert await ctx_b.step("persist:user", lambda: value("never run")) == "a1"  # replayed
+    await ctx_b.step("load:thread", lambda: value("from the taker"))
+    record = await taker.get_run(run.run_id)
+    assert record is not None and record.status == "running"
+    await taker.complete(run.run_id, {"ok": True})
+    assert await taker.steps(run.run_id) == [
+        ("persist:user", '"a1"'),
+        ("load:thread", '"from the taker"'),
+    ]
+    record = await taker.get_run(run.run_id)
+    assert record is not None and record.status == "completed" and record.report == {"ok": True}
