@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry
 from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
-from app.store.schema import ledger
+from app.store.schema import actor_usage, ledger
 
 _FIELDS = (
     "run_id",
@@ -23,25 +27,36 @@ _FIELDS = (
 
 
 _INSERT = ledger.insert()
+_USED = sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == sa.bindparam("actor"))
+
+
+def _bump_usage(dialect: str) -> Any:
+    """`INSERT ... ON CONFLICT DO UPDATE`: the actor's total, created or bumped atomically."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(actor_usage)
+    return stmt.on_conflict_do_update(
+        index_elements=[actor_usage.c.actor_id],
+        set_={"tokens": actor_usage.c.tokens + stmt.excluded.tokens},
+    )
 
 
 class SqlLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
+        self._bump = _bump_usage(engine.dialect.name)
 
     async def record(self, entry: LedgerEntry) -> None:
+        """The row and the actor's running total, in one transaction."""
+        tokens = entry.prompt_tokens + entry.completion_tokens
         async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
             await conn.execute(_INSERT, entry.model_dump())
+            await conn.execute(self._bump, {"actor_id": entry.actor_id, "tokens": tokens})
 
     async def tokens_used(self, actor_id: str) -> int:
-        total = sa.func.coalesce(
-            sa.func.sum(ledger.c.prompt_tokens + ledger.c.completion_tokens), 0
-        )
+        """One primary-key read of the running total (not a sum over the actor's history)."""
         async with wrap_db_errors("ledger_tokens_used"), self._reader.connect() as conn:
-            used = (
-                await conn.execute(sa.select(total).where(ledger.c.actor_id == actor_id))
-            ).scalar()
+            used = (await conn.execute(_USED, {"actor": actor_id})).scalar()
         return int(used or 0)
 
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:

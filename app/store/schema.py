@@ -126,3 +126,13 @@ ledger = sa.Table(
     sa.Index("ix_ledger_run_id", "run_id"),
     sa.Index("ix_ledger_actor_id", "actor_id"),
 )
+
+
+actor_usage = sa.Table(
+    "actor_usage",
+    metadata,
+    sa.Column("actor_id", sa.String(200), primary_key=True),
+    sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # The running total a quota checks: one row per actor, bumped with each ledger row, so the
+    # check costs the same on an actor's thousandth turn as on the first.
+)
