@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.history import HistoryConfig
@@ -65,6 +65,15 @@ class Settings(BaseSettings):
     """Address `python -m app serve` binds."""
     port: int = 8000
     """Port `python -m app serve` listens on."""
+
+    @model_validator(mode="after")
+    def _summary_needs_a_window(self) -> Settings:
+        if self.history_summarize and self.history_config() is None:
+            raise ValueError(
+                "AGENT_HISTORY_SUMMARIZE needs AGENT_HISTORY_MAX_MESSAGES or "
+                "AGENT_HISTORY_MAX_TOKENS: without a window nothing is dropped to summarize"
+            )
+        return self
 
     @field_validator("history_max_messages", "history_max_tokens", "token_quota", mode="before")
     @classmethod
