@@ -6,6 +6,7 @@ exactly which calls a turn made (and that a replay made none).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -28,6 +29,30 @@ def reply(
         model="scripted",
         usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens),
     )
+
+
+class Gate:
+    """A scripted reply that holds its turn in flight until released: for tests that need a
+    run still going (a busy thread, a report of a running run, a disconnect mid-turn).
+
+        gate = Gate(reply("done")); provider = ScriptedProvider([gate])
+        ...start the turn...; await gate.reached(); ...; gate.release.set()
+    """
+
+    def __init__(self, response: ModelResponse) -> None:
+        self.response = response
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, _request: ModelRequest) -> ModelResponse:
+        self.entered.set()
+        await self.release.wait()
+        return self.response
+
+    async def reached(self) -> None:
+        """Wait (10 s at most) until the model call is in flight: `load:thread` is journaled."""
+        async with asyncio.timeout(10):
+            await self.entered.wait()
 
 
 class UnconsumedReplies(AssertionError):

@@ -11,7 +11,9 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -106,15 +108,22 @@ async def empty_database(engine: sa.ext.asyncio.AsyncEngine) -> None:
                 await conn.execute(table.delete())
 
 
-@pytest.fixture
-async def sql_store(db_url: str) -> AsyncIterator[SqlAgentStore]:
-    """A SqlAgentStore on an emptied database: every test starts from zero rows."""
-    store = SqlAgentStore.from_url(db_url)
+@asynccontextmanager
+async def emptied_store(url: str, **engine_options: Any) -> AsyncIterator[SqlAgentStore]:
+    """A SqlAgentStore on `url` with every table emptied first, disposed on the way out."""
+    store = SqlAgentStore.from_url(url, **engine_options)
     await empty_database(store.engine)
     try:
         yield store
     finally:
         await store.dispose()
+
+
+@pytest.fixture
+async def sql_store(db_url: str) -> AsyncIterator[SqlAgentStore]:
+    """A SqlAgentStore on an emptied database: every test starts from zero rows."""
+    async with emptied_store(db_url) as store:
+        yield store
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

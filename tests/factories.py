@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from app.core.history import HistoryPolicy
+from app.core.loop import AgentDefinition, AgentLoop
 from app.core.messages import Message, ToolCall, ToolResult
+from app.core.ports import ModelProvider
+from app.durable import SqlJournal
+from app.store import SqlAgentStore
+from app.store.ledger import SqlLedger
 
 
 def user(text: str, run_id: str | None = None) -> Message:
@@ -34,3 +40,17 @@ def tool_turns(turns: int, tool_bytes: int) -> list[Message]:
         out.append(user(f"question {n}", run_id=run))
         out.append(tool_answer(n, tool_bytes, run_id=run))
     return out
+
+
+def sql_loop(
+    store: SqlAgentStore, model: ModelProvider, policy: HistoryPolicy, *, agent: str = "helper"
+) -> AgentLoop:
+    """A loop with one agent over the store, its SQL journal and ledger on the same engine."""
+    definition = AgentDefinition(name=agent, system_prompt="You help.", policy=policy)
+    return AgentLoop(
+        store=store,
+        runtime=SqlJournal(store.engine),
+        ledger=SqlLedger(store.engine),
+        model=model,
+        agents={agent: definition},
+    )

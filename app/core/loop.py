@@ -269,18 +269,18 @@ class AgentLoop:
             async with self.runtime.keep_alive(request.run_id):
                 message = await self._run(request, ctx, definition, on_event, report)
         except Exception as exc:
+            failure = RunFailed(request.run_id, exc)
             report.status = "failed"
             await self._finish_report(request, ctx, report)
-            code = exc.code if isinstance(exc, AgentError) else "internal_error"
             try:
                 await self.runtime.fail(
-                    request.run_id, code, str(exc), report.model_dump(mode="json")
+                    request.run_id, failure.cause_code, str(exc), report.model_dump(mode="json")
                 )
             except Exception:
                 log.exception("run %s: could not record its failure", request.run_id)
-            if code == "internal_error":
+            if not isinstance(exc, AgentError):
                 log.exception("run %s failed", request.run_id)
-            raise RunFailed(request.run_id, exc) from exc
+            raise failure from exc
         report.status = "completed"
         await self._finish_report(request, ctx, report)
         await self.runtime.complete(request.run_id, report.model_dump(mode="json"))

@@ -113,7 +113,7 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-async def serve_live(stack: AsyncExitStack, app: FastAPI) -> str:
+async def serve_live(stack: AsyncExitStack, app: FastAPI, *, access_log: bool = False) -> str:
     """Serve `app` with uvicorn on a free loopback port in this event loop; returns its URL.
     The server (and the app's lifespan) stops when the stack closes."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -123,7 +123,7 @@ async def serve_live(stack: AsyncExitStack, app: FastAPI) -> str:
     config = uvicorn.Config(
         app,
         log_config=None,
-        access_log=False,
+        access_log=access_log,
         ws="none",
         lifespan="on",
         timeout_graceful_shutdown=5,

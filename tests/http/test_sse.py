@@ -8,12 +8,11 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from app.core.ports import ModelRequest, ModelResponse
 from app.errors import ProviderBadResponse
 from app.main import fake_page
 from app.providers import EchoModel
 from app.registry import agent, tool
-from app.testing import StreamingScriptedProvider, reply
+from app.testing import Gate, StreamingScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     SSE,
@@ -118,22 +117,16 @@ async def test_a_failed_turn_ends_the_stream_with_an_error_event(
 async def test_refusals_before_the_run_are_plain_http_errors(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(_request: ModelRequest) -> ModelResponse:
-        entered.set()
-        await release.wait()
-        return reply("done")
-
+    gate = Gate(reply("done"))
     client = await open_client(
-        stack, make_app(make_module(model=StreamingScriptedProvider([slow])))
+        stack, make_app(make_module(model=StreamingScriptedProvider([gate])))
     )
     thread_id = await new_thread(client)
     first = asyncio.create_task(_stream(client, thread_id, "one"))
-    await asyncio.wait_for(entered.wait(), 10)
+    await gate.reached()
     assert_error(await _stream(client, thread_id, "two"), 409, "thread_busy")
     assert_error(await _stream(client, thread_id, " "), 422, "validation_error")
-    release.set()
+    gate.release.set()
     assert parse_sse((await first).text)[-1][0] == "done"
 
 

@@ -8,9 +8,8 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from app.core.ports import ModelRequest, ModelResponse
 from app.errors import ProviderRateLimited, ProviderTimeout
-from app.testing import ScriptedProvider, reply
+from app.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,
@@ -67,23 +66,17 @@ async def test_get_run_returns_its_report(client: httpx.AsyncClient) -> None:
 async def test_two_turns_at_once_on_one_thread_one_runs_one_gets_409(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(_request: ModelRequest) -> ModelResponse:
-        entered.set()
-        await release.wait()
-        return reply("the one answer")
-
-    provider = ScriptedProvider([slow])
+    gate = Gate(reply("the one answer"))
+    provider = ScriptedProvider([gate])
     client = await open_client(stack, make_app(make_module(model=provider)))
     thread_id = await new_thread(client)
 
     first = asyncio.create_task(post(client, thread_id, "first"))
-    await asyncio.wait_for(entered.wait(), 10)  # the first turn is in flight
+    await gate.reached()  # the first turn is in flight
     second = await post(client, thread_id, "second")
     busy = assert_error(second, 409, "thread_busy")
     assert "run_id" not in busy
-    release.set()
+    gate.release.set()
     done = await first
     assert done.status_code == 200 and done.json()["message"]["content"] == "the one answer"
 
@@ -155,25 +148,18 @@ async def test_quota_exceeded_is_429_before_any_work(
 async def test_a_running_run_reports_running_with_an_empty_report(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
-    entered, release = asyncio.Event(), asyncio.Event()
-    run_ids: list[str] = []
-
-    async def slow(request: ModelRequest) -> ModelResponse:
-        entered.set()
-        await release.wait()
-        return reply("late")
-
-    module = make_module(model=ScriptedProvider([slow]))
+    gate = Gate(reply("late"))
+    module = make_module(model=ScriptedProvider([gate]))
     client = await open_client(stack, make_app(module))
     thread_id = await new_thread(client)
     turn = asyncio.create_task(post(client, thread_id, "wait"))
-    await asyncio.wait_for(entered.wait(), 10)
+    await gate.reached()
     run_ids = [m["run_id"] for m in await transcript(client, thread_id)]
     r = await client.get(f"/runs/{run_ids[0]}", headers=ALICE)
     assert r.status_code == 200
     run = r.json()
     assert run["status"] == "running"
     assert (run["rows_read"], run["model_calls"], run["ledger"]) == (0, [], [])
-    release.set()
+    gate.release.set()
     assert (await turn).status_code == 200
     assert (await client.get(f"/runs/{run_ids[0]}", headers=ALICE)).json()["status"] == "completed"

@@ -22,32 +22,6 @@ from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
 
 
-class CountingStore:
-    """Delegates to the SQL store and counts the thread reads (bounded and full)."""
-
-    def __init__(self, inner: SqlAgentStore) -> None:
-        self.inner = inner
-        self.bounded_reads: list[int | None] = []
-        self.full_reads = 0
-
-    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
-        return await self.inner.create_thread(actor_id=actor_id, agent=agent, title=title)
-
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        self.full_reads += 1
-        return await self.inner.get_thread(thread_id)
-
-    async def get_thread_info(self, thread_id: str) -> Thread | None:
-        return await self.inner.get_thread_info(thread_id)
-
-    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        return await self.inner.append_messages(thread_id, messages)
-
-    async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
-        self.bounded_reads.append(query.message_limit)
-        return await self.inner.load_thread_for_turn(query)
-
-
 class FullReadStore:
     """The same database without the bounded read: the loop must fall back to `get_thread`."""
 
@@ -67,6 +41,18 @@ class FullReadStore:
 
     async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
         return await self.inner.append_messages(thread_id, messages)
+
+
+class CountingStore(FullReadStore):
+    """The same, with the bounded read: counts both kinds of thread read."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        super().__init__(inner)
+        self.bounded_reads: list[int | None] = []
+
+    async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
+        self.bounded_reads.append(query.message_limit)
+        return await self.inner.load_thread_for_turn(query)
 
 
 class CountingPolicy:

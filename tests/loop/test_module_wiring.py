@@ -14,7 +14,7 @@ from app.core.ports import ModelRequest, ModelResponse
 from app.errors import RunFailed, ThreadBusy, ThreadNotFound
 from app.settings import Settings
 from app.store import MemoryStore
-from app.testing import ScriptedProvider, reply
+from app.testing import Gate, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import LoopEnv
 
@@ -126,15 +126,8 @@ async def test_tools_from_the_agent_class_are_advertised_and_bad_arguments_reach
 
 async def test_a_second_turn_on_a_busy_thread_is_refused_and_not_stored(env: LoopEnv) -> None:
     tid = await env.thread()
-    gate = asyncio.Event()
-    entered = asyncio.Event()
-
-    async def slow(_request: ModelRequest) -> ModelResponse:
-        entered.set()
-        await gate.wait()
-        return reply("first answer")
-
-    loop = env.loop(ScriptedProvider([slow]), window_history(max_messages=5))
+    gate = Gate(reply("first answer"))
+    loop = env.loop(ScriptedProvider([gate]), window_history(max_messages=5))
     first = asyncio.create_task(
         loop.run_turn(
             agent="helper",
@@ -144,7 +137,7 @@ async def test_a_second_turn_on_a_busy_thread_is_refused_and_not_stored(env: Loo
             run_id=str(uuid.uuid4()),
         )
     )
-    await asyncio.wait_for(entered.wait(), 10)
+    await gate.reached()
     with pytest.raises(ThreadBusy):
         await loop.run_turn(
             agent="helper",
@@ -153,7 +146,7 @@ async def test_a_second_turn_on_a_busy_thread_is_refused_and_not_stored(env: Loo
             content="second",
             run_id=str(uuid.uuid4()),
         )
-    gate.set()
+    gate.release.set()
     await first
     thread = await env.store.get_thread(tid)
     assert thread is not None and [m.content for m in thread.messages] == ["first", "first answer"]

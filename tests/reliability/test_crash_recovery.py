@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from app.store import SqlAgentStore
 from app.store.schema import run_steps, runs
-from tests.conftest import empty_database
+from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
 
 pytestmark = pytest.mark.postgres
@@ -91,12 +91,8 @@ class App:
 
 @pytest.fixture
 async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
-    store = SqlAgentStore.from_url(postgres_url)
-    await empty_database(store.engine)
-    try:
+    async with emptied_store(postgres_url) as store:
         yield store
-    finally:
-        await store.dispose()
 
 
 async def _steps(store: SqlAgentStore) -> list[str]:

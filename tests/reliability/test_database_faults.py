@@ -18,7 +18,8 @@ from app.errors import StoreError
 from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
 from app.testing import ScriptedProvider, reply
-from tests.conftest import empty_database
+from tests.conftest import emptied_store
+from tests.factories import sql_loop
 
 pytestmark = pytest.mark.postgres
 
@@ -38,25 +39,12 @@ async def _terminate_other_backends(url: str) -> int:
 
 @pytest.fixture
 async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
-    store = SqlAgentStore.from_url(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5)
-    await empty_database(store.engine)
-    try:
+    async with emptied_store(postgres_url, pool_size=3, max_overflow=0, pool_timeout=5) as store:
         yield store
-    finally:
-        await store.dispose()
 
 
 def _loop(store: SqlAgentStore, model: ScriptedProvider) -> AgentLoop:
-    definition = AgentDefinition(
-        name="helper", system_prompt="s", policy=window_history(max_messages=6)
-    )
-    return AgentLoop(
-        store=store,
-        runtime=SqlJournal(store.engine),
-        ledger=SqlLedger(store.engine),
-        model=model,
-        agents={"helper": definition},
-    )
+    return sql_loop(store, model, window_history(max_messages=6))
 
 
 async def test_connections_killed_during_the_model_call_do_not_break_the_turn(

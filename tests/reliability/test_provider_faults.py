@@ -10,8 +10,7 @@ import httpx
 import pytest
 
 from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop, LoopEvent
-from app.durable import SqlJournal
+from app.core.loop import AgentLoop, LoopEvent
 from app.errors import (
     ProviderBadResponse,
     ProviderError,
@@ -21,7 +20,7 @@ from app.errors import (
 )
 from app.providers import OpenAICompatibleProvider
 from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
+from tests.factories import sql_loop
 from tests.providers.fake_openai import FakeOpenAI, Reply, chunk, completion, usage_chunk
 
 
@@ -46,16 +45,7 @@ async def provider(
 
 
 def _loop(store: SqlAgentStore, provider: OpenAICompatibleProvider) -> AgentLoop:
-    definition = AgentDefinition(
-        name="helper", system_prompt="You help.", policy=window_history(max_messages=10)
-    )
-    return AgentLoop(
-        store=store,
-        runtime=SqlJournal(store.engine),
-        ledger=SqlLedger(store.engine),
-        model=provider,
-        agents={"helper": definition},
-    )
+    return sql_loop(store, provider, window_history(max_messages=10))
 
 
 async def _turn(loop: AgentLoop, tid: str, content: str, *, stream: bool = False) -> str:

@@ -4,7 +4,6 @@ included), an error body, or a repr of the settings."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -12,15 +11,13 @@ from contextlib import AsyncExitStack
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from starlette.requests import Request
 
 import app.module
 from app.module import AgentModule, api_key_resolver
 from app.settings import Settings
 from app.store.sql import SqlAgentStore
-from tests.http.conftest import HelperAgent, _QuietServer, make_app, new_thread, post
+from tests.http.conftest import HelperAgent, make_app, new_thread, post, serve_live
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
 
 ALICE_KEY = "sk-alice-4f0c2d9e7b1a46c3a8d5e2f19b7c6d01"
@@ -110,37 +107,6 @@ def test_settings_never_show_their_keys() -> None:
 # --- logs and error bodies ---------------------------------------------------------------------
 
 
-async def _serve_with_access_log(stack: AsyncExitStack, app: FastAPI) -> str:
-    """Like tests.http.conftest.serve_live, with uvicorn's access log on."""
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        log_config=None,
-        access_log=True,
-        ws="none",
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
-    server = _QuietServer(config)
-    task = asyncio.create_task(server.serve())
-
-    async def stop() -> None:
-        server.should_exit = True
-        await task
-
-    stack.push_async_callback(stop)
-    for _ in range(500):
-        if server.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    if task.done():
-        task.result()
-    assert server.started, "uvicorn did not start"
-    port = server.servers[0].sockets[0].getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture
 def every_logger_at_debug(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
     caplog.set_level(logging.DEBUG)
@@ -176,7 +142,7 @@ async def test_no_key_reaches_a_log_record_or_an_error_body(
     every_logger_at_debug: pytest.LogCaptureFixture,
 ) -> None:
     caplog = every_logger_at_debug
-    url = await _serve_with_access_log(stack, make_app(module))
+    url = await serve_live(stack, make_app(module), access_log=True)
     client = await stack.enter_async_context(
         httpx.AsyncClient(base_url=url, trust_env=False, timeout=10.0)
     )
