@@ -164,8 +164,14 @@ async def test_a_killed_run_resumes_at_start_up_and_answers_exactly_once(
         assert len(fake_openai.requests) == 2
         before, after = (r.json()["messages"] for r in fake_openai.requests)
         assert before == after, "the resumed run sent the model the same prompt"
-        async with pg_store.engine.connect() as conn:
-            statuses = (await conn.execute(sa.select(runs.c.status))).scalars().all()
+        # The answer is stored one statement before the run is marked completed: wait for both.
+        statuses: list[str] = []
+        for _ in range(200):
+            async with pg_store.engine.connect() as conn:
+                statuses = list((await conn.execute(sa.select(runs.c.status))).scalars().all())
+            if statuses != ["running"]:
+                break
+            await asyncio.sleep(0.05)
         assert statuses == ["completed"]
         steps = await _steps(pg_store)
         assert steps.count("load:thread") == 1 and steps.count("persist:assistant") == 1
