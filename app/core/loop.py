@@ -34,6 +34,8 @@ from app.core.messages import (
     ToolResult,
     journal_form,
     payload_bytes,
+    storable_json,
+    storable_text,
     to_chat_messages,
 )
 from app.core.ports import (
@@ -481,7 +483,7 @@ class AgentLoop:
                 if isinstance(event, ModelResponse):
                     response = event
                 else:
-                    await on_event(event)
+                    await on_event(TextDelta(text=storable_text(event.text)))
             if response is None:
                 raise RuntimeError("the provider's stream ended without a final response")
         else:
@@ -495,7 +497,9 @@ class AgentLoop:
                     f"the arguments of tool call {call.name!r} nest deeper than "
                     f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
                 )
-        return {"response": response.model_dump(mode="json"), "metrics": metrics}
+        # Made storable before it is journaled: the journal, the stored answer and every later
+        # prompt then hold the same text.
+        return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
 
     async def _record_usage(
         self, request: RunRequest, purpose: str, model: str, usage: Usage
@@ -572,7 +576,7 @@ def _count_read(report: RunReport, bound: int | None, messages: list[Message]) -
 
 async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
     summary = await summarizer(drop, hctx)
-    return {"text": summary.text, "usage": summary.usage.model_dump(mode="json")}
+    return {"text": storable_text(summary.text), "usage": summary.usage.model_dump(mode="json")}
 
 
 def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:
@@ -586,7 +590,7 @@ async def _run_tool(definition: AgentDefinition, call: ToolCall) -> JsonValue:
     else:
         result = await binding.invoke(dict(call.arguments))
         result = result.model_copy(update={"call_id": call.id})
-    return result.model_dump(mode="json")
+    return storable_json(result.model_dump(mode="json"))
 
 
 def _apply_middleware(

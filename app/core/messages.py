@@ -160,3 +160,46 @@ def unstorable_text(message: Message) -> str | None:
     if "\x00" in content or any(_NUL_ESCAPE.search(t) for t in json_texts):
         return "message text may not contain NUL (U+0000) characters"
     return None
+
+
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def storable_text(text: str) -> str:
+    """`text` with what no store can hold (U+0000, lone surrogates) replaced by U+FFFD.
+
+    For text the project did not get from the client: model output and tool results. A client's
+    NUL is refused (`unstorable_text`) so the client can fix it; a model's or a tool's cannot be
+    fixed by anyone, and refusing it would fail the run and lose an otherwise good answer.
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT_CHARACTER)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # UTF-16 joins valid surrogate pairs and decodes each lone one as U+FFFD.
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def storable_json(value: Any) -> Any:
+    """A JSON-like value with every string (keys too) passed through `storable_text`.
+
+    Walks with an explicit stack, so a deeply nested value cannot exhaust the recursion limit.
+    """
+    root = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        container, key = stack.pop()
+        node = container[key]
+        if isinstance(node, str):
+            container[key] = storable_text(node)
+        elif isinstance(node, dict):
+            copy = {storable_text(k) if isinstance(k, str) else k: v for k, v in node.items()}
+            container[key] = copy
+            stack.extend((copy, k) for k in copy)
+        elif isinstance(node, list):
+            items = list(node)
+            container[key] = items
+            stack.extend((items, i) for i in range(len(items)))
+    return root[0]

@@ -3,7 +3,16 @@
 import pytest
 from pydantic import ValidationError
 
-from app.core.messages import ChatMessage, Message, ToolCall, ToolResult, to_chat_messages
+from app.core.messages import (
+    ChatMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    storable_json,
+    storable_text,
+    to_chat_messages,
+    unstorable_text,
+)
 
 
 def _exchange() -> Message:
@@ -61,3 +70,32 @@ def test_unknown_fields_are_rejected_and_messages_round_trip_through_json() -> N
         Message.model_validate({"role": "user", "content": "hi", "colour": "red"})
     original = _exchange()
     assert Message.model_validate_json(original.model_dump_json()) == original
+
+
+def test_storable_text_replaces_nul_and_lone_surrogates_and_keeps_the_rest() -> None:
+    assert storable_text("a\x00b") == "a\ufffdb"
+    assert storable_text("x\ud800y\udfffz") == "x\ufffdy\ufffdz"
+    assert storable_text("emoji \U0001f600 and é stay") == "emoji \U0001f600 and é stay"
+    assert storable_text("\\u0000 is six printable characters") == (
+        "\\u0000 is six printable characters"
+    )
+    for text in ("a\x00b", "x\ud800y"):
+        assert unstorable_text(Message(role="assistant", content=storable_text(text))) is None
+
+
+def test_storable_json_cleans_keys_and_nested_values_without_touching_the_input() -> None:
+    value = {"k\x00": ["v\udc00", {"deep": "\x00", "n": 1, "ok": True, "none": None}]}
+    cleaned = storable_json(value)
+    assert cleaned == {"k\ufffd": ["v\ufffd", {"deep": "\ufffd", "n": 1, "ok": True, "none": None}]}
+    assert value == {"k\x00": ["v\udc00", {"deep": "\x00", "n": 1, "ok": True, "none": None}]}
+
+
+def test_storable_json_walks_nesting_deeper_than_the_recursion_limit() -> None:
+    value: object = "\x00"
+    for _ in range(5_000):
+        value = [value]
+    cleaned = storable_json(value)
+    for _ in range(5_000):
+        assert isinstance(cleaned, list)
+        cleaned = cleaned[0]
+    assert cleaned == "\ufffd"

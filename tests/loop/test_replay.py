@@ -336,3 +336,20 @@ async def test_the_report_carries_true_read_and_journal_figures(env: LoopEnv) ->
     assert report.journal_bytes == {n: len(p.encode()) for n, p in steps}
     record = await env.journal.get_run(run_id)
     assert record is not None and record.report == report.model_dump(mode="json")
+
+
+async def test_a_summary_holding_a_lone_surrogate_is_journaled_with_u_fffd(env: LoopEnv) -> None:
+    """The summary is journaled as UTF-8 text: a lone surrogate would fail that write."""
+    tid = await env.thread(history(4))
+    model = ScriptedProvider([reply("ok")])
+    summarizer = CountingSummarizer(text="fact \ud800 and \x00")
+    loop = env.loop(model, window_history(max_messages=2, summarize=summarizer))
+    run_id = rid()
+    await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=run_id
+    )
+    assert model.calls[0].messages[1].content.startswith(
+        "<conversation_summary>\nfact \ufffd and \ufffd\n"
+    )
+    steps = dict(await env.journal.steps(run_id))
+    assert json.loads(steps["history:summarize"])["text"] == "fact \ufffd and \ufffd"

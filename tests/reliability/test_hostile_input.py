@@ -24,15 +24,17 @@ from app.providers import OpenAICompatibleProvider
 from app.registry import agent, tool
 from app.store.schema import threads
 from app.store.sql import SqlAgentStore
-from app.testing import ScriptedProvider, reply
+from app.testing import ScriptedProvider, StreamingScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
+    SSE,
     HelperAgent,
     ModuleFactory,
     assert_error,
     make_app,
     new_thread,
     open_client,
+    parse_sse,
     post,
     transcript,
 )
@@ -62,6 +64,11 @@ class HostileAgent:
     async def note(self, text: str) -> str:
         """Write a note; answers with its length."""
         return f"noted {len(text)} chars"
+
+    @tool
+    async def dump(self, data: dict[str, Any]) -> str:
+        """Dump raw bytes, as a tool reading a binary file would."""
+        return "bin\x00ary \ud800 out"
 
     @tool
     async def inspect(self, data: dict[str, Any]) -> str:
@@ -166,20 +173,64 @@ async def test_nul_spelled_as_a_json_escape_is_422_and_nothing_is_stored(
     assert await transcript(client, thread_id) == []
 
 
-async def test_a_model_answer_holding_nul_fails_the_run_cleanly(
+async def test_a_model_answer_holding_nul_or_a_lone_surrogate_is_stored_with_u_fffd(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
-    client = await _hostile_client(stack, make_module, ScriptedProvider([reply("bad\x00answer")]))
+    """Nobody can fix a model's NUL, so it is replaced, not refused: the user gets the answer."""
+    provider = ScriptedProvider([reply("bad\x00answer \ud800 end")])
+    client = await _hostile_client(stack, make_module, provider)
     thread_id = await new_thread(client)
     r = await post(client, thread_id, "hello")
-    _no_leak(r)
-    assert r.status_code in (422, 502), r.text
-    body = r.json()
-    assert "run_id" in body
-    run = await client.get(f"/runs/{body['run_id']}", headers=ALICE)
-    assert run.status_code == 200 and run.json()["status"] == "failed"
-    # the user's message is kept (the run can be resumed); no half answer was stored
-    assert [m["role"] for m in await transcript(client, thread_id)] == ["user"]
+    assert r.status_code == 200, r.text
+    assert r.json()["message"]["content"] == "bad\ufffdanswer \ufffd end"
+    stored = await transcript(client, thread_id)
+    assert [(m["role"], m["content"]) for m in stored] == [
+        ("user", "hello"),
+        ("assistant", "bad\ufffdanswer \ufffd end"),
+    ]
+    run = await client.get(f"/runs/{r.json()['run_id']}", headers=ALICE)
+    assert run.json()["status"] == "completed"
+
+
+async def test_nul_and_lone_surrogates_in_tool_calls_and_results_are_stored_with_u_fffd(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    call = ToolCall(
+        id="c\x00", name="dump", arguments={"data": {"k\x00": ["v\udc00", {"deep": "\x00"}]}}
+    )
+    provider = ScriptedProvider([reply(tool_calls=[call]), reply("done")])
+    client = await _hostile_client(stack, make_module, provider)
+    thread_id = await new_thread(client, agent_name="hostile")
+    r = await post(client, thread_id, "dump it", agent_name="hostile")
+    assert r.status_code == 200, r.text
+    answer = (await transcript(client, thread_id))[-1]
+    assert answer["tool_calls"] == [
+        {
+            "id": "c\ufffd",
+            "name": "dump",
+            "arguments": {"data": {"k\ufffd": ["v\ufffd", {"deep": "\ufffd"}]}},
+        }
+    ]
+    assert [t["content"] for t in answer["tool_results"]] == ["bin\ufffdary \ufffd out"]
+    assert answer["tool_results"][0]["call_id"] == "c\ufffd"
+
+
+async def test_a_streamed_delta_holding_a_lone_surrogate_reaches_the_client_as_u_fffd(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    provider = StreamingScriptedProvider([reply("ab\ud800cd\x00")])
+    client = await _hostile_client(stack, make_module, provider)
+    thread_id = await new_thread(client)
+    r = await client.post(
+        f"/agents/helper/threads/{thread_id}/messages",
+        headers={**ALICE, **SSE},
+        json={"content": "stream"},
+    )
+    assert r.status_code == 200
+    events = parse_sse(r.text)
+    assert events[-1][0] == "done", events[-1]
+    deltas = "".join(data["text"] for name, data in events if name == "delta")
+    assert deltas == "ab\ufffdcd\ufffd" == events[-1][1]["message"]["content"]
 
 
 # --- many tool calls ---------------------------------------------------------------------------
