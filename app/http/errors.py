@@ -191,7 +191,19 @@ _HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(
 
 
 def http_exception_response(error: StarletteHTTPException) -> JSONResponse:
-    """Starlette's own refusals (no such route, wrong method) in our body shape."""
+    """Starlette's own refusals (no such route, wrong method) in our body shape.
+
+    FastAPI reports a body its JSON parser gave up on (invalid UTF-8, nesting past the recursion
+    limit) as a bare 400 chained to the parser's error; that is `invalid_json` too, with the
+    reason, so a client sees one code for every body that is not JSON.
+    """
+    reason = _unparsable_body(error)
+    if reason is not None:
+        return error_response(
+            STATUS_BY_CODE["invalid_json"],
+            "invalid_json",
+            f"request body is not valid JSON: {reason}",
+        )
     code = _HTTP_CODES.get(error.status_code, "http_error")
     return error_response(
         error.status_code, code, str(error.detail), headers=dict(error.headers or {})
@@ -309,3 +321,14 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _unparsable_body(error: StarletteHTTPException) -> str | None:
+    if error.status_code != 400:
+        return None
+    cause = error.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return "it is not UTF-8"
+    if isinstance(cause, RecursionError):
+        return "it nests too deeply"
+    return None
