@@ -188,7 +188,8 @@ class AgentLoop:
             run_id=run_id, thread_id=thread_id, actor_id=actor_id, agent=agent, content=content
         )
         ctx = await self.runtime.begin(request)
-        return await self._drive(request, ctx, definition, on_event, RunReport(run_id=run_id))
+        report = RunReport(run_id=run_id)
+        return await self._drive(request, ctx, definition, on_event, report, fresh=True)
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
         """Finish a failed or interrupted run from its journal (a finished one replays as is)."""
@@ -206,7 +207,7 @@ class AgentLoop:
                 prior.rows_read,
                 prior.bytes_read,
             )
-        return await self._drive(request, ctx, definition, on_event, report)
+        return await self._drive(request, ctx, definition, on_event, report, fresh=False)
 
     def definition(self, agent: str) -> AgentDefinition:
         try:
@@ -266,14 +267,17 @@ class AgentLoop:
         definition: AgentDefinition,
         on_event: EventSink | None,
         report: RunReport,
+        *,
+        fresh: bool,
     ) -> RunResult:
+        """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
         try:
             async with self.runtime.keep_alive(request.run_id):
                 message = await self._run(request, ctx, definition, on_event, report)
         except Exception as exc:
             failure = RunFailed(request.run_id, exc)
             report.status = "failed"
-            await self._finish_report(request, ctx, report)
+            await self._finish_report(ctx, report, fresh)
             try:
                 await self.runtime.fail(
                     request.run_id, failure.cause_code, str(exc), report.model_dump(mode="json")
@@ -284,7 +288,7 @@ class AgentLoop:
                 log.exception("run %s failed", request.run_id)
             raise failure from exc
         report.status = "completed"
-        await self._finish_report(request, ctx, report)
+        await self._finish_report(ctx, report, fresh)
         await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
         return RunResult(run_id=request.run_id, message=message, report=report)
 
@@ -329,7 +333,7 @@ class AgentLoop:
             await ctx.step(
                 "persist:usage:history",
                 lambda: self._record_usage(
-                    request, "history_summary", _model_name(self.model), usage
+                    request, report, "history_summary", _model_name(self.model), usage
                 ),
             )
             report.model_calls.append(
@@ -361,7 +365,7 @@ class AgentLoop:
         for n in range(1, definition.max_steps + 1):
             recorded = await ctx.step(
                 f"model:{n}",
-                lambda: self._model_step(request, definition, prompt, specs, on_event),
+                lambda: self._model_step(request, report, definition, prompt, specs, on_event),
             )
             response = ModelResponse.model_validate(recorded["response"])
             report.model_calls.append(
@@ -470,6 +474,7 @@ class AgentLoop:
     async def _model_step(
         self,
         request: RunRequest,
+        report: RunReport,
         definition: AgentDefinition,
         prompt: list[ChatMessage],
         specs: list[ToolSpec],
@@ -489,7 +494,7 @@ class AgentLoop:
         else:
             response = await self.model.complete(model_request)
         await self._record_usage(
-            request, "chat", response.model or _model_name(self.model), response.usage
+            request, report, "chat", response.model or _model_name(self.model), response.usage
         )
         for call in response.tool_calls:
             if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
@@ -502,40 +507,34 @@ class AgentLoop:
         return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
 
     async def _record_usage(
-        self, request: RunRequest, purpose: str, model: str, usage: Usage
+        self, request: RunRequest, report: RunReport, purpose: str, model: str, usage: Usage
     ) -> JsonValue:
-        await self.ledger.record(
-            LedgerEntry(
-                run_id=request.run_id,
-                thread_id=request.thread_id,
-                actor_id=request.actor_id,
-                agent=request.agent,
-                purpose=purpose,
-                model=model,
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-            )
+        entry = LedgerEntry(
+            run_id=request.run_id,
+            thread_id=request.thread_id,
+            actor_id=request.actor_id,
+            agent=request.agent,
+            purpose=purpose,
+            model=model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
         )
+        await self.ledger.record(entry)
+        report.ledger.append(_ledger_row(entry))
         return {"recorded": True}
 
-    async def _finish_report(
-        self, request: RunRequest, ctx: DurableContext, report: RunReport
-    ) -> None:
+    async def _finish_report(self, ctx: DurableContext, report: RunReport, fresh: bool) -> None:
+        """A fresh run's ledger rows were collected as they were written; a resumed run reads
+        them back, since an earlier attempt may have paid for calls this one replayed."""
         report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
-        try:
-            entries = await self.ledger.entries_for_run(request.run_id)
-        except AgentError:
-            log.warning("run %s: ledger rows unavailable for its report", request.run_id)
+        if fresh:
             return
-        report.ledger = [
-            LedgerRow(
-                purpose=e.purpose,
-                model=e.model,
-                prompt_tokens=e.prompt_tokens,
-                completion_tokens=e.completion_tokens,
-            )
-            for e in entries
-        ]
+        try:
+            entries = await self.ledger.entries_for_run(report.run_id)
+        except AgentError:
+            log.warning("run %s: ledger rows unavailable for its report", report.run_id)
+            return
+        report.ledger = [_ledger_row(e) for e in entries]
 
 
 def read_bound(policy: HistoryPolicy) -> int | None:
@@ -562,6 +561,15 @@ def _nesting_depth(value: Any) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def _ledger_row(entry: LedgerEntry) -> LedgerRow:
+    return LedgerRow(
+        purpose=entry.purpose,
+        model=entry.model,
+        prompt_tokens=entry.prompt_tokens,
+        completion_tokens=entry.completion_tokens,
+    )
 
 
 def _summarizer(policy: HistoryPolicy) -> Any:

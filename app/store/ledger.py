@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry
@@ -30,28 +26,26 @@ _INSERT = ledger.insert()
 _USED = sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == sa.bindparam("actor"))
 
 
-def _bump_usage(dialect: str) -> Any:
-    """`INSERT ... ON CONFLICT DO UPDATE`: the actor's total, created or bumped atomically."""
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(actor_usage)
-    return stmt.on_conflict_do_update(
-        index_elements=[actor_usage.c.actor_id],
-        set_={"tokens": actor_usage.c.tokens + stmt.excluded.tokens},
-    )
+_BUMP_USAGE = sa.text(
+    "INSERT INTO actor_usage (actor_id, tokens) VALUES (:actor_id, :tokens) "
+    "ON CONFLICT (actor_id) DO UPDATE SET tokens = actor_usage.tokens + excluded.tokens"
+)
+"""The actor's running total, created or bumped atomically. Written out because PostgreSQL and
+SQLite spell the upsert alike, and SQLAlchemy's dialect `insert().on_conflict_do_update()` has
+no cache key: it was compiled afresh on every model call."""
 
 
 class SqlLedger:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
-        self._bump = _bump_usage(engine.dialect.name)
 
     async def record(self, entry: LedgerEntry) -> None:
         """The row and the actor's running total, in one transaction."""
         tokens = entry.prompt_tokens + entry.completion_tokens
         async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
             await conn.execute(_INSERT, entry.model_dump())
-            await conn.execute(self._bump, {"actor_id": entry.actor_id, "tokens": tokens})
+            await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
 
     async def tokens_used(self, actor_id: str) -> int:
         """One primary-key read of the running total (not a sum over the actor's history)."""

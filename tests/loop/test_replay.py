@@ -353,3 +353,40 @@ async def test_a_summary_holding_a_lone_surrogate_is_journaled_with_u_fffd(env: 
     )
     steps = dict(await env.journal.steps(run_id))
     assert json.loads(steps["history:summarize"])["text"] == "fact \ufffd and \ufffd"
+
+
+async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopEnv) -> None:
+    """The first attempt paid for a model call whose tool step it journaled before it died; the
+    resumed run replays that call and its report still counts it (read back, not remembered)."""
+    from app.core.messages import ToolCall
+    from app.testing import FunctionTool
+
+    async def echo(x: str) -> str:
+        return x
+
+    tid = await env.thread()
+    run_id = rid()
+    call = ToolCall(id="t1", name="echo", arguments={"x": "1"})
+    first = env.loop(
+        ScriptedProvider([reply(tool_calls=[call], prompt_tokens=11), ProviderError("boom")]),
+        window_history(max_messages=5),
+        tools={"echo": FunctionTool("echo", echo)},
+    )
+    with pytest.raises(RunFailed):
+        await first.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=run_id
+        )
+    second = env.loop(
+        ScriptedProvider([reply("done", prompt_tokens=22)]),
+        window_history(max_messages=5),
+        tools={"echo": FunctionTool("echo", echo)},
+    )
+    result = await second.resume(run_id)
+    assert result.message.content == "done"
+    assert [(r.purpose, r.prompt_tokens) for r in result.report.ledger] == [
+        ("chat", 11),
+        ("chat", 22),
+    ]
+    record = await env.journal.get_run(run_id)
+    assert record is not None and record.report is not None
+    assert [r["prompt_tokens"] for r in record.report["ledger"]] == [11, 22]
