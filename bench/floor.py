@@ -16,7 +16,7 @@ import asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store.sql import _TURN_READ_LIMITED
+from app.store.sql import TURN_READ_LIMITED
 
 
 class Floor(Protocol):
@@ -34,7 +34,7 @@ class Floor(Protocol):
 def compiled_turn_read(engine: AsyncEngine) -> tuple[str, list[str], dict[str, Any]]:
     """(SQL text, positional parameter names, their default values) of the store's bounded read
     as the engine's dialect renders it."""
-    compiled = _TURN_READ_LIMITED.compile(dialect=engine.dialect)
+    compiled = TURN_READ_LIMITED.compile(dialect=engine.dialect)
     names = list(compiled.positiontup or [])
     return str(compiled), names, dict(compiled.params)
 

@@ -23,7 +23,7 @@ from app.core.messages import (
 from app.core.ports import ThreadTurnPage, ThreadTurnQuery
 from app.store.codec import from_row
 from app.store.engine import make_engine
-from app.store.sql import _TURN_READ_LIMITED, SqlAgentStore
+from app.store.sql import TURN_READ_LIMITED, SqlAgentStore
 from bench.floor import AsyncpgFloor, Floor, open_floor
 from bench.stats import reps_within, summarize, time_async
 from bench.trips import calls_of, count_asyncpg, count_engine_asyncpg
@@ -171,7 +171,7 @@ async def bounded_read_breakdown(
 
     async def sa_read() -> list[Any]:
         async with engine.connect() as conn:
-            return list((await conn.execute(_TURN_READ_LIMITED, params)).all())
+            return list((await conn.execute(TURN_READ_LIMITED, params)).all())
 
     query = ThreadTurnQuery(thread_id=thread_id, message_limit=window)
     args = floor.args(thread_id, window)
@@ -193,7 +193,7 @@ async def bounded_read_breakdown(
         async with engine.connect() as held:
 
             async def sa_held() -> Any:
-                return (await held.execute(_TURN_READ_LIMITED, params)).all()
+                return (await held.execute(TURN_READ_LIMITED, params)).all()
 
             timed = await _interleaved(
                 {

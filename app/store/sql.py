@@ -57,7 +57,9 @@ def _turn_read(limited: bool) -> sa.Select[Any]:
     )
 
 
-_TURN_READ_LIMITED = _turn_read(limited=True)
+TURN_READ_LIMITED = _turn_read(limited=True)
+"""The bounded per-turn read (parameters `tid`, `n`). Public so the benchmark's raw-driver floor
+sends exactly the statement the store sends."""
 _TURN_READ_ALL = _turn_read(limited=False)
 _THREAD_BY_ID = sa.select(
     threads.c.id,
@@ -170,7 +172,7 @@ class SqlAgentStore:
         """The newest `query.message_limit` messages (None: all), the title, and whether the
         thread was ever answered, in one round trip. None for an unknown thread."""
         limit = query.message_limit
-        stmt = _TURN_READ_ALL if limit is None else _TURN_READ_LIMITED
+        stmt = _TURN_READ_ALL if limit is None else TURN_READ_LIMITED
         params: dict[str, Any] = {"tid": query.thread_id}
         if limit is not None:
             params["n"] = limit
