@@ -341,6 +341,8 @@ class AgentLoop:
                     purpose="history_summary",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
+                    messages_sent=len(drop),
+                    messages_original=len(drop),
                 )
             )
             render = getattr(policy, "render_summary", None) or render_history_summary

@@ -12,7 +12,12 @@ from app.core.messages import Message
 
 
 class ModelCallReport(BaseModel):
-    """One model call: its purpose, its tokens, and what the chat middleware cut from it."""
+    """One model call: its purpose, its tokens, and what the chat middleware cut from it.
+
+    For a `chat` call, `messages_original` counts the provider-shaped messages the loop built and
+    `messages_sent` those left after the chat middleware. For a `history_summary` call both count
+    the dropped thread messages the summary was made from (the middleware does not touch it).
+    """
 
     model_config = ConfigDict(extra="forbid")
 

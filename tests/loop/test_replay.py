@@ -270,9 +270,10 @@ async def _answer(request: ModelRequest, prompts: list[str]) -> ModelResponse:
 async def test_summaries_and_chat_calls_each_write_a_ledger_row(env: LoopEnv) -> None:
     tid = await env.thread(history(3))
     run_id = rid()
+    summarizer = CountingSummarizer()
     result = await env.loop(
         ScriptedProvider([reply("x", prompt_tokens=30, completion_tokens=3)]),
-        window_history(max_messages=2, summarize=CountingSummarizer()),
+        window_history(max_messages=2, summarize=summarizer),
     ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=run_id)
     rows = await env.ledger.entries_for_run(run_id)
     assert [(r.purpose, r.prompt_tokens, r.completion_tokens) for r in rows] == [
@@ -284,6 +285,10 @@ async def test_summaries_and_chat_calls_each_write_a_ledger_row(env: LoopEnv) ->
         ("chat", 30),
     ]
     assert [c.purpose for c in result.report.model_calls] == ["history_summary", "chat"]
+    summary_call = result.report.model_calls[0]
+    dropped = len(summarizer.calls[0])
+    assert dropped == 5  # 3 exchanges (6 messages) + the new question, a window of 2
+    assert (summary_call.messages_sent, summary_call.messages_original) == (dropped, dropped)
 
 
 async def test_a_spent_quota_refuses_the_turn_and_summaries_count_against_it(env: LoopEnv) -> None:
