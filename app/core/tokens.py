@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 from app.core.messages import ChatMessage, Message
+from app.core.ports import ModelRequest, Usage
 
 MESSAGE_ALLOWANCE = 4
 """Tokens charged per message for the role and framing every provider adds around it."""
@@ -36,3 +37,15 @@ def estimate_message_tokens(message: Message | ChatMessage) -> int:
     if isinstance(message, Message):
         chars += _json_len(list(message.tool_results))
     return math.ceil(chars / 4) + MESSAGE_ALLOWANCE
+
+
+def estimate_usage(request: ModelRequest, answer: ChatMessage) -> Usage:
+    """Usage of one model call by the same estimate: the request's messages in, `answer` out.
+
+    For models that report none: `EchoModel`, and OpenAI-compatible servers that leave `usage`
+    out. Booking such a call as 0 tokens would let it slip past the ledger and any quota.
+    """
+    return Usage(
+        prompt_tokens=sum(estimate_message_tokens(m) for m in request.messages),
+        completion_tokens=estimate_message_tokens(answer),
+    )

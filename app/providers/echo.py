@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec, Usage
-from app.core.tokens import estimate_message_tokens
+from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec
+from app.core.tokens import estimate_usage
 
 MODEL_NAME = "echo"
 QUOTE_CHARS = 60
@@ -76,10 +76,8 @@ class EchoModel:
                 content, tool_calls = "", [call]
             else:
                 content = _answer(request.messages)
-        answer = ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
-        usage = Usage(
-            prompt_tokens=sum(estimate_message_tokens(m) for m in request.messages),
-            completion_tokens=estimate_message_tokens(answer),
+        usage = estimate_usage(
+            request, ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
         )
         return ModelResponse(content=content, tool_calls=tool_calls, usage=usage, model=MODEL_NAME)
 

@@ -31,6 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from app.core.messages import ChatMessage, ToolCall
 from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec, Usage
+from app.core.tokens import estimate_usage
 from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(
                 f"provider returned invalid JSON: {_excerpt(response.content)}"
             ) from exc
-        return self._parse_completion(data)
+        return self._parse_completion(data, request)
 
     async def _stream(
         self, request: ModelRequest
@@ -209,7 +210,7 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(f"stream from {self.url} was cut off: {exc}") from exc
         finally:
             await response.aclose()
-        yield assembly.result()
+        yield assembly.result(request)
 
     # --- request ------------------------------------------------------------------------------
 
@@ -279,7 +280,7 @@ class OpenAICompatibleProvider:
 
     # --- response -----------------------------------------------------------------------------
 
-    def _parse_completion(self, data: Any) -> ModelResponse:
+    def _parse_completion(self, data: Any, request: ModelRequest) -> ModelResponse:
         try:
             message = data["choices"][0]["message"]
             content = message.get("content") or ""
@@ -296,6 +297,8 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(
                 f"provider response is not a chat completion ({exc!r}): {_excerpt(data)}"
             ) from exc
+        if usage is None:
+            usage = _estimated(request, content, calls)
         return ModelResponse(content=content, tool_calls=calls, usage=usage, model=str(model))
 
 
@@ -307,7 +310,7 @@ class _StreamAssembly:
         self._model = default_model
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
-        self._usage = Usage()
+        self._usage: Usage | None = None
 
     def feed(self, line: str) -> str:
         """Take one line; return the content it adds ("" for none)."""
@@ -355,7 +358,9 @@ class _StreamAssembly:
         self._content.append(text)
         return text
 
-    def result(self) -> ModelResponse:
+    def result(self, request: ModelRequest) -> ModelResponse:
+        """The whole answer; its usage estimated when the server sent none (a server that
+        ignores `stream_options.include_usage`)."""
         if not self.done:
             raise ProviderBadResponse("stream ended before its [DONE] marker")
         calls = []
@@ -364,9 +369,9 @@ class _StreamAssembly:
             if not slot["id"] or not slot["name"]:
                 raise ProviderBadResponse(f"streamed tool call {index} has no id or name")
             calls.append(_tool_call(slot["id"], slot["name"], "".join(slot["args"])))
-        return ModelResponse(
-            content="".join(self._content), tool_calls=calls, usage=self._usage, model=self._model
-        )
+        content = "".join(self._content)
+        usage = self._usage or _estimated(request, content, calls)
+        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=self._model)
 
 
 # --- wire shapes ---------------------------------------------------------------------------
@@ -425,10 +430,16 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=parsed)
 
 
-def _usage(raw: Any) -> Usage:
-    """A server that reports no usage (some local ones) gets zeros, not a failed turn."""
+def _estimated(request: ModelRequest, content: str, calls: list[ToolCall]) -> Usage:
+    """No usage from the server: estimate it, so the call still counts against the ledger and
+    any quota instead of costing nothing."""
+    return estimate_usage(request, ChatMessage(role="assistant", content=content, tool_calls=calls))
+
+
+def _usage(raw: Any) -> Usage | None:
+    """The server's own count, or None when it sent none (some local servers never do)."""
     if raw is None:
-        return Usage()
+        return None
     return Usage(
         prompt_tokens=int(raw.get("prompt_tokens") or 0),
         completion_tokens=int(raw.get("completion_tokens") or 0),
