@@ -4,8 +4,9 @@ connection pool queues instead of failing or hanging.
 
 50 threads x 5 turns. The 5 turns of a thread are sent all at once too, so most of them find
 the thread busy: each 409 is retried with a short, bounded backoff and counted. The pool is
-configured explicitly (5 + 5 connections, 10 s checkout timeout), so exhaustion would show up
-as 503 `store_error` rather than as a hang.
+configured explicitly (5 + 5 connections, 30 s checkout timeout), so exhaustion would show up
+as 503 `store_error` rather than as a hang. The timeout is generous on purpose: 250 requests
+queue on 10 connections, and on a loaded 2-core machine one waiter once took over 10 s.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ async def test_fifty_threads_of_five_concurrent_turns_lose_nothing(
     postgres_url: str, stack: AsyncExitStack
 ) -> None:
     settings = http_settings(
-        database_url=postgres_url, db_pool_size=5, db_max_overflow=5, db_pool_timeout=10
+        database_url=postgres_url, db_pool_size=5, db_max_overflow=5, db_pool_timeout=30
     )
     module = AgentModule.for_root(
         model=EchoModel(delay=0.005),
