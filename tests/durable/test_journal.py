@@ -68,12 +68,12 @@ async def test_an_expired_lease_no_longer_holds_the_thread_and_its_run_stays_res
 
 
 async def test_keep_alive_renews_the_lease_during_a_long_step(sql_store: SqlAgentStore) -> None:
-    journal = SqlJournal(sql_store.engine, lease_seconds=0.6)
+    journal = SqlJournal(sql_store.engine, lease_seconds=1.2)
     thread = await sql_store.create_thread(actor_id="a", agent="x")
     run = _request(thread.id)
     await journal.begin(run)
     async with journal.keep_alive(run.run_id):
-        await asyncio.sleep(1.5)  # well past the 0.6 s lease: only renewals keep it alive
+        await asyncio.sleep(3.0)  # well past the 1.2 s lease: only renewals keep it alive
         assert await journal.expired_runs() == []
         with pytest.raises(ThreadBusy):
             await journal.begin(_request(thread.id))

@@ -491,14 +491,14 @@ async def test_timeout_is_retried_then_provider_timeout(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
     fake_openai.enqueue(Reply(delay=2.0), Reply(delay=2.0))
-    with pytest.raises(ProviderTimeout, match=r"within 0.2s"):
-        await make_provider(timeout=0.2, max_retries=1).complete(ask())
+    with pytest.raises(ProviderTimeout, match=r"within 0.5s"):
+        await make_provider(timeout=0.5, max_retries=1).complete(ask())
     assert len(fake_openai.requests) == 2
 
 
 async def test_timeout_then_success(fake_openai: FakeOpenAI, make_provider: MakeProvider) -> None:
     fake_openai.enqueue(Reply(delay=2.0), Reply.json(completion("late but fine")))
-    response = await make_provider(timeout=0.2).complete(ask())
+    response = await make_provider(timeout=0.5).complete(ask())
     assert response.content == "late but fine"
 
 
@@ -507,7 +507,7 @@ async def test_stream_open_timeout_is_provider_timeout(
 ) -> None:
     fake_openai.enqueue(Reply(delay=2.0))
     with pytest.raises(ProviderTimeout):
-        await collect(make_provider(timeout=0.2, max_retries=0).stream(ask()))
+        await collect(make_provider(timeout=0.5, max_retries=0).stream(ask()))
 
 
 # --- auth, ownership, configuration ---------------------------------------------------------
