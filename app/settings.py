@@ -59,7 +59,8 @@ class Settings(BaseSettings):
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
     token_quota: int | None = Field(default=None, ge=1)
-    """Tokens one actor may spend in total (chat and summaries); unset means no quota."""
+    """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
+    estimated when it reports none); unset means no quota."""
 
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""

@@ -37,6 +37,7 @@ from app.core.messages import (
     storable_json,
     storable_text,
     to_chat_messages,
+    unstorable_text,
 )
 from app.core.ports import (
     AgentStore,
@@ -341,7 +342,7 @@ class AgentLoop:
                     purpose="history_summary",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                    messages_sent=len(drop),
+                    messages_sent=len(drop),  # all of them go into it
                     messages_original=len(drop),
                 )
             )
@@ -416,6 +417,9 @@ class AgentLoop:
             tool_results=results,
             run_id=request.run_id,
         )
+        if unstorable_text(answer) is not None:
+            # Only from a journal written before model output was made storable at its step.
+            answer = Message.model_validate(storable_json(answer.model_dump(mode="json")))
         stored = await ctx.step(
             "persist:assistant", lambda: self._persist(request.thread_id, answer)
         )
@@ -489,15 +493,18 @@ class AgentLoop:
             async for event in self.model.stream(model_request):
                 if isinstance(event, ModelResponse):
                     response = event
-                else:
+                elif isinstance(event, TextDelta):
                     await on_event(TextDelta(text=storable_text(event.text)))
+                else:
+                    raise ProviderBadResponse(
+                        f"the provider streamed a {type(event).__name__}, not text or a response"
+                    )
             if response is None:
                 raise RuntimeError("the provider's stream ended without a final response")
         else:
             response = await self.model.complete(model_request)
-        await self._record_usage(
-            request, report, "chat", response.model or _model_name(self.model), response.usage
-        )
+        model = storable_text(response.model or _model_name(self.model))
+        await self._record_usage(request, report, "chat", model, response.usage)
         for call in response.tool_calls:
             if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
                 raise ProviderBadResponse(
@@ -535,6 +542,7 @@ class AgentLoop:
             entries = await self.ledger.entries_for_run(report.run_id)
         except AgentError:
             log.warning("run %s: ledger rows unavailable for its report", report.run_id)
+            report.ledger = []  # this attempt's rows alone would pass for the whole run's
             return
         report.ledger = [_ledger_row(e) for e in entries]
 

@@ -186,6 +186,9 @@ def storable_json(value: Any) -> Any:
     """A JSON-like value with every string (keys too) passed through `storable_text`.
 
     Walks with an explicit stack, so a deeply nested value cannot exhaust the recursion limit.
+    Tuples come back as lists (JSON has no tuples). Two keys that differ only in what is
+    replaced (`"a\x00"` and `"a\ufffd"`) become one, the later value winning: a JSON object
+    cannot hold both once cleaned.
     """
     root = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
@@ -198,7 +201,7 @@ def storable_json(value: Any) -> Any:
             copy = {storable_text(k) if isinstance(k, str) else k: v for k, v in node.items()}
             container[key] = copy
             stack.extend((copy, k) for k in copy)
-        elif isinstance(node, list):
+        elif isinstance(node, (list, tuple)):
             items = list(node)
             container[key] = items
             stack.extend((items, i) for i in range(len(items)))

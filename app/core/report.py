@@ -16,7 +16,8 @@ class ModelCallReport(BaseModel):
 
     For a `chat` call, `messages_original` counts the provider-shaped messages the loop built and
     `messages_sent` those left after the chat middleware. For a `history_summary` call both count
-    the dropped thread messages the summary was made from (the middleware does not touch it).
+    the dropped thread messages the summary was made from: the middleware does not touch it, and
+    all of them go into it (`summarize_with_model` renders them as one transcript message).
     """
 
     model_config = ConfigDict(extra="forbid")

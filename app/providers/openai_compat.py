@@ -438,7 +438,11 @@ def _estimated(request: ModelRequest, content: str, calls: list[ToolCall]) -> Us
 
 def _usage(raw: Any) -> Usage | None:
     """The server's own count, or None when it sent none (some local servers never do)."""
-    if raw is None:
+    if raw is None or (
+        isinstance(raw, dict)
+        and raw.get("prompt_tokens") is None
+        and raw.get("completion_tokens") is None
+    ):
         return None
     return Usage(
         prompt_tokens=int(raw.get("prompt_tokens") or 0),

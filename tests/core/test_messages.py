@@ -76,6 +76,8 @@ def test_storable_text_replaces_nul_and_lone_surrogates_and_keeps_the_rest() -> 
     assert storable_text("a\x00b") == "a\ufffdb"
     assert storable_text("x\ud800y\udfffz") == "x\ufffdy\ufffdz"
     assert storable_text("emoji \U0001f600 and é stay") == "emoji \U0001f600 and é stay"
+    # A pair of surrogates that JSON decoding left as two code units joins into its character.
+    assert storable_text("pair \ud83d\ude00 joined") == "pair \U0001f600 joined"
     assert storable_text("\\u0000 is six printable characters") == (
         "\\u0000 is six printable characters"
     )
@@ -99,3 +101,7 @@ def test_storable_json_walks_nesting_deeper_than_the_recursion_limit() -> None:
         assert isinstance(cleaned, list)
         cleaned = cleaned[0]
     assert cleaned == "\ufffd"
+
+
+def test_storable_json_turns_tuples_into_cleaned_lists() -> None:
+    assert storable_json({"t": ("a\x00", ("b",))}) == {"t": ["a\ufffd", ["b"]]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import pytest
 
@@ -395,3 +396,49 @@ async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopE
     record = await env.journal.get_run(run_id)
     assert record is not None and record.report is not None
     assert [r["prompt_tokens"] for r in record.report["ledger"]] == [11, 22]
+
+
+async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_fffd(
+    env: LoopEnv,
+) -> None:
+    """A run journaled before model output was cleaned at its step holds a raw NUL there; it
+    failed at `persist:assistant` then. Resumed now, its answer is cleaned on the way in."""
+    import sqlalchemy as sa
+
+    from app.errors import StoreError
+    from tests.loop.conftest import FullReadStore
+
+    class AnswerRefusingStore(FullReadStore):
+        async def append_messages(self, thread_id: str, messages: Any) -> list[Message]:
+            if any(m.role == "assistant" for m in messages):
+                raise StoreError("append_messages: refused for the test")
+            return await super().append_messages(thread_id, messages)
+
+    tid = await env.thread()
+    run_id = rid()
+    first = env.loop(
+        ScriptedProvider([reply("PLACEHOLDER")]),
+        window_history(max_messages=5),
+        store=AnswerRefusingStore(env.store),
+    )
+    with pytest.raises(RunFailed):
+        await first.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=run_id
+        )
+    async with env.store.engine.begin() as conn:  # what the old code journaled
+        await conn.execute(
+            run_steps.update()
+            .where(run_steps.c.run_id == run_id, run_steps.c.name == "model:1")
+            .values(payload=sa.func.replace(run_steps.c.payload, "PLACEHOLDER", "bad\\u0000"))
+        )
+    assert "bad\\u0000" in await env.step_payload(run_id, "model:1")
+
+    result = await env.loop(ScriptedProvider([]), window_history(max_messages=5)).resume(run_id)
+
+    assert result.message.content == "bad\ufffd"
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    assert [(m.role, m.content) for m in thread.messages] == [
+        ("user", "go"),
+        ("assistant", "bad\ufffd"),
+    ]

@@ -203,7 +203,7 @@ class FakeOpenAI:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client hung up (it timed out, or closed its pool): not a server fault
         except asyncio.CancelledError:
-            # stop() cancels open connections. Ending quietly matters on Python 3.11.7, whose
+            # close() cancels open connections. Ending quietly matters on Python 3.11.7, whose
             # stream callback calls task.exception() on a cancelled task and logs an error.
             pass
         except Exception as exc:

@@ -188,11 +188,15 @@ async def test_completion_with_tool_calls_parses_arguments(
     ]
 
 
+@pytest.mark.parametrize("usage", ["absent", None, {}], ids=["absent", "null", "empty"])
 async def test_a_completion_without_usage_is_booked_by_the_estimate_not_as_free(
-    fake_openai: FakeOpenAI, make_provider: MakeProvider
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, usage: Any
 ) -> None:
     body = completion("Hi there")
-    del body["usage"]
+    if usage == "absent":
+        del body["usage"]
+    else:
+        body["usage"] = usage
     fake_openai.enqueue(Reply.json(body))
 
     response = await make_provider().complete(ask("hello"))

@@ -16,6 +16,7 @@ from app.errors import (
     ProviderError,
     ProviderRateLimited,
     ProviderTimeout,
+    QuotaExceeded,
     RunFailed,
 )
 from app.providers import OpenAICompatibleProvider
@@ -157,3 +158,31 @@ async def test_a_failed_run_resumes_once_the_provider_is_back(
     assert await _transcript(sql_store, tid) == [("user", "question"), ("assistant", "late answer")]
     sent = [fake_openai.requests[i].json()["messages"] for i in (0, 3)]
     assert sent[0] == sent[1], "the resumed call sends the prompt of the first attempt"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_a_server_that_reports_no_usage_still_spends_the_quota(
+    sql_store: SqlAgentStore,
+    fake_openai: FakeOpenAI,
+    provider: OpenAICompatibleProvider,
+    stream: bool,
+) -> None:
+    """Booked as 0 tokens, such a server's calls would never reach the ledger or a quota."""
+    body = completion("an answer of some length")
+    del body["usage"]
+    if stream:
+        done = chunk({}, finish_reason="stop")
+        fake_openai.enqueue(Reply.sse([chunk({"content": "an answer of some length"}), done]))
+    else:
+        fake_openai.enqueue(Reply.json(body))
+    loop = _loop(sql_store, provider)
+    loop.token_quota = 1
+    tid = (await sql_store.create_thread(actor_id="alice", agent="helper")).id
+
+    await _turn(loop, tid, "hello", stream=stream)
+
+    used = await loop.ledger.tokens_used("alice")
+    # system "You help." ceil(9/4)+4 = 7, "hello" 6 in; the answer ceil(24/4)+4 = 10 out
+    assert used == 7 + 6 + 10
+    with pytest.raises(QuotaExceeded):
+        await _turn(loop, tid, "again")
