@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
 from sqlalchemy.engine import make_url
 
 from app.store import migrate
@@ -31,6 +32,11 @@ PG_ADMIN_URL = os.environ.get(
 REQUIRE_POSTGRES = os.environ.get("AGENT_REQUIRE_POSTGRES") == "1"
 
 _postgres_ran = False
+
+# Property tests assert behaviour, not speed: a 200 ms per-example deadline only adds flakes on a
+# shared 2-core machine (timings live in bench/).
+settings.register_profile("project", deadline=None)
+settings.load_profile("project")
 
 
 def _asyncpg_dsn(url: str) -> str:

@@ -159,14 +159,17 @@ async def test_a_client_that_disconnects_mid_stream_still_gets_the_answer_stored
     assert [m["role"] for m in await transcript(client, thread_id)] == ["user"]
     gate.set()
 
+    # The answer is stored one statement before the run is marked completed: wait for both.
     async with asyncio.timeout(10):
         while True:
             messages = await transcript(client, thread_id)
             if messages[-1]["role"] == "assistant":
-                break
+                run_id = messages[-1]["run_id"]
+                run = (await client.get(f"/runs/{run_id}", headers=ALICE)).json()
+                if run["status"] != "running":
+                    break
             await asyncio.sleep(0.05)
     answer = messages[-1]
     assert "Tool read_page returned" in answer["content"]
     assert answer["tool_results"][0]["call_id"] == data["id"]
-    run = (await client.get(f"/runs/{answer['run_id']}", headers=ALICE)).json()
     assert run["status"] == "completed"
