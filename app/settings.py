@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=10, ge=0)
     """Extra connections allowed under load beyond the pool size (PostgreSQL)."""
     db_pool_timeout: float = Field(default=10.0, gt=0)
-    """Seconds a request waits for a free connection before failing with a 503."""
+    """Seconds a request waits for a free connection before failing with a 503 (PostgreSQL)."""
     migrate_on_start: bool = True
     """Run `alembic upgrade head` when the app starts."""
 
@@ -43,8 +43,9 @@ class Settings(BaseSettings):
     """Seconds per provider request before it is retried (then fails with a 502)."""
 
     history_max_messages: int | None = Field(default=None, ge=1)
-    """Module-wide window: newest messages sent per turn (and read from the database).
-    With no history setting at all, a turn sends the whole thread."""
+    """Module-wide window: newest messages sent per turn (and read from the database, unless
+    summarizing: the summarizer needs the dropped rows). With no history setting at all, a turn
+    sends the whole thread."""
     history_max_tokens: int | None = Field(default=None, ge=1)
     """Module-wide token budget (estimated); whichever of the two limits cuts more wins."""
     history_summarize: bool = False

@@ -178,8 +178,11 @@ def context_window(
     3. `max_chars`: drop from the front while the kept messages' characters (content plus tool
        call JSON) are over the budget; the newest message is never dropped for it.
     4. Leading `tool` messages whose assistant was cut are dropped too (counted in
-       `window_orphans_dropped`), so the window may send fewer than `max_turns`: a ceiling, not a
-       quota. No orphan `tool` message ever leaves the middleware.
+       `window_orphans_dropped`), so the window may send fewer than `max_turns`. One exception:
+       when only `tool` messages would remain, their assistant message is kept instead, so the
+       model still sees the step it is answering; that window exceeds `max_turns` (or
+       `max_chars`) by the assistant message. No orphan `tool` message ever leaves the
+       middleware.
     5. If messages were dropped, `notice` (default `DEFAULT_WINDOW_NOTICE`) goes in as a system
        message right after the leading system messages; `notice=False` cuts silently.
 

@@ -116,7 +116,8 @@ class WindowHistory:
     """
 
     max_messages: int | None
-    """The read bound: `count_limit` for a pure count window, else None (see `window_history`)."""
+    """The read bound: `count_limit` when there is no summarizer, else None (see
+    `window_history`). A token budget beside the count only ever keeps fewer."""
     count_limit: int | None
     """Most messages kept (the newest always rides, so 0 behaves like 1)."""
     token_limit: int | None

@@ -233,6 +233,27 @@ async def test_a_streamed_delta_holding_a_lone_surrogate_reaches_the_client_as_u
     assert deltas == "ab\ufffdcd\ufffd" == events[-1][1]["message"]["content"]
 
 
+async def test_a_surrogate_pair_split_across_stream_pieces_is_stored_whole(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Deltas are cleaned piece by piece, the answer whole: the stream shows two U+FFFD where
+    the server split the pair, the stored answer the character (what docs/reliability.md says).
+    """
+    # Two UTF-16 code units as a JSON parser hands them over; pieces of 2: "a\ud83d", "\ude00"
+    provider = StreamingScriptedProvider([reply("a\ud83d\ude00")])
+    client = await _hostile_client(stack, make_module, provider)
+    thread_id = await new_thread(client)
+    r = await client.post(
+        f"/agents/helper/threads/{thread_id}/messages",
+        headers={**ALICE, **SSE},
+        json={"content": "stream"},
+    )
+    events = parse_sse(r.text)
+    assert [data["text"] for name, data in events if name == "delta"] == ["a\ufffd", "\ufffd"]
+    assert events[-1][1]["message"]["content"] == "a\U0001f600"
+    assert (await transcript(client, thread_id))[-1]["content"] == "a\U0001f600"
+
+
 # --- many tool calls ---------------------------------------------------------------------------
 
 MANY = 500
@@ -384,6 +405,8 @@ async def test_deeply_nested_request_bodies_are_4xx(
             _no_leak(r)
             assert 400 <= r.status_code < 500, (url, r.status_code, r.text[:300])
             assert r.json()["error"]["code"] in PARSE_ERRORS
+            if depth > 10_000:  # past the parser's recursion limit: not JSON it can read
+                assert_error(r, 400, "invalid_json")
     assert await transcript(client, thread_id) == []
 
 
