@@ -37,7 +37,6 @@ from app.core.messages import (
     storable_json,
     storable_text,
     to_chat_messages,
-    unstorable_text,
 )
 from app.core.ports import (
     AgentStore,
@@ -417,9 +416,6 @@ class AgentLoop:
             tool_results=results,
             run_id=request.run_id,
         )
-        if unstorable_text(answer) is not None:
-            # Only from a journal written before model output was made storable at its step.
-            answer = Message.model_validate(storable_json(answer.model_dump(mode="json")))
         stored = await ctx.step(
             "persist:assistant", lambda: self._persist(request.thread_id, answer)
         )

@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Callable
 
-from app.core.messages import ChatMessage, Message
+from app.core.messages import ChatMessage, Message, ToolCall
 from app.core.ports import ModelRequest, Usage
 
 MESSAGE_ALLOWANCE = 4
@@ -39,13 +39,16 @@ def estimate_message_tokens(message: Message | ChatMessage) -> int:
     return math.ceil(chars / 4) + MESSAGE_ALLOWANCE
 
 
-def estimate_usage(request: ModelRequest, answer: ChatMessage) -> Usage:
-    """Usage of one model call by the same estimate: the request's messages in, `answer` out.
+def estimate_usage(request: ModelRequest, content: str, tool_calls: list[ToolCall]) -> Usage:
+    """Usage of one model call by the same estimate: the request's messages in, the answer
+    (`content` and `tool_calls`) out.
 
     For models that report none: `EchoModel`, and OpenAI-compatible servers that leave `usage`
     out. Booking such a call as 0 tokens would let it slip past the ledger and any quota.
     """
     return Usage(
         prompt_tokens=sum(estimate_message_tokens(m) for m in request.messages),
-        completion_tokens=estimate_message_tokens(answer),
+        completion_tokens=estimate_message_tokens(
+            ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
+        ),
     )

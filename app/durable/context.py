@@ -6,6 +6,7 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from app.core.messages import storable_json
 from app.core.ports import JsonValue
 from app.errors import JournalMismatch
 
@@ -62,7 +63,9 @@ class JournaledContext:
             self._position += 1
             self.journal_bytes[name] = len(record.payload.encode())
             self.replayed.append(name)
-            return json.loads(record.payload)
+            # New steps journal storable text; one journaled before that rule may hold a NUL that
+            # no store takes, so what is read back is cleaned too (identity for every other).
+            return storable_json(json.loads(record.payload))
         value = await fn()
         payload = encode_payload(value)
         await self._write([*self._pending, (self._position, name, payload)])

@@ -76,9 +76,7 @@ class EchoModel:
                 content, tool_calls = "", [call]
             else:
                 content = _answer(request.messages)
-        usage = estimate_usage(
-            request, ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
-        )
+        usage = estimate_usage(request, content, tool_calls)
         return ModelResponse(content=content, tool_calls=tool_calls, usage=usage, model=MODEL_NAME)
 
 

@@ -298,7 +298,7 @@ class OpenAICompatibleProvider:
                 f"provider response is not a chat completion ({exc!r}): {_excerpt(data)}"
             ) from exc
         if usage is None:
-            usage = _estimated(request, content, calls)
+            usage = estimate_usage(request, content, calls)
         return ModelResponse(content=content, tool_calls=calls, usage=usage, model=str(model))
 
 
@@ -370,7 +370,7 @@ class _StreamAssembly:
                 raise ProviderBadResponse(f"streamed tool call {index} has no id or name")
             calls.append(_tool_call(slot["id"], slot["name"], "".join(slot["args"])))
         content = "".join(self._content)
-        usage = self._usage or _estimated(request, content, calls)
+        usage = self._usage or estimate_usage(request, content, calls)
         return ModelResponse(content=content, tool_calls=calls, usage=usage, model=self._model)
 
 
@@ -428,12 +428,6 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
             f"arguments of tool call {name!r} are not a JSON object: {_excerpt(arguments)}"
         )
     return ToolCall(id=call_id, name=name, arguments=parsed)
-
-
-def _estimated(request: ModelRequest, content: str, calls: list[ToolCall]) -> Usage:
-    """No usage from the server: estimate it, so the call still counts against the ledger and
-    any quota instead of costing nothing."""
-    return estimate_usage(request, ChatMessage(role="assistant", content=content, tool_calls=calls))
 
 
 def _usage(raw: Any) -> Usage | None:

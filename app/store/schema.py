@@ -19,6 +19,17 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
+
+def _row_id() -> sa.Column[int]:
+    """An autoincrementing BIGINT key; INTEGER on SQLite, where only INTEGER PRIMARY KEY is the
+    rowid (a BIGINT key would not autoincrement)."""
+    return sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    )
+
 _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
 
@@ -40,12 +51,7 @@ threads = sa.Table(
 messages = sa.Table(
     "messages",
     metadata,
-    sa.Column(
-        "id",
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
+    _row_id(),
     sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
     sa.Column("seq", sa.Integer, nullable=False),
     sa.Column("role", sa.String(16), nullable=False),
@@ -108,12 +114,7 @@ run_steps = sa.Table(
 ledger = sa.Table(
     "ledger",
     metadata,
-    sa.Column(
-        "id",
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    ),
+    _row_id(),
     sa.Column("run_id", _ID, nullable=False),
     sa.Column("thread_id", _ID, nullable=False),
     sa.Column("actor_id", sa.String(200), nullable=False),

@@ -35,7 +35,7 @@ def _url(thread_id: str) -> str:
 
 
 async def _stream(client: httpx.AsyncClient, thread_id: str, content: str) -> httpx.Response:
-    return await client.post(_url(thread_id), headers={**ALICE, **SSE}, json={"content": content})
+    return await post(client, thread_id, content, headers={**ALICE, **SSE})
 
 
 async def test_deltas_concatenate_to_the_final_message(client: httpx.AsyncClient) -> None:

@@ -402,7 +402,7 @@ async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_f
     env: LoopEnv,
 ) -> None:
     """A run journaled before model output was cleaned at its step holds a raw NUL there; it
-    failed at `persist:assistant` then. Resumed now, its answer is cleaned on the way in."""
+    failed at `persist:assistant` then. Resumed now, the step is cleaned as it is read back."""
     import sqlalchemy as sa
 
     from app.errors import StoreError

@@ -221,11 +221,7 @@ async def test_a_streamed_delta_holding_a_lone_surrogate_reaches_the_client_as_u
     provider = StreamingScriptedProvider([reply("ab\ud800cd\x00")])
     client = await _hostile_client(stack, make_module, provider)
     thread_id = await new_thread(client)
-    r = await client.post(
-        f"/agents/helper/threads/{thread_id}/messages",
-        headers={**ALICE, **SSE},
-        json={"content": "stream"},
-    )
+    r = await post(client, thread_id, "stream", headers={**ALICE, **SSE})
     assert r.status_code == 200
     events = parse_sse(r.text)
     assert events[-1][0] == "done", events[-1]
@@ -243,11 +239,7 @@ async def test_a_surrogate_pair_split_across_stream_pieces_is_stored_whole(
     provider = StreamingScriptedProvider([reply("a\ud83d\ude00")])
     client = await _hostile_client(stack, make_module, provider)
     thread_id = await new_thread(client)
-    r = await client.post(
-        f"/agents/helper/threads/{thread_id}/messages",
-        headers={**ALICE, **SSE},
-        json={"content": "stream"},
-    )
+    r = await post(client, thread_id, "stream", headers={**ALICE, **SSE})
     events = parse_sse(r.text)
     assert [data["text"] for name, data in events if name == "delta"] == ["a\ufffd", "\ufffd"]
     assert events[-1][1]["message"]["content"] == "a\U0001f600"
