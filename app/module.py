@@ -22,7 +22,12 @@ from fastapi import APIRouter, FastAPI, Request
 from pydantic import BaseModel, ConfigDict
 
 from app.core.context_window import ChatMiddleware
-from app.core.history import HistoryConfig, HistoryPolicy, resolve_policy
+from app.core.history import (
+    HistoryConfig,
+    HistoryPolicy,
+    resolve_policy,
+    validate_module_history,
+)
 from app.core.loop import AgentDefinition, AgentLoop, EventSink
 from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Thread
 from app.core.report import RunResult
@@ -142,6 +147,7 @@ class AgentModule:
             ledger = ledger or MemoryLedger()
         if history is None and history_policy is None:
             history = settings.history_config()
+        validate_module_history(history_policy, history, model)
 
         definitions: dict[str, AgentDefinition] = {}
         for cls_ in agents:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.core.history import HistoryConfig
+from app.core.history import HistoryConfig, config_error
+from app.errors import ConfigError
 
 
 class Settings(BaseSettings):
@@ -42,14 +43,29 @@ class Settings(BaseSettings):
     model_timeout: float = Field(default=60.0, gt=0)
     """Seconds per provider request before it is retried (then fails with a 502)."""
 
+    history_enabled: bool = True
+    """False: the model sees only the current user message (no history at all)."""
     history_max_messages: int | None = Field(default=None, ge=1)
-    """Module-wide window: newest messages sent per turn (and read from the database, unless
-    summarizing: the summarizer needs the dropped rows). With no history setting at all, a turn
-    sends the whole thread."""
+    """Module-wide window: newest messages sent per turn (also the rows read per turn). With no
+    history setting at all, a turn sends the whole thread."""
     history_max_tokens: int | None = Field(default=None, ge=1)
-    """Module-wide token budget (estimated); whichever of the two limits cuts more wins."""
+    """Module-wide token budget (estimated); whichever of the two limits cuts more wins. The
+    store reads by it too (each message's estimate is stored with it)."""
+    history_runs: int | None = Field(default=None, ge=1)
+    """Module-wide runs window: the newest this many runs, whole (nothing summarized)."""
     history_summarize: bool = False
-    """Fold what the window drops into a summary made by the model (one extra call)."""
+    """Fold what the window leaves out into a rolling summary made by the model (with no limit
+    set, the window is 40 messages)."""
+    history_summary_token_threshold: int | None = Field(default=None, ge=1)
+    """Summarize old runs once the history's estimated tokens reach this (needs
+    AGENT_HISTORY_SUMMARIZE)."""
+    history_keep_recent_runs: int | None = Field(default=None, ge=1)
+    """With the token threshold: runs kept verbatim (default 5)."""
+    history_fold_messages: int | None = Field(default=None, ge=1)
+    """Summarizing window: unsummarized messages past the window that trigger a fold (default
+    half the window)."""
+    history_fold_max_tokens: int | None = Field(default=None, ge=1)
+    """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
 
     api_keys: SecretStr | None = None
     """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,
@@ -69,28 +85,55 @@ class Settings(BaseSettings):
     """Port `python -m app serve` listens on."""
 
     @model_validator(mode="after")
-    def _summary_needs_a_window(self) -> Settings:
-        if self.history_summarize and self.history_config() is None:
-            raise ValueError(
-                "AGENT_HISTORY_SUMMARIZE needs AGENT_HISTORY_MAX_MESSAGES or "
-                "AGENT_HISTORY_MAX_TOKENS: without a window nothing is dropped to summarize"
-            )
+    def _history_is_valid(self) -> Settings:
+        try:
+            self.history_config()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
-    @field_validator("history_max_messages", "history_max_tokens", "token_quota", mode="before")
+    @field_validator(
+        "history_max_messages",
+        "history_max_tokens",
+        "history_runs",
+        "history_summary_token_threshold",
+        "history_keep_recent_runs",
+        "history_fold_messages",
+        "history_fold_max_tokens",
+        "token_quota",
+        mode="before",
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
 
     def history_config(self) -> HistoryConfig | None:
-        """The module-wide `history` these settings describe, or None when none is set."""
-        if self.history_max_messages is None and self.history_max_tokens is None:
+        """The module-wide `history` these settings describe, or None when none is set. Built
+        by the same `HistoryConfig` rules as `for_root(history=...)`; a bad combination is a
+        `ConfigError` naming the AGENT_HISTORY_* variable."""
+        given = {
+            key: value
+            for key, value in (
+                ("max_messages", self.history_max_messages),
+                ("max_tokens", self.history_max_tokens),
+                ("runs", self.history_runs),
+                ("summary_token_threshold", self.history_summary_token_threshold),
+                ("keep_recent_runs", self.history_keep_recent_runs),
+                ("fold_messages", self.history_fold_messages),
+                ("fold_max_tokens", self.history_fold_max_tokens),
+            )
+            if value is not None
+        }
+        if self.history_summarize:
+            given["summarize"] = True
+        if not self.history_enabled:
+            given["enabled"] = False
+        if not given:
             return None
-        return HistoryConfig(
-            max_messages=self.history_max_messages,
-            max_tokens=self.history_max_tokens,
-            summarize=self.history_summarize,
-        )
+        try:
+            return HistoryConfig.model_validate(given)
+        except ValidationError as exc:
+            raise config_error("history settings", exc, prefix="AGENT_HISTORY_") from None
 
     def actor_keys(self) -> dict[str, str]:
         """The API keys as {key: actor id}; empty in local development mode."""

@@ -27,8 +27,9 @@ def _backends(text: str) -> tuple[str, ...]:
 
 def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help="lengths 100 and 10,000, 10 reps: under a minute")
+    parser.add_argument(
+        "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: under a minute"
+    )
     parser.add_argument("--backends", type=_backends, help="comma-separated: sqlite,postgres")
     parser.add_argument("--lengths", type=_ints, help="thread lengths, e.g. 100,1000,10000")
     parser.add_argument("--reps", type=int, help="reps per turn figure (reads take 4x as many)")

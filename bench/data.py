@@ -1,4 +1,4 @@
-"""Seed threads fast: `insert(messages)` executemany in chunks (rows from `codec.to_row`), then
+"""Seed threads fast: `insert(messages)` executemany in chunks (rows from `codec.to_rows`), then
 `threads.last_seq` set to match. No turn-by-turn appends: 100,000 messages load in seconds.
 
 The seed content differs from `tests.factories.tool_turns` on purpose, in two ways:
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.messages import Message, ToolCall, ToolResult, payload_bytes
-from app.store.codec import to_row
+from app.store.codec import to_rows
 from app.store.schema import messages, threads
 from app.store.sql import SqlAgentStore
 
@@ -64,19 +64,25 @@ async def build_thread(
     """A thread of `length` seeded messages. Returns (thread id, total payload bytes)."""
     thread = await store.create_thread(actor_id=ACTOR, agent=AGENT, title="bench thread")
     engine: AsyncEngine = store.engine
-    total = 0
-    chunk: list[dict[str, object]] = []
-    for seq, message in enumerate(seed_messages(length, seed=length, tool_bytes=tool_bytes), 1):
+    total = tokens = 0
+    batch: list[Message] = []
+    seq = 1
+    for message in seed_messages(length, seed=length, tool_bytes=tool_bytes):
         total += payload_bytes(message)
-        chunk.append(to_row(thread.id, seq, message))
-        if len(chunk) == CHUNK_ROWS:
-            await _insert(engine, chunk)
-            chunk = []
-    if chunk:
-        await _insert(engine, chunk)
+        batch.append(message)
+        if len(batch) == CHUNK_ROWS:
+            rows, added = to_rows(thread.id, seq, tokens, batch)
+            await _insert(engine, rows)
+            seq, tokens, batch = seq + len(batch), tokens + added, []
+    if batch:
+        rows, added = to_rows(thread.id, seq, tokens, batch)
+        await _insert(engine, rows)
+        tokens += added
     async with engine.begin() as conn:
         await conn.execute(
-            threads.update().where(threads.c.id == thread.id).values(last_seq=length)
+            threads.update()
+            .where(threads.c.id == thread.id)
+            .values(last_seq=length, total_tokens=tokens)
         )
     return thread.id, total
 

@@ -23,7 +23,7 @@ from app.core.messages import (
 from app.core.ports import ThreadTurnPage, ThreadTurnQuery
 from app.store.codec import from_row
 from app.store.engine import make_engine
-from app.store.sql import TURN_READ_LIMITED, SqlAgentStore
+from app.store.sql import PAGE_AT, TURN_READ_LIMITED, SqlAgentStore
 from bench.floor import AsyncpgFloor, Floor, open_floor
 from bench.stats import reps_within, summarize, time_async
 from bench.trips import calls_of, count_asyncpg, count_engine_asyncpg
@@ -80,7 +80,7 @@ async def bounded_reads(
             "floor": summarize(samples[n]["floor"]),
             "bounded": summarize(samples[n]["bounded"]),
             "bounded_rows": len(page.messages),
-            "floor_rows": sum(1 for r in await floor.read(tid, window) if r[2] is not None),
+            "floor_rows": sum(1 for r in await floor.read(tid, window) if r[PAGE_AT] is not None),
             "bounded_bytes": sum(payload_bytes(m) for m in page.messages),
             "window_bytes": await window_bytes(store, tid, window, None),
         }
@@ -105,8 +105,12 @@ async def full_read(
         gc.collect()
         seconds, _ = await time_async(lambda: store.get_thread(thread_id))
         samples.append(seconds)
-    return {"full": summarize(samples), "full_capped": n < reps, "full_rows": rows,
-            "full_bytes": total}
+    return {
+        "full": summarize(samples),
+        "full_capped": n < reps,
+        "full_rows": rows,
+        "full_bytes": total,
+    }
 
 
 def _sync_us(fn: Callable[[], Any], reps: int) -> float:
@@ -186,7 +190,7 @@ async def bounded_read_breakdown(
                 got = await driver.execute_fetchall(floor.sql, args)
             else:
                 got = await driver.fetch(floor.sql, *args)
-        return [from_row(r, 2) for r in got if r[2] is not None]
+        return [from_row(r, PAGE_AT) for r in got if r[PAGE_AT] is not None]
 
     variant = lean_store(url)
     try:
@@ -212,15 +216,19 @@ async def bounded_read_breakdown(
     trips = await driver_calls(url, thread_id, window)
 
     rows = await sa_read()
-    msg_rows = [r for r in rows if r[2] is not None]
+    msg_rows = [r for r in rows if r[PAGE_AT] is not None]
     sync_reps = max(50, reps)
 
     def rebuild() -> list[Message]:
-        return [from_row(r, 2) for r in msg_rows]
+        return [from_row(r, PAGE_AT) for r in msg_rows]
 
     def json_decode() -> list[tuple[Any, ...]]:
         return [
-            (decode_tool_calls(r[5]), decode_tool_results(r[6]), decode_attachments(r[7]))
+            (
+                decode_tool_calls(r[PAGE_AT + 3]),
+                decode_tool_results(r[PAGE_AT + 4]),
+                decode_attachments(r[PAGE_AT + 5]),
+            )
             for r in msg_rows
         ]
 
@@ -229,8 +237,13 @@ async def bounded_read_breakdown(
     def message_init() -> list[Message]:
         return [
             Message(
-                role=r[3], content=r[4], tool_calls=c, tool_results=t, attachments=a,
-                run_id=r[8], seq=r[2],
+                role=r[PAGE_AT + 1],
+                content=r[PAGE_AT + 2],
+                tool_calls=c,
+                tool_results=t,
+                attachments=a,
+                run_id=r[PAGE_AT + 6],
+                seq=r[PAGE_AT],
             )
             for r, (c, t, a) in zip(msg_rows, decoded, strict=True)
         ]
@@ -300,9 +313,7 @@ async def driver_calls(url: str, thread_id: str, window: int) -> dict[str, list[
         calls = []
         if isinstance(floor, AsyncpgFloor):
             count_asyncpg(floor.connection, calls)
-        out["floor"] = await calls_of(
-            url, engine, lambda: floor.read(thread_id, window), calls
-        )
+        out["floor"] = await calls_of(url, engine, lambda: floor.read(thread_id, window), calls)
     finally:
         await floor.close()
         await engine.dispose()

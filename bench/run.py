@@ -122,44 +122,62 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
         threads: dict[int, str] = {}
         for length in lengths:
             start = time.perf_counter()
-            threads[length], total = await build_thread(
-                store, length, tool_bytes=config.tool_bytes
-            )
+            threads[length], total = await build_thread(store, length, tool_bytes=config.tool_bytes)
             out["seed_s"][str(length)] = time.perf_counter() - start
-            log(f"[{backend}] seeded {length:,} messages ({total / 1e6:.1f} MB) "
-                f"in {out['seed_s'][str(length)]:.1f} s")
+            log(
+                f"[{backend}] seeded {length:,} messages ({total / 1e6:.1f} MB) "
+                f"in {out['seed_s'][str(length)]:.1f} s"
+            )
         await analyze(store.engine)
         floor = await open_floor(url, store.engine)
         out["floor_sql"] = floor.sql
         try:
             reads = await bounded_reads(
-                store, floor, threads,
-                window=config.window, reps=config.reps * config.read_factor,
+                store,
+                floor,
+                threads,
+                window=config.window,
+                reps=config.reps * config.read_factor,
             )
             log(f"[{backend}] bounded reads and floor x{config.reps * config.read_factor} done")
             for length in lengths:
                 capped = length >= config.cap_from
-                reads[length].update(await full_read(
-                    store, threads[length], reps=config.reps, budget_s=config.full_budget_s,
-                    cap=config.cap_reps if capped else None,
-                ))
+                reads[length].update(
+                    await full_read(
+                        store,
+                        threads[length],
+                        reps=config.reps,
+                        budget_s=config.full_budget_s,
+                        cap=config.cap_reps if capped else None,
+                    )
+                )
                 log(f"[{backend}] {length:,}: full read x{reads[length]['full']['n']}")
             with clock_aiosqlite(clock) if sqlite else contextlib.nullcontext():
                 nowindow: dict[int, dict[str, Any]] = {}
                 for length in lengths:
                     start = time.perf_counter()
                     nowindow[length] = await nowindow_turns(
-                        turn_store, threads[length], clock,
-                        reps=config.reps, budget_s=config.nowindow_budget_s,
+                        turn_store,
+                        threads[length],
+                        clock,
+                        reps=config.reps,
+                        budget_s=config.nowindow_budget_s,
                         cap=config.cap_reps if length >= config.cap_from else None,
-                        warmup=config.full_warmup, window=config.window,
+                        warmup=config.full_warmup,
+                        window=config.window,
                         window_warmup=config.turn_warmup,
                     )
-                    log(f"[{backend}] {length:,}: no-window turns "
-                        f"x{nowindow[length]['time']['n']} in {time.perf_counter() - start:.1f} s")
+                    log(
+                        f"[{backend}] {length:,}: no-window turns "
+                        f"x{nowindow[length]['time']['n']} in {time.perf_counter() - start:.1f} s"
+                    )
                 window = await window_turns(
-                    turn_store, threads, clock,
-                    window=config.window, reps=config.reps, warmup=config.turn_warmup,
+                    turn_store,
+                    threads,
+                    clock,
+                    window=config.window,
+                    reps=config.reps,
+                    warmup=config.turn_warmup,
                 )
                 log(f"[{backend}] window turns x{config.reps} per length done")
             for length in lengths:
@@ -170,8 +188,12 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                 }
             for length in sorted({lengths[0], lengths[-1]}):
                 out["breakdown"][str(length)] = await bounded_read_breakdown(
-                    store, floor, url, threads[length],
-                    window=config.window, reps=config.breakdown_reps,
+                    store,
+                    floor,
+                    url,
+                    threads[length],
+                    window=config.window,
+                    reps=config.breakdown_reps,
                 )
                 log(f"[{backend}] breakdown at {length:,} done")
         finally:

@@ -34,9 +34,7 @@ async def time_async(fn: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
     return time.perf_counter() - start, value
 
 
-async def sample(
-    fn: Callable[[], Awaitable[Any]], *, reps: int, warmup: int = 1
-) -> list[float]:
+async def sample(fn: Callable[[], Awaitable[Any]], *, reps: int, warmup: int = 1) -> list[float]:
     """`warmup` unmeasured calls, then `reps` timed ones."""
     for _ in range(warmup):
         await fn()

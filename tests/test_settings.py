@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from app.core.history import HistoryConfig, WindowHistory, policy_from_config
+from app.providers.echo import EchoModel
 from app.settings import Settings
 
 
@@ -24,9 +26,45 @@ def test_no_history_setting_means_no_module_ceiling() -> None:
     assert Settings(history_max_messages="").history_config() is None
 
 
-def test_a_summary_without_a_window_is_refused() -> None:
-    with pytest.raises(ValidationError, match="AGENT_HISTORY_SUMMARIZE needs"):
-        Settings(history_summarize=True)
+def test_a_summary_without_a_limit_is_the_default_forty_message_window() -> None:
+    """One rule with `for_root(history={"summarize": True})`: the window's default limit."""
+    config = Settings(history_summarize=True).history_config()
+    assert config == HistoryConfig(summarize=True)
+    policy = policy_from_config(config, EchoModel())
+    assert isinstance(policy, WindowHistory) and policy.count_limit == 40
+
+
+def test_every_history_knob_has_an_agent_history_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(history_runs=4).history_config() == HistoryConfig(runs=4)
+    assert Settings(history_enabled=False).history_config() == HistoryConfig(enabled=False)
+    fold = Settings(history_max_messages=10, history_summarize=True, history_fold_messages=6)
+    assert fold.history_config() == HistoryConfig(max_messages=10, summarize=True, fold_messages=6)
+    monkeypatch.setenv("AGENT_HISTORY_SUMMARY_TOKEN_THRESHOLD", "3000")
+    monkeypatch.setenv("AGENT_HISTORY_KEEP_RECENT_RUNS", "3")
+    monkeypatch.setenv("AGENT_HISTORY_SUMMARIZE", "true")
+    monkeypatch.setenv("AGENT_HISTORY_FOLD_MAX_TOKENS", "2000")
+    config = Settings().history_config()
+    assert config == HistoryConfig(
+        summary_token_threshold=3000, keep_recent_runs=3, summarize=True, fold_max_tokens=2000
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "variable"),
+    [
+        ({"history_runs": 3, "history_max_messages": 5}, "AGENT_HISTORY_RUNS"),
+        ({"history_summary_token_threshold": 100}, "AGENT_HISTORY_SUMMARY_TOKEN_THRESHOLD"),
+        (
+            {"history_keep_recent_runs": 2, "history_max_messages": 5},
+            "AGENT_HISTORY_KEEP_RECENT_RUNS",
+        ),
+        ({"history_fold_messages": 2, "history_max_messages": 5}, "AGENT_HISTORY_FOLD_MESSAGES"),
+        ({"history_runs": 0}, "history_runs"),
+    ],
+)
+def test_a_bad_history_setting_names_its_variable(values: dict[str, object], variable: str) -> None:
+    with pytest.raises(ValidationError, match=variable):
+        Settings(**values)  # type: ignore[arg-type]
 
 
 def test_malformed_api_keys_name_the_expected_shape() -> None:

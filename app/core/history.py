@@ -1,105 +1,57 @@
 """History policies: which stored messages of a thread a turn sends to the model.
 
-A policy's `select(messages, ctx)` splits the thread into what the turn keeps and what it drops.
-The loop calls it inside the `load:thread` checkpoint and journals its result, so `select` must be
-PURE (no clock, no flags, no I/O): a resumed run has to window exactly as the first attempt did.
-Anything non-deterministic belongs in `summarize`, which runs in a checkpoint of its own.
+A policy's `select(messages, ctx)` splits what it is handed into what the turn keeps and what it
+drops. The loop calls it inside the `load:thread` checkpoint and journals its result, so `select`
+must be PURE (no clock, no flags, no I/O): a resumed run has to window exactly as the first
+attempt did. Anything non-deterministic belongs in `summarize`, which runs in checkpoints of its
+own. The SPI types (`HistoryPolicy`, `HistorySelection`, `HistorySummary`, ...) live in
+`app.core.ports` and are re-exported here.
 
-Besides `select`, the loop reads three optional attributes with `getattr(policy, name, None)`:
+Every built-in policy reads a bounded number of rows per turn (`read_bound`), whatever the
+thread's length:
 
-- `max_messages: int | None` -- the read bound. Declaring it is a PROMISE: `select` keeps at most
-  that many messages and keeps the NEWEST ones. The loop hands it to the store as
-  `ThreadTurnQuery.message_limit`, so a policy that could keep anything older (a pinned brief)
-  or that summarizes (it needs the dropped rows) must leave it None.
-- `summarize` -- an async `(dropped, ctx) -> HistorySummary`, called once per run when `select`
-  dropped something; its text becomes a leading system message.
-- `render_summary` -- `(text) -> str`, the wording of that system message
-  (default `render_history_summary`).
+- `window_history`: the newest `max_messages` and/or the newest messages that fit `max_tokens`.
+- `runs_window`: the newest `max_runs` runs.
+- A SUMMARIZING policy (`window_history(summarize=...)`, `summarizing_runs_window`) is rolling:
+  the thread keeps one summary whose boundary (`covers_through_seq`) only moves forward; a turn
+  reads that summary plus the messages after it, and folds a batch into the next summary only
+  when the unsummarized part passes a high mark (hysteresis: between folds every prompt extends
+  the previous one). Nothing is ever both out of the prompt and out of the summary.
 
-Built-ins: `window_history` (message count and/or token budget), `runs_window` and
-`summarizing_runs_window` (whole runs), `latest_message_only` (`enabled=False`) and
-`whole_thread` (no ceiling). `HistoryConfig` is the declarative form; `resolve_policy` applies
-the precedence agent -> module `history_policy` -> module `history`.
+`HistoryConfig` is the declarative form; `resolve_policy` applies the precedence agent ->
+module `history_policy` -> module `history`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.core.messages import Message
-from app.core.ports import ModelProvider, Usage
-from app.core.summary import render_history_summary, summarize_with_model
+from app.core.ports import (
+    HistoryPolicy,
+    HistoryPolicyContext,
+    HistorySelection,
+    HistorySummary,
+    ModelProvider,
+    ReadBound,
+    Summarizer,
+    SummaryRenderer,
+)
+from app.core.summary import (
+    DEFAULT_FOLD_MAX_TOKENS,
+    render_history_summary,
+    summarize_with_model,
+)
 from app.core.tokens import TokenEstimator, estimate_message_tokens
 from app.errors import ConfigError
 
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-# --- the SPI types -------------------------------------------------------------------------
-
-
-class HistorySelection(_Frozen):
-    """What `select` decided: `keep` is sent (oldest first), `drop` is left out.
-
-    `drop + keep` is the input in order for every built-in policy; `drop` is what a summarizer
-    is handed.
-    """
-
-    keep: list[Message]
-    drop: list[Message]
-
-
-class HistorySummary(_Frozen):
-    """A summarizer's result: the summary text and the tokens the summary cost (for the ledger)."""
-
-    text: str
-    usage: Usage
-
-
-class HistoryPolicyContext(_Frozen):
-    """Who a turn is for. A frozen model so fields can be added without changing any signature."""
-
-    thread_id: str
-    agent: str
-    actor_id: str
-    run_id: str
-
-
-Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]
-"""Folds dropped messages into a summary. May do I/O: it runs in a checkpoint of its own."""
-
-SummaryRenderer: TypeAlias = Callable[[str], str]
-"""Words a summary for the prompt. Must be pure."""
-
-
-@runtime_checkable
-class HistoryPolicy(Protocol):
-    """Decides which stored messages a turn sends. Only `select` is required.
-
-    The loop also reads three optional attributes with `getattr(policy, name, None)`:
-
-    - `max_messages: int | None`: declaring it is a PROMISE about `select`: it keeps at most
-      that many messages and keeps the NEWEST ones. The loop hands it to the store as the read
-      bound (`ThreadTurnQuery.message_limit`), so `select` only ever sees those rows. A policy
-      that can keep anything older (say, a pinned first message), or that summarizes (its
-      summarizer needs the dropped rows), must leave it None; None reads the whole thread.
-    - `summarize: Summarizer | None`: called once per run, when `select` dropped something, with
-      the dropped messages; may do I/O (it runs in the `history:summarize` checkpoint).
-    - `render_summary: SummaryRenderer | None`: words the summary as the leading system message;
-      None means `render_history_summary`.
-
-    These are not protocol members, so `isinstance(obj, HistoryPolicy)` checks `select` only.
-    """
-
-    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
-        """Split `messages` (the thread, oldest first; its last one is the current user message)
-        into keep and drop. Must be pure: it runs inside the journaled `load:thread` step."""
-        ...
+DEFAULT_WINDOW_MESSAGES = 40
+"""What `window_history()` keeps when given no limit at all, as Adonis's sliding window does."""
+DEFAULT_KEEP_RECENT_RUNS = 5
+"""Runs a summarizing runs window keeps verbatim unless told otherwise (HasteKit's default)."""
 
 
 # --- the built-in policies -----------------------------------------------------------------
@@ -109,23 +61,39 @@ def _cut(messages: Sequence[Message], cut: int) -> HistorySelection:
     return HistorySelection(keep=list(messages[cut:]), drop=list(messages[:cut]))
 
 
+def _token_fit(messages: Sequence[Message], budget: int, estimate: TokenEstimator) -> int:
+    """How many of the newest messages fit `budget`, walking back from the newest; the walk
+    stops at the FIRST message that would exceed it (the kept part stays contiguous)."""
+    total = fits = 0
+    for m in reversed(messages):
+        cost = estimate(m)
+        if total + cost > budget:
+            break
+        total += cost
+        fits += 1
+    return fits
+
+
 class WindowHistory:
-    """Keeps the newest messages that fit a message count and/or a token budget.
+    """Keeps the newest messages that fit a message count and/or a token budget; with a
+    summarizer, folds the rest into a rolling summary. Build it with `window_history(...)`."""
 
-    Build it with `window_history(...)`; see there for the exact rules.
-    """
-
-    max_messages: int | None
-    """The read bound: `count_limit` when there is no summarizer, else None (see
-    `window_history`). A token budget beside the count only ever keeps fewer."""
     count_limit: int | None
     """Most messages kept (the newest always rides, so 0 behaves like 1)."""
     token_limit: int | None
     """Token budget for the kept messages, by `estimate`."""
+    fold_messages: int
+    """Summarizing only: unsummarized messages past `count_limit` that trigger a fold."""
+    fold_tokens: int
+    """Summarizing only: unsummarized tokens past `token_limit` that trigger a fold."""
     estimate: TokenEstimator
     summarize: Summarizer | None
-    """Folds what `select` dropped into a summary; None drops it."""
+    """Folds what `select` dropped into the rolling summary; None drops it."""
     render_summary: SummaryRenderer
+    read_bound: ReadBound | None
+    """What the store reads per turn (see `window_history`)."""
+    fold_max_tokens: int
+    """Summarizer input per call at most (the summary so far plus a chunk of messages)."""
 
     def __init__(
         self,
@@ -135,22 +103,51 @@ class WindowHistory:
         estimate: TokenEstimator = estimate_message_tokens,
         summarize: Summarizer | None = None,
         render_summary: SummaryRenderer = render_history_summary,
+        fold_messages: int | None = None,
+        fold_tokens: int | None = None,
+        fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
     ) -> None:
-        if max_messages is not None and max_messages < 0:
-            raise ConfigError(f"max_messages must be >= 0, got {max_messages!r}")
-        if max_tokens is not None and max_tokens < 0:
-            raise ConfigError(f"max_tokens must be >= 0, got {max_tokens!r}")
+        for name, value in (
+            ("max_messages", max_messages),
+            ("max_tokens", max_tokens),
+            ("fold_messages", fold_messages),
+            ("fold_tokens", fold_tokens),
+        ):
+            if value is not None and value < 0:
+                raise ConfigError(f"{name} must be >= 0, got {value!r}")
+        if fold_max_tokens < 1:
+            raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
         self.count_limit = max_messages
         self.token_limit = max_tokens
         self.estimate = estimate
         self.summarize = summarize
         self.render_summary = render_summary
-        # The bound only reaches the store when select can never need an older row: not when a
-        # summarizer must be handed the dropped rows, and not for a token-only ceiling.
-        self.max_messages = max_messages if summarize is None else None
+        self.fold_max_tokens = fold_max_tokens
+        self.fold_messages = (
+            fold_messages if fold_messages is not None else max(1, (max_messages or 0) // 2)
+        )
+        self.fold_tokens = (
+            fold_tokens if fold_tokens is not None else max(1, (max_tokens or 0) // 2)
+        )
+        self.read_bound = self._read_bound()
 
-    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
-        """The larger of the count cut and the token cut, clamped so the newest rides."""
+    def _read_bound(self) -> ReadBound | None:
+        # Summarizing, the unsummarized part may grow to the high mark before it folds, so the
+        # read takes up to a fold batch more than the window. A token budget reaches the store
+        # only with the estimator the store itself stores per message.
+        extra_m = self.fold_messages if self.summarize is not None else 0
+        extra_t = self.fold_tokens if self.summarize is not None else 0
+        messages = None if self.count_limit is None else max(1, self.count_limit) + extra_m
+        tokens = None
+        if self.token_limit is not None and self.estimate is estimate_message_tokens:
+            tokens = self.token_limit + extra_t
+        if messages is None and tokens is None:
+            return None
+        return ReadBound(messages=messages, tokens=tokens)
+
+    def window(self, messages: Sequence[Message]) -> HistorySelection:
+        """The plain sliding window: the larger of the count cut and the token cut, clamped so
+        the newest rides. What `select` does without a summarizer."""
         n = len(messages)
         if n == 0:
             return HistorySelection(keep=[], drop=[])
@@ -158,16 +155,27 @@ class WindowHistory:
         if self.count_limit is not None:
             cut = max(cut, n - self.count_limit)
         if self.token_limit is not None:
-            total = 0
-            fits = 0
-            for m in reversed(messages):
-                cost = self.estimate(m)
-                if fits > 0 and total + cost > self.token_limit:
-                    break  # stop at the first that would exceed: never skip it and go on
-                total += cost
-                fits += 1
-            cut = max(cut, n - fits)
+            cut = max(cut, n - _token_fit(messages, self.token_limit, self.estimate))
         return _cut(messages, min(cut, n - 1))
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        if self.summarize is None:
+            return self.window(messages)
+        # Rolling: `messages` is what the summary does not cover. Below the high mark all of it
+        # rides (it is in no summary yet); past it, the window is cut and the rest is folded.
+        if ctx.skipped > 0 or self._past_high_mark(messages):
+            return self.window(messages)
+        return _cut(messages, 0)
+
+    def _past_high_mark(self, messages: Sequence[Message]) -> bool:
+        if self.count_limit is not None and len(messages) >= (
+            max(1, self.count_limit) + self.fold_messages
+        ):
+            return True
+        if self.token_limit is not None:
+            total = sum(self.estimate(m) for m in messages)
+            return total >= self.token_limit + self.fold_tokens
+        return False
 
     def __repr__(self) -> str:
         return (
@@ -176,51 +184,68 @@ class WindowHistory:
         )
 
 
+_UNSET: Any = object()
+
+
 def window_history(
-    max_messages: int | None = None,
+    max_messages: int | None = _UNSET,
     max_tokens: int | None = None,
     estimate: TokenEstimator = estimate_message_tokens,
     summarize: Summarizer | None = None,
     render_summary: SummaryRenderer = render_history_summary,
+    *,
+    fold_messages: int | None = None,
+    fold_tokens: int | None = None,
+    fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
 ) -> WindowHistory:
-    """The built-in window: keep the newest messages that fit; the rest is dropped.
+    """The built-in window: keep the newest messages that fit; the rest is dropped or folded.
 
-    - `max_messages`: the cut by count is `len - max_messages` (never below 0).
-    - `max_tokens`: walking from the newest message backwards, the newest is always counted and
-      the walk stops at the FIRST message that would push the total over the budget (it does not
-      skip it and look further back: the kept part stays contiguous).
-    - With both, whichever cuts more wins.
-    - The newest message always rides (a turn with nothing to answer is worse than a turn over
-      budget), so `max_messages=0` or a newest message alone over `max_tokens` still keeps it.
-    - An empty thread gives empty keep and drop. With no limit nothing is dropped.
+    - `max_messages`: the cut by count is `len - max_messages` (never below 0). Called with no
+      limit at all, `window_history()` keeps `DEFAULT_WINDOW_MESSAGES` (40); pass
+      `max_messages=None` with `max_tokens` for a token-only window.
+    - `max_tokens`: walking from the newest message backwards, the walk stops at the FIRST
+      message that would push the total over the budget (it does not skip it and look further
+      back: the kept part stays contiguous).
+    - With both, whichever cuts more wins. The newest message always rides (a turn with
+      nothing to answer is worse than a turn over budget).
 
-    `estimate` must be pure (it runs inside `select`). `summarize` folds the dropped messages into
-    a summary (`summarize_with_model(model)` is the built-in); `render_summary` words it.
+    The store reads only what the window can keep (`read_bound`): the newest `max_messages`,
+    and the newest messages within `max_tokens` by the stored estimate (a custom `estimate`
+    cannot be computed by the store, so then only the count bounds the read).
 
-    The policy declares `max_messages` (the store's read bound, a promise that `select` keeps at
-    most that many and keeps the newest) ONLY for a count window without a summarizer. A token-only
-    ceiling names no row count, and a summarizer must be handed rows a bounded read would never
-    fetch, so both read the whole thread. Raises `ConfigError` for a negative limit.
+    With `summarize` (`summarize_with_model(model)` is the built-in) the window is ROLLING:
+    every message the thread's summary does not cover rides verbatim until that part reaches
+    a high mark, `max_messages + fold_messages` messages or `max_tokens + fold_tokens` tokens
+    (defaults: half the window). Then the window is cut back to `max_messages`/`max_tokens` and
+    what it left out is folded into the summary with the summary so far, in calls of at most
+    `fold_max_tokens` input each. So a fold happens every few turns, the prompt between folds
+    extends the previous one, and summarizer input per fold is O(fold batch), never O(thread).
+    Raises `ConfigError` for a negative limit.
     """
+    if max_messages is _UNSET:
+        max_messages = DEFAULT_WINDOW_MESSAGES if max_tokens is None else None
     return WindowHistory(
         max_messages=max_messages,
         max_tokens=max_tokens,
         estimate=estimate,
         summarize=summarize,
         render_summary=render_summary,
+        fold_messages=fold_messages,
+        fold_tokens=fold_tokens,
+        fold_max_tokens=fold_max_tokens,
     )
 
 
 def latest_message_only() -> WindowHistory:
     """What `HistoryConfig(enabled=False)` builds: only the newest message (the current user
-    message) is sent. Declares `max_messages=1`, so the store reads a single row."""
+    message) is sent, and the store reads that single row."""
     return window_history(max_messages=1)
 
 
 class WholeThread:
-    """No ceiling: `select` keeps every message. Declares no bound, so the whole thread is read."""
+    """No ceiling: `select` keeps every message, and the whole thread is read."""
 
-    max_messages: int | None = None
+    read_bound: ReadBound | None = None
     summarize: Summarizer | None = None
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
@@ -231,29 +256,24 @@ class WholeThread:
 
 
 def whole_thread() -> WholeThread:
-    """The policy when nothing is configured anywhere: the whole thread is sent (rule 5)."""
+    """The policy when nothing is configured anywhere: the whole thread is sent."""
     return WholeThread()
 
 
 def split_runs(messages: Sequence[Message]) -> list[list[Message]]:
     """Group messages into runs, oldest first, without reordering anything.
 
-    A run is one user message and everything the agent did for it. Consecutive messages with the
-    same `run_id` form one run; a message with a different non-None `run_id` starts a new one.
-    For messages without a `run_id`, a user message starts a new run and any other message joins
-    the run before it (messages before the first user message form a run of their own).
+    A run is one user message and everything after it up to the next user message: what the
+    agent did to answer it. Messages before the first user message (an imported greeting, or
+    the tail of a run a summary boundary cut into) form a run of their own. `run_id` plays no
+    part: imported history without run ids groups exactly like history the loop wrote, and the
+    store finds where the n-th newest run starts with one index probe (the n-th newest user
+    message).
     """
     runs: list[list[Message]] = []
-    key: str | None = None
     for m in messages:
-        starts = (
-            not runs
-            or (m.run_id is not None and m.run_id != key)
-            or (m.run_id is None and m.role == "user")
-        )
-        if starts:
+        if not runs or m.role == "user":
             runs.append([m])
-            key = m.run_id
         else:
             runs[-1].append(m)
     return runs
@@ -262,21 +282,19 @@ def split_runs(messages: Sequence[Message]) -> list[list[Message]]:
 def _keep_newest_runs(messages: Sequence[Message], n_runs: int) -> HistorySelection:
     runs = split_runs(messages)
     dropped = runs[: max(0, len(runs) - max(1, n_runs))]
-    cut = sum(len(r) for r in dropped)
-    return _cut(messages, cut)
+    return _cut(messages, sum(len(r) for r in dropped))
 
 
 class RunsWindow:
     """Keeps the newest `max_runs` whole runs. Build it with `runs_window(...)`."""
 
-    max_messages: int | None = None
-    """Always None: a run's size is unbounded, so no row count follows from a run count."""
     summarize: Summarizer | None = None
 
     def __init__(self, *, max_runs: int) -> None:
         if max_runs < 0:
             raise ConfigError(f"max_runs must be >= 0, got {max_runs!r}")
         self.max_runs = max_runs
+        self.read_bound = ReadBound(runs=max(1, max_runs))
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         return _keep_newest_runs(messages, self.max_runs)
@@ -291,19 +309,16 @@ def runs_window(max_runs: int) -> RunsWindow:
     Runs are grouped by `split_runs`, and a run is never split: a question is never separated
     from its answer or a tool call from what followed it. The run in flight (the newest, which
     holds the current user message) counts as one of the `max_runs` and is never cut, so
-    `max_runs=0` still keeps it. Declares no `max_messages`: a run can hold any number of
-    messages, so no read bound follows from a run count and the whole thread is read.
-    Raises `ConfigError` for a negative `max_runs`.
+    `max_runs=0` still keeps it. The store reads from the start of the `max_runs`-th newest run
+    (one statement). Raises `ConfigError` for a negative `max_runs`.
     """
     return RunsWindow(max_runs=max_runs)
 
 
 class SummarizingRunsWindow:
-    """Summarizes old runs once the history passes a token threshold.
-    Build it with `summarizing_runs_window(...)`."""
+    """Keeps every unsummarized run until their tokens reach a threshold, then folds all but
+    the newest runs into the rolling summary. Build it with `summarizing_runs_window(...)`."""
 
-    max_messages: int | None = None
-    """Always None: a summarizer must be handed the dropped rows, so the whole thread is read."""
     summarize: Summarizer
     render_summary: SummaryRenderer
 
@@ -312,21 +327,42 @@ class SummarizingRunsWindow:
         *,
         summarize: Summarizer,
         token_threshold: int,
-        keep_recent_runs: int = 2,
+        keep_recent_runs: int = DEFAULT_KEEP_RECENT_RUNS,
         estimate: TokenEstimator = estimate_message_tokens,
         render_summary: SummaryRenderer = render_history_summary,
+        fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
     ) -> None:
         if token_threshold < 1:
             raise ConfigError(f"token_threshold must be >= 1, got {token_threshold!r}")
+        if fold_max_tokens < 1:
+            raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
         self.summarize = summarize
         self.token_threshold = token_threshold
         self.keep_recent_runs = max(1, keep_recent_runs)
         self.estimate = estimate
         self.render_summary = render_summary
+        self.fold_max_tokens = fold_max_tokens
+        # Below the threshold every unsummarized message rides, so the read needs all of them up
+        # to the threshold's worth of tokens, AND the newest runs whole however large they are.
+        tokens = token_threshold if estimate is estimate_message_tokens else None
+        self.read_bound: ReadBound | None = (
+            ReadBound(tokens=tokens, runs=self.keep_recent_runs, widest=True)
+            if tokens is not None
+            else None
+        )
+
+    def history_tokens(self, messages: Sequence[Message], ctx: HistoryPolicyContext) -> int:
+        """What the threshold is compared with: the summary so far (as the prompt words it)
+        plus every message it does not cover."""
+        total = sum(self.estimate(m) for m in messages)
+        if ctx.summary is not None:
+            total += self.estimate(
+                Message(role="system", content=self.render_summary(ctx.summary.text))
+            )
+        return total
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
-        total = sum(self.estimate(m) for m in messages)
-        if total <= self.token_threshold:
+        if ctx.skipped == 0 and self.history_tokens(messages, ctx) < self.token_threshold:
             return _cut(messages, 0)
         return _keep_newest_runs(messages, self.keep_recent_runs)
 
@@ -340,18 +376,19 @@ class SummarizingRunsWindow:
 def summarizing_runs_window(
     summarize: Summarizer,
     token_threshold: int,
-    keep_recent_runs: int = 2,
+    keep_recent_runs: int = DEFAULT_KEEP_RECENT_RUNS,
     estimate: TokenEstimator = estimate_message_tokens,
     render_summary: SummaryRenderer = render_history_summary,
+    fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
 ) -> SummarizingRunsWindow:
-    """Keep everything until the thread's estimated tokens pass `token_threshold`; then keep the
-    `keep_recent_runs` most recent runs verbatim and drop everything older, which the loop hands
-    to `summarize` (e.g. `summarize_with_model(model)`) and folds into one system message.
+    """HasteKit's LLM summarization, rolling: keep everything the summary does not cover until
+    its estimated tokens (with the summary's own) REACH `token_threshold` (`>=`); then keep the
+    `keep_recent_runs` newest runs verbatim and fold everything older into the summary.
 
     Runs are never split (see `split_runs`). The run in flight counts as one of the recent runs,
-    and `keep_recent_runs` below 1 is raised to 1 so it is never cut. Declares no `max_messages`:
-    the summarizer needs the rows a bounded read would leave out. `estimate` must be pure.
-    Raises `ConfigError` for a `token_threshold` below 1.
+    and `keep_recent_runs` below 1 is raised to 1 so it is never cut. The store reads the newest
+    runs plus the newest messages within the threshold, never the thread. `estimate` must be
+    pure. Raises `ConfigError` for a `token_threshold` below 1.
     """
     return SummarizingRunsWindow(
         summarize=summarize,
@@ -359,6 +396,7 @@ def summarizing_runs_window(
         keep_recent_runs=keep_recent_runs,
         estimate=estimate,
         render_summary=render_summary,
+        fold_max_tokens=fold_max_tokens,
     )
 
 
@@ -366,44 +404,119 @@ def summarizing_runs_window(
 
 
 class HistoryConfig(BaseModel):
-    """The declarative ceiling `history=` takes (a plain dict is accepted too, see `coerce`).
+    """The declarative history `history=` takes (a plain dict is accepted too, see `coerce`),
+    with HasteKit's configuration surface. One strategy per config:
 
-    It builds a `window_history` (see `policy_from_config`). Unknown keys and limits below 1 are
-    rejected with a pydantic `ValidationError` naming the field.
+    - a window: `max_messages` and/or `max_tokens` (with no limit at all, 40 messages);
+      `summarize` makes it a rolling summarizing window (`fold_messages`, `fold_tokens`);
+    - a runs window: `runs` (whole runs, nothing summarized);
+    - summarized runs: `summary_token_threshold` with `summarize` (and `keep_recent_runs`);
+    - `enabled=False`: only the current user message.
+
+    Invalid values, unknown keys and strategies mixed in one config are a `ConfigError` naming
+    the key (`coerce` turns pydantic's error into one).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max_messages: int | None = Field(default=None, ge=1)
-    """Keep at most this many newest messages. Also the store's read bound unless summarizing."""
-    max_tokens: int | None = Field(default=None, ge=1)
-    """Keep the newest messages whose estimated tokens fit. Whichever limit cuts more wins."""
-    summarize: bool | Summarizer = False
-    """True folds dropped messages into a summary made by the module's model
-    (`summarize_with_model`); a `Summarizer` is used as is; False drops them."""
     enabled: bool = True
     """False sends only the current user message: the model sees no history at all."""
+    max_messages: int | None = Field(default=None, ge=1)
+    """Keep at most this many newest messages."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Keep the newest messages whose estimated tokens fit. Whichever limit cuts more wins."""
+    runs: int | None = Field(default=None, ge=1)
+    """Keep the newest this many runs whole (HasteKit's sliding window)."""
+    summarize: bool | Summarizer = False
+    """True folds what the window leaves out into a rolling summary made by the module's model
+    (`summarize_with_model`); a `Summarizer` is used as is; False drops it."""
+    summary_token_threshold: int | None = Field(default=None, ge=1)
+    """Summarize old runs once the history's estimated tokens reach this (HasteKit's LLM
+    summarization); needs `summarize`."""
+    keep_recent_runs: int = Field(default=DEFAULT_KEEP_RECENT_RUNS, ge=1)
+    """With `summary_token_threshold`: runs kept verbatim when the rest is summarized."""
+    fold_messages: int | None = Field(default=None, ge=1)
+    """Summarizing window: unsummarized messages past `max_messages` that trigger a fold
+    (default half the window)."""
+    fold_tokens: int | None = Field(default=None, ge=1)
+    """Summarizing window: unsummarized tokens past `max_tokens` that trigger a fold."""
+    fold_max_tokens: int = Field(default=DEFAULT_FOLD_MAX_TOKENS, ge=1)
+    """Summarizer input per call at most; a longer backlog is folded in several calls."""
+
+    @model_validator(mode="after")
+    def _one_strategy(self) -> HistoryConfig:
+        window = self.max_messages is not None or self.max_tokens is not None
+        summarizing = self.summarize is not False
+        if self.runs is not None and (window or self.summary_token_threshold is not None):
+            raise ValueError(
+                "runs: a runs window cannot be combined with max_messages, "
+                "max_tokens or summary_token_threshold"
+            )
+        if self.runs is not None and summarizing:
+            raise ValueError(
+                "runs: a runs window drops old runs; to summarize them set "
+                "summary_token_threshold (and keep_recent_runs) instead"
+            )
+        if self.summary_token_threshold is not None:
+            if window:
+                raise ValueError(
+                    "summary_token_threshold: summarized runs cannot be combined "
+                    "with max_messages or max_tokens"
+                )
+            if not summarizing:
+                raise ValueError("summary_token_threshold: needs summarize (True or a summarizer)")
+        elif "keep_recent_runs" in self.model_fields_set:
+            raise ValueError("keep_recent_runs: only applies with summary_token_threshold")
+        for key in ("fold_messages", "fold_tokens"):
+            if getattr(self, key) is not None and not (window and summarizing):
+                raise ValueError(f"{key}: only applies to a summarizing window")
+        return self
 
     @classmethod
     def coerce(cls, value: HistoryConfig | Mapping[str, Any]) -> HistoryConfig:
-        """A `HistoryConfig` as is, or one validated from a mapping (`{"max_messages": 6}`)."""
+        """A `HistoryConfig` as is, or one validated from a mapping (`{"max_messages": 6}`).
+        A bad mapping is a `ConfigError` naming the key."""
         if isinstance(value, HistoryConfig):
             return value
         if isinstance(value, Mapping):
-            return cls.model_validate(dict(value))
+            try:
+                return cls.model_validate(dict(value))
+            except ValidationError as exc:
+                raise config_error("history", exc) from None
         raise ConfigError(f"history must be a HistoryConfig or a dict, got {value!r}")
+
+
+def config_error(where: str, exc: ValidationError, prefix: str = "") -> ConfigError:
+    """One readable `ConfigError` from pydantic's, each problem led by the key it is about
+    (as an environment variable, `AGENT_HISTORY_RUNS`, when `prefix` is given)."""
+
+    def name(key: str) -> str:
+        return f"{prefix}{key.upper()}" if prefix else key
+
+    problems = []
+    for err in exc.errors():
+        message = err["msg"].removeprefix("Value error, ")
+        if err["loc"]:
+            key = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{name(key)}: {message}")
+        else:  # a cross-field rule: its message leads with the key already
+            key, sep, rest = message.partition(": ")
+            problems.append(f"{name(key)}: {rest}" if sep else message)
+    return ConfigError(f"invalid {where}: " + "; ".join(problems))
 
 
 def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> HistoryPolicy:
     """Build the policy a `HistoryConfig` describes.
 
-    `enabled=False` gives `latest_message_only()` (the limits and `summarize` are ignored).
-    Otherwise a `window_history` with the config's limits; `summarize=True` binds
-    `summarize_with_model(model)` and raises `ConfigError` when no model is given, and a callable
-    `summarize` is used as is.
+    `enabled=False` gives `latest_message_only()`. `runs` gives `runs_window`,
+    `summary_token_threshold` gives `summarizing_runs_window`, anything else a `window_history`
+    (40 messages when no limit is given). `summarize=True` binds `summarize_with_model(model)`
+    and raises `ConfigError` when no model is given; a callable `summarize` is used as is.
     """
     if not config.enabled:
         return latest_message_only()
+    if config.runs is not None:
+        return runs_window(config.runs)
     summarizer: Summarizer | None
     if config.summarize is True:
         if model is None:
@@ -413,8 +526,25 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
         summarizer = None
     else:
         summarizer = config.summarize
+    if config.summary_token_threshold is not None:
+        assert summarizer is not None  # the config's own validation guarantees it
+        return summarizing_runs_window(
+            summarizer,
+            config.summary_token_threshold,
+            keep_recent_runs=config.keep_recent_runs,
+            fold_max_tokens=config.fold_max_tokens,
+        )
+    if config.max_messages is None and config.max_tokens is None:
+        max_messages: int | None = DEFAULT_WINDOW_MESSAGES
+    else:
+        max_messages = config.max_messages
     return window_history(
-        max_messages=config.max_messages, max_tokens=config.max_tokens, summarize=summarizer
+        max_messages=max_messages,
+        max_tokens=config.max_tokens,
+        summarize=summarizer,
+        fold_messages=config.fold_messages,
+        fold_tokens=config.fold_tokens,
+        fold_max_tokens=config.fold_max_tokens,
     )
 
 
@@ -436,27 +566,40 @@ def resolve_policy(
     module_history: HistoryConfig | Mapping[str, Any] | None,
     model: ModelProvider | None = None,
 ) -> HistoryPolicy:
-    """The policy a turn uses, most specific first (rule 5): the agent's `@agent(history=...)`
-    (config, dict or policy), then the module's `history_policy`, then the module's `history`.
+    """The policy a turn uses, most specific first: the agent's `@agent(history=...)` (config,
+    dict or policy), then the module's `history_policy`, then the module's `history`.
 
     The first one set wins outright; nothing is merged across levels. With none set the whole
     thread is sent (`whole_thread()`). `model` is what `summarize=True` binds; a config that asks
-    for a summary without one raises `ConfigError`, as does a value of the wrong type.
+    for a summary without one raises `ConfigError`, as does a value of the wrong type. The
+    module-wide levels are validated whether or not an agent overrides them (`for_root` calls
+    `validate_module_history` first).
     """
     if agent_history is not None:
         return _from_spec(agent_history, model, "agent history")
     if module_history_policy is not None:
-        if not isinstance(module_history_policy, HistoryPolicy):
-            raise ConfigError(
-                f"history_policy must be a HistoryPolicy, got {module_history_policy!r}"
-            )
         return module_history_policy
     if module_history is not None:
         return policy_from_config(HistoryConfig.coerce(module_history), model)
     return whole_thread()
 
 
+def validate_module_history(
+    module_history_policy: HistoryPolicy | None,
+    module_history: HistoryConfig | Mapping[str, Any] | None,
+    model: ModelProvider | None,
+) -> None:
+    """Refuse a bad module-wide history at wiring time, even when every agent overrides it:
+    a setting that is never used is still a mistake its author wants to hear about."""
+    if module_history_policy is not None and not isinstance(module_history_policy, HistoryPolicy):
+        raise ConfigError(f"history_policy must be a HistoryPolicy, got {module_history_policy!r}")
+    if module_history is not None:
+        policy_from_config(HistoryConfig.coerce(module_history), model)
+
+
 __all__ = [
+    "DEFAULT_KEEP_RECENT_RUNS",
+    "DEFAULT_WINDOW_MESSAGES",
     "HistoryConfig",
     "HistoryPolicy",
     "HistoryPolicyContext",
@@ -469,12 +612,14 @@ __all__ = [
     "SummaryRenderer",
     "WholeThread",
     "WindowHistory",
+    "config_error",
     "latest_message_only",
     "policy_from_config",
     "resolve_policy",
     "runs_window",
     "split_runs",
     "summarizing_runs_window",
+    "validate_module_history",
     "whole_thread",
     "window_history",
 ]

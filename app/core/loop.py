@@ -1,12 +1,14 @@
 """AgentLoop: one run answers one user message, every outside effect behind a checkpoint.
 
-Checkpoints, in order (DESIGN.md "The loop and the journal"):
+Checkpoints, in order (docs/reliability.md has the whole table):
 
     persist:user                  the user's message, so `select` sees it as the newest
-    patch:agent:selected-history  (marker; a run journaled before it existed replays the old path)
-    load:thread                   the bounded read + `select`; records the SELECTION only
-    history:summarize             only when something was dropped and the policy summarizes
-    persist:usage:history         the summary's ledger row
+    patch:agent:rolling-summary   (marker; a run journaled before it replays its old path)
+    load:thread                   the bounded read + `select`; records the SELECTION, the
+                                  thread's summary and the fold this turn owes
+    history:summarize[:n]         one per fold chunk: the summary so far + only new messages
+    persist:usage:history[:n]     that chunk's ledger row
+    persist:summary[:n]           that chunk's summary row (idempotent: thread + boundary)
     model:<n>                     one per model step (its ledger row is written inside it)
     tool:<n>:<call id>            one per tool call
     persist:assistant             the answer, tool calls and results on ONE message
@@ -18,6 +20,7 @@ byte. `select` must therefore be pure; anything non-deterministic belongs in `su
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +29,6 @@ from typing import Any, Protocol, TypeAlias
 from pydantic import BaseModel, ConfigDict
 
 from app.core.context_window import ChatMiddleware
-from app.core.history import HistoryPolicy, HistoryPolicyContext, HistorySelection
 from app.core.messages import (
     ChatMessage,
     Message,
@@ -42,44 +44,72 @@ from app.core.ports import (
     AgentStore,
     DurableContext,
     DurableRuntime,
+    HistoryPolicy,
+    HistoryPolicyContext,
     JsonValue,
     Ledger,
     LedgerEntry,
     ModelProvider,
     ModelRequest,
     ModelResponse,
+    ReadBound,
     RunRequest,
+    Summarizer,
+    SummaryRenderer,
     TextDelta,
     Thread,
     ThreadInfoReader,
+    ThreadSummary,
+    ThreadTurnPage,
     ThreadTurnQuery,
     ToolSpec,
     Usage,
     supports_bounded_read,
     supports_streaming,
+    supports_summaries,
 )
-from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult
-from app.core.summary import render_history_summary
+from app.core.reads import bounded_page
+from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult, SummaryReport
+from app.core.summary import DEFAULT_FOLD_MAX_TOKENS, render_history_summary
 from app.core.tokens import estimate_message_tokens
 from app.errors import (
     AgentError,
     AgentNotFound,
+    ConfigError,
     DuplicateMessage,
+    JournalMismatch,
     ProviderBadResponse,
     QuotaExceeded,
     RunFailed,
     RunNotFound,
+    StoreError,
     ThreadNotFound,
 )
 
 log = logging.getLogger(__name__)
 
 SELECTED_HISTORY = "agent:selected-history"
-"""The patch marker of the selection-only `load:thread` payload."""
+"""The patch marker of the selection-only `load:thread` payload (runs journaled before
+`ROLLING_SUMMARY` only)."""
+ROLLING_SUMMARY = "agent:rolling-summary"
+"""The patch marker of the current path: reads after the thread's summary, folds only what is
+new into it and stores each fold. A run journaled without it replays the path it recorded."""
+BACKLOG_READ_ROWS = 256
+"""Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 MAX_TOOL_ARGUMENT_DEPTH = 100
 """How deeply a tool call's arguments may nest. Much deeper cannot be journaled or read back
 (pydantic's JSON limits are about 250 levels to write and 200 to read), so such an answer fails
 its model step as a bad provider response, before anything of it is recorded."""
+
+
+_READ_FIGURES = (
+    "read_bound",
+    "read_token_bound",
+    "read_run_bound",
+    "read_after_seq",
+    "rows_read",
+    "bytes_read",
+)
 
 
 class ToolBinding(Protocol):
@@ -124,16 +154,29 @@ LoopEvent: TypeAlias = TextDelta | ToolCallEvent | ToolResultEvent
 EventSink: TypeAlias = Callable[[LoopEvent], Awaitable[None]]
 
 
+class FoldPreview(BaseModel):
+    """The fold the next turn would make: messages `from_seq`..`through_seq` into the summary."""
+
+    from_seq: int
+    through_seq: int
+
+
 class WindowPreview(BaseModel):
     """What the next turn would send (without its new user message): `GET .../window`."""
 
     thread_id: str
     agent: str
     read_bound: int | None
+    """Newest messages the store is asked for; None when no count bounds the read."""
+    read_token_bound: int | None = None
+    read_run_bound: int | None = None
     kept: list[Message]
     dropped: list[Message]
     summarizes: bool
-    """True when the policy would fold `dropped` into a summary (made only during a real turn)."""
+    """True when the next turn would fold into the summary (folds are made only in turns)."""
+    summary: ThreadSummary | None = None
+    """The thread's rolling summary, sent before `kept`."""
+    next_fold: FoldPreview | None = None
     tokens: list[int]
     """Estimated tokens of each kept message."""
     total_tokens: int
@@ -150,6 +193,13 @@ class AgentLoop:
         agents: Mapping[str, AgentDefinition],
         token_quota: int | None = None,
     ) -> None:
+        for definition in agents.values():
+            if _summarizer(definition.policy) is not None and not supports_summaries(store):
+                raise ConfigError(
+                    f"agent {definition.name!r} summarizes its history, but the store "
+                    f"({type(store).__name__}) keeps no summaries (the SummaryStore port): "
+                    "every turn would have to summarize the whole thread again"
+                )
         self.store = store
         self.runtime = runtime
         self.ledger = ledger
@@ -202,11 +252,8 @@ class AgentLoop:
         if record.report is not None:
             prior = RunReport.model_validate(record.report)
             # The read happened in an earlier attempt; its figures stay true for this run.
-            report.read_bound, report.rows_read, report.bytes_read = (
-                prior.read_bound,
-                prior.rows_read,
-                prior.bytes_read,
-            )
+            for name in _READ_FIGURES:
+                setattr(report, name, getattr(prior, name))
         return await self._drive(request, ctx, definition, on_event, report, fresh=False)
 
     def definition(self, agent: str) -> AgentDefinition:
@@ -233,27 +280,48 @@ class AgentLoop:
         `select` runs over them plus a stand-in for the next user message (which always rides),
         so `kept` is exactly the history the next turn keeps. `dropped` lists what this read saw
         and the next turn will not send; under a read bound older messages are not read at all.
+        For a summarizing policy it shows the thread's summary and the fold the next turn would
+        make (nothing is summarized here: folds happen only in turns).
         """
         if thread is None or thread.id != thread_id or thread.actor_id != actor_id:
             thread = await self.owned_thread(thread_id, actor_id)
         definition = self.definition(thread.agent)
         policy = definition.policy
+        summarizer = _summarizer(policy)
         bound = read_bound(policy)
-        messages, _title, _answered = await self._read(thread_id, bound)
+        report = RunReport(run_id="preview")
+        page = await self._read_page(thread_id, bound, summarizer is not None, report)
         ctx = HistoryPolicyContext(
-            thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
+            thread_id=thread_id,
+            agent=thread.agent,
+            actor_id=actor_id,
+            run_id="preview",
+            summary=page.summary,
+            skipped=page.skipped,
         )
         next_message = Message(role="user", content="")
-        selection = policy.select([*messages, next_message], ctx)
+        selection = policy.select([*page.messages, next_message], ctx)
         kept = [m for m in selection.keep if m is not next_message]
         tokens = [estimate_message_tokens(m) for m in kept]
+        next_fold = None
+        if summarizer is not None:
+            boundary = page.summary.covers_through_seq if page.summary is not None else 0
+            through = max((m.seq or 0 for m in selection.drop), default=boundary)
+            if page.skipped:
+                through = max(through, boundary + page.skipped)
+            if through > boundary:
+                next_fold = FoldPreview(from_seq=boundary + 1, through_seq=through)
         return WindowPreview(
             thread_id=thread_id,
             agent=thread.agent,
-            read_bound=bound,
+            read_bound=report.read_bound,
+            read_token_bound=report.read_token_bound,
+            read_run_bound=report.read_run_bound,
             kept=kept,
             dropped=selection.drop,
-            summarizes=bool(selection.drop) and _summarizer(policy) is not None,
+            summarizes=next_fold is not None,
+            summary=page.summary,
+            next_fold=next_fold,
             tokens=tokens,
             total_tokens=sum(tokens),
         )
@@ -300,7 +368,6 @@ class AgentLoop:
         on_event: EventSink | None,
         report: RunReport,
     ) -> Message:
-        policy = definition.policy
         hctx = HistoryPolicyContext(
             thread_id=request.thread_id,
             agent=request.agent,
@@ -309,27 +376,244 @@ class AgentLoop:
         )
         user = Message(role="user", content=request.content, run_id=request.run_id)
         await ctx.step("persist:user", lambda: self._persist(request.thread_id, user))
+        if await ctx.patched(ROLLING_SUMMARY):
+            prompt = await self._rolling_prompt(request, ctx, definition, hctx, report)
+        else:
+            prompt = await self._legacy_prompt(request, ctx, definition, hctx, report)
+        return await self._answer(request, ctx, definition, prompt, on_event, report)
 
-        if await ctx.patched(SELECTED_HISTORY):
-            recorded = await ctx.step(
-                "load:thread", lambda: self._load_selected(request.thread_id, policy, hctx, report)
+    async def _rolling_prompt(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        hctx: HistoryPolicyContext,
+        report: RunReport,
+    ) -> list[ChatMessage]:
+        """The system prompt, the thread's summary (folded further first when the policy says
+        so) and the kept messages. Everything it uses is journaled: a replay builds the same
+        prompt byte for byte without reading the store or calling the summarizer again."""
+        policy = definition.policy
+        summarizer = _summarizer(policy)
+        recorded = await ctx.step(
+            "load:thread",
+            lambda: self._load_rolling(request.thread_id, policy, hctx, report, summarizer),
+        )
+        keep = [Message.model_validate(m) for m in recorded["keep"]]
+        summary = (
+            ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
+        )
+        if "fold" in recorded and summarizer is not None:
+            summary = await self._fold(
+                request, ctx, policy, summarizer, hctx, summary, recorded["fold"], report
             )
+        elif summary is not None:
+            report.summary = SummaryReport(
+                made=False, covers_through_seq=summary.covers_through_seq
+            )
+        prompt = [ChatMessage(role="system", content=definition.system_prompt)]
+        if summary is not None:
+            prompt.append(ChatMessage(role="system", content=_render(policy)(summary.text)))
+        prompt.extend(to_chat_messages(keep))
+        return prompt
+
+    async def _load_rolling(
+        self,
+        thread_id: str,
+        policy: HistoryPolicy,
+        hctx: HistoryPolicyContext,
+        report: RunReport,
+        summarizer: Summarizer | None,
+    ) -> JsonValue:
+        """The `load:thread` step: the bounded read, `select`, and for a summarizing policy the
+        fold this turn owes: every message from the summary's boundary through the newest one
+        `select` dropped or the read skipped. The fold's messages that the page holds are
+        journaled whole (seq and run id included: a summarizer may group by run); older ones
+        are read chunk by chunk by the fold itself."""
+        page = await self._read_page(thread_id, read_bound(policy), summarizer is not None, report)
+        selection = policy.select(
+            page.messages,
+            hctx.model_copy(update={"summary": page.summary, "skipped": page.skipped}),
+        )
+        recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
+        if summarizer is not None:
+            boundary = page.summary.covers_through_seq if page.summary is not None else 0
+            through = max((m.seq or 0 for m in selection.drop), default=boundary)
+            if page.skipped:
+                through = max(through, boundary + page.skipped)
+            if page.summary is not None:
+                recorded["summary"] = page.summary.model_dump(mode="json", exclude_defaults=True)
+            if through > boundary:
+                recorded["fold"] = {
+                    "through": through,
+                    "messages": [
+                        m.model_dump(mode="json", exclude_defaults=True)
+                        for m in page.messages
+                        if (m.seq or 0) <= through
+                    ],
+                }
+        recorded["title"] = page.title
+        recorded["has_assistant_message"] = page.has_assistant_message
+        return recorded
+
+    async def _fold(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        policy: HistoryPolicy,
+        summarizer: Summarizer,
+        hctx: HistoryPolicyContext,
+        summary: ThreadSummary | None,
+        fold: dict[str, Any],
+        report: RunReport,
+    ) -> ThreadSummary:
+        """Fold the summary forward through `fold["through"]`, one bounded summarizer call per
+        chunk: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
+        chunks' names suffixed `:2`, `:3`... Each chunk's summary is stored as it is made, so a
+        run that dies in a long backlog keeps every chunk it finished."""
+        through = int(fold["through"])
+        known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
+        budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
+        previous = summary.covers_through_seq if summary is not None else None
+        folds = input_messages = input_tokens = 0
+        while summary is None or summary.covers_through_seq < through:
+            folds += 1
+            suffix = "" if folds == 1 else f":{folds}"
+            made = await ctx.step(
+                "history:summarize" + suffix,
+                functools.partial(
+                    self._fold_chunk, request, hctx, summarizer, summary, through, known, budget
+                ),
+            )
+            usage = Usage.model_validate(made["usage"])
+            await ctx.step(
+                "persist:usage:history" + suffix,
+                functools.partial(
+                    self._record_usage, request, report, "history_summary", made["model"], usage
+                ),
+            )
+            summary = ThreadSummary(
+                text=made["text"],
+                covers_through_seq=made["covers_through_seq"],
+                model=made["model"],
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                run_id=request.run_id,
+            )
+            await ctx.step(
+                "persist:summary" + suffix,
+                functools.partial(self._save_summary, request.thread_id, summary),
+            )
+            report.model_calls.append(
+                ModelCallReport(
+                    purpose="history_summary",
+                    prompt_tokens=usage.prompt_tokens,
+                    completion_tokens=usage.completion_tokens,
+                    messages_sent=made["input_messages"],
+                    messages_original=made["input_messages"],
+                )
+            )
+            input_messages += made["input_messages"]
+            input_tokens += made["input_tokens"]
+        report.summary = SummaryReport(
+            made=True,
+            covers_through_seq=summary.covers_through_seq,
+            previous_covers_through_seq=previous,
+            folds=folds,
+            input_messages=input_messages,
+            input_tokens=input_tokens,
+        )
+        return summary
+
+    async def _fold_chunk(
+        self,
+        request: RunRequest,
+        hctx: HistoryPolicyContext,
+        summarizer: Summarizer,
+        summary: ThreadSummary | None,
+        through: int,
+        known: dict[int | None, Message],
+        budget: int,
+    ) -> JsonValue:
+        """One `history:summarize` step: the messages after the summary's boundary, oldest
+        first, while the summary so far and they fit `budget` (at least one message), handed to
+        the summarizer with that summary."""
+        seq = (summary.covers_through_seq if summary is not None else 0) + 1
+        tokens = _summary_tokens(summary)
+        chunk: list[Message] = []
+        while seq <= through:
+            message = known.get(seq)
+            if message is None:
+                await self._fetch_backlog(request.thread_id, seq - 1, through, known)
+                message = known.get(seq)
+                if message is None:
+                    raise StoreError(f"fold: message {seq} of thread {request.thread_id} is gone")
+            cost = estimate_message_tokens(message)
+            if chunk and tokens + cost > budget:
+                break
+            chunk.append(message)
+            tokens += cost
+            seq += 1
+        made = await summarizer(chunk, hctx.model_copy(update={"summary": summary}))
+        text = storable_text(made.text)
+        usage = made.usage or Usage(
+            prompt_tokens=tokens,
+            completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
+        )
+        return {
+            "text": text,
+            "usage": usage.model_dump(mode="json"),
+            "model": storable_text(made.model or _model_name(self.model)),
+            "covers_through_seq": chunk[-1].seq,
+            "input_messages": len(chunk),
+            "input_tokens": tokens,
+        }
+
+    async def _fetch_backlog(
+        self, thread_id: str, after_seq: int, through: int, known: dict[int | None, Message]
+    ) -> None:
+        store = self.store
+        if not supports_summaries(store):
+            raise ConfigError("a summarizing history needs a store that keeps summaries")
+        for m in await store.messages_after(thread_id, after_seq, BACKLOG_READ_ROWS):
+            if m.seq is not None and m.seq <= through:
+                known.setdefault(m.seq, m)
+
+    async def _save_summary(self, thread_id: str, summary: ThreadSummary) -> JsonValue:
+        store = self.store
+        if not supports_summaries(store):
+            raise ConfigError("a summarizing history needs a store that keeps summaries")
+        await store.save_summary(thread_id, summary)
+        return {"covers_through_seq": summary.covers_through_seq}
+
+    async def _legacy_prompt(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        hctx: HistoryPolicyContext,
+        report: RunReport,
+    ) -> list[ChatMessage]:
+        """A run journaled before rolling summaries finishes on its recorded path: its
+        `load:thread` is always in its journal (a journal without one takes the new path), and
+        a summary it had yet to make summarizes its recorded dropped messages, as it did then."""
+        policy = definition.policy
+        if await ctx.patched(SELECTED_HISTORY):
+            recorded = await ctx.step("load:thread", _legacy_load)
             keep = [Message.model_validate(m) for m in recorded["keep"]]
             drop = [Message.model_validate(m) for m in recorded.get("drop", [])]
         else:
-            recorded = await ctx.step(
-                "load:thread", lambda: self._load_whole(request.thread_id, report)
-            )
-            legacy = policy.select([Message.model_validate(m) for m in recorded["messages"]], hctx)
+            recorded = await ctx.step("load:thread", _legacy_load)
+            messages = [Message.model_validate(m) for m in recorded["messages"]]
+            window = getattr(policy, "window", None)
+            legacy = window(messages) if callable(window) else policy.select(messages, hctx)
             keep, drop = legacy.keep, legacy.drop
 
         prompt = [ChatMessage(role="system", content=definition.system_prompt)]
         summarizer = _summarizer(policy)
         if drop and summarizer is not None:
-            summary = await ctx.step(
-                "history:summarize", lambda: _summarize(summarizer, drop, hctx)
-            )
-            usage = Usage.model_validate(summary["usage"])
+            made = await ctx.step("history:summarize", lambda: _summarize(summarizer, drop, hctx))
+            usage = Usage.model_validate(made["usage"])
             await ctx.step(
                 "persist:usage:history",
                 lambda: self._record_usage(
@@ -341,15 +625,13 @@ class AgentLoop:
                     purpose="history_summary",
                     prompt_tokens=usage.prompt_tokens,
                     completion_tokens=usage.completion_tokens,
-                    messages_sent=len(drop),  # all of them go into it
+                    messages_sent=len(drop),
                     messages_original=len(drop),
                 )
             )
-            render = getattr(policy, "render_summary", None) or render_history_summary
-            prompt.append(ChatMessage(role="system", content=render(summary["text"])))
+            prompt.append(ChatMessage(role="system", content=_render(policy)(made["text"])))
         prompt.extend(to_chat_messages(keep))
-
-        return await self._answer(request, ctx, definition, prompt, on_event, report)
+        return prompt
 
     async def _answer(
         self,
@@ -432,46 +714,33 @@ class AgentLoop:
         except DuplicateMessage:
             return {"seq": None}
 
-    async def _read(
-        self, thread_id: str, bound: int | None
-    ) -> tuple[list[Message], str | None, bool]:
+    async def _read_page(
+        self, thread_id: str, bound: ReadBound | None, after_summary: bool, report: RunReport
+    ) -> ThreadTurnPage:
+        """The turn read: bounded by the store when it can (one round trip), else the whole
+        thread cut the same way in memory. The report says what was actually read."""
+        query = ThreadTurnQuery.of(thread_id, bound, after_summary=after_summary)
         if supports_bounded_read(self.store):
-            page = await self.store.load_thread_for_turn(
-                ThreadTurnQuery(thread_id=thread_id, message_limit=bound)
-            )
+            page = await self.store.load_thread_for_turn(query)
             if page is None:
                 raise ThreadNotFound(thread_id)
-            return page.messages, page.title, page.has_assistant_message
+            report.read_bound = query.message_limit
+            report.read_token_bound = query.token_limit
+            report.read_run_bound = query.run_limit
+            if page.summary is not None:
+                report.read_after_seq = page.summary.covers_through_seq
+            _count_read(report, page.messages)
+            return page
         thread = await self.store.get_thread(thread_id)
         if thread is None:
             raise ThreadNotFound(thread_id)
-        answered = any(m.role == "assistant" for m in thread.messages)
-        return thread.messages, thread.title, answered
-
-    async def _load_selected(
-        self, thread_id: str, policy: HistoryPolicy, hctx: HistoryPolicyContext, report: RunReport
-    ) -> JsonValue:
-        bound = read_bound(policy)
-        messages, title, answered = await self._read(thread_id, bound)
-        _count_read(report, bound, messages)
-        selection: HistorySelection = policy.select(messages, hctx)
-        recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
-        if _summarizer(policy) is not None:
-            recorded["drop"] = [journal_form(m) for m in selection.drop]
-        recorded["title"] = title
-        recorded["has_assistant_message"] = answered
-        return recorded
-
-    async def _load_whole(self, thread_id: str, report: RunReport) -> JsonValue:
-        """The pre-`agent:selected-history` payload: the whole thread. Kept so runs journaled
-        that way finish on exactly what they recorded."""
-        messages, title, answered = await self._read(thread_id, None)
-        _count_read(report, None, messages)
-        return {
-            "messages": [m.model_dump(mode="json") for m in messages],
-            "title": title,
-            "has_assistant_message": answered,
-        }
+        summary = None
+        if after_summary and supports_summaries(self.store):
+            summary = await self.store.latest_summary(thread_id)
+        _count_read(report, thread.messages)  # no bound reached the store: all of it was read
+        if summary is not None:
+            report.read_after_seq = summary.covers_through_seq
+        return bounded_page(thread, query, summary)
 
     async def _model_step(
         self,
@@ -543,14 +812,20 @@ class AgentLoop:
         report.ledger = [_ledger_row(e) for e in entries]
 
 
-def read_bound(policy: HistoryPolicy) -> int | None:
-    """The rows a turn asks the store for: the policy's declared `max_messages`, else all.
+def read_bound(policy: HistoryPolicy) -> ReadBound | None:
+    """What a turn asks the store for: the policy's declared `read_bound`, or the older
+    `max_messages` promise as a message count; None reads everything.
 
-    At least 1: the newest message (the turn's own user message) always rides, so a policy
-    declaring 0 still needs that row read, or the bounded read would differ from the full one.
+    A message count is at least 1: the newest message (the turn's own user message) always
+    rides, so a policy declaring 0 still needs that row read.
     """
-    bound = getattr(policy, "max_messages", None)
-    return max(1, bound) if isinstance(bound, int) else None
+    bound = getattr(policy, "read_bound", None)
+    if isinstance(bound, ReadBound):
+        if bound.messages is not None and bound.messages < 1:
+            return bound.model_copy(update={"messages": 1})
+        return bound
+    legacy = getattr(policy, "max_messages", None)
+    return ReadBound(messages=max(1, legacy)) if isinstance(legacy, int) else None
 
 
 def _nesting_depth(value: Any) -> int:
@@ -582,10 +857,26 @@ def _summarizer(policy: HistoryPolicy) -> Any:
     return getattr(policy, "summarize", None)
 
 
-def _count_read(report: RunReport, bound: int | None, messages: list[Message]) -> None:
-    report.read_bound = bound
+def _count_read(report: RunReport, messages: list[Message]) -> None:
     report.rows_read = len(messages)
     report.bytes_read = sum(payload_bytes(m) for m in messages)
+
+
+def _render(policy: HistoryPolicy) -> SummaryRenderer:
+    render = getattr(policy, "render_summary", None)
+    return render if callable(render) else render_history_summary
+
+
+def _summary_tokens(summary: ThreadSummary | None) -> int:
+    if summary is None:
+        return 0
+    return estimate_message_tokens(Message(role="system", content=summary.text))
+
+
+async def _legacy_load() -> JsonValue:
+    """The step function of a legacy `load:thread`, which is only ever replayed: such a run
+    journaled its read before anything else could follow it (see `_legacy_prompt`)."""
+    raise JournalMismatch("a legacy load:thread step cannot run again: its journal lacks it")
 
 
 async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:

@@ -108,18 +108,79 @@ class ThreadInfoReader(Protocol):
     async def get_thread_info(self, thread_id: str) -> Thread | None: ...
 
 
+class ThreadSummary(_Frozen):
+    """A thread's rolling summary: every message with `seq <= covers_through_seq` is folded
+    into `text` and is never sent verbatim again."""
+
+    text: str
+    covers_through_seq: int = Field(ge=0)
+    model: str = ""
+    """The model that wrote it, as the ledger names it."""
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    run_id: str | None = None
+    """The run whose turn made it."""
+
+
+class ReadBound(_Frozen):
+    """Which newest messages of a thread a turn needs: the bound a policy declares and the
+    store reads by. Every limit counts from the newest message backwards.
+
+    `widest=False` reads the messages inside EVERY given limit (a window with a count and a
+    token budget keeps only what satisfies both); `widest=True` those inside ANY (a policy that
+    keeps whole runs but checks a token threshold needs both stretches). No limit: everything.
+    """
+
+    messages: int | None = Field(default=None, ge=0)
+    """The newest n messages."""
+    tokens: int | None = Field(default=None, ge=0)
+    """The newest messages whose token estimates (`estimate_message_tokens`) add up to at most
+    this; the newest always counts, as in a window's token walk."""
+    runs: int | None = Field(default=None, ge=1)
+    """The newest n runs, whole (a run starts at each user message, see `split_runs`); at
+    least 1, the run in flight."""
+    widest: bool = False
+
+
 class ThreadTurnQuery(_Frozen):
     thread_id: str
     message_limit: int | None = Field(default=None, ge=0)
     """Newest rows to return; None reads the whole thread. 0 returns no messages."""
+    token_limit: int | None = Field(default=None, ge=0)
+    """See `ReadBound.tokens`."""
+    run_limit: int | None = Field(default=None, ge=1)
+    """See `ReadBound.runs`."""
+    widest: bool = False
+    """See `ReadBound.widest`."""
+    after_summary: bool = False
+    """Read only what the thread's newest summary does not cover (`seq > covers_through_seq`)
+    and return that summary with the page."""
+
+    @classmethod
+    def of(cls, thread_id: str, bound: ReadBound | None, *, after_summary: bool) -> ThreadTurnQuery:
+        if bound is None:
+            return cls(thread_id=thread_id, after_summary=after_summary)
+        return cls(
+            thread_id=thread_id,
+            message_limit=bound.messages,
+            token_limit=bound.tokens,
+            run_limit=bound.runs,
+            widest=bound.widest,
+            after_summary=after_summary,
+        )
 
 
 class ThreadTurnPage(_Frozen):
     messages: list[Message]
-    """The newest `message_limit` messages, oldest first."""
+    """The newest messages the query's limits select, oldest first."""
     title: str | None
     has_assistant_message: bool
     """Whether the thread was EVER answered: asked of the whole thread, never of the page."""
+    summary: ThreadSummary | None = None
+    """The newest summary, when the query asked for `after_summary` and there is one."""
+    skipped: int = 0
+    """Messages older than the page the query left unread (after the summary's boundary, when
+    it asked for `after_summary`). A summarizing policy must fold them: nobody else will."""
 
 
 @runtime_checkable
@@ -132,6 +193,106 @@ class ThreadTurnReader(Protocol):
 def supports_bounded_read(store: object) -> TypeGuard[ThreadTurnReader]:
     """runtime_checkable looks for the method name only, which is all a probe needs."""
     return isinstance(store, ThreadTurnReader)
+
+
+@runtime_checkable
+class SummaryStore(Protocol):
+    """Optional: a store that keeps each thread's rolling summary. A summarizing policy needs
+    one: without it every turn would have to summarize the whole thread again."""
+
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        """The summary with the highest `covers_through_seq`, or None."""
+        ...
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        """Store it, keyed by (thread, `covers_through_seq`). Idempotent: saving a boundary
+        that is already stored changes nothing, so a replayed fold never writes twice."""
+        ...
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        """Up to `limit` messages with `seq > after_seq`, oldest first: a backlog, chunk by
+        chunk."""
+        ...
+
+
+def supports_summaries(store: object) -> TypeGuard[SummaryStore]:
+    return isinstance(store, SummaryStore)
+
+
+# --- history policy SPI ---------------------------------------------------------------------
+# The types a history policy and a summarizer speak. They live here, beside the other ports, so
+# `core/history.py` (the built-in policies) and `core/summary.py` (the built-in summarizer) both
+# depend on them without depending on each other.
+
+
+class HistorySelection(_Frozen):
+    """What `select` decided: `keep` is sent (oldest first), `drop` is left out.
+
+    For a summarizing policy, `drop` (with anything older the read skipped) is folded into the
+    thread's rolling summary; for any other it is gone from the prompt.
+    """
+
+    keep: list[Message]
+    drop: list[Message]
+
+
+class HistorySummary(_Frozen):
+    """A summarizer's result. `usage` None means the summarizer could not say what it cost: the
+    ledger books the token estimate instead, flagged as estimated. `model` names the model that
+    wrote it, so the ledger books the summary under the same name as that model's chat calls."""
+
+    text: str
+    usage: Usage | None = None
+    model: str | None = None
+
+
+class HistoryPolicyContext(_Frozen):
+    """Who a turn is for, and what the thread already folded. A frozen model so fields can be
+    added without changing any signature."""
+
+    thread_id: str
+    agent: str
+    actor_id: str
+    run_id: str
+    summary: ThreadSummary | None = None
+    """The thread's rolling summary so far. `select` sees only messages it does not cover; a
+    summarizer must fold its text into the next summary, or what it held is lost."""
+    skipped: int = 0
+    """Messages after the summary's boundary that the bounded read left unread (older than the
+    ones `select` is given). Non-zero means the history is past any bound the policy declared."""
+
+
+Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]
+"""Folds messages into a summary: `(messages, ctx)`, with the summary so far in `ctx.summary`.
+May do I/O: it runs in a checkpoint of its own."""
+
+SummaryRenderer: TypeAlias = Callable[[str], str]
+"""Words a summary for the prompt. Must be pure."""
+
+
+@runtime_checkable
+class HistoryPolicy(Protocol):
+    """Decides which stored messages a turn sends. Only `select` is required.
+
+    The loop also reads optional attributes with `getattr(policy, name, None)`:
+
+    - `read_bound: ReadBound | None`: what the store reads. Declaring it is a PROMISE that
+      `select` over only those messages keeps what it would keep over all of them. None reads
+      everything (after the summary's boundary, for a summarizing policy). The older
+      `max_messages: int` is read as `ReadBound(messages=max_messages)`.
+    - `summarize: Summarizer | None`: makes the policy a ROLLING summarizer: `select` is handed
+      only what the thread's summary does not cover, and what it drops (plus anything older the
+      read skipped) is folded into the next summary, chunk by chunk, with the summary so far.
+    - `render_summary: SummaryRenderer | None`: words the summary as the leading system message;
+      None means `render_history_summary`.
+
+    These are not protocol members, so `isinstance(obj, HistoryPolicy)` checks `select` only.
+    """
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        """Split `messages` (oldest first; the last is the current user message) into keep and
+        drop. Must be pure: it runs inside the journaled `load:thread` step."""
+        ...
 
 
 # --- durable runtime -----------------------------------------------------------------------
@@ -236,18 +397,27 @@ __all__ = [
     "AgentStore",
     "DurableContext",
     "DurableRuntime",
+    "HistoryPolicy",
+    "HistoryPolicyContext",
+    "HistorySelection",
+    "HistorySummary",
     "JsonValue",
     "Ledger",
     "LedgerEntry",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "ReadBound",
     "RunRecord",
     "RunRequest",
     "StreamingModelProvider",
+    "Summarizer",
+    "SummaryRenderer",
+    "SummaryStore",
     "TextDelta",
     "Thread",
     "ThreadInfoReader",
+    "ThreadSummary",
     "ThreadTurnPage",
     "ThreadTurnQuery",
     "ThreadTurnReader",
@@ -255,4 +425,5 @@ __all__ = [
     "Usage",
     "supports_bounded_read",
     "supports_streaming",
+    "supports_summaries",
 ]

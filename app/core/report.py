@@ -40,14 +40,39 @@ class LedgerRow(BaseModel):
     completion_tokens: int
 
 
+class SummaryReport(BaseModel):
+    """The rolling summary this run's prompt carried: made (folded further) or reused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    made: bool
+    """True when this run folded messages into it; False when the stored one was reused."""
+    covers_through_seq: int
+    """Messages with seq up to this are in the summary, not in the prompt."""
+    previous_covers_through_seq: int | None = None
+    """Where the summary stood before this run folded (None: there was none)."""
+    folds: int = 0
+    """Summarizer calls (a long backlog is folded in several bounded chunks)."""
+    input_messages: int = 0
+    input_tokens: int = 0
+    """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""
+
+
 class RunReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run_id: str
     status: str = "running"
     read_bound: int | None = None
-    """The `message_limit` the store was asked for; None when it read the whole thread (or
-    when no read happened: a run resumed after its process died replays `load:thread`)."""
+    """The message count the store was asked for; None when no count bounded the read (also
+    when the store could not bound it, or no read happened: a run resumed after its process
+    died replays `load:thread`)."""
+    read_token_bound: int | None = None
+    """The token budget the store was asked to read by, if any."""
+    read_run_bound: int | None = None
+    """The number of newest runs the store was asked to read, if any."""
+    read_after_seq: int | None = None
+    """The summary boundary the read started after (summarizing policies)."""
     rows_read: int = 0
     """Messages the thread read returned. A run resumed after a failure carries the figures of
     the attempt that read; one resumed after its process died replays the read and reports 0."""
@@ -57,6 +82,7 @@ class RunReport(BaseModel):
     """Checkpoint name -> bytes of its journaled payload."""
     model_calls: list[ModelCallReport] = []
     ledger: list[LedgerRow] = []
+    summary: SummaryReport | None = None
 
 
 class RunResult(BaseModel):

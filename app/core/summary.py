@@ -2,37 +2,46 @@
 
 `summarize_with_model` is the built-in summarizer (`HistoryConfig(summarize=True)` binds it): one
 extra, non-streamed call to the module's model with `purpose="history_summary"`, so the ledger
-books its tokens apart from the agent's own steps. `render_history_summary` is the default wording
-of the summary in the prompt.
-
-This module imports the history types lazily because `app.core.history` imports it for its
-defaults; the dependency only runs one way at import time.
+books its tokens apart from the agent's own steps. Summaries ROLL: each call is handed the summary
+so far (`ctx.summary`) and only the messages newly left out, and returns the next summary, so a
+call's input is bounded by the fold batch, never by the thread. `render_history_summary` is the
+default wording of the summary in the prompt.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from app.core.messages import ChatMessage, Message
-from app.core.ports import ModelProvider, ModelRequest
-
-if TYPE_CHECKING:
-    from app.core.history import HistoryPolicyContext, HistorySummary, Summarizer
+from app.core.ports import (
+    HistoryPolicyContext,
+    HistorySummary,
+    ModelProvider,
+    ModelRequest,
+    Summarizer,
+)
 
 DEFAULT_HISTORY_SUMMARY_INSTRUCTION = (
     "Summarize this conversation for an assistant that will continue it without seeing these "
     "messages. Preserve decisions made, facts and constraints the user stated, identifiers and "
-    "names mentioned, and any open questions or anything left unresolved. Omit pleasantries. "
+    "names mentioned, and anything left unresolved. Omit pleasantries. "
     "Reply with the summary only \u2014 no preamble, no headings."
 )
-"""What the summarizer is told when no instruction is given.
+"""What the summarizer is told when no instruction is given: Adonis's text, word for word.
 
 Written for a reader who continues the conversation without seeing the messages, so it asks for
 what a later turn must act on (decisions, stated facts and constraints, identifiers and names,
-open questions) rather than a readable recap.
+what is unresolved) rather than a readable recap.
 """
+
+DEFAULT_FOLD_MAX_TOKENS = 8000
+"""Estimated input tokens one summarizer call may be handed (summary so far plus messages).
+Well inside the context window of any model one would summarize with; a longer backlog is
+folded in several calls, each extending the summary of the one before."""
+
+PREVIOUS_SUMMARY_HEADING = "Summary of the conversation so far:"
+NEW_MESSAGES_HEADING = "Messages since then:"
 
 
 def render_history_summary(text: str) -> str:
@@ -70,40 +79,52 @@ def _render_transcript(messages: Sequence[Message]) -> str:
     return "\n".join(lines)
 
 
+def fold_input(messages: Sequence[Message], ctx: HistoryPolicyContext) -> str:
+    """What one fold hands the model: the summary so far (if any), then the new messages. With
+    no summary yet it is the plain transcript, as a first summary has nothing to extend."""
+    transcript = _render_transcript(messages)
+    if ctx.summary is None:
+        return transcript
+    return f"{PREVIOUS_SUMMARY_HEADING}\n{ctx.summary.text}\n\n{NEW_MESSAGES_HEADING}\n{transcript}"
+
+
 def summarize_with_model(
     model: ModelProvider, instruction: str = DEFAULT_HISTORY_SUMMARY_INSTRUCTION
 ) -> Summarizer:
     """A `HistoryPolicy.summarize` backed by one non-streamed call to `model`.
 
-    The returned coroutine function takes `(dropped, ctx)` and makes exactly ONE
+    The returned coroutine function takes `(messages, ctx)` and makes exactly ONE
     `model.complete(...)` call: a system message holding `instruction`, then a user message
-    holding a transcript of `dropped`; no tools (a summary must not act), and
-    `purpose="history_summary"` so the call gets a ledger row of its own. It returns
-    `HistorySummary(text=response.content, usage=response.usage)`. `complete` rather than
+    holding the summary so far (`ctx.summary`, when there is one) and a transcript of `messages`;
+    no tools (a summary must not act), and `purpose="history_summary"` so the call gets a ledger
+    row of its own. It returns the response's text, usage and model name. `complete` rather than
     `stream` keeps the summary's tokens out of the user's live stream.
 
-    The loop runs it inside the `history:summarize` checkpoint, so it may do I/O: a replay reads
+    The loop runs it inside a `history:summarize` checkpoint, so it may do I/O: a replay reads
     the journaled summary back instead of calling the model again.
     """
-    from app.core.history import HistorySummary
 
-    async def summarize(dropped: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+    async def summarize(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
         request = ModelRequest(
             messages=[
                 ChatMessage(role="system", content=instruction),
-                ChatMessage(role="user", content=_render_transcript(dropped)),
+                ChatMessage(role="user", content=fold_input(messages, ctx)),
             ],
             tools=[],
             purpose="history_summary",
         )
         response = await model.complete(request)
-        return HistorySummary(text=response.content, usage=response.usage)
+        return HistorySummary(
+            text=response.content, usage=response.usage, model=response.model or None
+        )
 
     return summarize
 
 
 __all__ = [
+    "DEFAULT_FOLD_MAX_TOKENS",
     "DEFAULT_HISTORY_SUMMARY_INSTRUCTION",
+    "fold_input",
     "render_history_summary",
     "summarize_with_model",
 ]

@@ -230,10 +230,14 @@ async def get_window(thread: OwnedThreadDep, actor: ActorDep, module: ModuleDep)
         thread_id=preview.thread_id,
         agent=preview.agent,
         read_bound=preview.read_bound,
+        read_token_bound=preview.read_token_bound,
+        read_run_bound=preview.read_run_bound,
         kept=kept,
         dropped_count=len(preview.dropped),
         dropped=preview.dropped,
         summarizes=preview.summarizes,
+        summary=preview.summary,
+        next_fold=preview.next_fold,
         total_tokens=preview.total_tokens,
     )
 

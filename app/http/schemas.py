@@ -6,7 +6,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
+from app.core.loop import FoldPreview
 from app.core.messages import Message
+from app.core.ports import ThreadSummary
 from app.core.report import RunReport
 
 
@@ -84,12 +86,21 @@ class WindowOut(BaseModel):
     thread_id: str
     agent: str
     read_bound: int | None
-    """Rows the turn asks the database for; null reads the whole thread."""
+    """Newest rows the turn asks the database for; null when no count bounds the read."""
+    read_token_bound: int | None = None
+    """Token budget the read is bounded by (the stored per-message estimates), if any."""
+    read_run_bound: int | None = None
+    """Newest runs the read is bounded to, if any."""
     kept: list[WindowMessage]
     dropped_count: int
     dropped: list[Message]
     summarizes: bool
-    """True when the dropped messages would be folded into a summary (made during the turn)."""
+    """True when the next turn would fold messages into the summary (folds happen in turns)."""
+    summary: ThreadSummary | None = None
+    """The thread's rolling summary, sent before the kept messages; `covers_through_seq` says
+    which messages it stands for."""
+    next_fold: FoldPreview | None = None
+    """The messages (by seq) the next turn would fold into the summary."""
     total_tokens: int
     """Estimated tokens of the kept messages (system prompt and summary not included)."""
 

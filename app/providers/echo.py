@@ -16,6 +16,7 @@ from typing import Any
 
 from app.core.messages import ChatMessage, ToolCall
 from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec
+from app.core.summary import NEW_MESSAGES_HEADING, PREVIOUS_SUMMARY_HEADING
 from app.core.tokens import estimate_usage
 
 MODEL_NAME = "echo"
@@ -23,11 +24,15 @@ QUOTE_CHARS = 60
 """How much of the last user message an answer quotes."""
 SUMMARY_LINE_CHARS = 80
 """How much of each transcript line an extractive summary keeps."""
+SUMMARY_MAX_LINES = 12
+"""Lines a summary keeps at most: folding the summary so far with new lines keeps the newest, so
+a rolling summary stays bounded however long the thread grows, as a real model's would."""
 STREAM_CHUNK_CHARS = 16
 """Size of the TextDelta pieces `stream` yields; small enough that any answer streams in parts."""
 
 _TRANSCRIPT_LINE = re.compile(r"^\s*\[?(system|user|assistant)\]?\s*:\s*(.*)$", re.IGNORECASE)
 _WHITESPACE = re.compile(r"\s+")
+_SUMMARY_COUNT = re.compile(r"^Summary of (\d+) earlier messages:$")
 
 
 def _flatten(text: str) -> str:
@@ -39,11 +44,15 @@ class EchoModel:
     """A model that answers from what it was sent, identically every time.
 
     - ``purpose="history_summary"``: an extractive summary, one line per user/assistant line of
-      the transcript it was given (the first ``SUMMARY_LINE_CHARS`` characters of each).
+      the transcript it was given (the first ``SUMMARY_LINE_CHARS`` characters of each); handed
+      a summary so far, it extends that one's lines and keeps the newest ``SUMMARY_MAX_LINES``.
     - A last user message ``/<tool> [json]`` naming an advertised tool: one call to that tool.
     - Anything else: ``Echo (saw N messages): "<quote of the last user message>"``, plus one
       sentence per trailing tool result giving its size, so tool output is visibly "read".
     """
+
+    model = MODEL_NAME
+    """The name the ledger books every call under, chat and summary alike."""
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay = delay
@@ -81,6 +90,29 @@ class EchoModel:
 
 
 def _summarize(messages: Sequence[ChatMessage]) -> str:
+    """A rolling fold: the summary so far (when the input carries one) extended by the new
+    messages' lines, newest `SUMMARY_MAX_LINES` kept, the count of messages covered carried."""
+    carried: list[str] = []
+    covered = 0
+    rest: list[ChatMessage] = []
+    for m in messages:
+        if m.role == "user" and m.content.startswith(PREVIOUS_SUMMARY_HEADING):
+            previous, _, new = m.content.partition(f"\n\n{NEW_MESSAGES_HEADING}\n")
+            for line in previous.splitlines()[1:]:
+                found = _SUMMARY_COUNT.match(line)
+                if found:
+                    covered = int(found.group(1))
+                elif line.startswith("- "):
+                    carried.append(line)
+            rest.append(m.model_copy(update={"content": new}))
+        else:
+            rest.append(m)
+    count, lines = _extract(rest)
+    body = [*carried, *lines][-SUMMARY_MAX_LINES:]
+    return "\n".join([f"Summary of {covered + count} earlier messages:", *body])
+
+
+def _extract(messages: Sequence[ChatMessage]) -> tuple[int, list[str]]:
     """Extractive: keep the start of every user/assistant line of the transcript.
 
     A summarizer may send the transcript rendered as text (``user: ...`` lines, as
@@ -105,7 +137,7 @@ def _summarize(messages: Sequence[ChatMessage]) -> str:
     if not lines:
         lines = [(m.role, m.content) for m in messages if m.role in ("user", "assistant")]
     body = [f"- {role}: {_flatten(text)[:SUMMARY_LINE_CHARS]}" for role, text in lines]
-    return "\n".join([f"Summary of {len(lines)} earlier messages:", *body])
+    return len(lines), body
 
 
 def _requested_tool_call(

@@ -12,6 +12,7 @@ from app.core.messages import (
     decode_tool_results,
     encode_json_list,
 )
+from app.core.tokens import estimate_message_tokens
 
 MESSAGE_COLUMNS = ("seq", "role", "content", "tool_calls", "tool_results", "attachments", "run_id")
 """The columns a message is rebuilt from, in the order the read selects them."""
@@ -28,6 +29,23 @@ def to_row(thread_id: str, seq: int, message: Message) -> dict[str, Any]:
         "attachments": encode_json_list(message.attachments),
         "run_id": message.run_id,
     }
+
+
+def to_rows(
+    thread_id: str, first_seq: int, tokens_before: int, messages: Sequence[Message]
+) -> tuple[list[dict[str, Any]], int]:
+    """Rows for `messages` stored from `first_seq` on, each with its token estimate and the
+    running sum before it (starting at `tokens_before`, the thread's total so far); returns the
+    rows and the tokens they add. The one place a message's stored estimate is computed."""
+    rows: list[dict[str, Any]] = []
+    running = tokens_before
+    for i, m in enumerate(messages):
+        cost = estimate_message_tokens(m)
+        rows.append(
+            {**to_row(thread_id, first_seq + i, m), "tokens": cost, "tokens_before": running}
+        )
+        running += cost
+    return rows, running - tokens_before
 
 
 def from_row(row: Sequence[Any], offset: int = 0) -> Message:

@@ -1,7 +1,8 @@
-"""MemoryStore: an in-process AgentStore with the FULL read only.
+"""MemoryStore: an in-process AgentStore with the FULL read only, and summaries.
 
 It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
-whole thread, then select) is exercised by every test that uses it.
+whole thread, then cut it in memory as the bounded read would) is exercised by every test that
+uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from app.core.messages import Message
-from app.core.ports import Thread
+from app.core.ports import Thread, ThreadSummary
 from app.errors import DuplicateMessage, ThreadNotFound
 
 
 class MemoryStore:
     def __init__(self) -> None:
         self._threads: dict[str, Thread] = {}
+        self._summaries: dict[str, dict[int, ThreadSummary]] = {}
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -66,3 +68,16 @@ class MemoryStore:
             return []
         msgs = [m for m in thread.messages if before is None or (m.seq or 0) < before]
         return msgs[-limit:] if limit else []
+
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        kept = self._summaries.get(thread_id, {})
+        return kept[max(kept)] if kept else None
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        self._summaries.setdefault(thread_id, {}).setdefault(summary.covers_through_seq, summary)
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]

@@ -30,6 +30,7 @@ def _row_id() -> sa.Column[int]:
         autoincrement=True,
     )
 
+
 _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
 
@@ -43,6 +44,11 @@ threads = sa.Table(
     sa.Column("last_seq", sa.Integer, nullable=False, server_default="0"),
     # `last_seq` is the append counter: bumping it with UPDATE ... RETURNING takes the row lock
     # that keeps `seq` contiguous under concurrent appends, on PostgreSQL and SQLite alike.
+    # Because `seq` runs 1..last_seq without gaps, "the newest n messages" is the seq range
+    # `> last_seq - n`: a bound the read computes without counting rows.
+    sa.Column("total_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # The thread's running token estimate, bumped with `last_seq`: a token-budget read finds
+    # where its window starts by comparing it with each message's `tokens_before`.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
@@ -60,15 +66,38 @@ messages = sa.Table(
     sa.Column("tool_results", sa.Text, nullable=True),
     sa.Column("attachments", sa.Text, nullable=True),
     sa.Column("run_id", _ID, nullable=True),
+    sa.Column("tokens", sa.Integer, nullable=False, server_default="0"),
+    # The message's token estimate (`estimate_message_tokens`), fixed when it is stored.
+    sa.Column("tokens_before", sa.BigInteger, nullable=False, server_default="0"),
+    # The sum of `tokens` of every earlier message of the thread. The newest messages that fit a
+    # budget B are exactly those with `tokens_before >= total_tokens - B`: a range on an index.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
-    # Serves the bounded read: `WHERE thread_id = ? ORDER BY seq DESC LIMIT n` walks it backwards.
+    # Serves every bounded read: a `seq` range of one thread.
     sa.UniqueConstraint("thread_id", "seq"),
-    # Serves "has this thread ever been answered": an index-only existence probe.
-    sa.Index("ix_messages_thread_id_role", "thread_id", "role"),
+    # Serves "has this thread ever been answered" (an index-only existence probe) and "where does
+    # the n-th newest run start" (the n-th newest user message, walked backwards by seq).
+    sa.Index("ix_messages_thread_id_role_seq", "thread_id", "role", "seq"),
+    # Serves the token-budget read: the first message whose `tokens_before` reaches the floor.
+    sa.Index("ix_messages_thread_id_tokens_before", "thread_id", "tokens_before"),
     # A run stores one user message and one answer: a replayed persist step can never store a
     # second copy, whatever moment the process died at.
     sa.Index("uq_messages_thread_id_run_id_role", "thread_id", "run_id", "role", unique=True),
     sa.CheckConstraint("role IN ('system', 'user', 'assistant')", name="role"),
+)
+
+thread_summaries = sa.Table(
+    "thread_summaries",
+    metadata,
+    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("covers_through_seq", sa.Integer, primary_key=True),
+    # Keyed by thread and boundary: a fold replayed after a crash writes the row it already
+    # wrote, and the insert that finds it is a no-op. The newest boundary is the live summary.
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("run_id", _ID, nullable=True),
+    sa.Column("model", sa.String(200), nullable=False, server_default=""),
+    sa.Column("prompt_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("completion_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
 )
 
 runs = sa.Table(

@@ -13,22 +13,37 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from app.core.messages import Message, unstorable_text
-from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
+from app.core.ports import Thread, ThreadSummary, ThreadTurnPage, ThreadTurnQuery
+from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
-from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
+from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
 from app.store.engine import autocommit, make_engine
 from app.store.errors import wrap_db_errors
-from app.store.schema import messages, threads
+from app.store.schema import messages, thread_summaries, threads
 
 _TID = sa.bindparam("tid", type_=sa.String)
-_LIMIT = sa.bindparam("n", type_=sa.Integer)
+_N = sa.bindparam("n", type_=sa.Integer)
+_TOKENS = sa.bindparam("tokens", type_=sa.BigInteger)
+_RUNS_OFFSET = sa.bindparam("runs_offset", type_=sa.Integer)
+_AFTER = sa.bindparam("after", type_=sa.Integer)
 _MSG_COLS = [messages.c[name] for name in MESSAGE_COLUMNS]
+_SUMMARY_COLS = (
+    "covers_through_seq",
+    "text",
+    "model",
+    "prompt_tokens",
+    "completion_tokens",
+    "run_id",
+)
 # Uncorrelated on purpose (the thread id is a parameter, not `threads.id`): PostgreSQL then
-# runs it once as an InitPlan on the (thread_id, role) index, where the correlated form was
+# runs it once as an InitPlan on the (thread_id, role, seq) index, where the correlated form was
 # run once per returned row, as a scan.
 _ANSWERED = (
     sa.exists()
@@ -37,30 +52,151 @@ _ANSWERED = (
 )
 
 
-def _turn_read(limited: bool) -> sa.Select[Any]:
-    """The per-turn read, one statement and one round trip: title, the whole-thread answered
-    flag, and the newest `n` messages (or all), oldest first.
+class _Greatest(FunctionElement[int]):
+    """GREATEST on PostgreSQL, the two-argument scalar max() on SQLite."""
 
-    The page is a derived table (`ORDER BY seq DESC LIMIT n` on the unique (thread_id, seq)
-    index) LEFT JOINed to the thread row, so an existing thread with an empty page still comes
-    back as one row with NULL message columns. Portable: no LATERAL, which SQLite lacks.
+    type = sa.Integer()
+    inherit_cache = True
+
+
+class _Least(FunctionElement[int]):
+    """LEAST on PostgreSQL, the two-argument scalar min() on SQLite."""
+
+    type = sa.Integer()
+    inherit_cache = True
+
+
+@compiles(_Greatest)
+def _greatest_default(element: _Greatest, compiler: Any, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Greatest, "sqlite")
+def _greatest_sqlite(element: _Greatest, compiler: Any, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Least)
+def _least_default(element: _Least, compiler: Any, **kw: Any) -> str:
+    return f"LEAST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_Least, "sqlite")
+def _least_sqlite(element: _Least, compiler: Any, **kw: Any) -> str:
+    return f"min({compiler.process(element.clauses, **kw)})"
+
+
+def _combine(floors: list[sa.ColumnElement[Any]], widest: bool) -> sa.ColumnElement[Any]:
+    combined = floors[0]
+    for floor in floors[1:]:
+        combined = _Least(combined, floor) if widest else _Greatest(combined, floor)
+    return combined
+
+
+def _turn_read(
+    *, count: bool, tokens: bool, runs: bool, widest: bool, after_summary: bool
+) -> sa.Select[Any]:
+    """The per-turn read, one statement and one round trip: the title, the whole-thread
+    answered flag, the newest summary (when asked), and the page, oldest first.
+
+    Every limit is a `seq` floor, because a thread's seqs run 1..last_seq without gaps:
+    - count `n`: `last_seq - n + 1`, from the thread row, no rows counted;
+    - tokens `B`: the first message with `tokens_before >= total_tokens - B` (one probe of the
+      (thread_id, tokens_before) index; the newest alone when even it does not fit);
+    - runs `r`: the r-th newest user message (one probe of (thread_id, role, seq) with OFFSET).
+    The floors combine with GREATEST (every limit) or LEAST (any limit), then with the summary's
+    boundary, and the page is one range scan of the (thread_id, seq) index from there. The page
+    is LEFT JOINed to the thread row, so an existing thread with an empty page still comes back
+    as one row with NULL message columns. Portable: no LATERAL, which SQLite lacks.
     """
-    page = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq.desc())
-    if limited:
-        page = page.limit(_LIMIT)
-    sub = page.subquery("page")
+    t = threads
+    floors: list[sa.ColumnElement[Any]] = []
+    if count:
+        floors.append(t.c.last_seq - _N + 1)
+    if tokens:
+        first_fitting = (
+            sa.select(messages.c.seq)
+            .where(
+                messages.c.thread_id == _TID, messages.c.tokens_before >= t.c.total_tokens - _TOKENS
+            )
+            .order_by(messages.c.tokens_before)
+            .limit(1)
+            .scalar_subquery()
+        )
+        floors.append(sa.func.coalesce(first_fitting, t.c.last_seq))
+    if runs:
+        nth_user = (
+            sa.select(messages.c.seq)
+            .where(messages.c.thread_id == _TID, messages.c.role == "user")
+            .order_by(messages.c.seq.desc())
+            .limit(1)
+            .offset(_RUNS_OFFSET)
+            .scalar_subquery()
+        )
+        floors.append(sa.func.coalesce(nth_user, 1))
+    columns: list[Any] = [t.c.title, _ANSWERED, t.c.last_seq]
+    source: Any = t
+    floor = _combine(floors, widest) if floors else None
+    if after_summary:
+        newest = (
+            sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS])
+            .where(thread_summaries.c.thread_id == _TID)
+            .order_by(thread_summaries.c.covers_through_seq.desc())
+            .limit(1)
+            .subquery("summary")
+        )
+        source = source.outerjoin(newest, sa.true())
+        columns += [newest.c[c].label(f"summary_{c}") for c in _SUMMARY_COLS]
+        start = sa.func.coalesce(newest.c.covers_through_seq, 0) + 1
+        floor = start if floor is None else _Greatest(start, floor)
+    page = messages.alias("page")
+    on = page.c.thread_id == _TID
+    if floor is not None:
+        on = sa.and_(on, page.c.seq >= floor)
+    columns += [page.c[name] for name in MESSAGE_COLUMNS]
     return (
-        sa.select(threads.c.title, _ANSWERED, *[sub.c[name] for name in MESSAGE_COLUMNS])
-        .select_from(threads.outerjoin(sub, sa.true()))
-        .where(threads.c.id == _TID)
-        .order_by(sub.c.seq)
+        sa.select(*columns)
+        .select_from(source.outerjoin(page, on))
+        .where(t.c.id == _TID)
+        .order_by(page.c.seq)
     )
 
 
-TURN_READ_LIMITED = _turn_read(limited=True)
-"""The bounded per-turn read (parameters `tid`, `n`). Public so the benchmark's raw-driver floor
-sends exactly the statement the store sends."""
-_TURN_READ_ALL = _turn_read(limited=False)
+_TURN_READS: dict[tuple[bool, bool, bool, bool, bool], sa.Select[Any]] = {}
+
+
+def turn_read(query: ThreadTurnQuery) -> tuple[sa.Select[Any], dict[str, Any]]:
+    """The statement for `query`'s shape (built once per shape, then cached with its compiled
+    form) and its parameters."""
+    shape = (
+        query.message_limit is not None,
+        query.token_limit is not None,
+        query.run_limit is not None,
+        query.widest,
+        query.after_summary,
+    )
+    stmt = _TURN_READS.get(shape)
+    if stmt is None:
+        count, tokens, runs, widest, after = shape
+        stmt = _TURN_READS[shape] = _turn_read(
+            count=count, tokens=tokens, runs=runs, widest=widest, after_summary=after
+        )
+    params: dict[str, Any] = {"tid": query.thread_id}
+    if query.message_limit is not None:
+        params["n"] = query.message_limit
+    if query.token_limit is not None:
+        params["tokens"] = query.token_limit
+    if query.run_limit is not None:
+        params["runs_offset"] = query.run_limit - 1  # OFFSET r-1: the r-th newest user message
+    return stmt, params
+
+
+PAGE_AT = 3
+"""Where a turn read's message columns start (after title, answered, last_seq) when it asks for
+no summary; with `after_summary` the summary's columns come first."""
+TURN_READ_LIMITED = turn_read(ThreadTurnQuery(thread_id="", message_limit=1))[0]
+"""The bounded per-turn read of a count window (parameters `tid`, `n`). Public so the
+benchmark's raw-driver floor sends exactly the statement the store sends."""
 _THREAD_BY_ID = sa.select(
     threads.c.id,
     threads.c.actor_id,
@@ -72,15 +208,32 @@ _THREAD_BY_ID = sa.select(
 _BUMP_SEQ = (
     threads.update()
     .where(threads.c.id == _TID)
-    .values(last_seq=threads.c.last_seq + _LIMIT, updated_at=sa.func.current_timestamp())
-    .returning(threads.c.last_seq)
+    .values(
+        last_seq=threads.c.last_seq + _N,
+        total_tokens=threads.c.total_tokens + _TOKENS,
+        updated_at=sa.func.current_timestamp(),
+    )
+    .returning(threads.c.last_seq, threads.c.total_tokens)
 )
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
+_MESSAGES_AFTER = (
+    sa.select(*_MSG_COLS)
+    .where(messages.c.thread_id == _TID, messages.c.seq > _AFTER)
+    .order_by(messages.c.seq)
+    .limit(_N)
+)
+_LATEST_SUMMARY = (
+    sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS])
+    .where(thread_summaries.c.thread_id == _TID)
+    .order_by(thread_summaries.c.covers_through_seq.desc())
+    .limit(1)
+)
 
 
 class SqlAgentStore:
-    """`AgentStore` and `ThreadTurnReader` over SQLAlchemy Core (no ORM identity map to pay for)."""
+    """`AgentStore`, `ThreadTurnReader` and `SummaryStore` over SQLAlchemy Core (no ORM identity
+    map to pay for)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -155,34 +308,70 @@ class SqlAgentStore:
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
     async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
+        added = sum(estimate_message_tokens(m) for m in messages_)
         async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
-            last = (await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n})).scalar_one_or_none()
-            if last is None:
+            bumped = (
+                await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n, "tokens": added})
+            ).one_or_none()
+            if bumped is None:
                 raise ThreadNotFound(thread_id)
+            last, total = bumped
             first = last - n + 1
-            await conn.execute(
-                _INSERT_MESSAGES,
-                [to_row(thread_id, first + i, m) for i, m in enumerate(messages_)],
-            )
+            rows, _ = to_rows(thread_id, first, total - added, messages_)
+            await conn.execute(_INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
 
     # --- ThreadTurnReader ------------------------------------------------------------------
 
     async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
-        """The newest `query.message_limit` messages (None: all), the title, and whether the
-        thread was ever answered, in one round trip. None for an unknown thread."""
-        limit = query.message_limit
-        stmt = _TURN_READ_ALL if limit is None else TURN_READ_LIMITED
-        params: dict[str, Any] = {"tid": query.thread_id}
-        if limit is not None:
-            params["n"] = limit
+        """The page `query` asks for (see `turn_read`), the title, whether the thread was ever
+        answered and, with `after_summary`, its newest summary, in one round trip. None for an
+        unknown thread."""
+        stmt, params = turn_read(query)
         async with wrap_db_errors("load_thread_for_turn"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt, params)).all()
         if not rows:
             return None
-        first = rows[0]
-        page = [from_row(r, 2) for r in rows if r[2] is not None]
-        return ThreadTurnPage(messages=page, title=first[0], has_assistant_message=bool(first[1]))
+        first = rows[0]._mapping
+        offset = PAGE_AT + (len(_SUMMARY_COLS) if query.after_summary else 0)
+        page = [from_row(r, offset) for r in rows if r[offset] is not None]
+        summary = None
+        if query.after_summary and first["summary_covers_through_seq"] is not None:
+            summary = ThreadSummary(**{c: first[f"summary_{c}"] for c in _SUMMARY_COLS})
+        boundary = summary.covers_through_seq if summary is not None else 0
+        next_seq = page[0].seq if page and page[0].seq is not None else first["last_seq"] + 1
+        return ThreadTurnPage(
+            messages=page,
+            title=first["title"],
+            has_assistant_message=bool(first["answered"]),
+            summary=summary,
+            skipped=max(0, next_seq - boundary - 1),
+        )
+
+    # --- SummaryStore ----------------------------------------------------------------------
+
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        async with wrap_db_errors("latest_summary"), self._reader.connect() as conn:
+            row = (await conn.execute(_LATEST_SUMMARY, {"tid": thread_id})).one_or_none()
+        return None if row is None else ThreadSummary(**row._mapping)
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        """INSERT ... ON CONFLICT DO NOTHING on (thread_id, covers_through_seq): a fold that is
+        replayed after a crash finds its row and leaves it as the first attempt wrote it."""
+        values = {"thread_id": thread_id, **summary.model_dump(include=set(_SUMMARY_COLS))}
+        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(thread_summaries).values(values).on_conflict_do_nothing()
+        async with wrap_db_errors("save_summary"), self._engine.begin() as conn:
+            await conn.execute(stmt)
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        async with wrap_db_errors("messages_after"), self._reader.connect() as conn:
+            rows = (
+                await conn.execute(
+                    _MESSAGES_AFTER, {"tid": thread_id, "after": after_seq, "n": limit}
+                )
+            ).all()
+        return [from_row(r) for r in rows]
 
     # --- transcript paging (HTTP) ----------------------------------------------------------
 

@@ -11,16 +11,19 @@ from app.core.history import (
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
+    RunsWindow,
+    SummarizingRunsWindow,
     WindowHistory,
     latest_message_only,
     policy_from_config,
     resolve_policy,
     runs_window,
+    validate_module_history,
     whole_thread,
     window_history,
 )
 from app.core.messages import Message
-from app.core.ports import ModelRequest, ModelResponse, Usage
+from app.core.ports import ModelRequest, ModelResponse, ReadBound, Usage
 from app.core.summary import render_history_summary
 from app.core.tokens import estimate_message_tokens
 from app.errors import ConfigError
@@ -147,24 +150,42 @@ def test_select_does_not_mutate_its_input() -> None:
 # --- the declared read bound (rule 8) ------------------------------------------------------
 
 
-def test_declares_max_messages_only_for_a_pure_count_window() -> None:
-    assert window_history(max_messages=6).max_messages == 6
-    assert window_history(max_messages=6, max_tokens=100).max_messages == 6
-    assert window_history(max_tokens=100).max_messages is None
-    assert window_history(max_messages=6, summarize=fake_summarizer).max_messages is None
-    assert window_history().max_messages is None
-    assert runs_window(max_runs=3).max_messages is None
-    assert whole_thread().max_messages is None
+def test_every_builtin_declares_a_read_bound() -> None:
+    assert window_history(max_messages=6).read_bound == ReadBound(messages=6)
+    assert window_history(max_messages=6, max_tokens=100).read_bound == ReadBound(
+        messages=6, tokens=100
+    )
+    assert window_history(max_tokens=100).read_bound == ReadBound(tokens=100)
+    # Summarizing: the read takes the window plus a fold batch (half the window by default).
+    assert window_history(max_messages=6, summarize=fake_summarizer).read_bound == ReadBound(
+        messages=9
+    )
+    assert window_history().read_bound == ReadBound(messages=40)
+    assert runs_window(max_runs=3).read_bound == ReadBound(runs=3)
+    assert whole_thread().read_bound is None
+
+
+def test_a_custom_estimator_keeps_the_token_budget_out_of_the_read() -> None:
+    """The store can only sum the estimate it stores; another estimator is applied by select."""
+    policy = window_history(max_messages=None, max_tokens=100, estimate=lambda m: 1)
+    assert policy.read_bound is None
+
+
+def test_window_history_without_a_limit_keeps_forty_as_adonis_does() -> None:
+    m = msgs(50)
+    sel = window_history().select(m, CTX)
+    assert sel.keep == m[-40:] and sel.drop == m[:10]
 
 
 def test_declared_bound_is_kept_by_select_on_the_newest_rows() -> None:
-    # The promise: selecting over only the newest max_messages rows gives the same keep.
+    # The promise: selecting over only what the bound reads gives the same keep.
     m = msgs(20)
     policy = window_history(max_messages=6, max_tokens=14 * 4)
-    assert policy.max_messages is not None
+    bound = policy.read_bound
+    assert bound is not None and bound.messages is not None
     full = policy.select(m, CTX)
-    bounded = policy.select(m[-policy.max_messages :], CTX)
-    assert len(full.keep) <= policy.max_messages
+    bounded = policy.select(m[-bound.messages :], CTX)
+    assert len(full.keep) <= bound.messages
     assert full.keep == bounded.keep == m[-len(full.keep) :]
 
 
@@ -174,7 +195,7 @@ def test_policy_attributes_the_loop_reads() -> None:
     assert plain.render_summary is render_history_summary
     summarizing = window_history(max_messages=3, summarize=fake_summarizer)
     assert summarizing.summarize is fake_summarizer
-    assert getattr(PinTheBrief(), "max_messages", None) is None
+    assert getattr(PinTheBrief(), "read_bound", None) is None
 
 
 def test_builtins_and_custom_policies_satisfy_the_protocol() -> None:
@@ -194,6 +215,7 @@ def test_config_defaults_and_dict_coercion() -> None:
         False,
         True,
     )
+    assert (config.runs, config.summary_token_threshold, config.keep_recent_runs) == (None, None, 5)
     assert HistoryConfig.coerce({"max_messages": 6}) == HistoryConfig(max_messages=6)
     assert HistoryConfig.coerce(config) is config
 
@@ -208,13 +230,36 @@ def test_config_defaults_and_dict_coercion() -> None:
         ({"max_mesages": 6}, "max_mesages"),
         ({"summarize": "yes please"}, "summarize"),
         ({"enabled": "sometimes"}, "enabled"),
+        ({"runs": 0}, "runs"),
+        ({"summary_token_threshold": 0, "summarize": True}, "summary_token_threshold"),
+        ({"keep_recent_runs": 0}, "keep_recent_runs"),
+        ({"fold_max_tokens": 0}, "fold_max_tokens"),
     ],
 )
-def test_invalid_config_is_rejected_naming_the_field(data: dict[str, Any], field: str) -> None:
-    with pytest.raises(ValidationError) as info:
+def test_invalid_config_is_a_config_error_naming_the_key(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=rf"invalid history: {field}(\.\w+)?: "):
         HistoryConfig.coerce(data)
-    assert field in str(info.value)
-    assert {e["loc"][0] for e in info.value.errors()} == {field}
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"runs": 2, "max_messages": 4}, "runs"),
+        ({"runs": 2, "summarize": True}, "runs"),
+        ({"summary_token_threshold": 500}, "summary_token_threshold"),
+        (
+            {"summary_token_threshold": 500, "max_tokens": 9, "summarize": True},
+            "summary_token_threshold",
+        ),
+        ({"keep_recent_runs": 3, "max_messages": 4}, "keep_recent_runs"),
+        ({"fold_messages": 3, "max_messages": 4}, "fold_messages"),
+    ],
+)
+def test_strategies_that_do_not_combine_are_refused_naming_the_key(
+    data: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"invalid history: {field}: "):
+        HistoryConfig.coerce(data)
 
 
 def test_config_is_frozen_and_coerce_rejects_other_types() -> None:
@@ -234,14 +279,26 @@ def test_config_accepts_a_callable_summarizer() -> None:
 def test_policy_from_config_builds_the_window() -> None:
     policy = policy_from_config(HistoryConfig(max_messages=4, max_tokens=100), None)
     assert isinstance(policy, WindowHistory)
-    assert (policy.count_limit, policy.token_limit, policy.max_messages) == (4, 100, 4)
+    assert (policy.count_limit, policy.token_limit) == (4, 100)
+    assert policy.read_bound == ReadBound(messages=4, tokens=100)
     assert policy.summarize is None
 
 
-def test_summarize_true_binds_the_model_and_names_no_bound() -> None:
+def test_policy_from_config_builds_each_strategy() -> None:
+    assert isinstance(policy_from_config(HistoryConfig(runs=3), None), RunsWindow)
+    summarized = policy_from_config(
+        HistoryConfig(summary_token_threshold=900, keep_recent_runs=2, summarize=True), FakeModel()
+    )
+    assert isinstance(summarized, SummarizingRunsWindow)
+    assert (summarized.token_threshold, summarized.keep_recent_runs) == (900, 2)
+    default = policy_from_config(HistoryConfig(), None)
+    assert isinstance(default, WindowHistory) and default.count_limit == 40
+
+
+def test_summarize_true_binds_the_model_and_bounds_the_read() -> None:
     policy = policy_from_config(HistoryConfig(max_messages=4, summarize=True), FakeModel())
     assert callable(getattr(policy, "summarize", None))
-    assert getattr(policy, "max_messages", None) is None
+    assert getattr(policy, "read_bound", None) == ReadBound(messages=6)
 
 
 def test_summarize_true_without_a_model_is_a_config_error() -> None:
@@ -264,7 +321,7 @@ def test_disabled_history_keeps_only_the_newest_message() -> None:
         sel = policy.select(m, CTX)
         assert sel.keep == [m[-1]]
         assert sel.drop == m[:-1]
-        assert getattr(policy, "max_messages", None) == 1
+        assert getattr(policy, "read_bound", None) == ReadBound(messages=1)
         assert getattr(policy, "summarize", None) is None
     assert latest_message_only().select(m[:1], CTX).keep == m[:1]
 
@@ -276,7 +333,7 @@ def test_agent_history_outranks_module_policy_and_module_history() -> None:
     pinned = PinTheBrief()
     policy = resolve_policy({"max_messages": 2}, pinned, HistoryConfig(max_messages=9))
     assert isinstance(policy, WindowHistory)
-    assert policy.max_messages == 2
+    assert policy.count_limit == 2
 
     agent_policy = PinTheBrief()
     assert resolve_policy(agent_policy, pinned, {"max_messages": 9}) is agent_policy
@@ -289,14 +346,14 @@ def test_module_policy_outranks_module_history() -> None:
 
 def test_module_history_applies_when_nothing_more_specific() -> None:
     policy = resolve_policy(None, None, {"max_messages": 9})
-    assert getattr(policy, "max_messages", None) == 9
+    assert getattr(policy, "read_bound", None) == ReadBound(messages=9)
 
 
 def test_no_ceiling_anywhere_sends_the_whole_thread() -> None:
     policy = resolve_policy(None, None, None)
     m = msgs(50)
     assert policy.select(m, CTX) == HistorySelection(keep=m, drop=[])
-    assert getattr(policy, "max_messages", None) is None
+    assert getattr(policy, "read_bound", None) is None
 
 
 def test_resolve_passes_the_model_to_a_summarizing_config() -> None:
@@ -310,6 +367,16 @@ def test_resolve_rejects_values_of_the_wrong_type() -> None:
     with pytest.raises(ConfigError, match="agent history"):
         resolve_policy(6, None, None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="history_policy"):
-        resolve_policy(None, {"max_messages": 3}, None)  # type: ignore[arg-type]
-    with pytest.raises(ValidationError, match="max_messages"):
+        validate_module_history({"max_messages": 3}, None, None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="max_messages"):
         resolve_policy({"max_messages": 0}, None, None)
+
+
+def test_a_bad_module_history_is_refused_even_when_every_agent_overrides_it() -> None:
+    with pytest.raises(ConfigError, match="max_messages"):
+        validate_module_history(None, {"max_messages": 0}, None)
+    with pytest.raises(ConfigError, match="colour"):
+        validate_module_history(None, {"colour": "blue"}, None)
+    with pytest.raises(ConfigError, match="model"):
+        validate_module_history(None, {"summarize": True}, None)
+    validate_module_history(None, {"summarize": True}, FakeModel())  # a 40-message window

@@ -13,7 +13,7 @@ from app.core.history import (
     summarizing_runs_window,
 )
 from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import Usage
+from app.core.ports import ReadBound, Usage
 from app.core.tokens import estimate_message_tokens
 from app.errors import ConfigError
 
@@ -88,9 +88,10 @@ def test_runs_window_never_cuts_the_run_in_flight() -> None:
     assert runs_window(max_runs=5).select(thread(a, current), CTX).drop == []
 
 
-def test_runs_window_declares_no_read_bound_and_rejects_negative() -> None:
+def test_runs_window_reads_its_runs_and_rejects_negative() -> None:
     policy = runs_window(max_runs=3)
-    assert policy.max_messages is None
+    assert policy.read_bound == ReadBound(runs=3)
+    assert runs_window(max_runs=0).read_bound == ReadBound(runs=1)  # the run in flight
     assert policy.summarize is None
     assert policy.select([], CTX) == HistorySelection(keep=[], drop=[])
     with pytest.raises(ConfigError, match="max_runs"):
@@ -104,9 +105,14 @@ def test_summarizing_runs_window_keeps_everything_under_the_threshold() -> None:
     m = thread(run("a"), run("b"), run("c"))
     total = sum(estimate_message_tokens(x) for x in m)  # the default estimator
     policy = summarizing_runs_window(
-        summarize=fake_summarizer, token_threshold=total, keep_recent_runs=1
+        summarize=fake_summarizer, token_threshold=total + 1, keep_recent_runs=1
     )
     assert policy.select(m, CTX) == HistorySelection(keep=m, drop=[])
+    # HasteKit summarizes when the count REACHES the threshold (>=), not only past it.
+    at = summarizing_runs_window(
+        summarize=fake_summarizer, token_threshold=total, keep_recent_runs=1
+    )
+    assert at.select(m, CTX).keep == m[-len(run("c")) :]
 
 
 def test_summarizing_runs_window_drops_older_runs_past_the_threshold() -> None:
@@ -125,7 +131,8 @@ def test_summarizing_runs_window_drops_older_runs_past_the_threshold() -> None:
 def test_summarizing_runs_window_attributes() -> None:
     policy = summarizing_runs_window(summarize=fake_summarizer, token_threshold=100)
     assert policy.summarize is fake_summarizer
-    assert policy.max_messages is None
+    assert policy.keep_recent_runs == 5  # HasteKit's default
+    assert policy.read_bound == ReadBound(tokens=100, runs=5, widest=True)
     with pytest.raises(ConfigError, match="token_threshold"):
         summarizing_runs_window(summarize=fake_summarizer, token_threshold=0)
 

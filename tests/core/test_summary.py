@@ -10,7 +10,7 @@ from app.core.history import (
     window_history,
 )
 from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import ModelRequest, ModelResponse, TextDelta, Usage
+from app.core.ports import ModelRequest, ModelResponse, TextDelta, ThreadSummary, Usage
 from app.core.summary import (
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
     render_history_summary,
@@ -58,7 +58,9 @@ async def test_summarize_with_model_makes_exactly_one_tool_less_history_summary_
     summary = await summarize_with_model(model)(DROPPED, CTX)
 
     assert summary == HistorySummary(
-        text="The user wants Postgres.", usage=Usage(prompt_tokens=120, completion_tokens=9)
+        text="The user wants Postgres.",
+        usage=Usage(prompt_tokens=120, completion_tokens=9),
+        model="fake",
     )
     assert len(model.requests) == 1
     assert model.streamed == 0
@@ -91,7 +93,7 @@ async def test_summarize_true_binds_summarize_with_model() -> None:
 
 def test_default_instruction_asks_for_what_a_later_turn_acts_on() -> None:
     text = DEFAULT_HISTORY_SUMMARY_INSTRUCTION.lower()
-    for needle in ("decisions", "facts and constraints", "identifiers and names", "open questions"):
+    for needle in ("decisions", "facts and constraints", "identifiers and names", "unresolved"):
         assert needle in text
     assert "pleasantries" in text
     assert "summary only" in text
@@ -109,3 +111,28 @@ def test_window_history_renders_with_the_default() -> None:
     assert window_history(max_messages=2).render_summary is render_history_summary
     custom = window_history(max_messages=2, render_summary=str.upper)
     assert custom.render_summary("x") == "X"
+
+
+def test_the_default_instruction_is_adonis_text_word_for_word() -> None:
+    assert DEFAULT_HISTORY_SUMMARY_INSTRUCTION == (
+        "Summarize this conversation for an assistant that will continue it without seeing "
+        "these messages. Preserve decisions made, facts and constraints the user stated, "
+        "identifiers and names mentioned, and anything left unresolved. Omit pleasantries. "
+        "Reply with the summary only \u2014 no preamble, no headings."
+    )
+
+
+async def test_a_fold_hands_the_model_the_summary_so_far_and_only_the_new_messages() -> None:
+    model = CountingModel()
+    so_far = ThreadSummary(text="The user is moving billing to Postgres.", covers_through_seq=40)
+    ctx = CTX.model_copy(update={"summary": so_far})
+    new = [Message(role="user", content="Also rename BILL-42.", seq=41)]
+    await summarize_with_model(model)(new, ctx)
+    sent = model.requests[0].messages[1].content
+    assert sent.startswith("Summary of the conversation so far:\nThe user is moving billing")
+    assert sent.endswith("Messages since then:\nuser: Also rename BILL-42.")
+
+
+async def test_a_summarizer_may_return_no_usage_and_no_model() -> None:
+    summary = HistorySummary(text="short")
+    assert (summary.usage, summary.model) == (None, None)

@@ -141,9 +141,7 @@ async def test_healthz_is_ok_and_503_when_the_store_is_down(
     assert_error(thread, 503, "store_error")
 
 
-async def test_local_mode_is_actor_local(
-    stack: AsyncExitStack, make_module: ModuleFactory
-) -> None:
+async def test_local_mode_is_actor_local(stack: AsyncExitStack, make_module: ModuleFactory) -> None:
     module = make_module(settings=http_settings(api_keys=None))
     client = await open_client(stack, make_app(module))
     thread_id = await new_thread(client, headers={})

@@ -89,10 +89,14 @@ async def test_window_shows_kept_messages_with_token_estimates(client: httpx.Asy
         "thread_id",
         "agent",
         "read_bound",
+        "read_token_bound",
+        "read_run_bound",
         "kept",
         "dropped_count",
         "dropped",
         "summarizes",
+        "summary",
+        "next_fold",
         "total_tokens",
     }
     assert window["thread_id"] == thread_id and window["agent"] == "helper"

@@ -16,7 +16,14 @@ from app.core.history import (
 )
 from app.core.loop import AgentDefinition, AgentLoop, ToolBinding
 from app.core.messages import Message
-from app.core.ports import ModelProvider, Thread, ThreadTurnPage, ThreadTurnQuery, Usage
+from app.core.ports import (
+    ModelProvider,
+    Thread,
+    ThreadSummary,
+    ThreadTurnPage,
+    ThreadTurnQuery,
+    Usage,
+)
 from app.durable import SqlJournal
 from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
@@ -42,6 +49,15 @@ class FullReadStore:
     async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
         return await self.inner.append_messages(thread_id, messages)
 
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        return await self.inner.latest_summary(thread_id)
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        await self.inner.save_summary(thread_id, summary)
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        return await self.inner.messages_after(thread_id, after_seq, limit)
+
 
 class CountingStore(FullReadStore):
     """The same, with the bounded read: counts both kinds of thread read."""
@@ -61,7 +77,8 @@ class CountingPolicy:
     def __init__(self, inner: HistoryPolicy) -> None:
         self.inner = inner
         self.selects = 0
-        self.max_messages = getattr(inner, "max_messages", None)
+        self.read_bound = getattr(inner, "read_bound", None)
+        self.fold_max_tokens = getattr(inner, "fold_max_tokens", None)
         self.summarize = getattr(inner, "summarize", None)
         self.render_summary = getattr(inner, "render_summary", None)
 

@@ -15,7 +15,7 @@ from tests.loop.conftest import CountingStore, CountingSummarizer, FullReadStore
 
 BASE = [
     "persist:user",
-    "patch:agent:selected-history",
+    "patch:agent:rolling-summary",
     "load:thread",
     "model:1",
     "persist:assistant",
@@ -52,10 +52,11 @@ async def test_a_summarizing_window_that_dropped_adds_summary_checkpoints(env: L
     _, names = await _run(env, window_history(max_messages=2, summarize=summarizer))
     assert names == [
         "persist:user",
-        "patch:agent:selected-history",
+        "patch:agent:rolling-summary",
         "load:thread",
         "history:summarize",
         "persist:usage:history",
+        "persist:summary",
         "model:1",
         "persist:assistant",
     ]
@@ -87,7 +88,7 @@ async def test_tool_steps_are_journaled_per_call_and_the_answer_is_one_message(
     ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="look", run_id=run_id)
     assert await env.step_names(run_id) == [
         "persist:user",
-        "patch:agent:selected-history",
+        "patch:agent:rolling-summary",
         "load:thread",
         "model:1",
         "tool:1:c1",
@@ -122,10 +123,25 @@ async def test_load_thread_records_the_selection_without_ids_or_dropped_messages
     assert recorded["has_assistant_message"] is True
 
 
-async def test_with_a_summarizer_the_dropped_messages_are_recorded_too(env: LoopEnv) -> None:
-    run_id, _ = await _run(env, window_history(max_messages=2, summarize=CountingSummarizer()))
+async def test_with_a_summarizer_the_fold_is_recorded_with_seq_and_run_id(env: LoopEnv) -> None:
+    """A summarizer may group what it folds by run, so the fold keeps seq and run id."""
+    summarizer = CountingSummarizer()
+    run_id, _ = await _run(env, window_history(max_messages=2, summarize=summarizer))
     recorded = json.loads(await env.step_payload(run_id, "load:thread"))
-    assert [m["content"] for m in recorded["drop"]] == ["q0", "a0", "q1", "a1", "q2"]
+    fold = recorded["fold"]
+    # The read took the window plus a fold batch (3 rows); what it held of the fold is journaled,
+    # the four older messages it skipped are read back by the fold itself.
+    assert fold["through"] == 5
+    assert [(m["content"], m["seq"]) for m in fold["messages"]] == [("q2", 5)]
+    assert "summary" not in recorded  # the thread had none yet
+    (folded,) = summarizer.calls
+    assert [(m.content, m.seq) for m in folded] == [
+        ("q0", 1),
+        ("a0", 2),
+        ("q1", 3),
+        ("a1", 4),
+        ("q2", 5),
+    ]
 
 
 @pytest.mark.parametrize("policy_kind", ["window", "zero", "whole", "summarizing"])
@@ -149,7 +165,7 @@ async def test_bounded_and_full_reads_journal_byte_identical_load_thread(
         ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="next", run_id=run_id)
         payloads.append(await env.step_payload(run_id, "load:thread"))
         if isinstance(store, CountingStore):
-            expected_bound = {"window": 4, "zero": 1}.get(policy_kind)
+            expected_bound = {"window": 4, "zero": 1, "summarizing": 6}.get(policy_kind)
             assert store.bounded_reads == [expected_bound] and store.full_reads == 0
         else:
             assert store.full_reads == 1

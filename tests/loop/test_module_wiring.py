@@ -184,12 +184,21 @@ async def test_without_a_journal_a_failed_run_cannot_be_resumed_but_the_thread_g
     assert result.report.journal_bytes == {}
 
 
-def test_a_window_declares_its_read_bound_only_when_it_is_a_pure_count() -> None:
+def test_every_window_bounds_its_read_and_a_legacy_max_messages_is_honoured() -> None:
     from app.core.loop import read_bound
+    from app.core.ports import ReadBound
 
-    assert read_bound(window_history(max_messages=7)) == 7
-    assert read_bound(window_history(max_tokens=100)) is None
-    assert read_bound(window_history(max_messages=7, summarize=lambda d, c: None)) is None  # type: ignore[arg-type,return-value]
+    class Legacy:
+        max_messages = 0  # the older promise: still a bound, at least the newest row
+
+        def select(self, messages, ctx):  # type: ignore[no-untyped-def]
+            raise AssertionError
+
+    assert read_bound(window_history(max_messages=7)) == ReadBound(messages=7)
+    assert read_bound(window_history(max_messages=None, max_tokens=100)) == ReadBound(tokens=100)
+    summarizing = window_history(max_messages=7, summarize=lambda d, c: None)  # type: ignore[arg-type,return-value]
+    assert read_bound(summarizing) == ReadBound(messages=10)
+    assert read_bound(Legacy()) == ReadBound(messages=1)
 
 
 async def test_a_cancelled_turn_without_a_journal_gives_the_thread_back() -> None:

@@ -43,10 +43,11 @@ async def test_resume_after_summary_replays_the_same_prompt_without_a_second_sum
     assert info.value.run_id == run_id
     assert await env.step_names(run_id) == [
         "persist:user",
-        "patch:agent:selected-history",
+        "patch:agent:rolling-summary",
         "load:thread",
         "history:summarize",
         "persist:usage:history",
+        "persist:summary",
     ]
     first_prompt = model.calls[0].model_dump_json()
 
@@ -354,8 +355,10 @@ async def test_a_summary_holding_a_lone_surrogate_is_journaled_with_u_fffd(env: 
     await loop.run_turn(
         agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=run_id
     )
-    assert model.calls[0].messages[1].content.startswith(
-        "<conversation_summary>\nfact \ufffd and \ufffd\n"
+    assert (
+        model.calls[0]
+        .messages[1]
+        .content.startswith("<conversation_summary>\nfact \ufffd and \ufffd\n")
     )
     steps = dict(await env.journal.steps(run_id))
     assert json.loads(steps["history:summarize"])["text"] == "fact \ufffd and \ufffd"

@@ -50,9 +50,7 @@ class Reply:
     """Seconds to wait before sending anything (to trigger a client timeout)."""
 
     @classmethod
-    def json(
-        cls, payload: Any, status: int = 200, headers: dict[str, str] | None = None
-    ) -> Reply:
+    def json(cls, payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
         return cls.text(json.dumps(payload), status=status, headers=headers)
 
     @classmethod
@@ -133,8 +131,12 @@ def chunk(
 ) -> dict[str, Any]:
     """One streamed chunk with a single choice."""
     choice = {"index": 0, "delta": delta or {}, "finish_reason": finish_reason}
-    return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": model,
-            "choices": [choice]}
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "model": model,
+        "choices": [choice],
+    }
 
 
 def usage_chunk(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -148,8 +150,15 @@ def usage_chunk(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     }
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class FakeOpenAI:

@@ -236,7 +236,8 @@ async def test_streamed_text(fake_openai: FakeOpenAI, make_provider: MakeProvide
 
     assert events[:-1] == [TextDelta(text="Hel"), TextDelta(text="lo, "), TextDelta(text="world")]
     assert events[-1] == ModelResponse(
-        content="Hello, world", usage=Usage(prompt_tokens=9, completion_tokens=4),
+        content="Hello, world",
+        usage=Usage(prompt_tokens=9, completion_tokens=4),
         model="fake-model",
     )
     body = fake_openai.requests[0].json()
@@ -442,8 +443,12 @@ async def test_bad_tool_arguments_are_a_bad_response(
 async def test_bad_streamed_tool_arguments_are_a_bad_response(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
-    delta = {"index": 0, "id": "c1", "type": "function",
-             "function": {"name": "read_page", "arguments": "{oops"}}
+    delta = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read_page", "arguments": "{oops"},
+    }
     fake_openai.enqueue(Reply.sse([chunk({"tool_calls": [delta]})]))
     with pytest.raises(ProviderBadResponse, match="not valid JSON"):
         await collect(make_provider().stream(ask(tools=[READ_PAGE])))

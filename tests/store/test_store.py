@@ -69,7 +69,7 @@ async def test_append_to_unknown_thread_raises_thread_not_found(sql_store: SqlAg
         await sql_store.append_messages("00000000-0000-0000-0000-000000000000", [user("x")])
 
 
-async def test_bounded_read_returns_newest_n_in_order_with_limit_in_sql(
+async def test_bounded_read_returns_newest_n_in_order_with_the_bound_in_sql(
     sql_store: SqlAgentStore,
 ) -> None:
     tid = await _thread_with(sql_store, [user(f"m{i}") for i in range(1, 21)])
@@ -79,8 +79,8 @@ async def test_bounded_read_returns_newest_n_in_order_with_limit_in_sql(
     assert [m.content for m in page.messages] == ["m16", "m17", "m18", "m19", "m20"]
     assert [m.seq for m in page.messages] == [16, 17, 18, 19, 20]
     assert len(statements) == 1, "page, title and answered flag come back in one round trip"
-    assert "LIMIT" in statements[0].upper()
-    assert "ORDER BY MESSAGES.SEQ DESC" in " ".join(statements[0].upper().split())
+    # The newest n are the seq range above last_seq - n: the database never walks older rows.
+    assert "PAGE.SEQ >= (THREADS.LAST_SEQ -" in " ".join(statements[0].upper().split())
 
 
 async def test_bounded_read_without_limit_reads_whole_thread(sql_store: SqlAgentStore) -> None:
@@ -89,7 +89,7 @@ async def test_bounded_read_without_limit_reads_whole_thread(sql_store: SqlAgent
         page = await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid))
     assert page is not None and page.title == "t"
     assert [m.content for m in page.messages] == [f"m{i}" for i in range(7)]
-    assert "LIMIT" not in statements[0].upper()
+    assert "LAST_SEQ -" not in statements[0].upper()
 
 
 async def test_bounded_read_of_unknown_thread_is_none(sql_store: SqlAgentStore) -> None:

@@ -1,0 +1,397 @@
+"""Rolling summaries, through the loop on SQLite and PostgreSQL: the boundary moves forward, a
+fold is handed the summary so far plus only what is new, a backlog folds in bounded chunks, a
+failure between summarizing and storing neither loses nor repeats the summary, and runs
+journaled on the older path still replay on it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+import sqlalchemy as sa
+
+from app.core.history import summarizing_runs_window, window_history
+from app.core.loop import AgentDefinition, AgentLoop
+from app.core.messages import Message
+from app.core.ports import (
+    HistoryPolicyContext,
+    HistorySelection,
+    HistorySummary,
+    ModelRequest,
+    ReadBound,
+    ThreadSummary,
+    Usage,
+)
+from app.core.tokens import estimate_message_tokens
+from app.durable import InlineRuntime
+from app.errors import ConfigError, RunFailed
+from app.providers.echo import EchoModel
+from app.store import MemoryStore, SqlAgentStore
+from app.store.ledger import MemoryLedger
+from app.store.schema import run_steps, runs, thread_summaries
+from app.testing import ScriptedProvider, reply
+from tests.factories import assistant, user
+from tests.loop.conftest import CountingStore, LoopEnv
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass
+class Fold:
+    previous: str | None
+    seqs: list[int]
+
+
+@dataclass
+class RecordingSummarizer:
+    """Names each summary by the last seq it covers, and records what each fold was handed."""
+
+    folds: list[Fold] = field(default_factory=list)
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.folds.append(
+            Fold(ctx.summary.text if ctx.summary else None, [m.seq or 0 for m in messages])
+        )
+        return HistorySummary(
+            text=f"summary through {messages[-1].seq}",
+            usage=Usage(prompt_tokens=10 * len(messages), completion_tokens=3),
+            model="summarizer-1",
+        )
+
+
+async def _turns(env: LoopEnv, loop: AgentLoop, tid: str, n: int) -> list[str]:
+    run_ids = []
+    for i in range(n):
+        run_id = rid()
+        await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content=f"turn {i}", run_id=run_id
+        )
+        run_ids.append(run_id)
+    return run_ids
+
+
+async def _summary_rows(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
+            .where(thread_summaries.c.thread_id == tid)
+            .order_by(thread_summaries.c.covers_through_seq)
+        )
+        return [(r[0], r[1]) for r in rows]
+
+
+async def test_the_boundary_rolls_forward_and_each_fold_gets_only_new_messages(
+    env: LoopEnv,
+) -> None:
+    summarizer = RecordingSummarizer()
+    policy = window_history(max_messages=4, summarize=summarizer, fold_messages=4)
+    model = EchoModel()
+    loop = env.loop(model, policy)
+    tid = await env.thread()
+    await _turns(env, loop, tid, 20)
+
+    covered = 0
+    for fold in summarizer.folds:
+        assert fold.seqs == list(range(covered + 1, fold.seqs[-1] + 1)), "contiguous, only new"
+        assert fold.previous == (f"summary through {covered}" if covered else None)
+        assert len(fold.seqs) <= 4 + 2, "a fold takes a batch, never the thread"
+        covered = fold.seqs[-1]
+    # A fold every other turn (the window refills by two messages a turn), not every turn.
+    assert 8 <= len(summarizer.folds) <= 10
+    rows = await _summary_rows(env.store, tid)
+    assert [seq for seq, _ in rows] == [f.seqs[-1] for f in summarizer.folds]
+    # The newest turn's prompt: system, the summary, then only what the summary does not cover.
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    page = await env.store.load_thread_for_turn(
+        __import__("app.core.ports", fromlist=["ThreadTurnQuery"]).ThreadTurnQuery(
+            thread_id=tid, after_summary=True
+        )
+    )
+    assert page is not None and page.summary is not None
+    assert page.summary.covers_through_seq == covered
+    assert len(thread.messages) - covered <= 4 + 4, "the unsummarized part stays bounded"
+
+
+async def test_between_folds_each_prompt_extends_the_previous_one(env: LoopEnv) -> None:
+    summarizer = RecordingSummarizer()
+    policy = window_history(max_messages=6, summarize=summarizer, fold_messages=6)
+    calls: list[ModelRequest] = []
+
+    async def answer(request: ModelRequest) -> object:
+        calls.append(request)
+        return reply(f"answer {len(calls)}")
+
+    model = ScriptedProvider([answer] * 30)
+    loop = env.loop(model, policy)
+    tid = await env.thread()
+    folds_before: list[int] = []
+    for i in range(30):
+        folds_before.append(len(summarizer.folds))
+        await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content=f"turn {i}", run_id=rid()
+        )
+    extended = 0
+    for n in range(1, 30):
+        folded = len(summarizer.folds) > folds_before[n] if n < 29 else None
+        previous, current = calls[n - 1].messages, calls[n].messages
+        if folds_before[n] == (folds_before[n + 1] if n + 1 < 30 else len(summarizer.folds)):
+            assert current[: len(previous)] == previous, f"turn {n} rewrote the prefix"
+            extended += 1
+        del folded
+    assert extended >= 20, "most turns reuse the previous prompt as their prefix"
+
+
+async def test_a_long_backlog_folds_in_chunks_that_each_fit_the_budget(env: LoopEnv) -> None:
+    """A policy switched on for a thread that is already long: no single summarizer call is
+    larger than `fold_max_tokens`; every chunk is stored as it is made."""
+    history = [m for i in range(150) for m in (user(f"q{i:03d}" * 8), assistant(f"a{i:03d}" * 8))]
+    tid = await env.thread(history)
+    budget = 400
+    summarizer = RecordingSummarizer()
+    policy = window_history(max_messages=4, summarize=summarizer, fold_max_tokens=budget)
+    store = CountingStore(env.store)
+    run_id = rid()
+    result = await env.loop(EchoModel(), policy, store=store).run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
+    )
+    assert store.bounded_reads == [6], "the turn read itself is the window plus a fold batch"
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    by_seq = {m.seq: m for m in thread.messages}
+    covered = 0
+    for i, fold in enumerate(summarizer.folds):
+        assert fold.seqs[0] == covered + 1
+        previous = ThreadSummary(text=fold.previous, covers_through_seq=covered) if i else None
+        size = sum(estimate_message_tokens(by_seq[s]) for s in fold.seqs)
+        if previous is not None:
+            size += estimate_message_tokens(Message(role="system", content=previous.text))
+        assert size <= budget
+        covered = fold.seqs[-1]
+    assert covered == 301 - 4, "everything but the kept window is covered"
+    assert len(summarizer.folds) >= 8
+    names = [n for n, _ in await env.journal.steps(run_id)]
+    assert names.count("persist:summary") == 1
+    assert f"history:summarize:{len(summarizer.folds)}" in names
+    assert len(await _summary_rows(env.store, tid)) == len(summarizer.folds)
+    report = result.report
+    assert report.summary is not None and report.summary.made
+    assert (report.summary.folds, report.summary.covers_through_seq) == (len(summarizer.folds), 297)
+    assert report.summary.input_messages == 297
+    ledger = await env.ledger.entries_for_run(run_id)
+    summaries = [e for e in ledger if e.purpose == "history_summary"]
+    assert len(summaries) == len(summarizer.folds)
+    assert {e.model for e in summaries} == {"summarizer-1"}
+
+
+class FailingOnce(CountingStore):
+    """Dies (once) right where a summary is stored: after the summarizer ran and its result was
+    journaled, before the summary row exists."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        super().__init__(inner)
+        self.failed = False
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("process died here")
+        await super().save_summary(thread_id, summary)
+
+
+async def test_a_failure_between_summarizing_and_storing_loses_nothing_and_repeats_nothing(
+    env: LoopEnv,
+) -> None:
+    tid = await env.thread([m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    summarizer = RecordingSummarizer()
+    policy = window_history(max_messages=2, summarize=summarizer)
+    store = FailingOnce(env.store)
+    first = ScriptedProvider([])
+    run_id = rid()
+    with pytest.raises(RunFailed):
+        await env.loop(first, policy, store=store).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
+        )
+    assert await _summary_rows(env.store, tid) == []
+    model = ScriptedProvider([reply("answer")])
+    again = RecordingSummarizer()
+    result = await env.loop(
+        model, window_history(max_messages=2, summarize=again), store=store
+    ).resume(run_id)
+    assert again.folds == [], "the journaled summary is reused, never made twice"
+    assert await _summary_rows(env.store, tid) == [(9, "summary through 9")]
+    assert "summary through 9" in model.calls[0].messages[1].content
+    ledger = [e for e in await env.ledger.entries_for_run(run_id) if e.purpose == "history_summary"]
+    assert len(ledger) == 1
+    assert result.report.summary is not None and result.report.summary.covers_through_seq == 9
+
+
+async def test_a_replayed_fold_sends_the_model_the_same_prompt_byte_for_byte(env: LoopEnv) -> None:
+    tid = await env.thread([m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    run_id = rid()
+    first = ScriptedProvider([reply("first")])
+    policy = window_history(max_messages=2, summarize=RecordingSummarizer())
+    await env.loop(first, policy).run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
+    )
+    # Undo the answer's journal entry: the resumed run replays everything up to the model call.
+    async with env.store.engine.begin() as conn:
+        names = [n for n, _ in await env.journal.steps(run_id)]
+        await conn.execute(
+            run_steps.delete().where(
+                run_steps.c.run_id == run_id, run_steps.c.position >= names.index("model:1")
+            )
+        )
+        await conn.execute(runs.update().where(runs.c.id == run_id).values(status="failed"))
+    second = ScriptedProvider([reply("second")])
+    await env.loop(second, window_history(max_messages=2, summarize=RecordingSummarizer())).resume(
+        run_id
+    )
+    assert second.calls[0].model_dump_json() == first.calls[0].model_dump_json()
+
+
+async def test_a_summarizing_runs_window_folds_whole_runs_past_its_threshold(
+    env: LoopEnv,
+) -> None:
+    summarizer = RecordingSummarizer()
+    policy = summarizing_runs_window(summarizer, token_threshold=120, keep_recent_runs=2)
+    loop = env.loop(EchoModel(), policy)
+    tid = await env.thread()
+    await _turns(env, loop, tid, 25)
+    assert summarizer.folds, "the threshold was reached"
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    by_seq = {m.seq: m for m in thread.messages}
+    for fold in summarizer.folds:
+        assert by_seq[fold.seqs[0]].role == "user", "a fold starts at a run"
+        nxt = by_seq.get(fold.seqs[-1] + 1)
+        assert nxt is not None and nxt.role == "user", "and ends where a run ends"
+    assert policy.read_bound == ReadBound(tokens=120, runs=2, widest=True)
+
+
+class PinnedNewest:
+    """A custom policy that declares a read bound AND summarizes: it keeps the newest two of the
+    newest five rows it reads. It gets the rolling semantics: nothing vanishes unsummarized."""
+
+    def __init__(self, summarize: RecordingSummarizer) -> None:
+        self.max_messages = 5
+        self.summarize = summarize
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        return HistorySelection(keep=messages[-2:], drop=messages[:-2])
+
+
+async def test_a_custom_bounded_summarizing_policy_loses_nothing(env: LoopEnv) -> None:
+    tid = await env.thread([m for i in range(10) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    summarizer = RecordingSummarizer()
+    loop = env.loop(EchoModel(), PinnedNewest(summarizer))  # type: ignore[arg-type]
+    await _turns(env, loop, tid, 3)
+    covered = [s for f in summarizer.folds for s in f.seqs]
+    assert covered == list(range(1, covered[-1] + 1)), "the rows the read skipped were folded"
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    assert covered[-1] >= len(thread.messages) - 3
+
+
+async def test_a_summarizing_policy_on_a_store_without_summaries_is_refused() -> None:
+    class NoSummaries:
+        async def create_thread(self, **kw: object) -> None: ...
+        async def get_thread(self, thread_id: str) -> None: ...
+        async def append_messages(self, thread_id: str, messages: object) -> list[Message]:
+            return []
+
+    definition = AgentDefinition(
+        name="helper",
+        system_prompt="x",
+        policy=window_history(max_messages=3, summarize=RecordingSummarizer()),
+    )
+    with pytest.raises(ConfigError, match="keeps no summaries"):
+        AgentLoop(
+            store=NoSummaries(),  # type: ignore[arg-type]
+            runtime=InlineRuntime(),
+            ledger=MemoryLedger(),
+            model=EchoModel(),
+            agents={"helper": definition},
+        )
+    # The in-memory store keeps summaries, so it is accepted.
+    AgentLoop(
+        store=MemoryStore(),
+        runtime=InlineRuntime(),
+        ledger=MemoryLedger(),
+        model=EchoModel(),
+        agents={"helper": definition},
+    )
+
+
+async def test_a_run_journaled_on_the_selected_history_path_replays_it(env: LoopEnv) -> None:
+    """A run from before rolling summaries: marker `agent:selected-history`, `load:thread` with
+    keep and drop, and a summary it had yet to make. It summarizes its recorded drop, whole,
+    as the code of its day did, and writes no summary row."""
+    tid = await env.thread([m for i in range(3) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    run_id = rid()
+    stored = await env.store.append_messages(tid, [user("legacy question", run_id=run_id)])
+    load = {
+        "keep": [{"role": "assistant", "content": "a2"}, {"role": "user", "content": "legacy"}],
+        "drop": [{"role": "user", "content": "q0"}, {"role": "assistant", "content": "a0"}],
+        "title": "t",
+        "has_assistant_message": True,
+    }
+    from app.core.ports import RunRequest
+
+    request = RunRequest(
+        run_id=run_id, thread_id=tid, actor_id="alice", agent="helper", content="legacy question"
+    )
+    async with env.store.engine.begin() as conn:
+        await conn.execute(
+            runs.insert().values(
+                id=run_id,
+                thread_id=tid,
+                actor_id="alice",
+                agent="helper",
+                status="failed",
+                request=request.model_dump_json(),
+            )
+        )
+        await conn.execute(
+            run_steps.insert(),
+            [
+                {
+                    "run_id": run_id,
+                    "position": 0,
+                    "name": "persist:user",
+                    "payload": json.dumps({"seq": stored[0].seq}),
+                },
+                {
+                    "run_id": run_id,
+                    "position": 1,
+                    "name": "patch:agent:selected-history",
+                    "payload": "true",
+                },
+                {
+                    "run_id": run_id,
+                    "position": 2,
+                    "name": "load:thread",
+                    "payload": json.dumps(load),
+                },
+            ],
+        )
+    summarizer = RecordingSummarizer()
+    model = ScriptedProvider([reply("old path answer")])
+    await env.loop(model, window_history(max_messages=2, summarize=summarizer)).resume(run_id)
+    names = [n for n, _ in await env.journal.steps(run_id)]
+    assert names == [
+        "persist:user",
+        "patch:agent:selected-history",
+        "load:thread",
+        "history:summarize",
+        "persist:usage:history",
+        "model:1",
+        "persist:assistant",
+    ]
+    assert [f.seqs for f in summarizer.folds] == [[0, 0]], "the recorded drop, no seq in it"
+    assert [m.content for m in model.calls[0].messages][2:] == ["a2", "legacy"]
+    assert await _summary_rows(env.store, tid) == []

@@ -1,0 +1,186 @@
+"""Every bounded read on SQLite and PostgreSQL: token budgets, runs and the summary boundary.
+
+The in-memory definition (`app.core.reads.bounded_page`) is the contract: the SQL statement must
+return exactly its page for every query shape, and read no row outside it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from app.core.history import runs_window, split_runs, window_history
+from app.core.messages import Message, ToolCall, ToolResult
+from app.core.ports import HistoryPolicyContext, ThreadSummary, ThreadTurnQuery
+from app.core.reads import bounded_page
+from app.store import SqlAgentStore
+from tests.store.test_store import captured_sql
+
+CTX = HistoryPolicyContext(thread_id="t", agent="a", actor_id="u", run_id="r")
+
+
+def transcript(rng: random.Random, n: int) -> list[Message]:
+    """Random runs: a user message, sometimes tool exchanges, an answer; sizes vary a lot, and
+    some history is run-less (imported) or starts with an assistant greeting."""
+    out: list[Message] = []
+    if rng.random() < 0.3:
+        out.append(Message(role="assistant", content="hello " * rng.randint(1, 30)))
+    run = 0
+    while len(out) < n:
+        run += 1
+        rid = None if rng.random() < 0.2 else f"run-{run}"
+        out.append(Message(role="user", content="q" * rng.randint(1, 400), run_id=rid))
+        # A run stores one answer, carrying its tool exchanges; imported (run-less) history may
+        # hold several assistant messages in a row.
+        calls = [
+            ToolCall(id=f"c{run}-{k}", name="look", arguments={"k": k})
+            for k in range(rng.choice([0, 0, 1, 2]))
+        ]
+        results = [ToolResult(call_id=c.id, content="r" * rng.randint(0, 2000)) for c in calls]
+        answers = 1 if rid is not None else rng.choice([1, 2])
+        for _ in range(answers):
+            out.append(
+                Message(
+                    role="assistant",
+                    content="a" * rng.randint(1, 600),
+                    tool_calls=calls,
+                    tool_results=results,
+                    run_id=rid,
+                )
+            )
+    return out[:n]
+
+
+async def _thread(store: SqlAgentStore, msgs: list[Message]) -> str:
+    thread = await store.create_thread(actor_id="alice", agent="helper", title="t")
+    # Appended in several batches, as turns do: the running token sum spans appends.
+    for start in range(0, len(msgs), 7):
+        await store.append_messages(thread.id, msgs[start : start + 7])
+    return thread.id
+
+
+def _queries(rng: random.Random, tid: str) -> list[ThreadTurnQuery]:
+    out = []
+    for _ in range(12):
+        out.append(
+            ThreadTurnQuery(
+                thread_id=tid,
+                message_limit=rng.choice([None, 0, 1, 3, 10, 100]),
+                token_limit=rng.choice([None, 0, 5, 40, 300, 2000, 10**6]),
+                run_limit=rng.choice([None, 1, 2, 5]),
+                widest=rng.random() < 0.5,
+                after_summary=rng.random() < 0.5,
+            )
+        )
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_every_query_shape_returns_exactly_the_in_memory_page(
+    sql_store: SqlAgentStore, seed: int
+) -> None:
+    rng = random.Random(seed)
+    msgs = transcript(rng, rng.randint(0, 60))
+    tid = await _thread(sql_store, msgs)
+    summary = None
+    if msgs and rng.random() < 0.7:
+        summary = ThreadSummary(text="so far", covers_through_seq=rng.randint(0, len(msgs)))
+        await sql_store.save_summary(tid, summary)
+    thread = await sql_store.get_thread(tid)
+    assert thread is not None
+    for query in _queries(rng, tid):
+        with captured_sql(sql_store) as statements:
+            page = await sql_store.load_thread_for_turn(query)
+        assert page is not None
+        assert page == bounded_page(thread, query, summary), query
+        assert len(statements) == 1, "one round trip, whatever the shape"
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_the_token_bounded_read_is_exactly_what_a_token_window_keeps(
+    sql_store: SqlAgentStore, seed: int
+) -> None:
+    """The store cuts by the stored estimates; `select` over all of it would keep the same."""
+    rng = random.Random(100 + seed)
+    msgs = transcript(rng, 80)
+    tid = await _thread(sql_store, msgs)
+    thread = await sql_store.get_thread(tid)
+    assert thread is not None
+    for budget in (1, 50, 400, 1500, 6000):
+        policy = window_history(max_messages=None, max_tokens=budget)
+        assert policy.read_bound is not None and policy.read_bound.tokens == budget
+        page = await sql_store.load_thread_for_turn(
+            ThreadTurnQuery(thread_id=tid, token_limit=budget)
+        )
+        assert page is not None
+        whole = policy.select(thread.messages, CTX)
+        assert page.messages == whole.keep, budget
+        assert policy.select(page.messages, CTX).keep == whole.keep
+        assert page.skipped == len(whole.drop)
+
+
+async def test_a_token_read_of_a_long_thread_fetches_only_its_window(
+    sql_store: SqlAgentStore,
+) -> None:
+    msgs = [Message(role="user", content="x" * 36) for _ in range(3000)]  # 13 tokens each
+    tid = await _thread(sql_store, msgs)
+    page = await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid, token_limit=130))
+    assert page is not None
+    assert len(page.messages) == 10 and page.skipped == 2990
+    assert [m.seq for m in page.messages] == list(range(2991, 3001))
+
+
+async def test_runs_read_never_splits_a_run_and_reads_only_those_runs(
+    sql_store: SqlAgentStore,
+) -> None:
+    rng = random.Random(7)
+    msgs = transcript(rng, 120)
+    tid = await _thread(sql_store, msgs)
+    thread = await sql_store.get_thread(tid)
+    assert thread is not None
+    runs = split_runs(thread.messages)
+    for n in (1, 2, 3, 10):
+        page = await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid, run_limit=n))
+        assert page is not None
+        expected = [m for run in runs[-n:] for m in run]
+        assert page.messages == expected, "whole runs, and nothing older is read"
+        assert page.messages[0].role == "user" or len(runs) <= n
+        assert runs_window(n).select(page.messages, CTX).keep == expected
+
+
+async def test_after_summary_reads_past_the_boundary_and_returns_the_newest_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    msgs = [Message(role="user", content=f"m{i}") for i in range(1, 31)]
+    tid = await _thread(sql_store, msgs)
+    await sql_store.save_summary(tid, ThreadSummary(text="first", covers_through_seq=10))
+    await sql_store.save_summary(tid, ThreadSummary(text="second", covers_through_seq=20))
+    page = await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid, after_summary=True))
+    assert page is not None and page.summary is not None
+    assert (page.summary.text, page.summary.covers_through_seq) == ("second", 20)
+    assert [m.seq for m in page.messages] == list(range(21, 31))
+    bounded = await sql_store.load_thread_for_turn(
+        ThreadTurnQuery(thread_id=tid, message_limit=4, after_summary=True)
+    )
+    assert bounded is not None
+    assert [m.seq for m in bounded.messages] == [27, 28, 29, 30]
+    assert bounded.skipped == 6, "the unsummarized messages the read left out"
+
+
+async def test_saving_a_summary_twice_keeps_the_first_and_writes_one_row(
+    sql_store: SqlAgentStore,
+) -> None:
+    tid = await _thread(sql_store, [Message(role="user", content="hi")])
+    first = ThreadSummary(text="made once", covers_through_seq=1, model="echo", prompt_tokens=9)
+    await sql_store.save_summary(tid, first)
+    await sql_store.save_summary(tid, first.model_copy(update={"text": "a replay's copy"}))
+    assert await sql_store.latest_summary(tid) == first
+    assert await sql_store.latest_summary("no-such-thread") is None
+
+
+async def test_messages_after_pages_a_backlog_oldest_first(sql_store: SqlAgentStore) -> None:
+    tid = await _thread(sql_store, [Message(role="user", content=f"m{i}") for i in range(1, 11)])
+    page = await sql_store.messages_after(tid, 3, 4)
+    assert [(m.seq, m.content) for m in page] == [(4, "m4"), (5, "m5"), (6, "m6"), (7, "m7")]
+    assert await sql_store.messages_after(tid, 10, 4) == []
