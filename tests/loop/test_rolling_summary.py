@@ -22,6 +22,7 @@ from app.core.ports import (
     ModelRequest,
     ReadBound,
     ThreadSummary,
+    ThreadTurnQuery,
     Usage,
 )
 from app.core.tokens import estimate_message_tokens
@@ -107,11 +108,7 @@ async def test_the_boundary_rolls_forward_and_each_fold_gets_only_new_messages(
     # The newest turn's prompt: system, the summary, then only what the summary does not cover.
     thread = await env.store.get_thread(tid)
     assert thread is not None
-    page = await env.store.load_thread_for_turn(
-        __import__("app.core.ports", fromlist=["ThreadTurnQuery"]).ThreadTurnQuery(
-            thread_id=tid, after_summary=True
-        )
-    )
+    page = await env.store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid, after_summary=True))
     assert page is not None and page.summary is not None
     assert page.summary.covers_through_seq == covered
     assert len(thread.messages) - covered <= 4 + 4, "the unsummarized part stays bounded"
@@ -129,20 +126,20 @@ async def test_between_folds_each_prompt_extends_the_previous_one(env: LoopEnv) 
     model = ScriptedProvider([answer] * 30)
     loop = env.loop(model, policy)
     tid = await env.thread()
-    folds_before: list[int] = []
+    folds_after: list[int] = []
     for i in range(30):
-        folds_before.append(len(summarizer.folds))
         await loop.run_turn(
             agent="helper", thread_id=tid, actor_id="alice", content=f"turn {i}", run_id=rid()
         )
+        folds_after.append(len(summarizer.folds))
     extended = 0
     for n in range(1, 30):
-        folded = len(summarizer.folds) > folds_before[n] if n < 29 else None
         previous, current = calls[n - 1].messages, calls[n].messages
-        if folds_before[n] == (folds_before[n + 1] if n + 1 < 30 else len(summarizer.folds)):
+        if folds_after[n] == folds_after[n - 1]:  # turn n folded nothing
             assert current[: len(previous)] == previous, f"turn {n} rewrote the prefix"
             extended += 1
-        del folded
+        else:
+            assert current[: len(previous)] != previous, "a fold is the turn that changes it"
     assert extended >= 20, "most turns reuse the previous prompt as their prefix"
 
 
