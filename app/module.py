@@ -123,7 +123,7 @@ class AgentModule:
         actor_resolver: ActorResolver,
         owns_store: bool,
         local_mode: bool,
-        persistence_note: tuple[int, str] = (logging.INFO, ""),
+        persistence_note: tuple[int, str],
     ) -> None:
         self.settings = settings
         self.loop = loop
@@ -287,8 +287,7 @@ class AgentModule:
                 "is actor 'local'"
             )
         level, note = self._persistence_note
-        if note:
-            log.log(level, "%s", note)
+        log.log(level, "%s", note)
         await self.resume_expired_runs()
         sweeper = asyncio.create_task(self._sweep_forever())
         try:

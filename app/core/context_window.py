@@ -110,8 +110,8 @@ class ContextWindow:
             cut = max(cut, len(rest) - self.max_turns)
         if self.max_chars is not None:
             total = sum(_chars(m) for m in rest[cut:])
-            # Trim from the front until it fits, but never the newest message: a call with
-            # nothing to answer is worse than one over budget (ThenaJS would cut it too).
+            # Trim from the front until it fits, but never the newest message (ThenaJS would):
+            # a call with nothing to answer is worse than one over budget.
             while total > self.max_chars and cut < len(rest) - 1:
                 total -= _chars(rest[cut])
                 cut += 1
