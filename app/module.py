@@ -37,6 +37,7 @@ from app.providers import provider_from_settings
 from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from app.settings import Settings, get_settings
 from app.store import SqlAgentStore
+from app.store.host import hosts_sql_journal
 from app.store.ledger import MemoryLedger, SqlLedger
 
 log = logging.getLogger("app")
@@ -77,6 +78,47 @@ async def local_actor(_request: Request) -> Actor:
     return Actor(id="local")
 
 
+def _persistence(
+    store: AgentStore, journal: DurableRuntime | None, ledger: Ledger | None, settings: Settings
+) -> tuple[DurableRuntime, Ledger, tuple[int, str]]:
+    """The run journal and the ledger, with the start-up log line (level, text) naming them.
+
+    Given ones win. Otherwise both live in the store's own database when the store can host them
+    (`hosts_sql_journal`: asked of what the store can do, not of its class); a store that cannot
+    gets in-process ones, and the line is then a warning, since a run cut off by a crash is not
+    resumed and spend (with any quota) starts from zero at every restart.
+    """
+    lost: list[str] = []
+    runtime_from = ledger_from = "given"
+    if journal is None:
+        if hosts_sql_journal(store):
+            runtime_from = "the store's database"
+            journal = SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
+        else:
+            runtime_from = "in process"
+            journal = InlineRuntime()
+            lost.append("a run cut off by a crash is not resumed")
+    if ledger is None:
+        if hosts_sql_journal(store):
+            ledger_from = "the store's database"
+            ledger = SqlLedger(store.engine)
+        else:
+            ledger_from = "in process"
+            ledger = MemoryLedger()
+            lost.append("spent tokens (and quotas) start from zero at every restart")
+    note = (
+        f"run journal: {type(journal).__name__} ({runtime_from}); "
+        f"ledger: {type(ledger).__name__} ({ledger_from})"
+    )
+    if not lost:
+        return journal, ledger, (logging.INFO, note)
+    note += (
+        f". {type(store).__name__} cannot host the SQL journal, so {' and '.join(lost)}; "
+        "pass journal= and ledger= to keep them"
+    )
+    return journal, ledger, (logging.WARNING, note)
+
+
 class AgentModule:
     def __init__(
         self,
@@ -86,12 +128,14 @@ class AgentModule:
         actor_resolver: ActorResolver,
         owns_store: bool,
         local_mode: bool,
+        persistence_note: tuple[int, str],
     ) -> None:
         self.settings = settings
         self.loop = loop
         self.actor_resolver = actor_resolver
         self._owns_store = owns_store
         self.local_mode = local_mode
+        self._persistence_note = persistence_note
         self._tasks: set[asyncio.Task[Any]] = set()
         from app.http.router import build_router
 
@@ -119,7 +163,10 @@ class AgentModule:
     ) -> AgentModule:
         """Build the module. Anything not given comes from `settings` (default: the
         environment, `AGENT_*`): the SQL store on `database_url`, its journal and ledger, the
-        configured model, the API-key actor resolver, the module-wide history."""
+        configured model, the API-key actor resolver, the module-wide history.
+
+        Without `journal=`/`ledger=`, they go in the store's database when the store can host
+        them (`app.store.host.hosts_sql_journal`), else in process; the lifespan logs which."""
         settings = settings or get_settings()
         if model is None:
             key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -138,13 +185,7 @@ class AgentModule:
                 max_overflow=settings.db_max_overflow,
                 pool_timeout=settings.db_pool_timeout,
             )
-        runtime: DurableRuntime
-        if isinstance(store, SqlAgentStore):
-            runtime = journal or SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
-            ledger = ledger or SqlLedger(store.engine)
-        else:
-            runtime = journal or InlineRuntime()
-            ledger = ledger or MemoryLedger()
+        runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
@@ -181,6 +222,7 @@ class AgentModule:
             actor_resolver=actor_resolver,
             owns_store=owns_store,
             local_mode=local_mode,
+            persistence_note=persistence_note,
         )
 
     async def run_turn(
@@ -239,9 +281,10 @@ class AgentModule:
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
-        """Migrate (when configured), resume runs whose process died (now and periodically),
-        and on the way out let running turns finish before the engine is disposed. Nest it in
-        your own lifespan with `async with module.lifespan(app): ...` to compose."""
+        """Migrate (when configured), say which run journal and ledger are in use, resume runs
+        whose process died (now and periodically), and on the way out let running turns finish
+        before the engine is disposed. Nest it in your own lifespan with
+        `async with module.lifespan(app): ...` to compose."""
         if self.settings.migrate_on_start and isinstance(self.store, SqlAgentStore):
             await self.store.create_schema()
         if self.local_mode:
@@ -249,6 +292,8 @@ class AgentModule:
                 "no AGENT_API_KEYS configured: local development mode, every request "
                 "is actor 'local'"
             )
+        level, note = self._persistence_note
+        log.log(level, "%s", note)
         await self.resume_expired_runs()
         sweeper = asyncio.create_task(self._sweep_forever())
         try:

@@ -8,6 +8,15 @@ past such orphans, because providers reject a split pair with a 400 that no retr
 
 A chat middleware takes the messages of one call and returns the messages to send plus metrics;
 the loop puts the metrics on that call's entry in the run report.
+
+It follows ThenaJS's `contextWindow` (options, order, metrics, notice, no defaults) except in two
+places, both chosen for what the model ends up seeing:
+
+- `max_chars` counts an assistant's tool-call JSON as well as every message's content. Counting
+  content only leaves a call's arguments (a file being written, say) outside the ceiling.
+- The newest message is never dropped for `max_chars`, nor a trailing tool answer's assistant.
+  A budget too small for anything would otherwise send the system messages alone, and the model
+  would answer a question, or a tool result, it was never shown.
 """
 
 from __future__ import annotations
@@ -41,7 +50,8 @@ class WindowMetrics(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     window_trimmed: bool
-    """True if the window changed anything: dropped messages or truncated a tool output."""
+    """True if messages were cut. A tool output shortened to `max_chars_per_tool` alone does not
+    count: the message is still sent."""
     messages_sent: int
     """Messages actually sent (the notice included)."""
     messages_original: int
@@ -55,8 +65,9 @@ class WindowMetrics(BaseModel):
 
 
 def _chars(message: ChatMessage) -> int:
-    """Characters a message puts in the history: its content plus its tool calls' JSON (an
-    assistant's calls can outweigh its content)."""
+    """Characters a message puts in the history: its content plus its tool calls' JSON. The
+    calls are counted (ThenaJS counts content only) because they are sent too and can outweigh
+    the content: an assistant writing a file carries the file in its arguments."""
     n = len(message.content)
     if message.tool_calls:
         n += len(json.dumps([c.model_dump(mode="json") for c in message.tool_calls]))
@@ -87,22 +98,20 @@ class ContextWindow:
         head = messages[:head_len]
         rest = list(messages[head_len:])
 
-        truncated = False
         if self.max_chars_per_tool is not None:
             limit = self.max_chars_per_tool
             for i, m in enumerate(rest):
                 if m.role == "tool" and len(m.content) > limit:
                     content = m.content[:limit] + TRUNCATION_MARKER
                     rest[i] = m.model_copy(update={"content": content})
-                    truncated = True
 
         cut = 0
         if self.max_turns is not None:
             cut = max(cut, len(rest) - self.max_turns)
         if self.max_chars is not None:
             total = sum(_chars(m) for m in rest[cut:])
-            # Trim from the front until it fits, but never the newest message: a call with
-            # nothing to answer is worse than one slightly over budget.
+            # Trim from the front until it fits, but never the newest message (ThenaJS would):
+            # a call with nothing to answer is worse than one over budget.
             while total > self.max_chars and cut < len(rest) - 1:
                 total -= _chars(rest[cut])
                 cut += 1
@@ -117,7 +126,8 @@ class ContextWindow:
                 orphans, cut = walked - cut, walked
             else:
                 # Only tool answers would be left (the step right after a tool call): walking
-                # past them would send nothing to answer, so keep their assistant instead.
+                # past them would send nothing to answer (ThenaJS does, and sends the system
+                # messages alone), so keep their assistant instead, over budget if need be.
                 while cut > 0 and rest[cut].role == "tool":
                     cut -= 1
 
@@ -127,7 +137,7 @@ class ContextWindow:
             out.append(ChatMessage(role="system", content=self.notice))
         out.extend(kept)
         metrics = WindowMetrics(
-            window_trimmed=cut > 0 or truncated,
+            window_trimmed=cut > 0,
             messages_sent=len(out),
             messages_original=len(messages),
             window_orphans_dropped=orphans,
@@ -164,9 +174,10 @@ def context_window(
     """A chat middleware (`ChatMiddleware`) that trims one model call's messages to a window.
 
     It has NO defaults, on purpose: trimming changes what the agent remembers, and a default would
-    trade a loud, expensive failure for a silent degradation. Constructing it with no limit raises
-    `ConfigError`, as does a limit below 1. Measure first: trim when a call's `prompt_tokens` keep
-    growing toward the model's window.
+    trade a loud, expensive failure for a silent degradation. With no limit at all it trims
+    nothing, as ThenaJS's `contextWindow` does, and warns (`UserWarning`): a window that trims
+    nothing is almost surely a forgotten limit. A limit below 1 raises `ConfigError`. Measure
+    first: trim when a call's `prompt_tokens` keep growing toward the model's window.
 
     In order, on the messages after the leading system messages (the agent's prompt: never cut,
     never counted, and kept stable for the provider's prompt cache):
@@ -176,18 +187,20 @@ def context_window(
     2. `max_turns`: keep the last `max_turns` messages. It counts messages, not round trips: a
        tool exchange is at least two.
     3. `max_chars`: drop from the front while the kept messages' characters (content plus tool
-       call JSON) are over the budget; the newest message is never dropped for it.
+       call JSON; ThenaJS counts content only) are over the budget; the newest message is never
+       dropped for it.
     4. Leading `tool` messages whose assistant was cut are dropped too (counted in
        `window_orphans_dropped`), so the window may send fewer than `max_turns`. One exception:
        when only `tool` messages would remain, their assistant message is kept instead, so the
        model still sees the step it is answering; that window exceeds `max_turns` (or
-       `max_chars`) by the assistant message. No orphan `tool` message ever leaves the
-       middleware.
+       `max_chars`) by the assistant message. (ThenaJS walks past them and sends the system
+       messages alone.) No orphan `tool` message ever leaves the middleware.
     5. If messages were dropped, `notice` (default `DEFAULT_WINDOW_NOTICE`) goes in as a system
        message right after the leading system messages; `notice=False` cuts silently.
 
-    The metrics are `window_trimmed`, `messages_sent` (len of the output), `messages_original`
-    (len of the input) and `window_orphans_dropped` (see `WindowMetrics`).
+    The metrics are `window_trimmed` (messages were cut; shortening a tool output alone is not a
+    cut), `messages_sent` (len of the output), `messages_original` (len of the input) and
+    `window_orphans_dropped` (see `WindowMetrics`).
 
     `warn_index_failure` is the deprecated old name of `notice`: it still works, emits a
     `DeprecationWarning`, and loses to `notice` when both are given.
@@ -205,9 +218,11 @@ def context_window(
     if notice is not False and not isinstance(notice, str):
         raise ConfigError(f"context_window notice must be a str or False, got {notice!r}")
     if max_turns is None and max_chars is None and max_chars_per_tool is None:
-        raise ConfigError(
-            "context_window has no defaults on purpose: "
-            "set at least one of max_turns, max_chars, max_chars_per_tool"
+        warnings.warn(
+            "context_window() was given no limit, so it trims nothing (it has no defaults on "
+            "purpose): set max_turns, max_chars or max_chars_per_tool",
+            UserWarning,
+            stacklevel=2,
         )
     _check_limit("max_turns", max_turns)
     _check_limit("max_chars", max_chars)

@@ -768,6 +768,10 @@ class AgentLoop:
                 raise RuntimeError("the provider's stream ended without a final response")
         else:
             response = await self.model.complete(model_request)
+            if on_event is not None and response.content:
+                # A provider that cannot stream still shows its text as it would have streamed
+                # it, in one piece: a client renders every provider the same way.
+                await on_event(TextDelta(text=storable_text(response.content)))
         model = storable_text(response.model or _model_name(self.model))
         await self._record_usage(request, report, "chat", model, response.usage)
         for call in response.tool_calls:

@@ -2,7 +2,9 @@
 
 Events, each `data` a JSON object:
 
-    delta        {"text"}                                   a piece of the answer
+    delta        {"text"}                                   a piece of the answer (all of a
+                                                            step's text at once when the
+                                                            provider does not stream)
     tool_call    {"id", "name", "arguments"}                the model called a tool
     tool_result  {"call_id", "name", "is_error", "content_chars"}
     done         {"run_id", "message", "report"}            last event of a finished turn

@@ -41,11 +41,23 @@ def notice(text: str = DEFAULT_WINDOW_NOTICE) -> ChatMessage:
 # --- configuration -------------------------------------------------------------------------
 
 
-def test_no_limit_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="no defaults"):
-        context_window()
-    with pytest.raises(ConfigError, match="no defaults"):
-        context_window(notice="x")
+def test_no_limit_is_a_no_op_with_a_warning() -> None:
+    """As ThenaJS's contextWindow: no option, no trimming. It warns, since a window that trims
+    nothing is almost surely a forgotten limit."""
+    msgs = [system(), user("1"), assistant("", ("c1",)), tool("c1", "x" * 10_000), user("2")]
+    with pytest.warns(UserWarning, match="trims nothing"):
+        mw = context_window()
+    out, metrics = mw(msgs)
+    assert out == msgs
+    assert metrics == {
+        "window_trimmed": False,
+        "messages_sent": 5,
+        "messages_original": 5,
+        "window_orphans_dropped": 0,
+    }
+    with pytest.warns(UserWarning, match="trims nothing"):
+        mw = context_window(notice="x")
+    assert mw(msgs)[0] == msgs
 
 
 @pytest.mark.parametrize("name", ["max_turns", "max_chars", "max_chars_per_tool"])
@@ -108,6 +120,8 @@ def test_max_chars_trims_from_the_front_until_it_fits() -> None:
 
 
 def test_max_chars_counts_tool_call_arguments() -> None:
+    """A deliberate difference from ThenaJS, which counts content only: by content alone this
+    history is 3 characters and would all be sent, with a 100-character argument unbounded."""
     big_call = ChatMessage(
         role="assistant",
         content="",
@@ -134,13 +148,14 @@ def test_both_limits_apply() -> None:
 # --- max_chars_per_tool --------------------------------------------------------------------
 
 
-def test_tool_output_over_the_ceiling_is_truncated() -> None:
+def test_tool_output_over_the_ceiling_is_truncated_without_counting_as_trimmed() -> None:
+    """`window_trimmed` means messages were cut, not shortened (as in ThenaJS's metric)."""
     msgs = [user(), assistant("", ("c1", "c2")), tool("c1", "x" * 10), tool("c2", "y" * 3)]
     out, metrics = context_window(max_chars_per_tool=4)(msgs)
     assert out[2] == tool("c1", "xxxx\n… [truncated]")
     assert out[3] == tool("c2", "yyy")
     assert metrics == {
-        "window_trimmed": True,
+        "window_trimmed": False,
         "messages_sent": 4,
         "messages_original": 4,
         "window_orphans_dropped": 0,
@@ -283,7 +298,10 @@ def test_no_orphan_tool_message_ever_leaves(
         body = [m for m in out[len(head) :] if m.content != DEFAULT_WINDOW_NOTICE]
         assert len(body) <= max_turns
     if not metrics["window_trimmed"]:
-        assert out == msgs
+        # nothing cut; at most tool outputs shortened
+        assert [(m.role, m.tool_call_id) for m in out] == [(m.role, m.tool_call_id) for m in msgs]
+        if max_chars_per_tool is None:
+            assert out == msgs
 
 
 def test_the_step_after_a_tool_call_keeps_the_call_with_its_answers() -> None:
@@ -294,6 +312,30 @@ def test_the_step_after_a_tool_call_keeps_the_call_with_its_answers() -> None:
     assert metrics["window_orphans_dropped"] == 0
     out, _ = context_window(max_chars=1, notice=False)(msgs)
     assert [m.role for m in out] == ["system", "assistant", "tool", "tool"]
+
+
+def test_a_budget_too_small_for_anything_still_sends_the_step_being_answered() -> None:
+    """A deliberate difference from ThenaJS, which would send the system messages alone here
+    (and count the tool answer as an orphan): the model would then answer a step it cannot see.
+    Over budget by the newest step beats a silently wrong answer."""
+    msgs = [
+        system(),
+        user("q" * 50),
+        assistant("", calls=("c1",)),
+        tool("c1", "r" * 50),
+    ]
+    out, metrics = context_window(max_chars=1)(msgs)
+    assert out == [system(), notice(), msgs[2], msgs[3]]
+    assert metrics == {
+        "window_trimmed": True,
+        "messages_sent": 4,
+        "messages_original": 4,
+        "window_orphans_dropped": 0,
+    }
+    # the newest message alone, when it is not a tool answer
+    out, metrics = context_window(max_chars=1)([system(), user("a" * 50), user("b" * 50)])
+    assert out == [system(), notice(), user("b" * 50)]
+    assert metrics["window_trimmed"] is True
 
 
 @given(msgs=transcripts(), max_turns=limits, max_chars=limits)

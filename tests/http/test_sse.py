@@ -12,7 +12,7 @@ from app.errors import ProviderBadResponse
 from app.main import fake_page
 from app.providers import EchoModel
 from app.registry import agent, tool
-from app.testing import Gate, StreamingScriptedProvider, reply
+from app.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     SSE,
@@ -52,6 +52,17 @@ async def test_deltas_concatenate_to_the_final_message(client: httpx.AsyncClient
     assert text == done["message"]["content"]
     stored = await transcript(client, thread_id)
     assert stored[-1]["content"] == text and stored[-1]["run_id"] == done["run_id"]
+
+
+async def test_a_provider_that_does_not_stream_sends_the_answer_as_one_delta(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(model=ScriptedProvider([reply("Hi!")]))))
+    thread_id = await new_thread(client)
+    events = parse_sse((await _stream(client, thread_id, "hello")).text)
+    assert [n for n, _ in events] == ["delta", "done"]
+    assert events[0][1] == {"text": "Hi!"}
+    assert events[1][1]["message"]["content"] == "Hi!"
 
 
 async def test_a_tool_turn_streams_its_tool_events(client: httpx.AsyncClient) -> None:

@@ -1,0 +1,102 @@
+"""Which run journal and ledger `for_root` picks: by what the store can do, said at start-up."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from app import AgentModule, agent
+from app.durable import InlineRuntime, SqlJournal
+from app.settings import Settings
+from app.store import MemoryStore, SqlAgentStore
+from app.store.ledger import MemoryLedger, SqlLedger
+from app.testing import ScriptedProvider, reply
+from tests.loop.conftest import FullReadStore
+
+SETTINGS = Settings(migrate_on_start=False)
+
+
+@agent(name="plain")
+class Plain:
+    pass
+
+
+class EngineSharingStore(FullReadStore):
+    """Another store class (not a `SqlAgentStore`) on the same database, sharing its engine."""
+
+    @property
+    def engine(self) -> object:
+        return self.inner.engine
+
+
+class NotSqlEngine(FullReadStore):
+    """A store with an `engine` of some other kind: it cannot host the SQL journal."""
+
+    engine = "a document database"
+
+
+def _module(store: object, **kw: object) -> AgentModule:
+    return AgentModule.for_root(
+        model=ScriptedProvider(default=reply("ok")),
+        store=store,  # type: ignore[arg-type]
+        agents=[Plain],
+        settings=SETTINGS,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def _start_up_log(module: AgentModule, caplog: pytest.LogCaptureFixture) -> str:
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="app"):
+        async with module.lifespan():
+            pass
+    lines = [r for r in caplog.records if "run journal" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    return f"{lines[0].levelname} {lines[0].getMessage()}"
+
+
+async def test_any_store_sharing_its_sql_engine_gets_the_durable_journal_and_ledger(
+    sql_store: SqlAgentStore,
+) -> None:
+    module = _module(EngineSharingStore(sql_store))
+    thread = await module.store.create_thread(actor_id="a", agent="plain")
+    result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="hi")
+    # the run and its spend are in the database, where another process would find them
+    record = await SqlJournal(sql_store.engine, lease_seconds=60).get_run(result.run_id)
+    assert record is not None and record.status == "completed"
+    entries = await SqlLedger(sql_store.engine).entries_for_run(result.run_id)
+    assert [e.purpose for e in entries] == ["chat"]
+
+
+def test_an_engine_that_is_not_a_sql_engine_gets_the_in_process_runtime(
+    sql_store: SqlAgentStore,
+) -> None:
+    module = _module(NotSqlEngine(sql_store))
+    assert isinstance(module.loop.runtime, InlineRuntime)
+    assert isinstance(module.loop.ledger, MemoryLedger)
+
+
+async def test_start_up_logs_the_sql_journal_and_ledger(
+    sql_store: SqlAgentStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    line = await _start_up_log(_module(sql_store), caplog)
+    assert line.startswith("INFO ")
+    assert "SqlJournal" in line and "SqlLedger" in line
+
+
+async def test_start_up_warns_that_an_in_process_runtime_is_not_durable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    line = await _start_up_log(_module(MemoryStore()), caplog)
+    assert line.startswith("WARNING ")
+    assert "InlineRuntime" in line and "MemoryLedger" in line
+    assert "MemoryStore" in line and "not resumed" in line
+
+
+async def test_start_up_logs_a_given_journal_and_ledger_as_given(
+    sql_store: SqlAgentStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    module = _module(MemoryStore(), journal=InlineRuntime(), ledger=SqlLedger(sql_store.engine))
+    line = await _start_up_log(module, caplog)
+    assert "InlineRuntime (given)" in line and "SqlLedger (given)" in line
