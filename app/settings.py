@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     """With the token threshold: runs kept verbatim (default 5)."""
     history_fold_messages: int | None = Field(default=None, ge=1)
     """Summarizing window: unsummarized messages past the window that trigger a fold (default
-    half the window)."""
+    half the window, at least 4)."""
     history_fold_max_tokens: int | None = Field(default=None, ge=1)
     """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
 

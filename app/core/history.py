@@ -50,6 +50,9 @@ from app.errors import ConfigError
 
 DEFAULT_WINDOW_MESSAGES = 40
 """What `window_history()` keeps when given no limit at all, as Adonis's sliding window does."""
+DEFAULT_FOLD_MESSAGES = 4
+"""The smallest default fold batch: two turns' worth, so even a small summarizing window folds
+every other turn at most, not on every turn."""
 DEFAULT_KEEP_RECENT_RUNS = 5
 """Runs a summarizing runs window keeps verbatim unless told otherwise (HasteKit's default)."""
 
@@ -124,7 +127,9 @@ class WindowHistory:
         self.render_summary = render_summary
         self.fold_max_tokens = fold_max_tokens
         self.fold_messages = (
-            fold_messages if fold_messages is not None else max(1, (max_messages or 0) // 2)
+            fold_messages
+            if fold_messages is not None
+            else max(DEFAULT_FOLD_MESSAGES, (max_messages or 0) // 2)
         )
         self.fold_tokens = (
             fold_tokens if fold_tokens is not None else max(1, (max_tokens or 0) // 2)
@@ -216,7 +221,7 @@ def window_history(
     With `summarize` (`summarize_with_model(model)` is the built-in) the window is ROLLING:
     every message the thread's summary does not cover rides verbatim until that part reaches
     a high mark, `max_messages + fold_messages` messages or `max_tokens + fold_tokens` tokens
-    (defaults: half the window). Then the window is cut back to `max_messages`/`max_tokens` and
+    (defaults: half the window, and `fold_messages` at least 4, two turns). Then the window is cut back to `max_messages`/`max_tokens` and
     what it left out is folded into the summary with the summary so far, in calls of at most
     `fold_max_tokens` input each. So a fold happens every few turns, the prompt between folds
     extends the previous one, and summarizer input per fold is O(fold batch), never O(thread).
@@ -437,7 +442,7 @@ class HistoryConfig(BaseModel):
     """With `summary_token_threshold`: runs kept verbatim when the rest is summarized."""
     fold_messages: int | None = Field(default=None, ge=1)
     """Summarizing window: unsummarized messages past `max_messages` that trigger a fold
-    (default half the window)."""
+    (default half the window, at least 4)."""
     fold_tokens: int | None = Field(default=None, ge=1)
     """Summarizing window: unsummarized tokens past `max_tokens` that trigger a fold."""
     fold_max_tokens: int = Field(default=DEFAULT_FOLD_MAX_TOKENS, ge=1)

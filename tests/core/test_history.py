@@ -158,7 +158,10 @@ def test_every_builtin_declares_a_read_bound() -> None:
     assert window_history(max_tokens=100).read_bound == ReadBound(tokens=100)
     # Summarizing: the read takes the window plus a fold batch (half the window by default).
     assert window_history(max_messages=6, summarize=fake_summarizer).read_bound == ReadBound(
-        messages=9
+        messages=10
+    )
+    assert window_history(max_messages=40, summarize=fake_summarizer).read_bound == ReadBound(
+        messages=60
     )
     assert window_history().read_bound == ReadBound(messages=40)
     assert runs_window(max_runs=3).read_bound == ReadBound(runs=3)
@@ -298,7 +301,7 @@ def test_policy_from_config_builds_each_strategy() -> None:
 def test_summarize_true_binds_the_model_and_bounds_the_read() -> None:
     policy = policy_from_config(HistoryConfig(max_messages=4, summarize=True), FakeModel())
     assert callable(getattr(policy, "summarize", None))
-    assert getattr(policy, "read_bound", None) == ReadBound(messages=6)
+    assert getattr(policy, "read_bound", None) == ReadBound(messages=8)
 
 
 def test_summarize_true_without_a_model_is_a_config_error() -> None:

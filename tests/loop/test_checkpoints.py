@@ -129,10 +129,15 @@ async def test_with_a_summarizer_the_fold_is_recorded_with_seq_and_run_id(env: L
     run_id, _ = await _run(env, window_history(max_messages=2, summarize=summarizer))
     recorded = json.loads(await env.step_payload(run_id, "load:thread"))
     fold = recorded["fold"]
-    # The read took the window plus a fold batch (3 rows); what it held of the fold is journaled,
-    # the four older messages it skipped are read back by the fold itself.
+    # The read took the window plus a fold batch (6 rows); what it held of the fold is journaled,
+    # the older message it skipped is read back by the fold itself.
     assert fold["through"] == 5
-    assert [(m["content"], m["seq"]) for m in fold["messages"]] == [("q2", 5)]
+    assert [(m["content"], m["seq"]) for m in fold["messages"]] == [
+        ("a0", 2),
+        ("q1", 3),
+        ("a1", 4),
+        ("q2", 5),
+    ]
     assert "summary" not in recorded  # the thread had none yet
     (folded,) = summarizer.calls
     assert [(m.content, m.seq) for m in folded] == [
@@ -165,7 +170,7 @@ async def test_bounded_and_full_reads_journal_byte_identical_load_thread(
         ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="next", run_id=run_id)
         payloads.append(await env.step_payload(run_id, "load:thread"))
         if isinstance(store, CountingStore):
-            expected_bound = {"window": 4, "zero": 1, "summarizing": 6}.get(policy_kind)
+            expected_bound = {"window": 4, "zero": 1, "summarizing": 8}.get(policy_kind)
             assert store.bounded_reads == [expected_bound] and store.full_reads == 0
         else:
             assert store.full_reads == 1

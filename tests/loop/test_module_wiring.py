@@ -197,7 +197,7 @@ def test_every_window_bounds_its_read_and_a_legacy_max_messages_is_honoured() ->
     assert read_bound(window_history(max_messages=7)) == ReadBound(messages=7)
     assert read_bound(window_history(max_messages=None, max_tokens=100)) == ReadBound(tokens=100)
     summarizing = window_history(max_messages=7, summarize=lambda d, c: None)  # type: ignore[arg-type,return-value]
-    assert read_bound(summarizing) == ReadBound(messages=10)
+    assert read_bound(summarizing) == ReadBound(messages=11)
     assert read_bound(Legacy()) == ReadBound(messages=1)
 
 

@@ -156,7 +156,7 @@ async def test_a_long_backlog_folds_in_chunks_that_each_fit_the_budget(env: Loop
     result = await env.loop(EchoModel(), policy, store=store).run_turn(
         agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
     )
-    assert store.bounded_reads == [6], "the turn read itself is the window plus a fold batch"
+    assert store.bounded_reads == [8], "the turn read itself is the window plus a fold batch"
     thread = await env.store.get_thread(tid)
     assert thread is not None
     by_seq = {m.seq: m for m in thread.messages}
