@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import httpx
 
-from tests.http.conftest import ALICE, assert_error, new_thread, post, transcript
+from tests.http.conftest import (
+    ALICE,
+    ModuleFactory,
+    assert_error,
+    make_app,
+    new_thread,
+    open_client,
+    post,
+    transcript,
+)
 
 
 async def test_create_thread_returns_201_with_its_id_agent_and_title(
@@ -108,3 +119,39 @@ async def test_window_shows_kept_messages_with_token_estimates(client: httpx.Asy
     assert window["total_tokens"] == sum(m["tokens"] for m in window["kept"])
     assert window["dropped_count"] == 0 and window["dropped"] == []
     assert window["summarizes"] is False
+
+
+async def test_window_and_run_report_show_the_rolling_summary(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """`GET /window` shows the summary (text and boundary) and the fold the next turn would
+    make; a run's report says whether it made the summary or reused it, and from what."""
+    module = make_module(history={"max_messages": 2, "summarize": True, "fold_messages": 4})
+    client = await open_client(stack, make_app(module))
+    thread_id = await new_thread(client)
+    reports = []
+    for i in range(5):
+        r = await post(client, thread_id, f"question {i}")
+        assert r.status_code == 200, r.text
+        reports.append(r.json()["report"])
+    made = [r for r in reports if r["summary"] and r["summary"]["made"]]
+    reused = [r for r in reports if r["summary"] and not r["summary"]["made"]]
+    assert made and reused, [r["summary"] for r in reports]
+    first = made[0]["summary"]
+    assert first["previous_covers_through_seq"] is None and first["folds"] == 1
+    assert first["input_messages"] == first["covers_through_seq"]
+    assert first["input_tokens"] > 0
+    run = await client.get(f"/runs/{made[0]['run_id']}", headers=ALICE)
+    assert run.json()["summary"] == first
+
+    window = (await client.get(f"/threads/{thread_id}/window", headers=ALICE)).json()
+    summary = window["summary"]
+    assert summary["covers_through_seq"] == reports[-1]["summary"]["covers_through_seq"]
+    assert summary["text"].startswith("Summary of ")
+    assert window["read_bound"] == 6  # the window plus a fold batch
+    # Ten messages, five summarized: the next turn's own message reaches the high mark (6), so
+    # it will fold 6..9 and keep the newest stored message beside its own.
+    assert window["next_fold"] == {"from_seq": 6, "through_seq": 9}
+    assert window["summarizes"] is True
+    assert [m["seq"] for m in window["kept"]] == [10]
+    assert [m["seq"] for m in window["dropped"]] == [6, 7, 8, 9]
