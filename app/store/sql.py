@@ -125,9 +125,16 @@ def _turn_read(
         )
         floors.append(sa.func.coalesce(first_fitting, t.c.last_seq))
     if runs:
+        # `seq <= last_seq` is always true; it correlates the probe with the thread row, so
+        # PostgreSQL plans the floor into the page's index condition instead of running it
+        # once up front and, not knowing its value, scanning the thread.
         nth_user = (
             sa.select(messages.c.seq)
-            .where(messages.c.thread_id == _TID, messages.c.role == "user")
+            .where(
+                messages.c.thread_id == _TID,
+                messages.c.role == "user",
+                messages.c.seq <= t.c.last_seq,
+            )
             .order_by(messages.c.seq.desc())
             .limit(1)
             .offset(_RUNS_OFFSET)

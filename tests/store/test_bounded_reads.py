@@ -15,6 +15,7 @@ from app.core.messages import Message, ToolCall, ToolResult
 from app.core.ports import HistoryPolicyContext, ThreadSummary, ThreadTurnQuery
 from app.core.reads import bounded_page
 from app.store import SqlAgentStore
+from app.store.sql import turn_read
 from tests.store.test_store import captured_sql
 
 CTX = HistoryPolicyContext(thread_id="t", agent="a", actor_id="u", run_id="r")
@@ -184,3 +185,35 @@ async def test_messages_after_pages_a_backlog_oldest_first(sql_store: SqlAgentSt
     page = await sql_store.messages_after(tid, 3, 4)
     assert [(m.seq, m.content) for m in page] == [(4, "m4"), (5, "m5"), (6, "m6"), (7, "m7")]
     assert await sql_store.messages_after(tid, 10, 4) == []
+
+
+@pytest.mark.postgres
+async def test_postgres_plans_every_read_shape_as_an_index_range_not_a_scan(
+    postgres_url: str,
+) -> None:
+    """With planner statistics of a long thread, the page of every query shape is read by an
+    index range on (thread_id, seq) (or a bitmap over it), never by scanning the thread."""
+    from tests.conftest import emptied_store
+
+    async with emptied_store(postgres_url) as store:
+        tid = await _thread(store, [Message(role="user", content=f"m{i}") for i in range(3000)])
+        await store.save_summary(tid, ThreadSummary(text="s", covers_through_seq=2990))
+        async with store.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")
+        shapes = [
+            ThreadTurnQuery(thread_id=tid, message_limit=10),
+            ThreadTurnQuery(thread_id=tid, token_limit=200),
+            ThreadTurnQuery(thread_id=tid, run_limit=3),
+            ThreadTurnQuery(thread_id=tid, message_limit=15, after_summary=True),
+            ThreadTurnQuery(thread_id=tid, token_limit=300, run_limit=5, widest=True),
+        ]
+        for query in shapes:
+            stmt, params = turn_read(query)
+            sql = stmt.params(**params).compile(
+                dialect=store.engine.dialect, compile_kwargs={"literal_binds": True}
+            )
+            async with store.engine.connect() as conn:
+                plan = [r[0] for r in await conn.exec_driver_sql(f"EXPLAIN {sql}")]
+            text = "\n".join(plan)
+            assert "Seq Scan on messages page" not in text, text
+            assert "uq_messages_thread_id_seq" in text, text
