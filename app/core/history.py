@@ -221,10 +221,11 @@ def window_history(
     With `summarize` (`summarize_with_model(model)` is the built-in) the window is ROLLING:
     every message the thread's summary does not cover rides verbatim until that part reaches
     a high mark, `max_messages + fold_messages` messages or `max_tokens + fold_tokens` tokens
-    (defaults: half the window, and `fold_messages` at least 4, two turns). Then the window is cut back to `max_messages`/`max_tokens` and
-    what it left out is folded into the summary with the summary so far, in calls of at most
-    `fold_max_tokens` input each. So a fold happens every few turns, the prompt between folds
-    extends the previous one, and summarizer input per fold is O(fold batch), never O(thread).
+    (defaults: half the window, and `fold_messages` at least 4, two turns). Then the window is
+    cut back to `max_messages`/`max_tokens` and what it left out is folded into the summary
+    with the summary so far, in calls of at most `fold_max_tokens` input each. So a fold
+    happens every few turns, the prompt between folds extends the previous one, and the
+    summarizer's input per fold is O(fold batch), never O(thread).
     Raises `ConfigError` for a negative limit.
     """
     if max_messages is _UNSET:
