@@ -194,3 +194,14 @@ def test_summarizing_runs_window_never_splits_a_run(
         summarize=fake_summarizer, token_threshold=threshold, keep_recent_runs=keep
     )
     assert_whole_runs(messages, policy.select(messages, CTX))
+
+
+def test_run_less_history_groups_by_user_message_alone() -> None:
+    """Imported history without run ids: each user message starts a run, every other message
+    joins the run before it, and a run id never splits or joins anything by itself."""
+    q1, q2 = Message(role="user", content="q1"), Message(role="user", content="q2")
+    a2 = Message(role="assistant", content="a2")
+    tagged = Message(role="assistant", content="a3", run_id="elsewhere")
+    assert split_runs([q1, q2, a2, tagged]) == [[q1], [q2, a2, tagged]]
+    greeting = Message(role="assistant", content="hi")
+    assert split_runs([greeting, q1]) == [[greeting], [q1]]

@@ -11,7 +11,7 @@ from app import AgentModule, HistoryConfig, agent, tool
 from app.core.history import HistoryPolicyContext, HistorySelection, window_history
 from app.core.messages import Message, ToolCall
 from app.core.ports import ModelRequest, ModelResponse
-from app.errors import RunFailed, ThreadBusy, ThreadNotFound
+from app.errors import ConfigError, RunFailed, ThreadBusy, ThreadNotFound
 from app.settings import Settings
 from app.store import MemoryStore
 from app.testing import Gate, ScriptedProvider, reply
@@ -243,3 +243,52 @@ async def test_resuming_a_run_of_an_agent_that_is_gone_leaves_the_run_untouched(
         await other.resume(run_id)
     record = await env.journal.get_run(run_id)
     assert record is not None and record.status == "failed", "not claimed, so not stranded"
+
+
+@pytest.mark.parametrize(
+    ("history", "key"),
+    [
+        ({"max_messages": 0}, "max_messages"),
+        ({"max_mesages": 5}, "max_mesages"),
+        ({"runs": 2, "summarize": True}, "runs"),
+    ],
+)
+def test_for_root_refuses_a_bad_module_history_even_when_every_agent_overrides_it(
+    history: dict[str, object], key: str
+) -> None:
+    with pytest.raises(ConfigError, match=key):
+        AgentModule.for_root(
+            agents=[Pinned], history=history, store=MemoryStore(), settings=SETTINGS
+        )
+
+
+def test_for_root_accepts_summarize_alone_as_the_default_window_as_the_settings_do() -> None:
+    module = AgentModule.for_root(
+        agents=[Plain], history={"summarize": True}, store=MemoryStore(), settings=SETTINGS
+    )
+    policy = module.loop.definition("plain").policy
+    assert getattr(policy, "count_limit", None) == 40
+    assert getattr(policy, "summarize", None) is not None
+
+
+async def test_the_ledger_books_summaries_under_the_name_chat_calls_use() -> None:
+    """One name per model: EchoModel's summaries and chat calls are both booked as `echo`."""
+    from app.providers.echo import EchoModel
+    from app.store.ledger import MemoryLedger
+
+    ledger = MemoryLedger()
+    module = AgentModule.for_root(
+        agents=[Plain],
+        model=EchoModel(),
+        history={"max_messages": 2, "summarize": True},
+        store=MemoryStore(),
+        ledger=ledger,
+        settings=SETTINGS,
+    )
+    thread = await module.store.create_thread(actor_id="a", agent="plain")
+    await module.store.append_messages(
+        thread.id, [m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+    )
+    result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="x")
+    assert {row.purpose for row in result.report.ledger} == {"chat", "history_summary"}
+    assert {row.model for row in result.report.ledger} == {"echo"}
