@@ -63,10 +63,13 @@ from app.core.ports import (
     ThreadTurnPage,
     ThreadTurnQuery,
     ToolSpec,
+    Transaction,
     Usage,
+    ledger_supports_transactions,
     supports_bounded_read,
     supports_streaming,
     supports_summaries,
+    supports_transactions,
 )
 from app.core.reads import bounded_page
 from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult, SummaryReport
@@ -78,6 +81,7 @@ from app.errors import (
     ConfigError,
     DuplicateMessage,
     JournalMismatch,
+    LeaseLost,
     ProviderBadResponse,
     QuotaExceeded,
     RunFailed,
@@ -202,6 +206,12 @@ class AgentLoop:
                 )
         self.store = store
         self.runtime = runtime
+        self._shares_transactions = supports_transactions(store) and (
+            ledger_supports_transactions(ledger)
+        )
+        """Writes join a step's unit of work only when every writer can: one that wrote on a
+        connection of its own while the unit's transaction is open could wait for that very
+        transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
         self.ledger = ledger
         self.model = model
         self.agents = dict(agents)
@@ -338,10 +348,28 @@ class AgentLoop:
         *,
         fresh: bool,
     ) -> RunResult:
-        """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
+        """`fresh`: this attempt is the run's first, so it made every ledger row itself.
+
+        The answer, its journal row and the run's end commit in one transaction: a run is never
+        left `running` beside its stored answer, and a failure of that commit stores neither."""
         try:
             async with self.runtime.keep_alive(request.run_id):
-                message = await self._run(request, ctx, definition, on_event, report)
+                answer = await self._run(request, ctx, definition, on_event, report)
+                async with ctx.unit_of_work():
+                    stored = await ctx.step(
+                        "persist:assistant",
+                        functools.partial(self._persist, ctx, request.thread_id, answer),
+                    )
+                    message = answer.model_copy(update={"seq": stored.get("seq")})
+                    report.status = "completed"
+                    await self._finish_report(ctx, report, fresh)
+                    tx = await self._tx(ctx)
+                    if tx is not None:
+                        await self.runtime.complete(
+                            request.run_id, report.model_dump(mode="json"), tx=tx
+                        )
+                if tx is None:  # nothing shared: the end follows the answer's own commit
+                    await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
         except Exception as exc:
             failure = RunFailed(request.run_id, exc)
             report.status = "failed"
@@ -355,9 +383,6 @@ class AgentLoop:
             if not isinstance(exc, AgentError):
                 log.exception("run %s failed", request.run_id)
             raise failure from exc
-        report.status = "completed"
-        await self._finish_report(ctx, report, fresh)
-        await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
         return RunResult(run_id=request.run_id, message=message, report=report)
 
     async def _run(
@@ -375,11 +400,25 @@ class AgentLoop:
             run_id=request.run_id,
         )
         user = Message(role="user", content=request.content, run_id=request.run_id)
-        await ctx.step("persist:user", lambda: self._persist(request.thread_id, user))
-        if await ctx.patched(ROLLING_SUMMARY):
-            prompt = await self._rolling_prompt(request, ctx, definition, hctx, report)
+        # The user's message, the version marker and the read commit together (one unit).
+        async with ctx.unit_of_work():
+            await ctx.step(
+                "persist:user", functools.partial(self._persist, ctx, request.thread_id, user)
+            )
+            rolling = await ctx.patched(ROLLING_SUMMARY)
+            if rolling:
+                recorded = await ctx.step(
+                    "load:thread",
+                    functools.partial(
+                        self._load_rolling, ctx, request.thread_id, definition.policy, hctx, report
+                    ),
+                )
+            else:
+                legacy = await self._legacy_load(ctx, definition, hctx)
+        if rolling:
+            prompt = await self._rolling_prompt(request, ctx, definition, hctx, report, recorded)
         else:
-            prompt = await self._legacy_prompt(request, ctx, definition, hctx, report)
+            prompt = await self._legacy_prompt(request, ctx, definition, hctx, report, *legacy)
         return await self._answer(request, ctx, definition, prompt, on_event, report)
 
     async def _rolling_prompt(
@@ -389,16 +428,13 @@ class AgentLoop:
         definition: AgentDefinition,
         hctx: HistoryPolicyContext,
         report: RunReport,
+        recorded: dict[str, Any],
     ) -> list[ChatMessage]:
-        """The system prompt, the thread's summary (folded further first when the policy says
-        so) and the kept messages. Everything it uses is journaled: a replay builds the same
-        prompt byte for byte without reading the store or calling the summarizer again."""
+        """The system prompt, the thread's summary (folded further first when `load:thread`
+        says so) and the kept messages. Everything it uses is journaled: a replay builds the
+        same prompt byte for byte without reading the store or calling the summarizer again."""
         policy = definition.policy
         summarizer = _summarizer(policy)
-        recorded = await ctx.step(
-            "load:thread",
-            lambda: self._load_rolling(request.thread_id, policy, hctx, report, summarizer),
-        )
         keep = [Message.model_validate(m) for m in recorded["keep"]]
         summary = (
             ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
@@ -419,18 +455,21 @@ class AgentLoop:
 
     async def _load_rolling(
         self,
+        ctx: DurableContext,
         thread_id: str,
         policy: HistoryPolicy,
         hctx: HistoryPolicyContext,
         report: RunReport,
-        summarizer: Summarizer | None,
     ) -> JsonValue:
         """The `load:thread` step: the bounded read, `select`, and for a summarizing policy the
         fold this turn owes: every message from the summary's boundary through the newest one
         `select` dropped or the read skipped. The fold's messages that the page holds are
         journaled whole (seq and run id included: a summarizer may group by run); older ones
         are read chunk by chunk by the fold itself."""
-        page = await self._read_page(thread_id, read_bound(policy), summarizer is not None, report)
+        summarizer = _summarizer(policy)
+        page = await self._read_page(
+            thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
+        )
         selection = policy.select(
             page.messages,
             hctx.model_copy(update={"summary": page.summary, "skipped": page.skipped}),
@@ -479,19 +518,29 @@ class AgentLoop:
         while summary is None or summary.covers_through_seq < through:
             folds += 1
             suffix = "" if folds == 1 else f":{folds}"
-            made = await ctx.step(
-                "history:summarize" + suffix,
-                functools.partial(
-                    self._fold_chunk, request, hctx, summarizer, summary, through, known, budget
-                ),
-            )
-            usage = Usage.model_validate(made["usage"])
-            await ctx.step(
-                "persist:usage:history" + suffix,
-                functools.partial(
-                    self._record_usage, request, report, "history_summary", made["model"], usage
-                ),
-            )
+            # The summary commits with its ledger row, as a model step does; the summary row is
+            # written after that, idempotently: a process killed in between resumes with the
+            # journaled summary, neither losing it nor asking for a second one.
+            async with ctx.unit_of_work():
+                made = await ctx.step(
+                    "history:summarize" + suffix,
+                    functools.partial(
+                        self._fold_chunk, request, hctx, summarizer, summary, through, known, budget
+                    ),
+                )
+                usage = Usage.model_validate(made["usage"])
+                await ctx.step(
+                    "persist:usage:history" + suffix,
+                    functools.partial(
+                        self._record_usage,
+                        ctx,
+                        request,
+                        report,
+                        "history_summary",
+                        made["model"],
+                        usage,
+                    ),
+                )
             summary = ThreadSummary(
                 text=made["text"],
                 covers_through_seq=made["covers_through_seq"],
@@ -500,10 +549,11 @@ class AgentLoop:
                 completion_tokens=usage.completion_tokens,
                 run_id=request.run_id,
             )
-            await ctx.step(
-                "persist:summary" + suffix,
-                functools.partial(self._save_summary, request.thread_id, summary),
-            )
+            async with ctx.unit_of_work():
+                await ctx.step(
+                    "persist:summary" + suffix,
+                    functools.partial(self._save_summary, ctx, request.thread_id, summary),
+                )
             report.model_calls.append(
                 ModelCallReport(
                     purpose="history_summary",
@@ -579,12 +629,33 @@ class AgentLoop:
             if m.seq is not None and m.seq <= through:
                 known.setdefault(m.seq, m)
 
-    async def _save_summary(self, thread_id: str, summary: ThreadSummary) -> JsonValue:
+    async def _save_summary(
+        self, ctx: DurableContext, thread_id: str, summary: ThreadSummary
+    ) -> JsonValue:
         store = self.store
-        if not supports_summaries(store):
+        if supports_transactions(store):
+            await store.save_summary(thread_id, summary, tx=await self._tx(ctx))
+        elif supports_summaries(store):
+            await store.save_summary(thread_id, summary)
+        else:
             raise ConfigError("a summarizing history needs a store that keeps summaries")
-        await store.save_summary(thread_id, summary)
         return {"covers_through_seq": summary.covers_through_seq}
+
+    async def _legacy_load(
+        self, ctx: DurableContext, definition: AgentDefinition, hctx: HistoryPolicyContext
+    ) -> tuple[list[Message], list[Message]]:
+        """A run journaled before rolling summaries: its `load:thread` is always in its journal
+        (a journal without one takes the new path), so it is only ever read back."""
+        policy = definition.policy
+        if await ctx.patched(SELECTED_HISTORY):
+            recorded = await ctx.step("load:thread", _legacy_load)
+            keep = [Message.model_validate(m) for m in recorded["keep"]]
+            return keep, [Message.model_validate(m) for m in recorded.get("drop", [])]
+        recorded = await ctx.step("load:thread", _legacy_load)
+        messages = [Message.model_validate(m) for m in recorded["messages"]]
+        window = getattr(policy, "window", None)
+        legacy = window(messages) if callable(window) else policy.select(messages, hctx)
+        return legacy.keep, legacy.drop
 
     async def _legacy_prompt(
         self,
@@ -593,33 +664,32 @@ class AgentLoop:
         definition: AgentDefinition,
         hctx: HistoryPolicyContext,
         report: RunReport,
+        keep: list[Message],
+        drop: list[Message],
     ) -> list[ChatMessage]:
-        """A run journaled before rolling summaries finishes on its recorded path: its
-        `load:thread` is always in its journal (a journal without one takes the new path), and
-        a summary it had yet to make summarizes its recorded dropped messages, as it did then."""
+        """The old path finishes as it began: a summary it had yet to make summarizes its
+        recorded dropped messages, whole, and is not stored as a rolling summary."""
         policy = definition.policy
-        if await ctx.patched(SELECTED_HISTORY):
-            recorded = await ctx.step("load:thread", _legacy_load)
-            keep = [Message.model_validate(m) for m in recorded["keep"]]
-            drop = [Message.model_validate(m) for m in recorded.get("drop", [])]
-        else:
-            recorded = await ctx.step("load:thread", _legacy_load)
-            messages = [Message.model_validate(m) for m in recorded["messages"]]
-            window = getattr(policy, "window", None)
-            legacy = window(messages) if callable(window) else policy.select(messages, hctx)
-            keep, drop = legacy.keep, legacy.drop
-
         prompt = [ChatMessage(role="system", content=definition.system_prompt)]
         summarizer = _summarizer(policy)
         if drop and summarizer is not None:
-            made = await ctx.step("history:summarize", lambda: _summarize(summarizer, drop, hctx))
-            usage = Usage.model_validate(made["usage"])
-            await ctx.step(
-                "persist:usage:history",
-                lambda: self._record_usage(
-                    request, report, "history_summary", _model_name(self.model), usage
-                ),
-            )
+            async with ctx.unit_of_work():
+                made = await ctx.step(
+                    "history:summarize", lambda: _summarize(summarizer, drop, hctx)
+                )
+                usage = Usage.model_validate(made["usage"])
+                await ctx.step(
+                    "persist:usage:history",
+                    functools.partial(
+                        self._record_usage,
+                        ctx,
+                        request,
+                        report,
+                        "history_summary",
+                        _model_name(self.model),
+                        usage,
+                    ),
+                )
             report.model_calls.append(
                 ModelCallReport(
                     purpose="history_summary",
@@ -642,15 +712,26 @@ class AgentLoop:
         on_event: EventSink | None,
         report: RunReport,
     ) -> Message:
+        """The model steps and tool calls, up to the answer (stored by the caller, with the
+        run's end). Each model step commits in one unit with its ledger row and with the tool
+        calls that fed it: one transaction per step, none held while the model or a tool runs.
+        """
         specs = [binding.spec for binding in definition.tools.values()]
         calls: list[ToolCall] = []
         results: list[ToolResult] = []
         content = ""
+        pending: list[ToolCall] = []
+        step = 0
         for n in range(1, definition.max_steps + 1):
-            recorded = await ctx.step(
-                f"model:{n}",
-                lambda: self._model_step(request, report, definition, prompt, specs, on_event),
-            )
+            async with ctx.unit_of_work():
+                await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
+                recorded = await ctx.step(
+                    f"model:{n}",
+                    functools.partial(
+                        self._model_step, ctx, request, report, definition, prompt, specs, on_event
+                    ),
+                )
+            step, pending = n, []
             response = ModelResponse.model_validate(recorded["response"])
             report.model_calls.append(
                 ModelCallReport(
@@ -668,60 +749,91 @@ class AgentLoop:
                     role="assistant", content=response.content, tool_calls=response.tool_calls
                 )
             )
-            for call in response.tool_calls:
-                if on_event is not None:
-                    await on_event(ToolCallEvent(call=call))
-                result = ToolResult.model_validate(
-                    await ctx.step(f"tool:{n}:{call.id}", _tool_step(definition, call))
-                )
-                if on_event is not None:
-                    await on_event(
-                        ToolResultEvent(
-                            call_id=call.id,
-                            name=call.name,
-                            is_error=result.is_error,
-                            content_chars=len(result.content),
-                        )
-                    )
-                calls.append(call)
-                results.append(result)
-                prompt.append(
-                    ChatMessage(role="tool", content=result.content, tool_call_id=call.id)
-                )
+            pending = list(response.tool_calls)
         else:
+            # Out of steps while the model still asked for tools: they run (they were asked
+            # for), and the run says it stopped.
+            async with ctx.unit_of_work():
+                await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
             content = content or f"(stopped after {definition.max_steps} model steps)"
 
-        answer = Message(
+        return Message(
             role="assistant",
             content=content,
             tool_calls=calls,
             tool_results=results,
             run_id=request.run_id,
         )
-        stored = await ctx.step(
-            "persist:assistant", lambda: self._persist(request.thread_id, answer)
-        )
-        return answer.model_copy(update={"seq": stored.get("seq")})
+
+    async def _tools(
+        self,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        n: int,
+        pending: list[ToolCall],
+        prompt: list[ChatMessage],
+        calls: list[ToolCall],
+        results: list[ToolResult],
+        on_event: EventSink | None,
+    ) -> None:
+        """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`."""
+        for call in pending:
+            if on_event is not None:
+                await on_event(ToolCallEvent(call=call))
+            result = ToolResult.model_validate(
+                await ctx.step(f"tool:{n}:{call.id}", _tool_step(definition, call))
+            )
+            if on_event is not None:
+                await on_event(
+                    ToolResultEvent(
+                        call_id=call.id,
+                        name=call.name,
+                        is_error=result.is_error,
+                        content_chars=len(result.content),
+                    )
+                )
+            calls.append(call)
+            results.append(result)
+            prompt.append(ChatMessage(role="tool", content=result.content, tool_call_id=call.id))
 
     # --- steps -----------------------------------------------------------------------------
 
-    async def _persist(self, thread_id: str, message: Message) -> JsonValue:
+    async def _tx(self, ctx: DurableContext) -> Transaction | None:
+        """The unit of work's transaction for a write, or None: write on your own."""
+        return await ctx.transaction() if self._shares_transactions else None
+
+    async def _persist(self, ctx: DurableContext, thread_id: str, message: Message) -> JsonValue:
         """Idempotent: a replay after a crash between the write and its journal entry finds the
-        message already stored (one per run and role) and does not store it twice."""
+        message already stored (one per run and role) and does not store it twice. (In a shared
+        transaction the two commit together; a journal written before that may still differ.)"""
+        store = self.store
         try:
-            stored = await self.store.append_messages(thread_id, [message])
+            if supports_transactions(store):
+                stored = await store.append_messages(thread_id, [message], tx=await self._tx(ctx))
+            else:
+                stored = await store.append_messages(thread_id, [message])
             return {"seq": stored[0].seq}
         except DuplicateMessage:
             return {"seq": None}
 
     async def _read_page(
-        self, thread_id: str, bound: ReadBound | None, after_summary: bool, report: RunReport
+        self,
+        thread_id: str,
+        bound: ReadBound | None,
+        after_summary: bool,
+        report: RunReport,
+        tx: Transaction | None = None,
     ) -> ThreadTurnPage:
         """The turn read: bounded by the store when it can (one round trip), else the whole
-        thread cut the same way in memory. The report says what was actually read."""
+        thread cut the same way in memory. The report says what was actually read. With `tx`
+        it reads inside the turn's transaction, which holds the turn's own user message."""
         query = ThreadTurnQuery.of(thread_id, bound, after_summary=after_summary)
-        if supports_bounded_read(self.store):
-            page = await self.store.load_thread_for_turn(query)
+        store = self.store
+        if supports_bounded_read(store):
+            if tx is not None and supports_transactions(store):
+                page = await store.load_thread_for_turn(query, tx=tx)
+            else:
+                page = await store.load_thread_for_turn(query)
             if page is None:
                 raise ThreadNotFound(thread_id)
             report.read_bound = query.message_limit
@@ -744,6 +856,7 @@ class AgentLoop:
 
     async def _model_step(
         self,
+        ctx: DurableContext,
         request: RunRequest,
         report: RunReport,
         definition: AgentDefinition,
@@ -773,20 +886,31 @@ class AgentLoop:
                 # it, in one piece: a client renders every provider the same way.
                 await on_event(TextDelta(text=storable_text(response.content)))
         model = storable_text(response.model or _model_name(self.model))
-        await self._record_usage(request, report, "chat", model, response.usage)
         for call in response.tool_calls:
             if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
+                # The step fails, and its unit with it: the call's spend is booked on its own.
+                await self._record_usage(None, request, report, "chat", model, response.usage)
                 raise ProviderBadResponse(
                     f"the arguments of tool call {call.name!r} nest deeper than "
                     f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
                 )
+        await self._record_usage(ctx, request, report, "chat", model, response.usage)
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
         return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
 
     async def _record_usage(
-        self, request: RunRequest, report: RunReport, purpose: str, model: str, usage: Usage
+        self,
+        ctx: DurableContext | None,
+        request: RunRequest,
+        report: RunReport,
+        purpose: str,
+        model: str,
+        usage: Usage,
     ) -> JsonValue:
+        """Book one model call. With `ctx`, in its unit of work, so the row commits with the
+        checkpoint it belongs to; if this process lost the run's lease meanwhile, the call was
+        still paid for: it is booked on its own before the step fails."""
         entry = LedgerEntry(
             run_id=request.run_id,
             thread_id=request.thread_id,
@@ -797,7 +921,16 @@ class AgentLoop:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
         )
-        await self.ledger.record(entry)
+        ledger = self.ledger
+        try:
+            tx = await self._tx(ctx) if ctx is not None else None
+        except LeaseLost:
+            await ledger.record(entry)
+            raise
+        if tx is not None and ledger_supports_transactions(ledger):
+            await ledger.record(entry, tx=tx)
+        else:
+            await ledger.record(entry)
         report.ledger.append(_ledger_row(entry))
         return {"recorded": True}
 

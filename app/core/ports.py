@@ -219,6 +219,30 @@ def supports_summaries(store: object) -> TypeGuard[SummaryStore]:
     return isinstance(store, SummaryStore)
 
 
+@runtime_checkable
+class TransactionalStore(Protocol):
+    """Optional: a store whose turn writes and turn read can join a durable context's
+    transaction (`DurableContext.transaction()`), so a checkpoint and its writes commit once."""
+
+    joins_transactions: bool
+
+    async def append_messages(
+        self, thread_id: str, messages: Sequence[Message], *, tx: Transaction | None = None
+    ) -> list[Message]: ...
+
+    async def load_thread_for_turn(
+        self, query: ThreadTurnQuery, *, tx: Transaction | None = None
+    ) -> ThreadTurnPage | None: ...
+
+    async def save_summary(
+        self, thread_id: str, summary: ThreadSummary, *, tx: Transaction | None = None
+    ) -> None: ...
+
+
+def supports_transactions(store: object) -> TypeGuard[TransactionalStore]:
+    return isinstance(store, TransactionalStore)
+
+
 # --- history policy SPI ---------------------------------------------------------------------
 # The types a history policy and a summarizer speak. They live here, beside the other ports, so
 # `core/history.py` (the built-in policies) and `core/summary.py` (the built-in summarizer) both
@@ -300,6 +324,10 @@ class HistoryPolicy(Protocol):
 JsonValue: TypeAlias = Any
 """A value `json.dumps` accepts; what a durable step returns and its journal stores."""
 
+Transaction: TypeAlias = object
+"""An open unit of work a durable context hands out. Opaque to the core: it only passes it from
+the context to the store and the ledger, which join it if it is theirs (same database)."""
+
 
 @runtime_checkable
 class DurableContext(Protocol):
@@ -312,6 +340,19 @@ class DurableContext(Protocol):
     async def patched(self, marker: str) -> bool:
         """Temporal-style versioning: True on a new run (which records the marker); False on a
         run journaled before the marker existed, without spending a position for the question."""
+        ...
+
+    def unit_of_work(self) -> AbstractAsyncContextManager[None]:
+        """Steps journaled inside the block commit together when it ends, in ONE transaction
+        with the writes made through `transaction()`: all of them or none. Nothing is held
+        open while a step's function runs until it asks for the transaction, so a model or tool
+        call inside the block holds no transaction. On replay nothing is opened."""
+        ...
+
+    async def transaction(self) -> Transaction | None:
+        """The block's transaction, opened now if it is not yet (its first statement checks the
+        run's lease), for writes that must commit with the journal's rows. None outside a
+        block, or when the runtime shares none: such writes then commit on their own."""
         ...
 
 
@@ -353,7 +394,11 @@ class DurableRuntime(Protocol):
         """Hold the run's lease while the block runs (the loop wraps each run in it)."""
         ...
 
-    async def complete(self, run_id: str, report: dict[str, Any]) -> None: ...
+    async def complete(
+        self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None
+    ) -> None:
+        """Mark the run completed; with `tx`, in that transaction (with the answer's write)."""
+        ...
 
     async def fail(
         self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
@@ -393,6 +438,20 @@ class Ledger(Protocol):
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]: ...
 
 
+@runtime_checkable
+class TransactionalLedger(Protocol):
+    """Optional: a ledger whose rows can join a durable context's transaction, so a model step
+    and its ledger row commit once."""
+
+    joins_transactions: bool
+
+    async def record(self, entry: LedgerEntry, *, tx: Transaction | None = None) -> None: ...
+
+
+def ledger_supports_transactions(ledger: object) -> TypeGuard[TransactionalLedger]:
+    return isinstance(ledger, TransactionalLedger)
+
+
 __all__ = [
     "AgentStore",
     "DurableContext",
@@ -422,8 +481,13 @@ __all__ = [
     "ThreadTurnQuery",
     "ThreadTurnReader",
     "ToolSpec",
+    "Transaction",
+    "TransactionalLedger",
+    "TransactionalStore",
     "Usage",
+    "ledger_supports_transactions",
     "supports_bounded_read",
     "supports_streaming",
     "supports_summaries",
+    "supports_transactions",
 ]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from app.core.messages import storable_json
-from app.core.ports import JsonValue
+from app.core.ports import JsonValue, Transaction
 from app.errors import JournalMismatch
 
 PATCH_PREFIX = "patch:"
@@ -24,6 +25,25 @@ class StepWriter(Protocol):
     async def __call__(self, steps: Sequence[tuple[int, str, str]]) -> None: ...
 
 
+class Unit(Protocol):
+    """An open transaction of the journal's, shared with the store and the ledger."""
+
+    @property
+    def transaction(self) -> Transaction: ...
+
+    async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
+        """Write the step rows into the transaction and commit it."""
+        ...
+
+    async def rollback(self) -> None: ...
+
+
+class UnitOpener(Protocol):
+    """Opens a `Unit`: a transaction whose first statement checks the run's lease."""
+
+    async def __call__(self) -> Unit: ...
+
+
 def encode_payload(value: JsonValue) -> str:
     """Compact JSON, non-ASCII kept as is: the journal's byte counts are the stored bytes."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -36,13 +56,23 @@ class JournaledContext:
     `JournalMismatch` instead of handing one step's result to another.
     """
 
-    def __init__(self, run_id: str, history: list[StepRecord], write: StepWriter) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        history: list[StepRecord],
+        write: StepWriter,
+        open_unit: UnitOpener | None = None,
+    ) -> None:
         self.run_id = run_id
         self._history = history
         self._write = write
+        self._open_unit = open_unit
         self._position = 0
         self._pending: list[tuple[int, str, str]] = []
-        """Patch markers not yet written: they ride with the next step's commit."""
+        """Rows not yet written: patch markers ride with the next step's commit, and inside a
+        unit of work every step waits for the block's one commit."""
+        self._depth = 0
+        self._unit: Unit | None = None
         self.journal_bytes: dict[str, int] = {}
         """Checkpoint name -> bytes of its payload, replayed or written in this attempt."""
         self.replayed: list[str] = []
@@ -68,11 +98,48 @@ class JournaledContext:
             return storable_json(json.loads(record.payload))
         value = await fn()
         payload = encode_payload(value)
-        await self._write([*self._pending, (self._position, name, payload)])
-        self._pending.clear()
+        self._pending.append((self._position, name, payload))
+        if not self._depth:
+            await self._write(self._pending)
+            self._pending.clear()
         self._position += 1
         self.journal_bytes[name] = len(payload.encode())
         return value
+
+    @asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """Every step inside commits at the end of the block, in one transaction with the
+        writes made through `transaction()` (blocks nest: the outermost one commits). If the
+        block raises, nothing of it is committed; the run then fails and a resume replays only
+        what was committed before."""
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if not self._depth:
+                unit, self._unit = self._unit, None
+                self._pending.clear()
+                if unit is not None:
+                    await unit.rollback()
+            raise
+        self._depth -= 1
+        if self._depth:
+            return
+        unit, self._unit = self._unit, None
+        steps = list(self._pending)
+        self._pending.clear()
+        if unit is not None:
+            await unit.commit(steps)
+        elif steps:
+            await self._write(steps)
+
+    async def transaction(self) -> Transaction | None:
+        if not self._depth or self._open_unit is None:
+            return None
+        if self._unit is None:
+            self._unit = await self._open_unit()
+        return self._unit.transaction
 
     async def patched(self, marker: str) -> bool:
         name = PATCH_PREFIX + marker
@@ -104,3 +171,10 @@ class InlineContext:
 
     async def patched(self, marker: str) -> bool:
         return True
+
+    @asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        yield
+
+    async def transaction(self) -> Transaction | None:
+        return None

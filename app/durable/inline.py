@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from app.core.ports import DurableContext, RunRecord, RunRequest
+from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
 from app.durable.context import InlineContext
 from app.errors import RunNotFound, ThreadBusy
 
@@ -41,7 +41,9 @@ class InlineRuntime:
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed
 
-    async def complete(self, run_id: str, report: dict[str, Any]) -> None:
+    async def complete(
+        self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None
+    ) -> None:
         self._end(run_id, "completed", None, None, report)
 
     async def fail(

@@ -1,6 +1,7 @@
 """SqlJournal: runs and their steps in the project database (the embedded durable runtime).
 
-Each step is committed on its own, so a crash loses at most the step in flight. A run holds its
+Each step is committed on its own, or with the other steps and writes of its unit of work (see
+`app.store.tx`): a crash loses at most the step or unit in flight. A run holds its
 thread through a lease: the partial unique index on runs(thread_id) WHERE status = 'running'
 lets one run per thread exist, and `lease_expires_at`, renewed by `keep_alive` while the run
 works, tells a live run from one whose process died.
@@ -22,12 +23,13 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import DurableContext, RunRecord, RunRequest
-from app.durable.context import JournaledContext, encode_payload
+from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
+from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
+from app.store.tx import SqlTransaction, writing
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,43 @@ class _Step:
     def __init__(self, name: str, payload: str) -> None:
         self.name = name
         self.payload = payload
+
+
+def _step_rows(run_id: str, steps: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+    return [
+        {"run_id": run_id, "position": position, "name": name, "payload": payload}
+        for position, name, payload in steps
+    ]
+
+
+class _SqlUnit:
+    """A journal transaction the store and the ledger write into; committed with the steps."""
+
+    def __init__(self, run_id: str, transaction: SqlTransaction) -> None:
+        self.run_id = run_id
+        self._tx = transaction
+
+    @property
+    def transaction(self) -> Transaction:
+        return self._tx
+
+    async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
+        conn = self._tx.connection
+        try:
+            async with wrap_db_errors("journal_unit"):
+                if steps:
+                    await conn.execute(_INSERT_STEP, _step_rows(self.run_id, steps))
+                await conn.commit()
+        finally:
+            await conn.close()
+
+    async def rollback(self) -> None:
+        conn = self._tx.connection
+        try:
+            async with wrap_db_errors("journal_unit"):
+                await conn.rollback()
+        finally:
+            await conn.close()
 
 
 class SqlJournal:
@@ -208,21 +247,33 @@ class SqlJournal:
 
     def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
-            rows = [
-                {"run_id": run_id, "position": position, "name": name, "payload": payload}
-                for position, name, payload in steps
-            ]
             async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
-                # Still ours? The same transaction renews the lease and takes the run row's
-                # lock, so a takeover and this write cannot interleave.
-                if (await conn.execute(_HOLD, self._held(run_id))).rowcount == 0:
-                    raise LeaseLost(run_id)
-                await conn.execute(_INSERT_STEP, rows)
+                await self._check_lease(conn, run_id)
+                await conn.execute(_INSERT_STEP, _step_rows(run_id, steps))
 
-        return JournaledContext(run_id, list(history), write)
+        async def open_unit() -> Unit:
+            conn = await self._engine.connect()
+            try:
+                async with wrap_db_errors("journal_unit"):
+                    await conn.begin()
+                    await self._check_lease(conn, run_id)
+            except BaseException:
+                await conn.close()
+                raise
+            return _SqlUnit(run_id, SqlTransaction(self._engine, conn))
 
-    async def complete(self, run_id: str, report: dict[str, Any]) -> None:
-        await self._end(run_id, "completed", None, None, report)
+        return JournaledContext(run_id, list(history), write, open_unit)
+
+    async def _check_lease(self, conn: Any, run_id: str) -> None:
+        """Still ours? The first statement of every journal transaction: it renews the lease
+        and takes the run row's lock, so a takeover and this transaction cannot interleave."""
+        if (await conn.execute(_HOLD, self._held(run_id))).rowcount == 0:
+            raise LeaseLost(run_id)
+
+    async def complete(
+        self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None
+    ) -> None:
+        await self._end(run_id, "completed", None, None, report, tx)
 
     async def fail(
         self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
@@ -236,11 +287,12 @@ class SqlJournal:
         code: str | None,
         message: str | None,
         report: dict[str, Any],
+        tx: Transaction | None = None,
     ) -> None:
-        holder = self._owners.pop(run_id, None)
+        holder = self._owners.get(run_id)
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
-        async with wrap_db_errors("end_run"), self._engine.begin() as conn:
+        async with writing(self._engine, tx, "end_run") as conn:
             ended = await conn.execute(
                 _END_RUN,
                 {
@@ -252,6 +304,7 @@ class SqlJournal:
                     "report": encode_payload(report),
                 },
             )
+        self._owners.pop(run_id, None)
         if ended.rowcount == 0:
             log.warning("run %s: taken over by another process; its record is left to it", run_id)
 

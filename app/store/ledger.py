@@ -5,10 +5,11 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import LedgerEntry
+from app.core.ports import LedgerEntry, Transaction
 from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import actor_usage, ledger
+from app.store.tx import writing
 
 _FIELDS = (
     "run_id",
@@ -36,14 +37,19 @@ no cache key: it was compiled afresh on every model call."""
 
 
 class SqlLedger:
+    """`Ledger` and `TransactionalLedger` on the `ledger` and `actor_usage` tables."""
+
+    joins_transactions = True
+
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
 
-    async def record(self, entry: LedgerEntry) -> None:
-        """The row and the actor's running total, in one transaction."""
+    async def record(self, entry: LedgerEntry, *, tx: Transaction | None = None) -> None:
+        """The row and the actor's running total, in one transaction (with `tx`, in that one:
+        the model step the row books commits with it)."""
         tokens = entry.prompt_tokens + entry.completion_tokens
-        async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
+        async with writing(self._engine, tx, "ledger_record") as conn:
             await conn.execute(_INSERT, entry.model_dump())
             await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
 

@@ -14,12 +14,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from app.core.messages import Message, unstorable_text
-from app.core.ports import Thread, ThreadSummary, ThreadTurnPage, ThreadTurnQuery
+from app.core.ports import Thread, ThreadSummary, ThreadTurnPage, ThreadTurnQuery, Transaction
 from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
@@ -27,6 +27,7 @@ from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
 from app.store.engine import autocommit, make_engine
 from app.store.errors import wrap_db_errors
 from app.store.schema import messages, thread_summaries, threads
+from app.store.tx import reading, writing
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _N = sa.bindparam("n", type_=sa.Integer)
@@ -222,6 +223,25 @@ _BUMP_SEQ = (
     )
     .returning(threads.c.last_seq, threads.c.total_tokens)
 )
+_BUMP_SEQ_ONCE = (
+    threads.update()
+    .where(
+        threads.c.id == _TID,
+        ~sa.exists().where(
+            messages.c.thread_id == _TID,
+            messages.c.run_id == sa.bindparam("rid"),
+            messages.c.role == sa.bindparam("role"),
+        ),
+    )
+    .values(
+        last_seq=threads.c.last_seq + _N,
+        total_tokens=threads.c.total_tokens + _TOKENS,
+        updated_at=sa.func.current_timestamp(),
+    )
+    .returning(threads.c.last_seq, threads.c.total_tokens)
+)
+"""`_BUMP_SEQ` for one message of a run, guarded by the (thread_id, run_id, role) unique index:
+no row comes back when that message is already stored."""
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 _MESSAGES_AFTER = (
@@ -239,8 +259,10 @@ _LATEST_SUMMARY = (
 
 
 class SqlAgentStore:
-    """`AgentStore`, `ThreadTurnReader` and `SummaryStore` over SQLAlchemy Core (no ORM identity
-    map to pay for)."""
+    """`AgentStore`, `ThreadTurnReader`, `SummaryStore` and `TransactionalStore` over SQLAlchemy
+    Core (no ORM identity map to pay for)."""
+
+    joins_transactions = True
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -292,12 +314,18 @@ class SqlAgentStore:
             head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
         return None if head is None else _thread(head, [])
 
-    async def append_messages(self, thread_id: str, messages_: Sequence[Message]) -> list[Message]:
-        """Append all of `messages_` or none of them, with contiguous `seq` numbers.
+    async def append_messages(
+        self, thread_id: str, messages_: Sequence[Message], *, tx: Transaction | None = None
+    ) -> list[Message]:
+        """Append all of `messages_` or none of them, with contiguous `seq` numbers; with `tx`,
+        inside that transaction (see `app.store.tx`).
 
         The thread's `last_seq` counter is bumped first, with `UPDATE ... RETURNING`: that write
         takes the thread row's lock (PostgreSQL) or the database write lock (SQLite), so two
-        concurrent appends are serialized and can never pick the same `seq`.
+        concurrent appends are serialized and can never pick the same `seq`. A single message
+        of a run (what the loop writes) is bumped only if its run has not stored that role yet:
+        a replayed write then changes nothing and raises `DuplicateMessage` without a failed
+        statement, which would abort a shared transaction on PostgreSQL.
         """
         if not messages_:
             return []
@@ -305,22 +333,30 @@ class SqlAgentStore:
             reason = unstorable_text(m)
             if reason is not None:
                 raise InvalidContent(reason)
-        n = len(messages_)
         try:
-            return await self._append(thread_id, messages_, n)
+            return await self._append(thread_id, messages_, tx)
         except sa_exc.IntegrityError as exc:
             if "run_id" not in str(exc.orig):
                 raise StoreError(f"append_messages: {type(exc.orig).__name__}") from exc
             dup = next((m for m in messages_ if m.run_id is not None), messages_[0])
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
-    async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
+    async def _append(
+        self, thread_id: str, messages_: Sequence[Message], tx: Transaction | None
+    ) -> list[Message]:
+        n = len(messages_)
         added = sum(estimate_message_tokens(m) for m in messages_)
-        async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
-            bumped = (
-                await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n, "tokens": added})
-            ).one_or_none()
+        params: dict[str, Any] = {"tid": thread_id, "n": n, "tokens": added}
+        only = messages_[0] if n == 1 and messages_[0].run_id is not None else None
+        async with writing(self._engine, tx, "append_messages") as conn:
+            if only is None:
+                bumped = (await conn.execute(_BUMP_SEQ, params)).one_or_none()
+            else:
+                params.update(rid=only.run_id, role=only.role)
+                bumped = (await conn.execute(_BUMP_SEQ_ONCE, params)).one_or_none()
             if bumped is None:
+                if only is not None and await self._exists(conn, thread_id):
+                    raise DuplicateMessage(only.run_id or "", only.role)
                 raise ThreadNotFound(thread_id)
             last, total = bumped
             first = last - n + 1
@@ -328,14 +364,19 @@ class SqlAgentStore:
             await conn.execute(_INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
 
+    async def _exists(self, conn: AsyncConnection, thread_id: str) -> bool:
+        return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).first() is not None
+
     # --- ThreadTurnReader ------------------------------------------------------------------
 
-    async def load_thread_for_turn(self, query: ThreadTurnQuery) -> ThreadTurnPage | None:
+    async def load_thread_for_turn(
+        self, query: ThreadTurnQuery, *, tx: Transaction | None = None
+    ) -> ThreadTurnPage | None:
         """The page `query` asks for (see `turn_read`), the title, whether the thread was ever
         answered and, with `after_summary`, its newest summary, in one round trip. None for an
-        unknown thread."""
+        unknown thread. With `tx`, read inside that transaction (it sees its own writes)."""
         stmt, params = turn_read(query)
-        async with wrap_db_errors("load_thread_for_turn"), self._reader.connect() as conn:
+        async with reading(self._reader, self._engine, tx, "load_thread_for_turn") as conn:
             rows = (await conn.execute(stmt, params)).all()
         if not rows:
             return None
@@ -362,13 +403,15 @@ class SqlAgentStore:
             row = (await conn.execute(_LATEST_SUMMARY, {"tid": thread_id})).one_or_none()
         return None if row is None else ThreadSummary(**row._mapping)
 
-    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+    async def save_summary(
+        self, thread_id: str, summary: ThreadSummary, *, tx: Transaction | None = None
+    ) -> None:
         """INSERT ... ON CONFLICT DO NOTHING on (thread_id, covers_through_seq): a fold that is
         replayed after a crash finds its row and leaves it as the first attempt wrote it."""
         values = {"thread_id": thread_id, **summary.model_dump(include=set(_SUMMARY_COLS))}
         dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
         stmt = dialect.insert(thread_summaries).values(values).on_conflict_do_nothing()
-        async with wrap_db_errors("save_summary"), self._engine.begin() as conn:
+        async with writing(self._engine, tx, "save_summary") as conn:
             await conn.execute(stmt)
 
     async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:

@@ -1,0 +1,116 @@
+"""What one turn costs the database, counted: committed transactions and statements sent, on
+SQLite and PostgreSQL. A count, not a timing, so a regression fails CI on any machine.
+
+The budget: the common turn (no tool call, no summary) commits at most 4 transactions; each tool
+step adds one; a fold adds two per chunk. Statements are counted too, so a write that sneaks back
+into its own transaction, or a read that comes back, shows up.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import event
+
+from app.core.history import window_history
+from app.core.messages import ToolCall
+from app.providers.echo import EchoModel
+from app.store import SqlAgentStore
+from app.testing import FunctionTool, ScriptedProvider, reply
+from tests.factories import assistant, user
+from tests.loop.conftest import LoopEnv
+
+COMMON_TURN_TRANSACTIONS = 4
+"""Committed transactions of a turn with no tool call and no fold, at most."""
+COMMON_TURN_STATEMENTS = 16
+"""Statements of that turn, at most (reads, writes and the lease checks, pings excluded)."""
+
+
+@dataclass
+class Counts:
+    commits: int = 0
+    statements: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def counted(store: SqlAgentStore) -> Iterator[Counts]:
+    counts = Counts()
+
+    def on_commit(_conn: Any) -> None:
+        counts.commits += 1
+
+    def on_statement(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.strip().upper() != "SELECT 1":  # the pool's liveness ping
+            counts.statements.append(statement)
+
+    engine = store.engine.sync_engine
+    event.listen(engine, "commit", on_commit)
+    event.listen(engine, "before_cursor_execute", on_statement)
+    try:
+        yield counts
+    finally:
+        event.remove(engine, "commit", on_commit)
+        event.remove(engine, "before_cursor_execute", on_statement)
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+async def _turn(env: LoopEnv, loop: Any, tid: str, content: str) -> Counts:
+    with counted(env.store) as counts:
+        await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content=content, run_id=rid()
+        )
+    return counts
+
+
+async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: LoopEnv) -> None:
+    tid = await env.thread([m for i in range(30) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    loop = env.loop(EchoModel(), window_history(max_messages=10))
+    await _turn(env, loop, tid, "warm up")  # statement caches filled
+    counts = await _turn(env, loop, tid, "and now?")
+    assert counts.commits <= COMMON_TURN_TRANSACTIONS, counts
+    assert len(counts.statements) <= COMMON_TURN_STATEMENTS, "\n".join(counts.statements)
+
+
+async def test_each_tool_step_adds_one_transaction(env: LoopEnv) -> None:
+    async def look(q: str) -> str:
+        return f"found {q}"
+
+    tools = {"look": FunctionTool("look", look)}
+    call = ToolCall(id="c1", name="look", arguments={"q": "x"})
+    tid = await env.thread([user("q0"), assistant("a0")])
+    plain = env.loop(ScriptedProvider([reply("a"), reply("b")]), window_history(max_messages=10))
+    await _turn(env, plain, tid, "warm up")
+    base = await _turn(env, plain, tid, "plain")
+    with_tool = env.loop(
+        ScriptedProvider([reply("", tool_calls=[call]), reply("done")]),
+        window_history(max_messages=10),
+        tools=tools,
+    )
+    counts = await _turn(env, with_tool, tid, "use the tool")
+    assert counts.commits <= base.commits + 1, (base.commits, counts.commits)
+
+
+async def test_a_fold_adds_two_transactions(env: LoopEnv) -> None:
+    """The summary with its ledger row, then the summary row: a process killed between the
+    two resumes with the journaled summary (see the crash tests)."""
+    history = [m for i in range(3) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+    tid = await env.thread([*history, user("q3")])
+    summarizing = window_history(max_messages=2, summarize=_summarizer, fold_messages=6)
+    loop = env.loop(ScriptedProvider([reply("a"), reply("b"), reply("c")]), summarizing)
+    first = await _turn(env, loop, tid, "this turn folds")  # 8 unsummarized: the high mark
+    second = await _turn(env, loop, tid, "this one does not")
+    third = await _turn(env, loop, tid, "nor this one")
+    assert (first.commits, second.commits) == (third.commits + 2, third.commits)
+
+
+async def _summarizer(messages: list[Any], ctx: Any) -> Any:
+    from app.core.ports import HistorySummary
+
+    return HistorySummary(text=f"through {messages[-1].seq}")
