@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.ports import DurableContext, RunRecord, RunRequest
 from app.durable.context import JournaledContext, encode_payload
 from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
-from app.store.engine import autocommit
+from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
 
@@ -83,7 +83,7 @@ class SqlJournal:
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
-            async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
+            async with wrap_db_errors("begin_run"), write_transaction(self._engine) as conn:
                 await conn.execute(
                     _INSERT_RUN,
                     {
@@ -110,7 +110,7 @@ class SqlJournal:
 
         Without this, a crashed process would lock its threads until a sweep resumed its runs.
         """
-        async with wrap_db_errors("release_expired"), self._engine.begin() as conn:
+        async with wrap_db_errors("release_expired"), write_transaction(self._engine) as conn:
             released = await conn.execute(
                 runs.update()
                 .where(
@@ -136,7 +136,10 @@ class SqlJournal:
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    async with wrap_db_errors("renew_lease"), self._engine.begin() as conn:
+                    async with (
+                        wrap_db_errors("renew_lease"),
+                        write_transaction(self._engine) as conn,
+                    ):
                         await conn.execute(_HOLD, self._held(run_id))
                 except StoreError:
                     log.warning("run %s: could not renew its lease", run_id)
@@ -176,7 +179,7 @@ class SqlJournal:
     async def _claim(self, request: RunRequest) -> None:
         token = str(uuid.uuid4())
         try:
-            async with wrap_db_errors("claim_run"), self._engine.begin() as conn:
+            async with wrap_db_errors("claim_run"), write_transaction(self._engine) as conn:
                 claimed = await conn.execute(
                     runs.update()
                     .where(
@@ -212,7 +215,7 @@ class SqlJournal:
                 {"run_id": run_id, "position": position, "name": name, "payload": payload}
                 for position, name, payload in steps
             ]
-            async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
+            async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 # Still ours? The same transaction renews the lease and takes the run row's
                 # lock, so a takeover and this write cannot interleave.
                 if (await conn.execute(_HOLD, self._held(run_id))).rowcount == 0:
@@ -240,7 +243,7 @@ class SqlJournal:
         holder = self._owners.pop(run_id, None)
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
-        async with wrap_db_errors("end_run"), self._engine.begin() as conn:
+        async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
             ended = await conn.execute(
                 _END_RUN,
                 {

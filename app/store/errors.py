@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,8 +20,14 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
     """
     try:
         yield
-    except (AgentError, sa_exc.IntegrityError):
+    except sa_exc.IntegrityError as exc:
+        # The failed statement's driver cursor is still referenced from the traceback, in a
+        # cycle only the garbage collector would break, at a moment of its choosing and on the
+        # event-loop thread (a stall on SQLite). Clearing the finished frames closes it now.
+        traceback.clear_frames(exc.__traceback__)
         raise  # integrity errors mean something to the caller: it translates them itself
+    except AgentError:
+        raise
     except sa_exc.DataError as exc:
         raise InvalidContent(f"{operation}: the database refused the data ({_cause(exc)})") from exc
     except sa_exc.TimeoutError as exc:

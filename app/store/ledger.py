@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry
-from app.store.engine import autocommit
+from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import actor_usage, ledger
 
@@ -43,7 +43,7 @@ class SqlLedger:
     async def record(self, entry: LedgerEntry) -> None:
         """The row and the actor's running total, in one transaction."""
         tokens = entry.prompt_tokens + entry.completion_tokens
-        async with wrap_db_errors("ledger_record"), self._engine.begin() as conn:
+        async with wrap_db_errors("ledger_record"), write_transaction(self._engine) as conn:
             await conn.execute(_INSERT, entry.model_dump())
             await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
 

@@ -20,7 +20,7 @@ from app.core.ports import Thread, ThreadTurnPage, ThreadTurnQuery
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
-from app.store.engine import autocommit, make_engine
+from app.store.engine import autocommit, make_engine, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import messages, threads
 
@@ -111,7 +111,7 @@ class SqlAgentStore:
             if reason is not None:
                 raise InvalidContent(reason.replace("message text", "title"))
         thread_id = str(uuid.uuid4())
-        async with wrap_db_errors("create_thread"), self._engine.begin() as conn:
+        async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(
                 threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
             )
@@ -155,7 +155,7 @@ class SqlAgentStore:
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
     async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
-        async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
+        async with wrap_db_errors("append_messages"), write_transaction(self._engine) as conn:
             last = (await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n})).scalar_one_or_none()
             if last is None:
                 raise ThreadNotFound(thread_id)
