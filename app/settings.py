@@ -6,13 +6,17 @@ root, and tests build `Settings(...)` directly or clear the cache.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.history import HistoryConfig
+from app.redact import redacted_url
+
+_URL_FIELDS = frozenset({"database_url", "openai_base_url"})
 
 
 class Settings(BaseSettings):
@@ -67,6 +71,14 @@ class Settings(BaseSettings):
     """Address `python -m app serve` binds."""
     port: int = 8000
     """Port `python -m app serve` listens on."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The settings as `repr` shows them (and so any log line holding them): URLs with
+        their password masked, like the `SecretStr` keys."""
+        for name, value in super().__repr_args__():
+            if name in _URL_FIELDS and isinstance(value, str):
+                value = redacted_url(value)
+            yield name, value
 
     @model_validator(mode="after")
     def _summary_needs_a_window(self) -> Settings:
