@@ -24,9 +24,17 @@ class _Frozen(BaseModel):
 # --- model ---------------------------------------------------------------------------------
 
 
+MAX_CALL_TOKENS = 1_000_000_000
+"""The most tokens one model call may report per field. No model reads or writes a billion
+tokens in one call, so a larger (or negative) figure is a broken or hostile provider: it is
+refused as a bad response rather than booked, where it would skew the ledger and any quota."""
+
+
 class Usage(_Frozen):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    """Tokens one model call spent, as the provider reported them (or as estimated)."""
+
+    prompt_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
+    completion_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
 
 
 class ToolSpec(_Frozen):
@@ -233,6 +241,7 @@ class Ledger(Protocol):
 
 
 __all__ = [
+    "MAX_CALL_TOKENS",
     "AgentStore",
     "DurableContext",
     "DurableRuntime",

@@ -32,7 +32,14 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec, Usage
+from app.core.ports import (
+    MAX_CALL_TOKENS,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolSpec,
+    Usage,
+)
 from app.core.tokens import estimate_usage
 from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
 
@@ -452,17 +459,28 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
 
 
 def _usage(raw: Any) -> Usage | None:
-    """The server's own count, or None when it sent none (some local servers never do)."""
+    """The server's own count, or None when it sent none (some local servers never do).
+
+    A count that is negative, fractional or over `MAX_CALL_TOKENS` is a bad response: booking
+    it would hand the actor unlimited quota (negative) or a bill no call can run up.
+    """
     if raw is None or (
         isinstance(raw, dict)
         and raw.get("prompt_tokens") is None
         and raw.get("completion_tokens") is None
     ):
         return None
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-    )
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = raw.get(name) or 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            raise ProviderBadResponse(f"usage {name} is not a whole number: {_excerpt(value)}")
+        if not 0 <= value <= MAX_CALL_TOKENS:
+            raise ProviderBadResponse(
+                f"usage {name} is {int(value)}, outside 0..{MAX_CALL_TOKENS}: not booked"
+            )
+        counts[name] = int(value)
+    return Usage(**counts)
 
 
 # --- errors --------------------------------------------------------------------------------
