@@ -19,7 +19,8 @@ byte. `select` must therefore be pure; anything non-deterministic belongs in `su
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -66,6 +67,7 @@ from app.errors import (
     AgentNotFound,
     DuplicateMessage,
     ProviderBadResponse,
+    ProviderError,
     QuotaExceeded,
     RunFailed,
     RunNotFound,
@@ -240,6 +242,7 @@ class AgentLoop:
         policy = definition.policy
         bound = read_bound(policy)
         messages, _title, _answered = await self._read(thread_id, bound)
+        bound = bound if supports_bounded_read(self.store) else None  # what the store was asked
         ctx = HistoryPolicyContext(
             thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
         )
@@ -453,7 +456,7 @@ class AgentLoop:
     ) -> JsonValue:
         bound = read_bound(policy)
         messages, title, answered = await self._read(thread_id, bound)
-        _count_read(report, bound, messages)
+        _count_read(report, bound if supports_bounded_read(self.store) else None, messages)
         selection: HistorySelection = policy.select(messages, hctx)
         recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
         if _summarizer(policy) is not None:
@@ -484,21 +487,8 @@ class AgentLoop:
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
-        if on_event is not None and supports_streaming(self.model):
-            response: ModelResponse | None = None
-            async for event in self.model.stream(model_request):
-                if isinstance(event, ModelResponse):
-                    response = event
-                elif isinstance(event, TextDelta):
-                    await on_event(TextDelta(text=storable_text(event.text)))
-                else:
-                    raise ProviderBadResponse(
-                        f"the provider streamed a {type(event).__name__}, not text or a response"
-                    )
-            if response is None:
-                raise RuntimeError("the provider's stream ended without a final response")
-        else:
-            response = await self.model.complete(model_request)
+        async with _provider_boundary("model"):
+            response = await self._call_model(model_request, on_event)
         model = storable_text(response.model or _model_name(self.model))
         await self._record_usage(request, report, "chat", model, response.usage)
         for call in response.tool_calls:
@@ -510,6 +500,25 @@ class AgentLoop:
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
         return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
+
+    async def _call_model(
+        self, model_request: ModelRequest, on_event: EventSink | None
+    ) -> ModelResponse:
+        if on_event is None or not supports_streaming(self.model):
+            return await self.model.complete(model_request)
+        response: ModelResponse | None = None
+        async for event in self.model.stream(model_request):
+            if isinstance(event, ModelResponse):
+                response = event
+            elif isinstance(event, TextDelta):
+                await on_event(TextDelta(text=storable_text(event.text)))
+            else:
+                raise ProviderBadResponse(
+                    f"the provider streamed a {type(event).__name__}, not text or a response"
+                )
+        if response is None:
+            raise ProviderBadResponse("the provider's stream ended without a final response")
+        return response
 
     async def _record_usage(
         self, request: RunRequest, report: RunReport, purpose: str, model: str, usage: Usage
@@ -589,8 +598,23 @@ def _count_read(report: RunReport, bound: int | None, messages: list[Message]) -
 
 
 async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
-    summary = await summarizer(drop, hctx)
+    async with _provider_boundary("history summary"):
+        summary = await summarizer(drop, hctx)
     return {"text": storable_text(summary.text), "usage": summary.usage.model_dump(mode="json")}
+
+
+@asynccontextmanager
+async def _provider_boundary(what: str) -> AsyncIterator[None]:
+    """Whatever a provider raises is a provider failure (502), never an internal error: a
+    custom `ModelProvider` raising a plain exception must not become a 500. Its message may
+    hold anything (a URL, a key), so it is logged here and the client reads a fixed one."""
+    try:
+        yield
+    except AgentError:
+        raise
+    except Exception as exc:
+        log.error("the %s call failed: %s", what, type(exc).__name__, exc_info=exc)
+        raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
 
 
 def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:
