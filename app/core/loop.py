@@ -292,7 +292,13 @@ class AgentLoop:
             raise failure from exc
         report.status = "completed"
         await self._finish_report(ctx, report, fresh)
-        await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
+        try:
+            await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
+        except AgentError:
+            # The answer is stored (its checkpoint committed): the client gets it, and the
+            # runtime records the end when it can (`SqlJournal` retries it before the next turn
+            # on the thread; a run never ended is resumed once its lease lapses).
+            log.warning("run %s: answered, but its end could not be recorded yet", request.run_id)
         return RunResult(run_id=request.run_id, message=message, report=report)
 
     async def _run(

@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from app.core.ports import DurableContext, RunRecord, RunRequest
 from app.durable.context import JournaledContext, encode_payload
@@ -47,6 +48,10 @@ _END_RUN = (
 )
 _HOLD = runs.update().where(_OWNED).values(lease_expires_at=sa.bindparam("expires"))
 
+END_ATTEMPTS = 4
+"""Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
+is stored by then, and a blip must not leave the run holding its thread."""
+
 
 class _Step:
     __slots__ = ("name", "payload")
@@ -65,6 +70,13 @@ class SqlJournal:
         self._lease = timedelta(seconds=lease_seconds)
         self._owners: dict[str, str] = {}
         """run id -> the token this process holds its lease with."""
+        self._threads: dict[str, str] = {}
+        """run id -> its thread, for the runs in `_owners`."""
+        self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
+        """run id -> (thread id, the end's parameters): runs whose end could not be recorded
+        (the database failed through every retry). Retried before a new turn on the thread is
+        refused as busy, so a database blip at the end of a turn does not lock its thread for
+        a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
 
     def _expiry(self) -> datetime:
         return datetime.now(UTC) + self._lease
@@ -74,11 +86,16 @@ class SqlJournal:
         try:
             await self._insert_run(request, token)
         except ThreadBusy:
-            # Only now look for a dead holder: the common turn pays one round trip, not two.
-            if not await self._release_expired(request.thread_id):
+            # Only now look for a holder that is done or dead: the common turn pays one round
+            # trip, not two.
+            if not (
+                await self._end_unended(request.thread_id)
+                or await self._release_expired(request.thread_id)
+            ):
                 raise
             await self._insert_run(request, token)
         self._owners[request.run_id] = token
+        self._threads[request.run_id] = request.thread_id
         return self._context(request.run_id, [])
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
@@ -205,6 +222,8 @@ class SqlJournal:
         except sa_exc.IntegrityError as exc:
             raise ThreadBusy(request.thread_id) from exc
         self._owners[request.run_id] = token
+        self._threads[request.run_id] = request.thread_id
+        self._unended.pop(request.run_id, None)  # this attempt ends it now
 
     def _held(self, run_id: str) -> dict[str, Any]:
         return {"rid": run_id, "holder": self._owners.get(run_id), "expires": self._expiry()}
@@ -241,22 +260,49 @@ class SqlJournal:
         report: dict[str, Any],
     ) -> None:
         holder = self._owners.pop(run_id, None)
+        thread_id = self._threads.pop(run_id, "")
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
+        params = {
+            "rid": run_id,
+            "holder": holder,
+            "status": status,
+            "error_code": code,
+            "error_message": message,
+            "report": encode_payload(report),
+        }
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(END_ATTEMPTS),
+                wait=wait_exponential(multiplier=0.1, max=1.0),
+                retry=retry_if_exception_type(StoreError),
+                reraise=True,
+            ):
+                with attempt:
+                    await self._record_end(params)
+        except StoreError:
+            self._unended[run_id] = (thread_id, params)
+            raise
+
+    async def _record_end(self, params: dict[str, Any]) -> None:
         async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
-            ended = await conn.execute(
-                _END_RUN,
-                {
-                    "rid": run_id,
-                    "holder": holder,
-                    "status": status,
-                    "error_code": code,
-                    "error_message": message,
-                    "report": encode_payload(report),
-                },
-            )
+            ended = await conn.execute(_END_RUN, params)
         if ended.rowcount == 0:
-            log.warning("run %s: taken over by another process; its record is left to it", run_id)
+            log.warning(
+                "run %s: taken over by another process; its record is left to it", params["rid"]
+            )
+
+    async def _end_unended(self, thread_id: str) -> bool:
+        """Record the ends this process could not record before, for runs on `thread_id`;
+        True when one was (the thread may be free now)."""
+        ended = False
+        for run_id, (thread, params) in list(self._unended.items()):
+            if thread == thread_id:
+                await self._record_end(params)
+                del self._unended[run_id]
+                log.info("run %s: its end is recorded at last", run_id)
+                ended = True
+        return ended
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with wrap_db_errors("get_run"), self._reader.connect() as conn:
