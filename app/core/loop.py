@@ -57,6 +57,7 @@ from app.core.ports import (
     ToolSpec,
     Usage,
     supports_bounded_read,
+    supports_reservations,
     supports_streaming,
 )
 from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult
@@ -78,6 +79,10 @@ log = logging.getLogger(__name__)
 
 SELECTED_HISTORY = "agent:selected-history"
 """The patch marker of the selection-only `load:thread` payload."""
+COMPLETION_RESERVE = 1024
+"""Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
+(see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,
+unless calls in flight at that moment answer at greater length than this."""
 MAX_TOOL_ARGUMENT_DEPTH = 100
 """How deeply a tool call's arguments may nest. Much deeper cannot be journaled or read back
 (pydantic's JSON limits are about 250 levels to write and 200 to read), so such an answer fails
@@ -336,13 +341,19 @@ class AgentLoop:
         summarizer = _summarizer(policy)
         if drop and summarizer is not None:
             summary = await ctx.step(
-                "history:summarize", lambda: _summarize(summarizer, drop, hctx)
+                "history:summarize",
+                lambda: self._summarize_reserved(request.actor_id, summarizer, drop, hctx),
             )
             usage = Usage.model_validate(summary["usage"])
             await ctx.step(
                 "persist:usage:history",
                 lambda: self._record_usage(
-                    request, report, "history_summary", _model_name(self.model), usage
+                    request,
+                    report,
+                    "history_summary",
+                    _model_name(self.model),
+                    usage,
+                    summary.get("reserved", 0),
                 ),
             )
             report.model_calls.append(
@@ -493,10 +504,15 @@ class AgentLoop:
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
-        async with _provider_boundary("model"):
-            response = await self._call_model(model_request, on_event)
+        reserved = await self._reserve(request.actor_id, _reservation(messages))
+        try:
+            async with _provider_boundary("model"):
+                response = await self._call_model(model_request, on_event)
+        except BaseException:
+            await self._release(request.actor_id, reserved)
+            raise
         model = storable_text(response.model or _model_name(self.model))
-        await self._record_usage(request, report, "chat", model, response.usage)
+        await self._record_usage(request, report, "chat", model, response.usage, reserved)
         for call in response.tool_calls:
             if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
                 raise ProviderBadResponse(
@@ -526,8 +542,52 @@ class AgentLoop:
             raise ProviderBadResponse("the provider's stream ended without a final response")
         return response
 
+    async def _reserve(self, actor_id: str, tokens: int) -> int:
+        """Hold `tokens` of the actor's quota for a model call about to start, or refuse it
+        with `QuotaExceeded`: checked before every model call, so neither concurrent runs nor
+        the later calls of one run spend past the quota unchecked. Returns what was held (0
+        without a quota, or with a ledger that can only be checked)."""
+        quota = self.token_quota
+        if quota is None:
+            return 0
+        if supports_reservations(self.ledger):
+            if await self.ledger.reserve(actor_id, tokens, quota):
+                return tokens
+        elif await self.ledger.tokens_used(actor_id) < quota:
+            return 0
+        raise QuotaExceeded(actor_id, await self.ledger.tokens_used(actor_id), quota)
+
+    async def _release(self, actor_id: str, reserved: int) -> None:
+        if not reserved or not supports_reservations(self.ledger):
+            return
+        try:
+            await self.ledger.release(actor_id, reserved)
+        except Exception:  # the call's own failure is what the caller must see
+            log.exception("could not give back %d reserved tokens of %s", reserved, actor_id)
+
+    async def _summarize_reserved(
+        self, actor_id: str, summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext
+    ) -> JsonValue:
+        """The summary's call, its quota held like a chat call's. What was held rides in the
+        journaled payload: `persist:usage:history` gives it back even in a later attempt."""
+        reserved = await self._reserve(
+            actor_id, sum(estimate_message_tokens(m) for m in drop) + COMPLETION_RESERVE
+        )
+        try:
+            recorded = await _summarize(summarizer, drop, hctx)
+        except BaseException:
+            await self._release(actor_id, reserved)
+            raise
+        return {**recorded, "reserved": reserved} if reserved else recorded
+
     async def _record_usage(
-        self, request: RunRequest, report: RunReport, purpose: str, model: str, usage: Usage
+        self,
+        request: RunRequest,
+        report: RunReport,
+        purpose: str,
+        model: str,
+        usage: Usage,
+        reserved: int = 0,
     ) -> JsonValue:
         entry = LedgerEntry(
             run_id=request.run_id,
@@ -539,7 +599,10 @@ class AgentLoop:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
         )
-        await self.ledger.record(entry)
+        if reserved and supports_reservations(self.ledger):
+            await self.ledger.record_reserved(entry, reserved)
+        else:
+            await self.ledger.record(entry)
         report.ledger.append(_ledger_row(entry))
         return {"recorded": True}
 
@@ -566,6 +629,12 @@ def read_bound(policy: HistoryPolicy) -> int | None:
     """
     bound = getattr(policy, "max_messages", None)
     return max(1, bound) if isinstance(bound, int) else None
+
+
+def _reservation(messages: Sequence[ChatMessage]) -> int:
+    """What a model call holds of the quota while in flight: its prompt, by the estimate, and
+    `COMPLETION_RESERVE` for its answer."""
+    return sum(estimate_message_tokens(m) for m in messages) + COMPLETION_RESERVE
 
 
 def _nesting_depth(value: Any) -> int:

@@ -2,7 +2,7 @@
 
 Ports are `typing.Protocol`s so third parties implement them without inheriting from us.
 Optional powers are protocols of their own, probed at run time (`supports_bounded_read`,
-`supports_streaming`), never by `isinstance` of a concrete class.
+`supports_streaming`, `supports_reservations`), never by `isinstance` of a concrete class.
 """
 
 from __future__ import annotations
@@ -240,6 +240,31 @@ class Ledger(Protocol):
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]: ...
 
 
+@runtime_checkable
+class QuotaReserver(Protocol):
+    """Optional: a ledger that holds tokens for a model call while it is in flight, so a quota
+    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
+    start only while that total is below the quota, checked and bumped in one atomic step."""
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
+        nothing added) when it is not."""
+        ...
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
+        ...
+
+    async def record_reserved(self, entry: LedgerEntry, reserved: int) -> None:
+        """`record(entry)` and give back the call's reservation, in one transaction: the
+        total goes from reserved to spent without a moment in which it counts neither."""
+        ...
+
+
+def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
+    return isinstance(ledger, QuotaReserver)
+
+
 __all__ = [
     "MAX_CALL_TOKENS",
     "AgentStore",
@@ -251,6 +276,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "QuotaReserver",
     "RunRecord",
     "RunRequest",
     "StreamingModelProvider",
@@ -263,5 +289,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "supports_bounded_read",
+    "supports_reservations",
     "supports_streaming",
 ]
