@@ -252,6 +252,7 @@ async def test_provider_url_credentials_reach_no_client_run_record_or_log(
         Reply.text("not json {", content_type="application/json"),  # ... then unparseable
         Reply.sse(['{"choices": [{"delta": {"content": "cut"}}]}'], cut=True),  # stream cut
         Reply.error(401, echoed),  # a final 4xx on the stream
+        Reply.sse([{"error": {"message": echoed}}]),  # an error mid-stream
     )
     thread_id = await new_thread(client, alice)
     path = f"/agents/helper/threads/{thread_id}/messages"
@@ -262,7 +263,7 @@ async def test_provider_url_credentials_reach_no_client_run_record_or_log(
         assert r.status_code == 502, r.text
         run_ids.append(r.json()["run_id"])
         responses.append(r)
-    for _ in range(2):
+    for _ in range(3):
         r = await client.post(path, json={"content": "hi"}, headers=sse)
         assert r.status_code == 200 and "event: error" in r.text, r.text
         run_ids.append(r.text.split('"run_id":"')[1].split('"')[0])
