@@ -25,7 +25,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite+aiosqlite:///./agent.db"
-    """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production."""
+    """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production. SQLite takes
+    one writer at a time per process (see docs/reliability.md). A password in it is never
+    printed or logged."""
     db_pool_size: int = Field(default=10, ge=1)
     """Connections kept open per process (PostgreSQL)."""
     db_max_overflow: int = Field(default=10, ge=0)
@@ -38,7 +40,8 @@ class Settings(BaseSettings):
     model: Literal["echo", "openai"] = "echo"
     """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
     openai_base_url: str = "https://api.openai.com/v1"
-    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`)."""
+    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`).
+    `user:password@` in it is sent as Basic auth and never shown (errors, runs, logs)."""
     openai_api_key: SecretStr | None = None
     """Bearer key for the provider; unset sends none (local servers usually want none)."""
     openai_model: str = "gpt-4o-mini"
@@ -65,7 +68,8 @@ class Settings(BaseSettings):
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
-    estimated when it reports none); unset means no quota."""
+    estimated when it reports none); unset means no quota. Checked atomically before every
+    model call, concurrent ones included: overshot by at most about one call."""
 
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
