@@ -142,7 +142,8 @@ class QuotaExceeded(AgentError):
     code = "quota_exceeded"
 
     def __init__(self, actor_id: str, used: int, limit: int) -> None:
-        super().__init__(f"token quota spent: {used} of {limit} tokens used")
+        # `used` counts tokens held for calls in flight too: they are as good as spent.
+        super().__init__(f"token quota spent: {used} of {limit} tokens used or in use")
         self.actor_id = actor_id
         self.used = used
         self.limit = limit

@@ -1,10 +1,10 @@
 """The token quota holds under concurrency, and between the model calls of one run.
 
 Before: `AGENT_TOKEN_QUOTA=20`, 20 threads of one actor, one POST each at once: all 20 were
-answered (15x the quota spent), because each turn checked the total before any of them had
-booked a token. Now every model call first reserves its estimated cost in the same atomic step
-that checks the total (spent + reserved < quota), so the quota is overshot by at most the one
-call it last admitted.
+answered (15x the quota spent in the attack, 29x here), because each turn checked the total
+before any of them had booked a token. Now every model call first reserves its estimated cost
+in the same atomic step that checks the total (spent + reserved < quota), so the quota is
+overshot by at most the one call it last admitted.
 """
 
 from __future__ import annotations
