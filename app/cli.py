@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from app.redact import redacted_url
 from app.settings import get_settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -32,7 +33,7 @@ def _migrate() -> int:
             await store.dispose()
 
     asyncio.run(run())
-    print(f"database at head: {settings.database_url}")
+    print(f"database at head: {redacted_url(settings.database_url)}")
     return 0
 
 

@@ -23,8 +23,13 @@
     └── Unauthorized                unauthorized        401  (app/http/errors.py: HTTP only)
 
 The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
-`invalid_json` (400), `not_found` (404, unknown route), `method_not_allowed` (405) and
-`internal_error` (500, anything unexpected; its message is never shown).
+`invalid_json` (400, a body that cannot be read as JSON: malformed, not UTF-8, nested too
+deeply, a number too long), `bad_request` (400, any other request the HTTP layer refuses),
+`not_found` (404, unknown route), `method_not_allowed` (405) and `internal_error` (500,
+anything unexpected; its message is never shown).
+
+Whatever a model provider raises becomes a `ProviderError` (502) with a fixed message; only
+the provider adapters' own `ProviderError`s carry a message of their own.
 
 Each error carries a stable ``code`` (what clients branch on) and keeps its data as attributes,
 so nothing has to parse a message. This module is stdlib-only: ``app.core`` may import it.
@@ -137,7 +142,8 @@ class QuotaExceeded(AgentError):
     code = "quota_exceeded"
 
     def __init__(self, actor_id: str, used: int, limit: int) -> None:
-        super().__init__(f"token quota spent: {used} of {limit} tokens used")
+        # `used` counts tokens held for calls in flight too: they are as good as spent.
+        super().__init__(f"token quota spent: {used} of {limit} tokens used or in use")
         self.actor_id = actor_id
         self.used = used
         self.limit = limit

@@ -6,14 +6,18 @@ root, and tests build `Settings(...)` directly or clear the cache.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.history import HistoryConfig, config_error
 from app.errors import ConfigError
+from app.redact import redacted_url
+
+_URL_FIELDS = frozenset({"database_url", "openai_base_url"})
 
 
 class Settings(BaseSettings):
@@ -22,7 +26,9 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite+aiosqlite:///./agent.db"
-    """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production."""
+    """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production. SQLite takes
+    one writer at a time per process (see docs/reliability.md). A password in it is never
+    printed or logged."""
     db_pool_size: int = Field(default=10, ge=1)
     """Connections kept open per process (PostgreSQL)."""
     db_max_overflow: int = Field(default=10, ge=0)
@@ -35,7 +41,8 @@ class Settings(BaseSettings):
     model: Literal["echo", "openai"] = "echo"
     """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
     openai_base_url: str = "https://api.openai.com/v1"
-    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`)."""
+    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`).
+    `user:password@` in it is sent as Basic auth and never shown (errors, runs, logs)."""
     openai_api_key: SecretStr | None = None
     """Bearer key for the provider; unset sends none (local servers usually want none)."""
     openai_model: str = "gpt-4o-mini"
@@ -77,12 +84,21 @@ class Settings(BaseSettings):
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
-    estimated when it reports none); unset means no quota."""
+    estimated when it reports none); unset means no quota. Checked atomically before every
+    model call, concurrent ones included: overshot by at most about one call."""
 
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
     port: int = 8000
     """Port `python -m app serve` listens on."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The settings as `repr` shows them (and so any log line holding them): URLs with
+        their password masked, like the `SecretStr` keys."""
+        for name, value in super().__repr_args__():
+            if name in _URL_FIELDS and isinstance(value, str):
+                value = redacted_url(value)
+            yield name, value
 
     @model_validator(mode="after")
     def _history_is_valid(self) -> Settings:

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
 from app import cli
+from app.settings import get_settings
 
 ROOT = Path(__file__).parents[1]
 KEY = "key-a"
@@ -122,3 +124,24 @@ def test_errors_are_reported_not_raised(server: str, capsys: pytest.CaptureFixtu
     closed = f"http://127.0.0.1:{_free_port()}"
     assert cli.main(["inspect", "x", "--url", closed]) == 1
     assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+def test_migrate_never_prints_the_database_password(
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The test server trusts local connections, so any password gets in: it must not get out."""
+    password = "hunter2-migrate-S3CRET"
+    url = make_url(postgres_url).set(password=password).render_as_string(hide_password=False)
+    monkeypatch.setenv("AGENT_DATABASE_URL", url)
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["migrate"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out, err = capsys.readouterr()
+    assert password not in out + err + caplog.text
+    assert f"postgres:***@{make_url(url).host}" in out

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
@@ -67,6 +68,7 @@ from app.core.ports import (
     Usage,
     ledger_supports_transactions,
     supports_bounded_read,
+    supports_reservations,
     supports_streaming,
     supports_summaries,
     supports_transactions,
@@ -83,6 +85,7 @@ from app.errors import (
     JournalMismatch,
     LeaseLost,
     ProviderBadResponse,
+    ProviderError,
     QuotaExceeded,
     RunFailed,
     RunNotFound,
@@ -98,6 +101,10 @@ SELECTED_HISTORY = "agent:selected-history"
 ROLLING_SUMMARY = "agent:rolling-summary"
 """The patch marker of the current path: reads after the thread's summary, folds only what is
 new into it and stores each fold. A run journaled without it replays the path it recorded."""
+COMPLETION_RESERVE = 1024
+"""Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
+(see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,
+unless calls in flight at that moment answer at greater length than this."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 MAX_TOOL_ARGUMENT_DEPTH = 100
@@ -348,28 +355,11 @@ class AgentLoop:
         *,
         fresh: bool,
     ) -> RunResult:
-        """`fresh`: this attempt is the run's first, so it made every ledger row itself.
-
-        The answer, its journal row and the run's end commit in one transaction: a run is never
-        left `running` beside its stored answer, and a failure of that commit stores neither."""
+        """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
         try:
             async with self.runtime.keep_alive(request.run_id):
                 answer = await self._run(request, ctx, definition, on_event, report)
-                async with ctx.unit_of_work():
-                    stored = await ctx.step(
-                        "persist:assistant",
-                        functools.partial(self._persist, ctx, request.thread_id, answer),
-                    )
-                    message = answer.model_copy(update={"seq": stored.get("seq")})
-                    report.status = "completed"
-                    await self._finish_report(ctx, report, fresh)
-                    tx = await self._tx(ctx)
-                    if tx is not None:
-                        await self.runtime.complete(
-                            request.run_id, report.model_dump(mode="json"), tx=tx
-                        )
-                if tx is None:  # nothing shared: the end follows the answer's own commit
-                    await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
+                message = await self._store_answer(request, ctx, answer, report, fresh)
         except Exception as exc:
             failure = RunFailed(request.run_id, exc)
             report.status = "failed"
@@ -384,6 +374,50 @@ class AgentLoop:
                 log.exception("run %s failed", request.run_id)
             raise failure from exc
         return RunResult(run_id=request.run_id, message=message, report=report)
+
+    async def _store_answer(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        answer: Message,
+        report: RunReport,
+        fresh: bool,
+    ) -> Message:
+        """Store the answer and end the run, in one transaction when the writers share one:
+        a run is then never `running` beside its stored answer, and a commit that fails stores
+        neither. If the database refuses that transaction, the answer is stored on its own (the
+        client paid for it) and the runtime records the end when it can: it retries, and a
+        `SqlJournal` records it before refusing the next turn on the thread."""
+        report.status = "completed"
+        persist = functools.partial(self._persist, ctx, request.thread_id, answer)
+        ended = False
+        try:
+            async with ctx.unit_of_work():
+                stored = await ctx.step("persist:assistant", persist)
+                await self._finish_report(ctx, report, fresh)
+                tx = await self._tx(ctx)
+                if tx is not None:
+                    await self.runtime.complete(
+                        request.run_id, report.model_dump(mode="json"), tx=tx
+                    )
+                    ended = True
+        except StoreError:
+            if not self._shares_transactions:
+                raise
+            log.warning("run %s: the answer and the run's end failed to commit", request.run_id)
+            ended = False
+            async with ctx.unit_of_work():
+                stored = await ctx.step("persist:assistant", persist)
+            await self._finish_report(ctx, report, fresh)
+        if not ended:
+            try:
+                await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
+            except AgentError:
+                # The answer is stored: the client gets it; the end is recorded later.
+                log.warning(
+                    "run %s: answered, but its end could not be recorded yet", request.run_id
+                )
+        return answer.model_copy(update={"seq": stored.get("seq")})
 
     async def _run(
         self,
@@ -539,6 +573,7 @@ class AgentLoop:
                         "history_summary",
                         made["model"],
                         usage,
+                        made.get("reserved", 0),
                     ),
                 )
             summary = ThreadSummary(
@@ -604,7 +639,13 @@ class AgentLoop:
             chunk.append(message)
             tokens += cost
             seq += 1
-        made = await summarizer(chunk, hctx.model_copy(update={"summary": summary}))
+        reserved = await self._reserve(request.actor_id, tokens + COMPLETION_RESERVE)
+        try:
+            async with _provider_boundary("history summary"):
+                made = await summarizer(chunk, hctx.model_copy(update={"summary": summary}))
+        except BaseException:
+            await self._release(request.actor_id, reserved)
+            raise
         text = storable_text(made.text)
         usage = made.usage or Usage(
             prompt_tokens=tokens,
@@ -617,6 +658,7 @@ class AgentLoop:
             "covers_through_seq": chunk[-1].seq,
             "input_messages": len(chunk),
             "input_tokens": tokens,
+            "reserved": reserved,
         }
 
     async def _fetch_backlog(
@@ -675,7 +717,10 @@ class AgentLoop:
         if drop and summarizer is not None:
             async with ctx.unit_of_work():
                 made = await ctx.step(
-                    "history:summarize", lambda: _summarize(summarizer, drop, hctx)
+                    "history:summarize",
+                    functools.partial(
+                        self._summarize_reserved, request.actor_id, summarizer, drop, hctx
+                    ),
                 )
                 usage = Usage.model_validate(made["usage"])
                 await ctx.step(
@@ -688,6 +733,7 @@ class AgentLoop:
                         "history_summary",
                         _model_name(self.model),
                         usage,
+                        made.get("reserved", 0),
                     ),
                 )
             report.model_calls.append(
@@ -866,38 +912,89 @@ class AgentLoop:
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
-        if on_event is not None and supports_streaming(self.model):
-            response: ModelResponse | None = None
-            async for event in self.model.stream(model_request):
-                if isinstance(event, ModelResponse):
-                    response = event
-                elif isinstance(event, TextDelta):
-                    await on_event(TextDelta(text=storable_text(event.text)))
-                else:
-                    raise ProviderBadResponse(
-                        f"the provider streamed a {type(event).__name__}, not text or a response"
-                    )
-            if response is None:
-                raise RuntimeError("the provider's stream ended without a final response")
-        else:
+        reserved = await self._reserve(request.actor_id, _reservation(messages))
+        try:
+            async with _provider_boundary("model"):
+                response = await self._call_model(model_request, on_event)
+        except BaseException:
+            await self._release(request.actor_id, reserved)
+            raise
+        model = storable_text(response.model or _model_name(self.model))
+        usage = response.usage
+        for call in response.tool_calls:
+            if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
+                # The step fails, and its unit with it: the call's spend is booked on its own.
+                await self._record_usage(None, request, report, "chat", model, usage, reserved)
+                raise ProviderBadResponse(
+                    f"the arguments of tool call {call.name!r} nest deeper than "
+                    f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
+                )
+        await self._record_usage(ctx, request, report, "chat", model, usage, reserved)
+        # Made storable before it is journaled: the journal, the stored answer and every later
+        # prompt then hold the same text.
+        return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
+
+    async def _call_model(
+        self, model_request: ModelRequest, on_event: EventSink | None
+    ) -> ModelResponse:
+        if on_event is None or not supports_streaming(self.model):
             response = await self.model.complete(model_request)
             if on_event is not None and response.content:
                 # A provider that cannot stream still shows its text as it would have streamed
                 # it, in one piece: a client renders every provider the same way.
                 await on_event(TextDelta(text=storable_text(response.content)))
-        model = storable_text(response.model or _model_name(self.model))
-        for call in response.tool_calls:
-            if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
-                # The step fails, and its unit with it: the call's spend is booked on its own.
-                await self._record_usage(None, request, report, "chat", model, response.usage)
+            return response
+        streamed: ModelResponse | None = None
+        async for event in self.model.stream(model_request):
+            if isinstance(event, ModelResponse):
+                streamed = event
+            elif isinstance(event, TextDelta):
+                await on_event(TextDelta(text=storable_text(event.text)))
+            else:
                 raise ProviderBadResponse(
-                    f"the arguments of tool call {call.name!r} nest deeper than "
-                    f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
+                    f"the provider streamed a {type(event).__name__}, not text or a response"
                 )
-        await self._record_usage(ctx, request, report, "chat", model, response.usage)
-        # Made storable before it is journaled: the journal, the stored answer and every later
-        # prompt then hold the same text.
-        return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
+        if streamed is None:
+            raise ProviderBadResponse("the provider's stream ended without a final response")
+        return streamed
+
+    async def _reserve(self, actor_id: str, tokens: int) -> int:
+        """Hold `tokens` of the actor's quota for a model call about to start, or refuse it
+        with `QuotaExceeded`: checked before every model call, so neither concurrent runs nor
+        the later calls of one run spend past the quota unchecked. Returns what was held (0
+        without a quota, or with a ledger that can only be checked)."""
+        quota = self.token_quota
+        if quota is None:
+            return 0
+        if supports_reservations(self.ledger):
+            if await self.ledger.reserve(actor_id, tokens, quota):
+                return tokens
+        elif await self.ledger.tokens_used(actor_id) < quota:
+            return 0
+        raise QuotaExceeded(actor_id, await self.ledger.tokens_used(actor_id), quota)
+
+    async def _release(self, actor_id: str, reserved: int) -> None:
+        if not reserved or not supports_reservations(self.ledger):
+            return
+        try:
+            await self.ledger.release(actor_id, reserved)
+        except Exception:  # the call's own failure is what the caller must see
+            log.exception("could not give back %d reserved tokens of %s", reserved, actor_id)
+
+    async def _summarize_reserved(
+        self, actor_id: str, summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext
+    ) -> JsonValue:
+        """The summary's call, its quota held like a chat call's. What was held rides in the
+        journaled payload: `persist:usage:history` gives it back even in a later attempt."""
+        reserved = await self._reserve(
+            actor_id, sum(estimate_message_tokens(m) for m in drop) + COMPLETION_RESERVE
+        )
+        try:
+            recorded = await _summarize(summarizer, drop, hctx)
+        except BaseException:
+            await self._release(actor_id, reserved)
+            raise
+        return {**recorded, "reserved": reserved} if reserved else recorded
 
     async def _record_usage(
         self,
@@ -907,6 +1004,7 @@ class AgentLoop:
         purpose: str,
         model: str,
         usage: Usage,
+        reserved: int = 0,
     ) -> JsonValue:
         """Book one model call. With `ctx`, in its unit of work, so the row commits with the
         checkpoint it belongs to; if this process lost the run's lease meanwhile, the call was
@@ -921,18 +1019,24 @@ class AgentLoop:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
         )
-        ledger = self.ledger
         try:
             tx = await self._tx(ctx) if ctx is not None else None
         except LeaseLost:
-            await ledger.record(entry)
+            await self._book(entry, reserved, None)
             raise
-        if tx is not None and ledger_supports_transactions(ledger):
+        await self._book(entry, reserved, tx)
+        report.ledger.append(_ledger_row(entry))
+        return {"recorded": True}
+
+    async def _book(self, entry: LedgerEntry, reserved: int, tx: Transaction | None) -> None:
+        ledger = self.ledger
+        if reserved and supports_reservations(ledger):
+            # The reservation becomes the spend in the same write: the total never counts both.
+            await ledger.record_reserved(entry, reserved, tx=tx)
+        elif tx is not None and ledger_supports_transactions(ledger):
             await ledger.record(entry, tx=tx)
         else:
             await ledger.record(entry)
-        report.ledger.append(_ledger_row(entry))
-        return {"recorded": True}
 
     async def _finish_report(self, ctx: DurableContext, report: RunReport, fresh: bool) -> None:
         """A fresh run's ledger rows were collected as they were written; a resumed run reads
@@ -963,6 +1067,12 @@ def read_bound(policy: HistoryPolicy) -> ReadBound | None:
         return bound
     legacy = getattr(policy, "max_messages", None)
     return ReadBound(messages=max(1, legacy)) if isinstance(legacy, int) else None
+
+
+def _reservation(messages: Sequence[ChatMessage]) -> int:
+    """What a model call holds of the quota while in flight: its prompt, by the estimate, and
+    `COMPLETION_RESERVE` for its answer."""
+    return sum(estimate_message_tokens(m) for m in messages) + COMPLETION_RESERVE
 
 
 def _nesting_depth(value: Any) -> int:
@@ -1017,8 +1127,23 @@ async def _legacy_load() -> JsonValue:
 
 
 async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
-    summary = await summarizer(drop, hctx)
+    async with _provider_boundary("history summary"):
+        summary = await summarizer(drop, hctx)
     return {"text": storable_text(summary.text), "usage": summary.usage.model_dump(mode="json")}
+
+
+@asynccontextmanager
+async def _provider_boundary(what: str) -> AsyncIterator[None]:
+    """Whatever a provider raises is a provider failure (502), never an internal error: a
+    custom `ModelProvider` raising a plain exception must not become a 500. Its message may
+    hold anything (a URL, a key), so it is logged here and the client reads a fixed one."""
+    try:
+        yield
+    except AgentError:
+        raise
+    except Exception as exc:
+        log.error("the %s call failed: %s", what, type(exc).__name__, exc_info=exc)
+        raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
 
 
 def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:

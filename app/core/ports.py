@@ -2,7 +2,7 @@
 
 Ports are `typing.Protocol`s so third parties implement them without inheriting from us.
 Optional powers are protocols of their own, probed at run time (`supports_bounded_read`,
-`supports_streaming`), never by `isinstance` of a concrete class.
+`supports_streaming`, `supports_reservations`), never by `isinstance` of a concrete class.
 """
 
 from __future__ import annotations
@@ -24,9 +24,17 @@ class _Frozen(BaseModel):
 # --- model ---------------------------------------------------------------------------------
 
 
+MAX_CALL_TOKENS = 1_000_000_000
+"""The most tokens one model call may report per field. No model reads or writes a billion
+tokens in one call, so a larger (or negative) figure is a broken or hostile provider: it is
+refused as a bad response rather than booked, where it would skew the ledger and any quota."""
+
+
 class Usage(_Frozen):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    """Tokens one model call spent, as the provider reported them (or as estimated)."""
+
+    prompt_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
+    completion_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
 
 
 class ToolSpec(_Frozen):
@@ -452,7 +460,35 @@ def ledger_supports_transactions(ledger: object) -> TypeGuard[TransactionalLedge
     return isinstance(ledger, TransactionalLedger)
 
 
+@runtime_checkable
+class QuotaReserver(Protocol):
+    """Optional: a ledger that holds tokens for a model call while it is in flight, so a quota
+    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
+    start only while that total is below the quota, checked and bumped in one atomic step."""
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
+        nothing added) when it is not."""
+        ...
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
+        ...
+
+    async def record_reserved(
+        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
+    ) -> None:
+        """`record(entry)` and give back the call's reservation, in one transaction: the
+        total goes from reserved to spent without a moment in which it counts neither."""
+        ...
+
+
+def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
+    return isinstance(ledger, QuotaReserver)
+
+
 __all__ = [
+    "MAX_CALL_TOKENS",
     "AgentStore",
     "DurableContext",
     "DurableRuntime",
@@ -466,6 +502,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "QuotaReserver",
     "ReadBound",
     "RunRecord",
     "RunRequest",
@@ -487,6 +524,7 @@ __all__ = [
     "Usage",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_reservations",
     "supports_streaming",
     "supports_summaries",
     "supports_transactions",

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 
 from app.core.messages import ChatMessage, Message, ToolCall
-from app.core.ports import ModelRequest, Usage
+from app.core.ports import MAX_CALL_TOKENS, ModelRequest, Usage
 
 MESSAGE_ALLOWANCE = 4
 """Tokens charged per message for the role and framing every provider adds around it."""
@@ -46,9 +46,11 @@ def estimate_usage(request: ModelRequest, content: str, tool_calls: list[ToolCal
     For models that report none: `EchoModel`, and OpenAI-compatible servers that leave `usage`
     out. Booking such a call as 0 tokens would let it slip past the ledger and any quota.
     """
+    prompt = sum(estimate_message_tokens(m) for m in request.messages)
+    completion = estimate_message_tokens(
+        ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
+    )
     return Usage(
-        prompt_tokens=sum(estimate_message_tokens(m) for m in request.messages),
-        completion_tokens=estimate_message_tokens(
-            ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
-        ),
+        prompt_tokens=min(prompt, MAX_CALL_TOKENS),
+        completion_tokens=min(completion, MAX_CALL_TOKENS),
     )

@@ -73,6 +73,7 @@ class JournaledContext:
         unit of work every step waits for the block's one commit."""
         self._depth = 0
         self._unit: Unit | None = None
+        self._start: tuple[int, int, dict[str, int]] = (0, 0, {})
         self.journal_bytes: dict[str, int] = {}
         """Checkpoint name -> bytes of its payload, replayed or written in this attempt."""
         self.replayed: list[str] = []
@@ -112,6 +113,10 @@ class JournaledContext:
         writes made through `transaction()` (blocks nest: the outermost one commits). If the
         block raises, nothing of it is committed; the run then fails and a resume replays only
         what was committed before."""
+        if not self._depth:
+            # Where the unit began: a unit that fails is undone here too, so the context can go
+            # on (or try again) as if its steps had never run.
+            self._start = (self._position, len(self._pending), dict(self.journal_bytes))
         self._depth += 1
         try:
             yield
@@ -119,7 +124,8 @@ class JournaledContext:
             self._depth -= 1
             if not self._depth:
                 unit, self._unit = self._unit, None
-                self._pending.clear()
+                self._position, pending, self.journal_bytes = self._start
+                del self._pending[pending:]
                 if unit is not None:
                     await unit.rollback()
             raise

@@ -22,14 +22,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
 from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
-from app.store.engine import autocommit
+from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
-from app.store.tx import SqlTransaction, writing
+from app.store.tx import SqlTransaction, joined, open_write
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,10 @@ _END_RUN = (
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
 )
 _HOLD = runs.update().where(_OWNED).values(lease_expires_at=sa.bindparam("expires"))
+
+END_ATTEMPTS = 4
+"""Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
+is stored by then, and a blip must not leave the run holding its thread."""
 
 
 class _Step:
@@ -77,22 +82,17 @@ class _SqlUnit:
         return self._tx
 
     async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
-        conn = self._tx.connection
         try:
             async with wrap_db_errors("journal_unit"):
                 if steps:
-                    await conn.execute(_INSERT_STEP, _step_rows(self.run_id, steps))
-                await conn.commit()
-        finally:
-            await conn.close()
+                    await self._tx.connection.execute(_INSERT_STEP, _step_rows(self.run_id, steps))
+        except BaseException:
+            await self._tx.close(commit=False)
+            raise
+        await self._tx.close(commit=True)
 
     async def rollback(self) -> None:
-        conn = self._tx.connection
-        try:
-            async with wrap_db_errors("journal_unit"):
-                await conn.rollback()
-        finally:
-            await conn.close()
+        await self._tx.close(commit=False)
 
 
 class SqlJournal:
@@ -104,6 +104,13 @@ class SqlJournal:
         self._lease = timedelta(seconds=lease_seconds)
         self._owners: dict[str, str] = {}
         """run id -> the token this process holds its lease with."""
+        self._threads: dict[str, str] = {}
+        """run id -> its thread, for the runs in `_owners`."""
+        self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
+        """run id -> (thread id, the end's parameters): runs whose end could not be recorded
+        (the database failed through every retry). Retried before a new turn on the thread is
+        refused as busy, so a database blip at the end of a turn does not lock its thread for
+        a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
 
     def _expiry(self) -> datetime:
         return datetime.now(UTC) + self._lease
@@ -113,16 +120,21 @@ class SqlJournal:
         try:
             await self._insert_run(request, token)
         except ThreadBusy:
-            # Only now look for a dead holder: the common turn pays one round trip, not two.
-            if not await self._release_expired(request.thread_id):
+            # Only now look for a holder that is done or dead: the common turn pays one round
+            # trip, not two.
+            if not (
+                await self._end_unended(request.thread_id)
+                or await self._release_expired(request.thread_id)
+            ):
                 raise
             await self._insert_run(request, token)
         self._owners[request.run_id] = token
+        self._threads[request.run_id] = request.thread_id
         return self._context(request.run_id, [])
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
-            async with wrap_db_errors("begin_run"), self._engine.begin() as conn:
+            async with wrap_db_errors("begin_run"), write_transaction(self._engine) as conn:
                 await conn.execute(
                     _INSERT_RUN,
                     {
@@ -149,7 +161,7 @@ class SqlJournal:
 
         Without this, a crashed process would lock its threads until a sweep resumed its runs.
         """
-        async with wrap_db_errors("release_expired"), self._engine.begin() as conn:
+        async with wrap_db_errors("release_expired"), write_transaction(self._engine) as conn:
             released = await conn.execute(
                 runs.update()
                 .where(
@@ -175,7 +187,10 @@ class SqlJournal:
             while True:
                 await asyncio.sleep(interval)
                 try:
-                    async with wrap_db_errors("renew_lease"), self._engine.begin() as conn:
+                    async with (
+                        wrap_db_errors("renew_lease"),
+                        write_transaction(self._engine) as conn,
+                    ):
                         await conn.execute(_HOLD, self._held(run_id))
                 except StoreError:
                     log.warning("run %s: could not renew its lease", run_id)
@@ -215,7 +230,7 @@ class SqlJournal:
     async def _claim(self, request: RunRequest) -> None:
         token = str(uuid.uuid4())
         try:
-            async with wrap_db_errors("claim_run"), self._engine.begin() as conn:
+            async with wrap_db_errors("claim_run"), write_transaction(self._engine) as conn:
                 claimed = await conn.execute(
                     runs.update()
                     .where(
@@ -241,26 +256,27 @@ class SqlJournal:
         except sa_exc.IntegrityError as exc:
             raise ThreadBusy(request.thread_id) from exc
         self._owners[request.run_id] = token
+        self._threads[request.run_id] = request.thread_id
+        self._unended.pop(request.run_id, None)  # this attempt ends it now
 
     def _held(self, run_id: str) -> dict[str, Any]:
         return {"rid": run_id, "holder": self._owners.get(run_id), "expires": self._expiry()}
 
     def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
-            async with wrap_db_errors("journal_step"), self._engine.begin() as conn:
+            async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
                 await conn.execute(_INSERT_STEP, _step_rows(run_id, steps))
 
         async def open_unit() -> Unit:
-            conn = await self._engine.connect()
+            tx = await open_write(self._engine, "journal_unit")
             try:
                 async with wrap_db_errors("journal_unit"):
-                    await conn.begin()
-                    await self._check_lease(conn, run_id)
+                    await self._check_lease(tx.connection, run_id)
             except BaseException:
-                await conn.close()
+                await tx.close(commit=False)
                 raise
-            return _SqlUnit(run_id, SqlTransaction(self._engine, conn))
+            return _SqlUnit(run_id, tx)
 
         return JournaledContext(run_id, list(history), write, open_unit)
 
@@ -290,23 +306,66 @@ class SqlJournal:
         tx: Transaction | None = None,
     ) -> None:
         holder = self._owners.get(run_id)
+        thread_id = self._threads.get(run_id, "")
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
-        async with writing(self._engine, tx, "end_run") as conn:
-            ended = await conn.execute(
-                _END_RUN,
-                {
-                    "rid": run_id,
-                    "holder": holder,
-                    "status": status,
-                    "error_code": code,
-                    "error_message": message,
-                    "report": encode_payload(report),
-                },
-            )
+        params = {
+            "rid": run_id,
+            "holder": holder,
+            "status": status,
+            "error_code": code,
+            "error_message": message,
+            "report": encode_payload(report),
+        }
+        shared = joined(self._engine, tx)
+        if shared is not None:
+            # With the answer, in its unit: the run is let go of only once that commits, so a
+            # unit that fails leaves it ours to fail.
+            async with wrap_db_errors("end_run"):
+                ended = await shared.execute(_END_RUN, params)
+            assert isinstance(tx, SqlTransaction)
+            tx.after_commit.append(lambda: self._let_go(run_id))
+            self._warn_if_taken(ended.rowcount, run_id)
+            return
+        self._let_go(run_id)
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(END_ATTEMPTS),
+                wait=wait_exponential(multiplier=0.1, max=1.0),
+                retry=retry_if_exception_type(StoreError),
+                reraise=True,
+            ):
+                with attempt:
+                    await self._record_end(params)
+        except StoreError:
+            self._unended[run_id] = (thread_id, params)
+            raise
+
+    def _let_go(self, run_id: str) -> None:
         self._owners.pop(run_id, None)
-        if ended.rowcount == 0:
+        self._threads.pop(run_id, None)
+
+    @staticmethod
+    def _warn_if_taken(rowcount: int, run_id: str) -> None:
+        if rowcount == 0:
             log.warning("run %s: taken over by another process; its record is left to it", run_id)
+
+    async def _record_end(self, params: dict[str, Any]) -> None:
+        async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
+            ended = await conn.execute(_END_RUN, params)
+        self._warn_if_taken(ended.rowcount, params["rid"])
+
+    async def _end_unended(self, thread_id: str) -> bool:
+        """Record the ends this process could not record before, for runs on `thread_id`;
+        True when one was (the thread may be free now)."""
+        ended = False
+        for run_id, (thread, params) in list(self._unended.items()):
+            if thread == thread_id:
+                await self._record_end(params)
+                del self._unended[run_id]
+                log.info("run %s: its end is recorded at last", run_id)
+                ended = True
+        return ended
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with wrap_db_errors("get_run"), self._reader.connect() as conn:

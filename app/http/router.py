@@ -68,7 +68,8 @@ log = logging.getLogger("app.http")
 HEALTH_TIMEOUT_SECONDS = 5.0
 
 _DESCRIPTIONS = {
-    400: "The body is not valid JSON (`invalid_json`).",
+    400: "The body is not JSON that can be read (`invalid_json`), or the request is "
+    "malformed (`bad_request`).",
     401: "No actor: a missing or unknown API key (`unauthorized`).",
     404: "No such agent, or no such thread/run for this actor (`*_not_found`).",
     409: "A turn is already running on this thread (`thread_busy`).",

@@ -164,7 +164,7 @@ def _tool_arguments(rest: str, spec: ToolSpec) -> dict[str, Any]:
         return {}
     try:
         parsed = json.loads(rest)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the limit
         parsed = None
     if isinstance(parsed, dict):
         return parsed

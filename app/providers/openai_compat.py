@@ -12,7 +12,8 @@ it (a 2xx status): once its body has begun, deltas may already be on the user's 
 failure from then on is final (``ProviderBadResponse`` for a cut, ``ProviderTimeout`` for a
 stall).
 
-The API key only ever goes into the ``Authorization`` header; no message or log line holds it.
+The API key only ever goes into the ``Authorization`` header, and credentials in ``base_url``
+(``http://user:password@host/v1``) only into Basic auth: no message or log line holds either.
 """
 
 from __future__ import annotations
@@ -25,12 +26,20 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec, Usage
+from app.core.ports import (
+    MAX_CALL_TOKENS,
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolSpec,
+    Usage,
+)
 from app.core.tokens import estimate_usage
 from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
 
@@ -87,7 +96,17 @@ class OpenAICompatibleProvider:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
         self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
+        url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
+        self._auth: httpx.Auth | None = None
+        secrets = {api_key, url.password, url.userinfo.decode(), unquote(url.userinfo.decode())}
+        self._secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+        """Blanked out of every error message, longest first (user info before its password)."""
+        if url.username or url.password:
+            # Credentials in the URL go out as Basic auth (what httpx did with them) and the URL
+            # itself loses them: it appears in error messages, log lines and httpx's own log.
+            self._auth = httpx.BasicAuth(url.username, url.password)
+            url = url.copy_with(username=None, password=None)
+        self.url = str(url)
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff_base = backoff_base
@@ -135,12 +154,15 @@ class OpenAICompatibleProvider:
             raise
 
     def _scrubbed(self, exc: ProviderError) -> ProviderError:
-        """`exc` with the API key blanked out of its message: a server or proxy may echo the
-        key back in an error, and the message reaches the client, the run record and logs."""
-        key = self._api_key
-        if key and key in exc.message:
-            exc.message = exc.message.replace(key, "[redacted]")
-            exc.args = (exc.message,)
+        """`exc` with the API key and the URL's credentials blanked out of its message: a
+        server or proxy may echo them back in an error, and the message reaches the client,
+        the run record and logs."""
+        message = exc.message
+        for secret in self._secrets:
+            message = message.replace(secret, "[redacted]")
+        if message != exc.message:
+            exc.message = message
+            exc.args = (message,)
         return exc
 
     async def _complete(self, request: ModelRequest) -> ModelResponse:
@@ -149,7 +171,11 @@ class OpenAICompatibleProvider:
         async def attempt() -> httpx.Response:
             try:
                 response = await self._client.post(
-                    self.url, json=body, headers=self._headers(), timeout=self._timeouts()
+                    self.url,
+                    json=body,
+                    headers=self._headers(),
+                    timeout=self._timeouts(),
+                    auth=self._auth or httpx.USE_CLIENT_DEFAULT,
                 )
             except httpx.HTTPError as exc:
                 raise self._transport_failure(exc) from exc
@@ -180,7 +206,9 @@ class OpenAICompatibleProvider:
                 timeout=self._timeouts(),
             )
             try:
-                response = await self._client.send(http_request, stream=True)
+                response = await self._client.send(
+                    http_request, stream=True, auth=self._auth or httpx.USE_CLIENT_DEFAULT
+                )
             except httpx.HTTPError as exc:
                 raise self._transport_failure(exc) from exc
             if response.is_success:
@@ -431,17 +459,28 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
 
 
 def _usage(raw: Any) -> Usage | None:
-    """The server's own count, or None when it sent none (some local servers never do)."""
+    """The server's own count, or None when it sent none (some local servers never do).
+
+    A count that is negative, fractional or over `MAX_CALL_TOKENS` is a bad response: booking
+    it would hand the actor unlimited quota (negative) or a bill no call can run up.
+    """
     if raw is None or (
         isinstance(raw, dict)
         and raw.get("prompt_tokens") is None
         and raw.get("completion_tokens") is None
     ):
         return None
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-    )
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = raw.get(name) or 0
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            raise ProviderBadResponse(f"usage {name} is not a whole number: {_excerpt(value)}")
+        if not 0 <= value <= MAX_CALL_TOKENS:
+            raise ProviderBadResponse(
+                f"usage {name} is {int(value)}, outside 0..{MAX_CALL_TOKENS}: not booked"
+            )
+        counts[name] = int(value)
+    return Usage(**counts)
 
 
 # --- errors --------------------------------------------------------------------------------

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import Pool
+
+from app.errors import StoreError
 
 POOL_RECYCLE_SECONDS = 1800
 """Retire pooled connections after half an hour, before servers or proxies drop idle ones."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-"""How long a SQLite writer waits for the write lock before failing (WAL lets readers go on)."""
+"""How long a SQLite writer waits for the write lock before failing (WAL lets readers go on).
+Within one process writers queue on `write_transaction`'s lock instead, so this only ever runs
+out against another process holding the database."""
+
+_WRITE_LOCKS: weakref.WeakKeyDictionary[Pool, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 def is_sqlite(url: str) -> bool:
@@ -67,6 +78,50 @@ def autocommit(engine: AsyncEngine) -> AsyncEngine:
     if engine.dialect.name == "sqlite":
         return engine
     return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+@asynccontextmanager
+async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """`engine.begin()` for a transaction that writes; on SQLite, one such transaction at a time
+    per process.
+
+    SQLite has one write lock per database file. Left to it, concurrent writers of one process
+    wait for it inside their aiosqlite worker threads, each holding its connection's mutex
+    while it waits, and the lock holder needs the event loop to get to its COMMIT: anything on
+    the event-loop thread that touches one of the waiting connections (the garbage collector
+    finalizing an old cursor of it) then blocks the loop, and the whole server with it, until
+    the busy timeout runs out. Queuing writers on an asyncio lock before they take a connection
+    means no thread of this process ever waits for the write lock: it is free whenever a writer
+    gets to it (another process aside). Every write transaction of the project starts with its
+    write, so SQLite's deferred BEGIN takes the lock at once, never upgrades from a read.
+    PostgreSQL, with row locks, needs none of this.
+    """
+    lock = await acquire_writer(engine)
+    try:
+        async with engine.begin() as conn:
+            yield conn
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def acquire_writer(engine: AsyncEngine) -> asyncio.Lock | None:
+    """Take this process's SQLite writer turn (see `write_transaction`) and return the lock to
+    release when the write transaction ends; None on PostgreSQL, which needs no turn."""
+    if engine.dialect.name != "sqlite":
+        return None
+    pool = engine.sync_engine.pool
+    lock = _WRITE_LOCKS.get(pool)
+    if lock is None:
+        lock = _WRITE_LOCKS[pool] = asyncio.Lock()
+    try:
+        async with asyncio.timeout(SQLITE_BUSY_TIMEOUT_MS / 1000):
+            await lock.acquire()
+    except TimeoutError:
+        raise StoreError(
+            f"the database stayed busy for {SQLITE_BUSY_TIMEOUT_MS // 1000} s (SQLite write lock)"
+        ) from None
+    return lock
 
 
 def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -6,7 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry, Transaction
-from app.store.engine import autocommit
+from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import actor_usage, ledger
 from app.store.tx import writing
@@ -36,8 +36,20 @@ SQLite spell the upsert alike, and SQLAlchemy's dialect `insert().on_conflict_do
 no cache key: it was compiled afresh on every model call."""
 
 
+_RESERVE = sa.text(
+    "INSERT INTO actor_usage (actor_id, tokens) VALUES (:actor_id, :tokens) "
+    "ON CONFLICT (actor_id) DO UPDATE SET tokens = actor_usage.tokens + excluded.tokens "
+    "WHERE actor_usage.tokens < :limit"
+)
+"""Check and bump in one statement: the row lock (PostgreSQL) or the write lock (SQLite) makes
+concurrent reservations queue, so each sees the total the one before it left. No row yet means
+nothing spent: the first reservation always goes in (every quota is at least 1)."""
+_RELEASE = sa.text("UPDATE actor_usage SET tokens = tokens - :tokens WHERE actor_id = :actor_id")
+
+
 class SqlLedger:
-    """`Ledger` and `TransactionalLedger` on the `ledger` and `actor_usage` tables."""
+    """`Ledger`, `QuotaReserver` and `TransactionalLedger` on the `ledger` and `actor_usage`
+    tables."""
 
     joins_transactions = True
 
@@ -48,10 +60,26 @@ class SqlLedger:
     async def record(self, entry: LedgerEntry, *, tx: Transaction | None = None) -> None:
         """The row and the actor's running total, in one transaction (with `tx`, in that one:
         the model step the row books commits with it)."""
-        tokens = entry.prompt_tokens + entry.completion_tokens
+        await self.record_reserved(entry, 0, tx=tx)
+
+    async def record_reserved(
+        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
+    ) -> None:
+        tokens = entry.prompt_tokens + entry.completion_tokens - reserved
         async with writing(self._engine, tx, "ledger_record") as conn:
             await conn.execute(_INSERT, entry.model_dump())
             await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:
+            bumped = await conn.execute(
+                _RESERVE, {"actor_id": actor_id, "tokens": tokens, "limit": limit}
+            )
+        return bool(bumped.rowcount)
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        async with wrap_db_errors("ledger_release"), write_transaction(self._engine) as conn:
+            await conn.execute(_RELEASE, {"actor_id": actor_id, "tokens": tokens})
 
     async def tokens_used(self, actor_id: str) -> int:
         """One primary-key read of the running total (not a sum over the actor's history)."""
@@ -73,14 +101,31 @@ class MemoryLedger:
 
     def __init__(self) -> None:
         self.entries: list[LedgerEntry] = []
+        self.reserved: dict[str, int] = {}
+        """actor id -> tokens held for calls in flight."""
 
     async def record(self, entry: LedgerEntry) -> None:
         self.entries.append(entry)
 
+    async def record_reserved(self, entry: LedgerEntry, reserved: int) -> None:
+        self.entries.append(entry)
+        await self.release(entry.actor_id, reserved)
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        # `tokens_used` never suspends: the check and the bump are one step on the event loop.
+        if await self.tokens_used(actor_id) >= limit:
+            return False
+        self.reserved[actor_id] = self.reserved.get(actor_id, 0) + tokens
+        return True
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        self.reserved[actor_id] = self.reserved.get(actor_id, 0) - tokens
+
     async def tokens_used(self, actor_id: str) -> int:
-        return sum(
+        spent = sum(
             e.prompt_tokens + e.completion_tokens for e in self.entries if e.actor_id == actor_id
         )
+        return spent + self.reserved.get(actor_id, 0)
 
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
         return [e for e in self.entries if e.run_id == run_id]

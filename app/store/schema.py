@@ -150,8 +150,9 @@ ledger = sa.Table(
     sa.Column("agent", sa.String(200), nullable=False),
     sa.Column("purpose", sa.String(32), nullable=False),
     sa.Column("model", sa.String(200), nullable=False),
-    sa.Column("prompt_tokens", sa.Integer, nullable=False),
-    sa.Column("completion_tokens", sa.Integer, nullable=False),
+    # BIGINT: a call may report up to `MAX_CALL_TOKENS` per field, and sums of them must fit.
+    sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
+    sa.Column("completion_tokens", sa.BigInteger, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_ledger_run_id", "run_id"),
     sa.Index("ix_ledger_actor_id", "actor_id"),

@@ -24,7 +24,7 @@ from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
-from app.store.engine import autocommit, make_engine
+from app.store.engine import autocommit, make_engine, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import messages, thread_summaries, threads
 from app.store.tx import reading, writing
@@ -293,7 +293,7 @@ class SqlAgentStore:
             if reason is not None:
                 raise InvalidContent(reason.replace("message text", "title"))
         thread_id = str(uuid.uuid4())
-        async with wrap_db_errors("create_thread"), self._engine.begin() as conn:
+        async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(
                 threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
             )

@@ -12,22 +12,70 @@ was opened on the writer's own engine, so a store on another database still comm
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.store.engine import acquire_writer, write_transaction
 from app.store.errors import wrap_db_errors
 
 
 class SqlTransaction:
-    """An open transaction on `engine`, through `connection`. Its opener commits it."""
+    """An open transaction on `engine`, through `connection`. Its opener commits it (`close`).
 
-    __slots__ = ("connection", "engine")
+    On SQLite it holds this process's writer turn (`app.store.engine.write_transaction`) from
+    open to close, so no other writer of the process waits for the file's lock in a thread.
+    """
 
-    def __init__(self, engine: AsyncEngine, connection: AsyncConnection) -> None:
+    __slots__ = ("_writer", "after_commit", "connection", "engine")
+
+    def __init__(
+        self, engine: AsyncEngine, connection: AsyncConnection, writer: asyncio.Lock | None
+    ) -> None:
         self.engine = engine
         self.connection = connection
+        self._writer = writer
+        self.after_commit: list[Callable[[], None]] = []
+        """What a participant does once its writes are durable (the journal lets go of a run
+        whose end committed)."""
+
+    async def close(self, *, commit: bool) -> None:
+        """Commit (or roll back) and give the connection and the writer turn back."""
+        try:
+            async with wrap_db_errors("commit" if commit else "rollback"):
+                if commit:
+                    await self.connection.commit()
+                else:
+                    await self.connection.rollback()
+        finally:
+            try:
+                await self.connection.close()
+            finally:
+                if self._writer is not None:
+                    self._writer.release()
+        if commit:
+            for hook in self.after_commit:
+                hook()
+
+
+async def open_write(engine: AsyncEngine, operation: str) -> SqlTransaction:
+    """A write transaction of the caller's to share: writer turn first, then a connection."""
+    writer = await acquire_writer(engine)
+    try:
+        async with wrap_db_errors(operation):
+            connection = await engine.connect()
+            try:
+                await connection.begin()
+            except BaseException:
+                await connection.close()
+                raise
+    except BaseException:
+        if writer is not None:
+            writer.release()
+        raise
+    return SqlTransaction(engine, connection, writer)
 
 
 def joined(engine: AsyncEngine, tx: object | None) -> AsyncConnection | None:
@@ -48,7 +96,7 @@ async def writing(
         if shared is not None:
             yield shared
             return
-        async with engine.begin() as conn:
+        async with write_transaction(engine) as conn:
             yield conn
 
 

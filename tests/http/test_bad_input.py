@@ -213,3 +213,52 @@ async def test_a_chunked_body_is_counted_while_read(small: httpx.AsyncClient) ->
     )
     assert ok.status_code == 200, ok.text
     assert "chunked hello" in ok.json()["message"]["content"]
+
+
+async def test_a_number_too_long_for_python_to_read_is_400_invalid_json(
+    client: httpx.AsyncClient, thread_id: str
+) -> None:
+    """Python refuses to read integers of over 4300 digits: that body is not JSON we can read,
+    the documented 400 `invalid_json`, not an undocumented `bad_request`."""
+    raw = b'{"content": "hi", "n": ' + b"9" * 5000 + b"}"
+    r = await client.post(
+        _url(thread_id), headers={**ALICE, "Content-Type": "application/json"}, content=raw
+    )
+    assert_error(r, 400, "invalid_json")
+    assert await transcript(client, thread_id) == []
+
+
+async def test_a_tool_command_nested_past_the_json_parser_is_answered_not_a_500(
+    client: httpx.AsyncClient, thread_id: str
+) -> None:
+    """`/read_page [[[...` (100k brackets) made EchoModel's JSON parse raise RecursionError;
+    now the text that is not a JSON object is the tool's argument, as for any other text."""
+    r = await client.post(
+        _url(thread_id), headers=ALICE, json={"content": "/read_page " + "[" * 100_000}
+    )
+    assert r.status_code == 200, r.text
+    assert "Tool read_page returned" in r.json()["message"]["content"]
+
+
+async def test_a_content_length_that_lies_does_not_lift_the_limit(
+    small: httpx.AsyncClient,
+) -> None:
+    """`Content-Length: 15` on a far longer streamed body: the bytes are counted as they arrive
+    and reading stops at the limit (before, the whole body was read, parsed and answered)."""
+    thread_id = await new_thread(small)
+    sent = 0
+
+    async def padded() -> Any:
+        nonlocal sent
+        for piece in [b'{"content": "hi"', *[b" " * LIMIT] * 100, b"}"]:
+            sent += len(piece)
+            yield piece
+
+    r = await small.post(
+        _url(thread_id),
+        headers={**ALICE, "Content-Type": "application/json", "Content-Length": "15"},
+        content=padded(),
+    )
+    assert_error(r, 413, "content_too_large")
+    assert sent < 10 * LIMIT, f"{sent} bytes were read of a body refused at {7 * LIMIT}"
+    assert await transcript(small, thread_id) == []

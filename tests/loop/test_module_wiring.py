@@ -16,7 +16,7 @@ from app.settings import Settings
 from app.store import MemoryStore
 from app.testing import Gate, ScriptedProvider, reply
 from tests.factories import assistant, user
-from tests.loop.conftest import LoopEnv
+from tests.loop.conftest import CountingStore, FullReadStore, LoopEnv
 
 SETTINGS = Settings(migrate_on_start=False)
 
@@ -292,3 +292,20 @@ async def test_the_ledger_books_summaries_under_the_name_chat_calls_use() -> Non
     result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="x")
     assert {row.purpose for row in result.report.ledger} == {"chat", "history_summary"}
     assert {row.model for row in result.report.ledger} == {"echo"}
+
+
+async def test_read_bound_reports_what_the_store_was_asked_not_what_the_policy_declares(
+    env: LoopEnv,
+) -> None:
+    """A store without the bounded read reads the whole thread: the report and the window
+    preview say None, though the policy declares 4; a store with it reports the 4 it got."""
+    tid = await env.thread([user(f"q{i}") for i in range(6)])
+    full = FullReadStore(env.store)
+    for store, bound in ((full, None), (CountingStore(env.store), 4)):
+        loop = env.loop(ScriptedProvider([reply("a")]), window_history(max_messages=4), store=store)
+        result = await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
+        )
+        assert result.report.read_bound == bound
+        assert (await loop.preview(tid, "alice")).read_bound == bound
+    assert full.full_reads == 2  # the turn and the preview each read the whole thread

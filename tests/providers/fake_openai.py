@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,6 +169,9 @@ class FakeOpenAI:
         self.errors: list[BaseException] = []
         """Unexpected failures inside the server; the fixture fails the test on any."""
         self._replies: deque[Reply] = deque()
+        self.responder: Callable[[RecordedRequest], Reply] | None = None
+        """Answers a request when nothing is scripted (concurrent callers, whose order no
+        script can know); None answers 500 as before."""
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
@@ -243,6 +246,8 @@ class FakeOpenAI:
             reply = Reply.error(404, f"fake server: unknown path {target}")
         elif self._replies:
             reply = self._replies.popleft()
+        elif self.responder is not None:
+            reply = self.responder(self.requests[-1])
         else:
             reply = Reply.error(500, "fake server: no reply scripted for this request")
         if reply.delay:

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,71 +19,11 @@ from app.store import SqlAgentStore
 from app.store.schema import ledger, run_steps, runs, thread_summaries
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
+from tests.reliability.processes import App
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY = "crash-test-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class App:
-    """`python -m app serve` in a subprocess, configured through AGENT_* variables."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env = env
-        self.log = log
-        self.port = _free_port()
-        self.proc: asyncio.subprocess.Process | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        out = self.log.open("ab")
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "app",
-            "serve",
-            "--port",
-            str(self.port),
-            cwd=ROOT,
-            env=self.env,
-            stdout=out,
-            stderr=out,
-        )
-        out.close()
-        async with httpx.AsyncClient(trust_env=False) as client:
-            for _ in range(200):
-                try:
-                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                assert self.proc.returncode is None, self.log.read_text()
-                await asyncio.sleep(0.05)
-        raise AssertionError(f"the app did not come up:\n{self.log.read_text()}")
-
-    async def kill_9(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 15)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
 
 
 @pytest.fixture

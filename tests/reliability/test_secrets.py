@@ -4,6 +4,7 @@ included), an error body, or a repr of the settings."""
 
 from __future__ import annotations
 
+import base64
 import hmac
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,11 +15,14 @@ import pytest
 from starlette.requests import Request
 
 import app.module
+from app.core.ports import RunRecord
+from app.durable import SqlJournal
 from app.module import AgentModule, api_key_resolver
 from app.settings import Settings
 from app.store.sql import SqlAgentStore
 from tests.http.conftest import HelperAgent, make_app, new_thread, post, serve_live
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
+from tests.reliability.processes import free_port
 
 ALICE_KEY = "sk-alice-4f0c2d9e7b1a46c3a8d5e2f19b7c6d01"
 BOB_KEY = "sk-bob-9a1e5c3b7d2f48e6b0c4a9d8e7f6a5b4"
@@ -194,3 +198,120 @@ async def test_no_key_reaches_a_log_record_or_an_error_body(
         assert_no_secret(record.getMessage(), f"log record {record.name}")
         assert_no_secret(repr(record.args), f"log record args {record.name}")
     assert_no_secret(caplog.text, "the formatted log (tracebacks included)")
+
+
+# --- credentials in the provider URL ---------------------------------------------------------
+
+URL_USER, URL_PASSWORD = "proxyuser", "pr0xy-S3CRET-7d1e"
+
+
+def _credentialed(base_url: str) -> str:
+    return base_url.replace("http://", f"http://{URL_USER}:{URL_PASSWORD}@", 1)
+
+
+def _url_module(sql_store: SqlAgentStore, base_url: str) -> AgentModule:
+    settings = Settings(
+        api_keys=API_KEYS,
+        model="openai",
+        openai_base_url=_credentialed(base_url),
+        openai_model="fake-model",
+        model_timeout=0.5,
+        migrate_on_start=False,
+    )
+    module = AgentModule.for_root(
+        store=sql_store, agents=[HelperAgent], history={"max_messages": 20}, settings=settings
+    )
+    module.loop.model.backoff_base = 0.01  # type: ignore[attr-defined]  # retries, quickly
+    return module
+
+
+async def test_provider_url_credentials_reach_no_client_run_record_or_log(
+    stack: AsyncExitStack,
+    sql_store: SqlAgentStore,
+    fake_openai: FakeOpenAI,
+    every_logger_at_debug: pytest.LogCaptureFixture,
+) -> None:
+    """Every provider error path, JSON and SSE, with `user:password@` in AGENT_OPENAI_BASE_URL:
+    the 502 body, the SSE `error` event, `GET /runs/{id}`, the stored run and every log record
+    hold neither the password nor the URL's user info; the server still gets them as Basic
+    auth. A refused connection (nothing listening) goes through a second module."""
+    caplog = every_logger_at_debug
+    module = _url_module(sql_store, fake_openai.base_url)
+    url = await serve_live(stack, make_app(module), access_log=True)
+    client = await stack.enter_async_context(
+        httpx.AsyncClient(base_url=url, trust_env=False, timeout=30.0)
+    )
+    alice = {"Authorization": f"Bearer {ALICE_KEY}"}
+    sse = {**alice, "Accept": "text/event-stream"}
+    echoed = f"proxy refused {URL_USER}:{URL_PASSWORD}@127.0.0.1"
+    slow = Reply(delay=2.0)
+    fake_openai.enqueue(
+        Reply.error(403, echoed),  # a final 4xx echoing the credentials
+        *[slow] * 4,  # a timeout, every attempt
+        Reply.error(500, echoed),  # a 5xx, retried ...
+        Reply.text("not json {", content_type="application/json"),  # ... then unparseable
+        Reply.sse(['{"choices": [{"delta": {"content": "cut"}}]}'], cut=True),  # stream cut
+        Reply.error(401, echoed),  # a final 4xx on the stream
+        Reply.sse([{"error": {"message": echoed}}]),  # an error mid-stream
+    )
+    thread_id = await new_thread(client, alice)
+    path = f"/agents/helper/threads/{thread_id}/messages"
+    responses: list[httpx.Response] = []
+    run_ids: list[str] = []
+    for _ in range(3):
+        r = await client.post(path, json={"content": "hi"}, headers=alice)
+        assert r.status_code == 502, r.text
+        run_ids.append(r.json()["run_id"])
+        responses.append(r)
+    for _ in range(3):
+        r = await client.post(path, json={"content": "hi"}, headers=sse)
+        assert r.status_code == 200 and "event: error" in r.text, r.text
+        run_ids.append(r.text.split('"run_id":"')[1].split('"')[0])
+        responses.append(r)
+
+    refused = _url_module(sql_store, f"http://127.0.0.1:{free_port()}/v1")
+    refused_url = await serve_live(stack, make_app(refused))
+    other = await stack.enter_async_context(
+        httpx.AsyncClient(base_url=refused_url, trust_env=False, timeout=30.0)
+    )
+    for headers in (alice, sse):
+        r = await other.post(path, json={"content": "hi"}, headers=headers)
+        assert r.status_code in (200, 502), r.text
+        assert "provider_error" in r.text, r.text
+        responses.append(r)
+        run_ids.append(r.text.split('"run_id":"')[1].split('"')[0])
+    fake_openai.assert_consumed()
+    assert {r.headers.get("authorization") for r in fake_openai.requests} == {
+        "Basic " + base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
+    }
+
+    for run_id in run_ids:
+        responses.append(await client.get(f"/runs/{run_id}", headers=alice))
+        assert responses[-1].status_code == 200
+        record = await module_record(sql_store, run_id)
+        assert record is not None and record.error_message
+        assert_no_credentials(record.error_message, f"stored run {run_id}")
+    for r in responses:
+        assert_no_credentials(r.text, f"{r.request.method} {r.request.url.path}")
+    for record in caplog.records:
+        assert_no_credentials(record.getMessage(), f"log record {record.name}")
+    assert_no_credentials(caplog.text, "the formatted log (tracebacks included)")
+
+
+def assert_no_credentials(text: str, where: str) -> None:
+    for piece in (URL_PASSWORD, f"{URL_USER}:"):
+        assert piece not in text, f"{where} reveals {piece!r}: {text[:1000]}"
+
+
+async def module_record(sql_store: SqlAgentStore, run_id: str) -> RunRecord | None:
+    return await SqlJournal(sql_store.engine).get_run(run_id)
+
+
+def test_settings_mask_url_passwords_in_their_repr() -> None:
+    s = Settings(
+        database_url=f"postgresql+asyncpg://app:{URL_PASSWORD}@db/agents",
+        openai_base_url=f"http://{URL_USER}:{URL_PASSWORD}@proxy/v1",
+    )
+    for shown in (repr(s), str(s), f"{s!r}"):
+        assert URL_PASSWORD not in shown, shown
+        assert "app:***@db/agents" in shown and f"{URL_USER}:***@proxy/v1" in shown

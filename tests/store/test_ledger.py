@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from app.core.ports import LedgerEntry
 from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
+from app.store.ledger import MemoryLedger, SqlLedger
 from tests.store.test_store import captured_sql
 
 
@@ -37,3 +39,22 @@ async def test_tokens_used_is_the_running_total_read_by_primary_key(
     assert len(statements) == 1
     assert "actor_usage" in statements[0] and "sum(" not in statements[0].lower()
     assert len(await ledger.entries_for_run("r3")) == 1
+
+
+@pytest.mark.parametrize("kind", ["sql", "memory"])
+async def test_reservations_check_and_bump_the_total_atomically(
+    sql_store: SqlAgentStore, kind: str
+) -> None:
+    ledger: SqlLedger | MemoryLedger = (
+        SqlLedger(sql_store.engine) if kind == "sql" else MemoryLedger()
+    )
+    # 20 at once against a limit of 50, 30 each: the first goes in, the total is then 30 and
+    # the second too (30 < 50), and no other: they queue on the check, none sees a stale total.
+    granted = await asyncio.gather(*[ledger.reserve("alice", 30, 50) for _ in range(20)])
+    assert sum(granted) == 2
+    assert await ledger.tokens_used("alice") == 60
+    await ledger.release("alice", 30)
+    await ledger.record_reserved(_entry("alice", 10, 5), reserved=30)  # spent 15 of the 30 held
+    assert await ledger.tokens_used("alice") == 15
+    assert await ledger.reserve("alice", 1000, 50)  # 15 < 50: a large call may still start
+    assert not await ledger.reserve("alice", 1, 50)

@@ -1,0 +1,88 @@
+"""The app as a real process: `python -m app serve` in a subprocess, configured through AGENT_*
+variables, so a test can kill it with SIGKILL, run two of them on one database, or read its
+memory from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class App:
+    """One `python -m app serve` process; its output goes to `log`."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env = env
+        self.log = log
+        self.port = free_port()
+        self.proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def start(self) -> None:
+        out = self.log.open("ab")
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "app",
+            "serve",
+            "--port",
+            str(self.port),
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=out,
+        )
+        out.close()
+        async with httpx.AsyncClient(trust_env=False) as client:
+            for _ in range(400):
+                try:
+                    if (await client.get(f"{self.url}/healthz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                assert self.proc.returncode is None, self.log.read_text()
+                await asyncio.sleep(0.05)
+        raise AssertionError(f"the app did not come up:\n{self.log.read_text()}")
+
+    def memory_kib(self, field: str) -> int:
+        """A /proc/<pid>/status figure in KiB: `VmRSS` now, `VmHWM` the peak so far."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise AssertionError(f"no {field} in /proc/{self.pid}/status")
+
+    async def kill_9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 15)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
