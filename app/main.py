@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from app.core.history import HistoryConfig
 from app.http.errors import install_error_handlers
+from app.http.openai_api import build_openai_router
 from app.module import AgentModule
 from app.registry import agent, tool
 from app.settings import Settings, get_settings
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.agent_module = module
     app.include_router(module.router)
+    app.include_router(build_openai_router(module))
     install_error_handlers(app)
     return app
 

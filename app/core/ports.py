@@ -134,6 +134,19 @@ def supports_bounded_read(store: object) -> TypeGuard[ThreadTurnReader]:
     return isinstance(store, ThreadTurnReader)
 
 
+@runtime_checkable
+class RunMessagesReader(Protocol):
+    """Optional: a store that can read the messages one run wrote without reading the thread."""
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        """The run's user message and answer (whichever are stored), in seq order."""
+        ...
+
+
+def supports_run_messages(store: object) -> TypeGuard[RunMessagesReader]:
+    return isinstance(store, RunMessagesReader)
+
+
 # --- durable runtime -----------------------------------------------------------------------
 
 JsonValue: TypeAlias = Any
@@ -174,6 +187,8 @@ class RunRecord(_Frozen):
     error_message: str | None = None
     report: dict[str, Any] | None = None
     """The `RunReport` as JSON, once the run ended (completed or failed)."""
+    created_at: datetime | None = None
+    """When the run began (None where the runtime does not keep it)."""
 
 
 @runtime_checkable
@@ -242,6 +257,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "RunMessagesReader",
     "RunRecord",
     "RunRequest",
     "StreamingModelProvider",
@@ -254,5 +270,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "supports_bounded_read",
+    "supports_run_messages",
     "supports_streaming",
 ]

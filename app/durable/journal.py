@@ -28,6 +28,7 @@ from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNot
 from app.store.engine import autocommit
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
+from app.store.sql import aware_utc
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +266,7 @@ class SqlJournal:
                         runs.c.error_code,
                         runs.c.error_message,
                         runs.c.report,
+                        runs.c.created_at,
                     ).where(runs.c.id == run_id)
                 )
             ).one_or_none()
@@ -276,6 +278,7 @@ class SqlJournal:
             error_code=row.error_code,
             error_message=row.error_message,
             report=json.loads(row.report) if row.report else None,
+            created_at=aware_utc(row.created_at),
         )
 
     async def expired_runs(self) -> list[str]:

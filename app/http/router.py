@@ -197,16 +197,17 @@ async def list_messages(
         Query(ge=1, le=2**31 - 1, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
-    page = await _page(module, thread.id, limit + 1, before)  # one extra: is there more?
+    page = await transcript_page(module, thread.id, limit + 1, before)  # one extra: is there more?
     more = len(page) > limit
     page = page[1:] if more else page
     next_before = page[0].seq if more and page else None
     return MessagesPage(messages=page, next_before=next_before)
 
 
-async def _page(
+async def transcript_page(
     module: AgentModule, thread_id: str, limit: int, before: int | None
 ) -> list[Message]:
+    """Up to `limit` messages with `seq < before` (the newest when None), oldest first."""
     store = module.store
     if isinstance(store, TranscriptReader):
         return await store.list_messages(thread_id, limit=limit, before=before)
@@ -312,4 +313,4 @@ async def healthz(module: ModuleDep) -> HealthOut:
     return HealthOut(status="ok")
 
 
-__all__: Sequence[str] = ["TranscriptReader", "build_router"]
+__all__: Sequence[str] = ["TranscriptReader", "build_router", "transcript_page"]

@@ -66,3 +66,7 @@ class MemoryStore:
             return []
         msgs = [m for m in thread.messages if before is None or (m.seq or 0) < before]
         return msgs[-limit:] if limit else []
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        return [m for m in thread.messages if m.run_id == run_id] if thread else []
