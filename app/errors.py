@@ -3,12 +3,15 @@
     AgentError                      code           HTTP (see app/http/errors.py)
     ├── ConfigError                 config_error        500
     ├── InvalidInput                invalid_input       422
-    │   └── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   ├── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   └── InvalidParameter        invalid_parameter   400  (app/http/openai_api.py: /v1 only)
+    │       └── UnsupportedParameter unsupported_parameter 400
     ├── ContentTooLarge             content_too_large   413
     ├── NotFound                    not_found           404
     │   ├── AgentNotFound           agent_not_found     404
     │   ├── ThreadNotFound          thread_not_found    404
     │   └── RunNotFound             run_not_found       404
+    │       └── PreviousResponseNotFound run_not_found  404  (app/http/openai_api.py)
     ├── ThreadBusy                  thread_busy         409
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
@@ -24,7 +27,9 @@
 
 The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
 `invalid_json` (400), `not_found` (404, unknown route), `method_not_allowed` (405) and
-`internal_error` (500, anything unexpected; its message is never shown).
+`internal_error` (500, anything unexpected; its message is never shown). The OpenAI-compatible
+`/v1` API answers in OpenAI's error shape with the same codes, a request that does not validate
+as a 400 (`validation_error`, or `unknown_parameter` for a parameter it does not know).
 
 Each error carries a stable ``code`` (what clients branch on) and keeps its data as attributes,
 so nothing has to parse a message. This module is stdlib-only: ``app.core`` may import it.

@@ -48,6 +48,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "content_too_large": 413,
         "invalid_input": 422,
         "invalid_content": 422,
+        "invalid_parameter": 400,  # the /v1 API's: OpenAI answers a bad parameter with 400
+        "unsupported_parameter": 400,
         "validation_error": 422,
         "quota_exceeded": 429,
         # ours, or a dependency's
