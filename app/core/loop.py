@@ -1,6 +1,6 @@
 """AgentLoop: one run answers one user message, every outside effect behind a checkpoint.
 
-Checkpoints, in order (DESIGN.md "The loop and the journal"):
+Checkpoints, in order (README "How a turn runs"):
 
     persist:user                  the user's message, so `select` sees it as the newest
     patch:agent:selected-history  (marker; a run journaled before it existed replays the old path)
