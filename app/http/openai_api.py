@@ -29,14 +29,13 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.messages import Message
@@ -49,13 +48,12 @@ from app.errors import (
     RunNotFound,
     ThreadNotFound,
 )
-from app.http.deps import MODULE_SCOPE_KEY, ActorDep, ModuleDep, canonical_uuid
+from app.http.deps import ActorDep, ModuleDep, canonical_uuid
 from app.http.errors import (
     INTERNAL_MESSAGE,
-    bounded_body,
+    agent_route_class,
     error_payload,
     public_message,
-    request_body_limit,
 )
 from app.http.openai_items import (
     answer_of,
@@ -188,36 +186,16 @@ def validation_error(error: RequestValidationError) -> JSONResponse:
     return openai_error(400, "validation_error", "invalid request")
 
 
-def openai_route_class(module: AgentModule) -> type[APIRoute]:
-    """Like the native router's route class (module in scope, body bounded, every error
-    caught), answering in the OpenAI error shape."""
-    body_limit = request_body_limit(module)
-    content_limit = module.settings.max_content_bytes
-
-    class OpenAIRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            handler = super().get_route_handler()
-            has_body = self.body_field is not None
-
-            async def guarded(request: Request) -> Response:
-                request.scope[MODULE_SCOPE_KEY] = module
-                try:
-                    if has_body:
-                        request = await bounded_body(request, body_limit, content_limit)
-                    return await handler(request)
-                except AgentError as exc:
-                    return agent_error(exc)
-                except RequestValidationError as exc:
-                    return validation_error(exc)
-                except StarletteHTTPException as exc:
-                    return openai_error(exc.status_code, "http_error", str(exc.detail))
-                except Exception:
-                    log.exception("unhandled error")
-                    return openai_error(500, "internal_error", INTERNAL_MESSAGE)
-
-            return guarded
-
-    return OpenAIRoute
+def openai_error_response(error: Exception) -> Response:
+    """The answer to whatever a `/v1` route raised, in OpenAI's error shape."""
+    if isinstance(error, AgentError):
+        return agent_error(error)
+    if isinstance(error, RequestValidationError):
+        return validation_error(error)
+    if isinstance(error, StarletteHTTPException):
+        return openai_error(error.status_code, "http_error", str(error.detail))
+    log.error("unhandled error", exc_info=error)
+    return openai_error(500, "internal_error", INTERNAL_MESSAGE)
 
 
 # --- the router ----------------------------------------------------------------------------
@@ -231,7 +209,9 @@ def build_openai_router(module: AgentModule) -> APIRouter:
     """The `/v1` routes. Include it next to `module.router`:
     `app.include_router(build_openai_router(module))`."""
     router = APIRouter(
-        prefix=PREFIX, tags=["OpenAI-compatible"], route_class=openai_route_class(module)
+        prefix=PREFIX,
+        tags=["OpenAI-compatible"],
+        route_class=agent_route_class(module, openai_error_response),
     )
     common = (400, 401, 404, 500, 503)
     router.add_api_route(
@@ -599,4 +579,4 @@ async def _run_messages(module: AgentModule, thread_id: str, run_id: str) -> lis
     return [m for m in (thread.messages if thread else []) if m.run_id == run_id]
 
 
-__all__ = ["build_openai_router", "openai_route_class"]
+__all__ = ["build_openai_router", "openai_error_response"]
