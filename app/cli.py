@@ -8,7 +8,7 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
 
 import httpx
@@ -18,6 +18,10 @@ from app.settings import get_settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 PREVIEW_CHARS = 80
+KEY_HINT = (
+    "hint: pass the key this client sends with --api-key or AGENT_API_KEY (singular); "
+    "AGENT_API_KEYS (plural) is the server's list of key=actor pairs"
+)
 
 
 def _migrate() -> int:
@@ -58,9 +62,12 @@ def _client(url: str, api_key: str | None) -> httpx.Client:
 def _error_text(response: httpx.Response) -> str:
     try:
         error = response.json()["error"]
-        return f"{response.status_code} {error['code']}: {error['message']}"
+        text = f"{response.status_code} {error['code']}: {error['message']}"
     except (ValueError, KeyError, TypeError):
-        return f"{response.status_code}: {response.text[:200]}"
+        text = f"{response.status_code}: {response.text[:200]}"
+    if response.status_code == 401:
+        text += f"\n{KEY_HINT}"
+    return text
 
 
 def chat(
@@ -86,6 +93,18 @@ def chat(
         if not _turn(client, agent, thread_id, content, out):
             status = 1
     return status
+
+
+def prompted_lines(prompt: str, out: TextIO) -> Iterator[str]:
+    """Lines typed at a terminal, each after `prompt`; ends at Ctrl-D (end of input)."""
+    while True:
+        out.write(prompt)
+        out.flush()
+        line = sys.stdin.readline()
+        if not line:
+            out.write("\n")
+            return
+        yield line
 
 
 def _turn(client: httpx.Client, agent: str, thread_id: str, content: str, out: TextIO) -> bool:
@@ -135,16 +154,27 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
         print(f"error: {_error_text(response)}", file=sys.stderr)
         return 1
     window = response.json()
-    bound = window["read_bound"] if window["read_bound"] is not None else "whole thread"
-    print(f"thread {window['thread_id']} (agent {window['agent']}, read bound {bound})", file=out)
+    bound = window["read_bound"]
+    if bound is not None:
+        reads = f"reads the newest {bound} messages"
+    else:
+        reads = "reads the whole thread"
+    print(
+        f"thread {window['thread_id']} (agent {window['agent']}): the next turn {reads}", file=out
+    )
     for m in window["kept"]:
         text = " ".join(m["content"].split())[:PREVIEW_CHARS]
         calls = f" +{len(m['tool_calls'])} tool call(s)" if m["tool_calls"] else ""
         print(f"  {m['seq']!s:>5} {m['role']:<9} {m['tokens']:>6} tok  {text}{calls}", file=out)
+    kept = len(window["kept"])
     summary = ", folded into a summary" if window["summarizes"] else ""
     print(
-        f"kept {len(window['kept'])} messages, ~{window['total_tokens']} tokens; "
+        f"kept {kept} messages, ~{window['total_tokens']} tokens; "
         f"dropped {window['dropped_count']}{summary}",
+        file=out,
+    )
+    print(
+        f"your next message takes the window's last place: {kept} + 1 = {kept + 1} messages sent",
         file=out,
     )
     return 0
@@ -154,37 +184,85 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
 
 
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"the server (default {DEFAULT_URL})")
+    parser.add_argument(
+        "--url", default=DEFAULT_URL, help=f"the running server to talk to (default {DEFAULT_URL})"
+    )
     parser.add_argument(
         "--api-key",
         default=os.environ.get("AGENT_API_KEY"),
-        help="bearer key (default: $AGENT_API_KEY; none in local development mode)",
+        help="the bearer key this client sends (default: $AGENT_API_KEY, singular; the "
+        "server's $AGENT_API_KEYS lists the keys it accepts). Not needed in local "
+        "development mode (a server without AGENT_API_KEYS)",
     )
+
+
+_NEEDS_SERVER = (
+    "Needs the server running (`make run`, or `python -m app serve`, in another terminal)."
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the HTTP API with uvicorn")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    sub.add_parser("migrate", help="bring the database to the newest schema")
-    chat_ = sub.add_parser("chat", help="chat with an agent on a running server (stdin lines)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve the HTTP API with uvicorn",
+        description="Serve the app (app.main:app) with uvicorn; settings come from AGENT_*.",
+    )
+    serve.add_argument("--host", help="address to bind (default: $AGENT_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default: $AGENT_PORT, 8000)")
+    sub.add_parser(
+        "migrate",
+        help="bring the database to the newest schema",
+        description="Run the migrations on $AGENT_DATABASE_URL (default ./agent.db).",
+    )
+    chat_ = sub.add_parser(
+        "chat",
+        help="chat with an agent on a running server",
+        description="Chat with an agent: each line you type is one turn, the answer streams "
+        f"back. Ctrl-D quits. Reads lines from stdin when it is not a terminal. {_NEEDS_SERVER}",
+    )
     _add_server_options(chat_)
-    chat_.add_argument("--agent", default="assistant")
+    chat_.add_argument("--agent", default="assistant", help="the agent (default: assistant)")
     chat_.add_argument("--thread", help="continue this thread (default: start a new one)")
-    inspect_ = sub.add_parser("inspect", help="show what a thread's next turn would send")
+    inspect_ = sub.add_parser(
+        "inspect",
+        help="show what a thread's next turn would send",
+        description=f"Show what the next turn of a thread would send the model. {_NEEDS_SERVER}",
+    )
     _add_server_options(inspect_)
-    inspect_.add_argument("thread")
+    inspect_.add_argument("thread", help="the thread's id (chat prints it first)")
     args = parser.parse_args(argv)
+    try:
+        return _command(args)
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `chat | head -1`: the reader left; so do we, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _command(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         return _migrate()
     if args.command in ("chat", "inspect"):
         try:
             with _client(args.url, args.api_key) as client:
-                if args.command == "chat":
-                    return chat(client, args.agent, args.thread, sys.stdin, sys.stdout)
-                return inspect(client, args.thread, sys.stdout)
+                if args.command == "inspect":
+                    return inspect(client, args.thread, sys.stdout)
+                lines: Iterable[str] = sys.stdin
+                if sys.stdin.isatty():
+                    print(
+                        f"chatting with {args.agent!r} at {args.url}: type a message and press "
+                        "Enter; Ctrl-D to quit",
+                        file=sys.stdout,
+                    )
+                    lines = prompted_lines("you> ", sys.stdout)
+                return chat(client, args.agent, args.thread, lines, sys.stdout)
+        except httpx.ConnectError as exc:
+            print(f"error: no server at {args.url} ({exc}). {_NEEDS_SERVER}", file=sys.stderr)
+            return 1
         except httpx.HTTPError as exc:
             print(f"error: {args.url}: {exc}", file=sys.stderr)
             return 1

@@ -3,12 +3,15 @@
     AgentError                      code           HTTP (see app/http/errors.py)
     ├── ConfigError                 config_error        500
     ├── InvalidInput                invalid_input       422
-    │   └── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   ├── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   └── InvalidParameter        invalid_parameter   400  (app/http/openai_api.py: /v1 only)
+    │       └── UnsupportedParameter unsupported_parameter 400
     ├── ContentTooLarge             content_too_large   413
     ├── NotFound                    not_found           404
     │   ├── AgentNotFound           agent_not_found     404
     │   ├── ThreadNotFound          thread_not_found    404
     │   └── RunNotFound             run_not_found       404
+    │       └── PreviousResponseNotFound run_not_found  404  (app/http/openai_api.py)
     ├── ThreadBusy                  thread_busy         409
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
@@ -29,7 +32,9 @@ deeply, a number too long), `bad_request` (400, any other request the HTTP layer
 anything unexpected; its message is never shown).
 
 Whatever a model provider raises becomes a `ProviderError` (502) with a fixed message; only
-the provider adapters' own `ProviderError`s carry a message of their own.
+the provider adapters' own `ProviderError`s carry a message of their own. The OpenAI-compatible
+`/v1` API answers in OpenAI's error shape with the same codes, a request that does not validate
+as a 400 (`validation_error`, or `unknown_parameter` for a parameter it does not know).
 
 Each error carries a stable ``code`` (what clients branch on) and keeps its data as attributes,
 so nothing has to parse a message. This module is stdlib-only: ``app.core`` may import it.

@@ -14,9 +14,11 @@ from __future__ import annotations
 import hashlib
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from app.core.history import HistoryConfig
 from app.http.errors import install_error_handlers
+from app.http.openai_api import build_openai_router
 from app.module import AgentModule
 from app.registry import agent, tool
 from app.settings import Settings, get_settings
@@ -71,13 +73,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         history=settings.history_config() or DEFAULT_HISTORY,
         settings=settings,
     )
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs and /redoc load their assets from this server, not a CDN
         title="bounded-agents",
         summary="LLM agents whose conversation history stays bounded.",
         lifespan=module.lifespan,
+        swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
     )
     app.state.agent_module = module
     app.include_router(module.router)
+    app.include_router(build_openai_router(module))
     install_error_handlers(app)
     return app
 

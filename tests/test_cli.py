@@ -94,12 +94,15 @@ def test_chat_streams_answers_and_inspect_shows_the_window(
 
     assert cli.main(["inspect", thread_id, "--url", server, "--api-key", KEY]) == 0
     shown = capsys.readouterr().out.splitlines()
-    assert shown[0] == f"thread {thread_id} (agent assistant, read bound 3)"
+    assert shown[0] == (
+        f"thread {thread_id} (agent assistant): the next turn reads the newest 3 messages"
+    )
     # header, two kept messages (the next turn's own message takes the third place), totals
-    assert len(shown) == 4
+    assert len(shown) == 5
     assert "bye now" in shown[1] and "user" in shown[1]
     assert "assistant" in shown[2] and "Echo" in shown[2]
-    assert shown[-1].startswith("kept 2 messages, ~") and shown[-1].endswith("dropped 1")
+    assert shown[3].startswith("kept 2 messages, ~") and shown[3].endswith("dropped 1")
+    assert shown[4] == "your next message takes the window's last place: 2 + 1 = 3 messages sent"
 
 
 def test_chat_in_process_continues_a_thread(
@@ -120,10 +123,12 @@ def test_errors_are_reported_not_raised(server: str, capsys: pytest.CaptureFixtu
     assert cli.main(["inspect", "not-a-thread", "--url", server, "--api-key", KEY]) == 1
     assert "404 thread_not_found" in capsys.readouterr().err
     assert cli.main(["inspect", "x", "--url", server, "--api-key", "wrong"]) == 1
-    assert "401 unauthorized" in capsys.readouterr().err
+    denied = capsys.readouterr().err
+    assert "401 unauthorized" in denied and "AGENT_API_KEY (singular)" in denied
     closed = f"http://127.0.0.1:{_free_port()}"
     assert cli.main(["inspect", "x", "--url", closed]) == 1
-    assert "error:" in capsys.readouterr().err
+    unreachable = capsys.readouterr().err
+    assert f"error: no server at {closed}" in unreachable and "make run" in unreachable
 
 
 @pytest.mark.postgres
@@ -145,3 +150,43 @@ def test_migrate_never_prints_the_database_password(
     out, err = capsys.readouterr()
     assert password not in out + err + caplog.text
     assert f"postgres:***@{make_url(url).host}" in out
+
+
+def test_every_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("serve", "migrate", "chat", "inspect"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        text = capsys.readouterr().out
+        options = text.split("options:")[1]
+        lines = [line.strip() for line in options.splitlines() if line.strip()]
+        for n, line in enumerate(lines):
+            if (
+                line.startswith("-") and "  " not in line
+            ):  # an option whose help is on the next line
+                assert n + 1 < len(lines) and not lines[n + 1].startswith("-"), line
+
+
+def test_chat_at_a_terminal_prompts_and_quits_on_ctrl_d(
+    server: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("hi there\n"))
+    assert cli.main(["chat", "--url", server, "--api-key", KEY]) == 0
+    out = capsys.readouterr().out
+    assert "Ctrl-D to quit" in out.splitlines()[0]
+    assert out.count("you> ") == 2  # before the message, and before the Ctrl-D that ended it
+    assert 'Echo (saw 2 messages): "hi there"' in out
+
+
+def test_ctrl_c_exits_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_command", interrupted)
+    assert cli.main(["chat"]) == 130
+    assert "Traceback" not in capsys.readouterr().err

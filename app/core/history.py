@@ -572,8 +572,9 @@ def resolve_policy(
     module_history: HistoryConfig | Mapping[str, Any] | None,
     model: ModelProvider | None = None,
 ) -> HistoryPolicy:
-    """The policy a turn uses, most specific first: the agent's `@agent(history=...)` (config,
-    dict or policy), then the module's `history_policy`, then the module's `history`.
+    """The policy a turn uses, most specific first (README "Wire it into your app"): the
+    agent's `@agent(history=...)` (config, dict or policy), then the module's `history_policy`,
+    then the module's `history`.
 
     The first one set wins outright; nothing is merged across levels. With none set the whole
     thread is sent (`whole_thread()`). `model` is what `summarize=True` binds; a config that asks

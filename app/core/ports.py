@@ -251,6 +251,19 @@ def supports_transactions(store: object) -> TypeGuard[TransactionalStore]:
     return isinstance(store, TransactionalStore)
 
 
+@runtime_checkable
+class RunMessagesReader(Protocol):
+    """Optional: a store that can read the messages one run wrote without reading the thread."""
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        """The run's user message and answer (whichever are stored), in seq order."""
+        ...
+
+
+def supports_run_messages(store: object) -> TypeGuard[RunMessagesReader]:
+    return isinstance(store, RunMessagesReader)
+
+
 # --- history policy SPI ---------------------------------------------------------------------
 # The types a history policy and a summarizer speak. They live here, beside the other ports, so
 # `core/history.py` (the built-in policies) and `core/summary.py` (the built-in summarizer) both
@@ -384,6 +397,8 @@ class RunRecord(_Frozen):
     error_message: str | None = None
     report: dict[str, Any] | None = None
     """The `RunReport` as JSON, once the run ended (completed or failed)."""
+    created_at: datetime | None = None
+    """When the run began (None where the runtime does not keep it)."""
 
 
 @runtime_checkable
@@ -504,6 +519,7 @@ __all__ = [
     "ModelResponse",
     "QuotaReserver",
     "ReadBound",
+    "RunMessagesReader",
     "RunRecord",
     "RunRequest",
     "StreamingModelProvider",
@@ -525,6 +541,7 @@ __all__ = [
     "ledger_supports_transactions",
     "supports_bounded_read",
     "supports_reservations",
+    "supports_run_messages",
     "supports_streaming",
     "supports_summaries",
     "supports_transactions",

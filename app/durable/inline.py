@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
@@ -25,7 +26,9 @@ class InlineRuntime:
         if request.thread_id in self._busy:
             raise ThreadBusy(request.thread_id)
         self._busy.add(request.thread_id)
-        self._runs[request.run_id] = RunRecord(request=request, status="running")
+        self._runs[request.run_id] = RunRecord(
+            request=request, status="running", created_at=datetime.now(UTC)
+        )
         return InlineContext(request.run_id)
 
     @asynccontextmanager

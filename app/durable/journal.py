@@ -30,6 +30,7 @@ from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNot
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import run_steps, runs
+from app.store.sql import aware_utc
 from app.store.tx import SqlTransaction, joined, open_write
 
 log = logging.getLogger(__name__)
@@ -377,6 +378,7 @@ class SqlJournal:
                         runs.c.error_code,
                         runs.c.error_message,
                         runs.c.report,
+                        runs.c.created_at,
                     ).where(runs.c.id == run_id)
                 )
             ).one_or_none()
@@ -388,6 +390,7 @@ class SqlJournal:
             error_code=row.error_code,
             error_message=row.error_message,
             report=json.loads(row.report) if row.report else None,
+            created_at=aware_utc(row.created_at),
         )
 
     async def expired_runs(self) -> list[str]:

@@ -48,6 +48,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "content_too_large": 413,
         "invalid_input": 422,
         "invalid_content": 422,
+        "invalid_parameter": 400,  # the /v1 API's: OpenAI answers a bad parameter with 400
+        "unsupported_parameter": 400,
         "validation_error": 422,
         "quota_exceeded": 429,
         # ours, or a dependency's
@@ -226,13 +228,30 @@ def request_body_limit(module: AgentModule) -> int:
     return 6 * module.settings.max_content_bytes + 1024
 
 
-def agent_route_class(module: AgentModule) -> type[APIRoute]:
+def native_error_response(error: Exception) -> Response:
+    """The answer to whatever a route raised, in this API's error body."""
+    if isinstance(error, AgentError):
+        return agent_error_response(error)
+    if isinstance(error, RequestValidationError):
+        return validation_error_response(error)
+    if isinstance(error, StarletteHTTPException):
+        return http_exception_response(error)
+    return internal_error_response(error)
+
+
+ErrorAnswer = Callable[[Exception], Response]
+"""Turns what a route raised into its answer (`native_error_response`, or the /v1 API's)."""
+
+
+def agent_route_class(
+    module: AgentModule, answer: ErrorAnswer = native_error_response
+) -> type[APIRoute]:
     """An `APIRoute` subclass bound to `module` (include_router keeps route classes).
 
     Its handler (1) puts the module in the request scope for `ModuleDep`, (2) refuses an
     oversized body before anything reads it, and (3) turns whatever the route raises into
-    the JSON error body: domain errors by `STATUS_BY_CODE`, request validation as 422/400,
-    anything else as a logged 500 that leaks nothing.
+    the JSON error body with `answer`: domain errors by `STATUS_BY_CODE`, request validation
+    as 422/400, anything else as a logged 500 that leaks nothing.
     """
     from app.http.deps import MODULE_SCOPE_KEY
 
@@ -250,14 +269,8 @@ def agent_route_class(module: AgentModule) -> type[APIRoute]:
                     if has_body:
                         request = await bounded_body(request, body_limit, content_limit)
                     return await handler(request)
-                except AgentError as exc:
-                    return agent_error_response(exc)
-                except RequestValidationError as exc:
-                    return validation_error_response(exc)
-                except StarletteHTTPException as exc:
-                    return http_exception_response(exc)
                 except Exception as exc:
-                    return internal_error_response(exc)
+                    return answer(exc)
 
             return guarded
 

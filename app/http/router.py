@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN.md "HTTP"): threads, turns (JSON or SSE), transcript, window, runs.
+"""The HTTP API (README "HTTP API"): threads, turns (JSON or SSE), transcript, window, runs.
 
     POST /agents/{agent}/threads                      201 ThreadCreated
     POST /agents/{agent}/threads/{thread_id}/messages TurnOut, or SSE (Accept: text/event-stream)
@@ -27,10 +27,6 @@ from app.core.messages import Message
 from app.core.ports import ThreadInfoReader
 from app.core.report import RunReport, RunResult
 from app.errors import (
-    AgentError,
-    ContentTooLarge,
-    InvalidContent,
-    RunFailed,
     RunNotFound,
     StoreError,
     ThreadNotFound,
@@ -58,7 +54,8 @@ from app.http.schemas import (
     WindowMessage,
     WindowOut,
 )
-from app.http.sse import END, TurnQueue, turn_response
+from app.http.sse import turn_response
+from app.http.turns import start_turn
 
 if TYPE_CHECKING:
     from app.module import AgentModule
@@ -201,16 +198,17 @@ async def list_messages(
         Query(ge=1, le=2**31 - 1, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
-    page = await _page(module, thread.id, limit + 1, before)  # one extra: is there more?
+    page = await transcript_page(module, thread.id, limit + 1, before)  # one extra: is there more?
     more = len(page) > limit
     page = page[1:] if more else page
     next_before = page[0].seq if more and page else None
     return MessagesPage(messages=page, next_before=next_before)
 
 
-async def _page(
+async def transcript_page(
     module: AgentModule, thread_id: str, limit: int, before: int | None
 ) -> list[Message]:
+    """Up to `limit` messages with `seq < before` (the newest when None), oldest first."""
     store = module.store
     if isinstance(store, TranscriptReader):
         return await store.list_messages(thread_id, limit=limit, before=before)
@@ -261,54 +259,23 @@ async def post_message(
     """
     if thread.agent != definition.name:
         raise ThreadNotFound(thread.id)  # the thread exists, but not under this agent
-    _check_content(body.content, module.settings.max_content_bytes)
     wants_stream = "text/event-stream" in request.headers.get("accept", "").lower()
-    queue: TurnQueue | None = asyncio.Queue() if wants_stream else None
-    task: asyncio.Task[RunResult] = module.spawn(
-        module.run_turn(
-            agent=definition.name,
-            thread_id=thread.id,
-            actor_id=actor.id,
-            content=body.content,
-            on_event=queue.put if queue is not None else None,
-            thread=thread,
-        )
+    turn = await start_turn(
+        module,
+        agent=definition.name,
+        thread=thread,
+        actor_id=actor.id,
+        content=body.content,
+        stream=wants_stream,
     )
-    task.add_done_callback(_observe)
-    if queue is None:
-        result = await asyncio.shield(task)
+    if turn.queue is None or turn.first is None:
+        result = await asyncio.shield(turn.task)
         return JSONResponse(_turn_out(result).model_dump(mode="json"))
-
-    task.add_done_callback(lambda _t: queue.put_nowait(END))
-    first = await queue.get()
-    if first is END:
-        error = task.exception() if not task.cancelled() else None
-        if isinstance(error, AgentError) and not isinstance(error, RunFailed):
-            raise error  # refused before the run began (busy, quota): a plain HTTP error
-    return turn_response(first, queue, task)
-
-
-def _check_content(content: str, limit: int) -> None:
-    """Refuse, before any work, what cannot be stored: too many UTF-8 bytes, a lone surrogate
-    (JSON can spell one, "\\ud800"; UTF-8 cannot hold it), a NUL (PostgreSQL text cannot)."""
-    try:
-        size = len(content.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidContent("content is not valid Unicode (it holds a lone surrogate)") from None
-    if size > limit:
-        raise ContentTooLarge(size, limit)
-    if "\x00" in content:
-        raise InvalidContent("content may not contain NUL (U+0000) characters")
+    return turn_response(turn.first, turn.queue, turn.task)
 
 
 def _turn_out(result: RunResult) -> TurnOut:
     return TurnOut(run_id=result.run_id, message=result.message, report=result.report)
-
-
-def _observe(task: asyncio.Task[Any]) -> None:
-    """Mark the outcome as seen: whoever awaited the task may have gone away."""
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("turn task ended with %r", task.exception())
 
 
 # --- runs and health -----------------------------------------------------------------------
@@ -351,4 +318,4 @@ async def healthz(module: ModuleDep) -> HealthOut:
     return HealthOut(status="ok")
 
 
-__all__: Sequence[str] = ["TranscriptReader", "build_router"]
+__all__: Sequence[str] = ["TranscriptReader", "build_router", "transcript_page"]

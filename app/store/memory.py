@@ -81,3 +81,7 @@ class MemoryStore:
         if thread is None:
             return []
         return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        return [m for m in thread.messages if m.run_id == run_id] if thread else []

@@ -437,6 +437,18 @@ class SqlAgentStore:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in reversed(rows)]
 
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        """The messages `run_id` wrote, seq order: at most two rows, found by the unique
+        (thread_id, run_id, role) index."""
+        stmt = (
+            sa.select(*_MSG_COLS)
+            .where(messages.c.thread_id == thread_id, messages.c.run_id == run_id)
+            .order_by(messages.c.seq)
+        )
+        async with wrap_db_errors("run_messages"), self._reader.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [from_row(r) for r in rows]
+
 
 def _thread(row: Any, msgs: list[Message]) -> Thread:
     return Thread(
@@ -445,11 +457,11 @@ def _thread(row: Any, msgs: list[Message]) -> Thread:
         agent=row.agent,
         title=row.title,
         messages=msgs,
-        created_at=_aware(row.created_at),
-        updated_at=_aware(row.updated_at),
+        created_at=aware_utc(row.created_at),
+        updated_at=aware_utc(row.updated_at),
     )
 
 
-def _aware(value: datetime | None) -> datetime | None:
+def aware_utc(value: datetime | None) -> datetime | None:
     """SQLite keeps no time zone and returns naive datetimes; its CURRENT_TIMESTAMP is UTC."""
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value

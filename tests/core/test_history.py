@@ -59,7 +59,7 @@ class PinTheBrief:
         return HistorySelection(keep=messages[:1] + messages[-2:], drop=messages[1:-2])
 
 
-# --- the window (rule 1) -------------------------------------------------------------------
+# --- the window ----------------------------------------------------------------------------
 
 
 def test_count_window_keeps_the_newest() -> None:
@@ -147,7 +147,7 @@ def test_select_does_not_mutate_its_input() -> None:
     assert m == snapshot
 
 
-# --- the declared read bound (rule 8) ------------------------------------------------------
+# --- the declared read bound ---------------------------------------------------------------
 
 
 def test_every_builtin_declares_a_read_bound() -> None:
@@ -329,7 +329,7 @@ def test_disabled_history_keeps_only_the_newest_message() -> None:
     assert latest_message_only().select(m[:1], CTX).keep == m[:1]
 
 
-# --- precedence (rule 5) -------------------------------------------------------------------
+# --- precedence ----------------------------------------------------------------------------
 
 
 def test_agent_history_outranks_module_policy_and_module_history() -> None:

@@ -97,12 +97,8 @@ async def test_twenty_concurrent_posts_on_sqlite_never_stall_the_server(tmp_path
     engine = make_engine(db)
     try:
         async with engine.connect() as conn:
-            stored = (
-                await conn.execute(sa.select(messages.c.role, messages.c.content))
-            ).all()
-            run_statuses = Counter(
-                (await conn.execute(sa.select(runs.c.status))).scalars().all()
-            )
+            stored = (await conn.execute(sa.select(messages.c.role, messages.c.content))).all()
+            run_statuses = Counter((await conn.execute(sa.select(runs.c.status))).scalars().all())
     finally:
         await engine.dispose()
     assert Counter(r.role for r in stored) == {"user": statuses[200], "assistant": statuses[200]}

@@ -257,3 +257,26 @@ async def test_a_title_that_cannot_be_stored_is_a_clear_error(sql_store: SqlAgen
     for title, reason in (("a\x00b", "NUL"), ("a\ud800b", "surrogate")):
         with pytest.raises(InvalidContent, match=reason):
             await sql_store.create_thread(actor_id="alice", agent="assistant", title=title)
+
+
+@pytest.mark.parametrize("kind", ["sql", "memory"])
+async def test_run_messages_reads_one_runs_messages_only(
+    sql_store: SqlAgentStore, kind: str
+) -> None:
+    store: SqlAgentStore | MemoryStore = sql_store if kind == "sql" else MemoryStore()
+    thread = await store.create_thread(actor_id="alice", agent="assistant")
+    runs = [f"00000000-0000-0000-0000-00000000000{n}" for n in range(3)]
+    for run in runs:
+        await store.append_messages(
+            thread.id,
+            [
+                Message(role="user", content=f"q {run}", run_id=run),
+                Message(role="assistant", content=f"a {run}", run_id=run),
+            ],
+        )
+    found = await store.run_messages(thread.id, runs[1])
+    assert [(m.role, m.content, m.seq) for m in found] == [
+        ("user", f"q {runs[1]}", 3),
+        ("assistant", f"a {runs[1]}", 4),
+    ]
+    assert await store.run_messages(thread.id, "11111111-0000-0000-0000-000000000000") == []

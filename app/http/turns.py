@@ -1,0 +1,92 @@
+"""Starting a turn from an HTTP request: shared by the native route and the OpenAI-compatible
+one, so both run turns exactly the same way.
+
+The turn runs in a task of its own (`AgentModule.spawn`): a client that disconnects or a request
+that is cancelled does not stop it, and its answer is stored. A streaming caller gets the turn's
+events through a queue that ends with `END`; the first item is awaited here, so a turn refused
+before it began (busy thread, spent quota) still answers as a plain HTTP error, not a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from app.core.loop import LoopEvent
+from app.core.ports import Thread
+from app.core.report import RunResult
+from app.errors import AgentError, ContentTooLarge, InvalidContent, RunFailed
+from app.http.sse import END, TurnEnded, TurnQueue
+
+if TYPE_CHECKING:
+    from app.module import AgentModule
+
+log = logging.getLogger("app.http")
+
+
+@dataclass(frozen=True)
+class StartedTurn:
+    task: asyncio.Task[RunResult]
+    """The running turn; await it through `asyncio.shield` so a cancelled request leaves it be."""
+    queue: TurnQueue | None = None
+    """Its events, ending with `END` (streaming callers only)."""
+    first: LoopEvent | TurnEnded | None = None
+    """The first event, already taken from `queue` (streaming callers only)."""
+
+
+async def start_turn(
+    module: AgentModule,
+    *,
+    agent: str,
+    thread: Thread,
+    actor_id: str,
+    content: str,
+    stream: bool,
+    run_id: str | None = None,
+) -> StartedTurn:
+    """Check `content`, then start the turn. With `stream`, wait for its first event; a turn
+    refused before it began raises its error here (`ThreadBusy`, `QuotaExceeded`)."""
+    check_content(content, module.settings.max_content_bytes)
+    queue: TurnQueue | None = asyncio.Queue() if stream else None
+    task: asyncio.Task[RunResult] = module.spawn(
+        module.run_turn(
+            agent=agent,
+            thread_id=thread.id,
+            actor_id=actor_id,
+            content=content,
+            on_event=queue.put if queue is not None else None,
+            thread=thread,
+            run_id=run_id,
+        )
+    )
+    task.add_done_callback(_observe)
+    if queue is None:
+        return StartedTurn(task)
+    task.add_done_callback(lambda _t: queue.put_nowait(END))
+    first = await queue.get()
+    if first is END:
+        error = task.exception() if not task.cancelled() else None
+        if isinstance(error, AgentError) and not isinstance(error, RunFailed):
+            raise error  # refused before the run began (busy, quota): a plain HTTP error
+    return StartedTurn(task, queue, first)
+
+
+def check_content(content: str, limit: int) -> None:
+    """Refuse, before any work, what cannot be stored: too many UTF-8 bytes, a lone surrogate
+    (JSON can spell one, "\\ud800"; UTF-8 cannot hold it), a NUL (PostgreSQL text cannot)."""
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidContent("content is not valid Unicode (it holds a lone surrogate)") from None
+    if size > limit:
+        raise ContentTooLarge(size, limit)
+    if "\x00" in content:
+        raise InvalidContent("content may not contain NUL (U+0000) characters")
+
+
+def _observe(task: asyncio.Task[Any]) -> None:
+    """Mark the outcome as seen: whoever awaited the task may have gone away."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("turn task ended with %r", task.exception())
