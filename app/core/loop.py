@@ -648,6 +648,7 @@ class AgentLoop:
             raise
         text = storable_text(made.text)
         usage = made.usage or Usage(
+            estimated=True,
             prompt_tokens=tokens,
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
         )
@@ -1018,6 +1019,7 @@ class AgentLoop:
             model=model,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
+            estimated=usage.estimated,
         )
         try:
             tx = await self._tx(ctx) if ctx is not None else None
@@ -1097,6 +1099,7 @@ def _ledger_row(entry: LedgerEntry) -> LedgerRow:
         model=entry.model,
         prompt_tokens=entry.prompt_tokens,
         completion_tokens=entry.completion_tokens,
+        estimated=entry.estimated,
     )
 
 

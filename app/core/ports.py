@@ -35,6 +35,9 @@ class Usage(_Frozen):
 
     prompt_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
     completion_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
+    estimated: bool = False
+    """True when the figures are the project's token estimate, not the provider's count (a
+    server that reports none, `EchoModel`, a summarizer that returns no usage)."""
 
 
 class ToolSpec(_Frozen):
@@ -446,6 +449,8 @@ class LedgerEntry(_Frozen):
     model: str
     prompt_tokens: int
     completion_tokens: int
+    estimated: bool = False
+    """The figures are the token estimate, not the provider's count (see `Usage.estimated`)."""
 
 
 @runtime_checkable

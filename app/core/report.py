@@ -38,6 +38,8 @@ class LedgerRow(BaseModel):
     model: str
     prompt_tokens: int
     completion_tokens: int
+    estimated: bool = False
+    """Booked by the token estimate: the provider reported no usage."""
 
 
 class SummaryReport(BaseModel):

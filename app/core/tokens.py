@@ -51,6 +51,7 @@ def estimate_usage(request: ModelRequest, content: str, tool_calls: list[ToolCal
         ChatMessage(role="assistant", content=content, tool_calls=tool_calls)
     )
     return Usage(
+        estimated=True,
         prompt_tokens=min(prompt, MAX_CALL_TOKENS),
         completion_tokens=min(completion, MAX_CALL_TOKENS),
     )

@@ -20,6 +20,7 @@ _FIELDS = (
     "model",
     "prompt_tokens",
     "completion_tokens",
+    "estimated",
 )
 
 

@@ -153,6 +153,8 @@ ledger = sa.Table(
     # BIGINT: a call may report up to `MAX_CALL_TOKENS` per field, and sums of them must fit.
     sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
     sa.Column("completion_tokens", sa.BigInteger, nullable=False),
+    sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
+    # True when the figures are the token estimate (the provider reported no usage).
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_ledger_run_id", "run_id"),
     sa.Index("ix_ledger_actor_id", "actor_id"),

@@ -1,4 +1,5 @@
-"""Rolling summaries and token-bounded reads: thread_summaries, per-message token estimates.
+"""Rolling summaries and token-bounded reads: thread_summaries, per-message token estimates,
+and a flag on ledger rows booked by the estimate.
 
 Existing messages get their estimate and running sum computed here, thread by thread, so a
 token-budget read of an old thread selects exactly what the in-memory policy would.
@@ -50,6 +51,10 @@ def upgrade() -> None:
     with op.batch_alter_table("threads") as batch_op:
         batch_op.add_column(
             sa.Column("total_tokens", sa.BigInteger(), server_default="0", nullable=False)
+        )
+    with op.batch_alter_table("ledger") as batch_op:
+        batch_op.add_column(
+            sa.Column("estimated", sa.Boolean(), server_default=sa.false(), nullable=False)
         )
     with op.batch_alter_table("messages") as batch_op:
         batch_op.add_column(sa.Column("tokens", sa.Integer(), server_default="0", nullable=False))
@@ -110,6 +115,8 @@ def downgrade() -> None:
         batch_op.create_index("ix_messages_thread_id_role", ["thread_id", "role"])
         batch_op.drop_column("tokens_before")
         batch_op.drop_column("tokens")
+    with op.batch_alter_table("ledger") as batch_op:
+        batch_op.drop_column("estimated")
     with op.batch_alter_table("threads") as batch_op:
         batch_op.drop_column("total_tokens")
     op.drop_table("thread_summaries")

@@ -392,3 +392,23 @@ async def test_a_run_journaled_on_the_selected_history_path_replays_it(env: Loop
     assert [f.seqs for f in summarizer.folds] == [[0, 0]], "the recorded drop, no seq in it"
     assert [m.content for m in model.calls[0].messages][2:] == ["a2", "legacy"]
     assert await _summary_rows(env.store, tid) == []
+
+
+async def test_a_summary_without_usage_is_booked_by_the_estimate_and_flagged(
+    env: LoopEnv,
+) -> None:
+    """As a chat call without usage is: never free, and marked as an estimate in the ledger."""
+
+    async def no_usage(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return HistorySummary(text="short")
+
+    tid = await env.thread([m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    run_id = rid()
+    result = await env.loop(
+        ScriptedProvider([reply("answer")]), window_history(max_messages=2, summarize=no_usage)
+    ).run_turn(agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id)
+    rows = {e.purpose: e for e in await env.ledger.entries_for_run(run_id)}
+    summary, chat = rows["history_summary"], rows["chat"]
+    assert summary.estimated and summary.prompt_tokens > 0 and summary.completion_tokens > 0
+    assert not chat.estimated  # the scripted provider reported its usage
+    assert [r.estimated for r in result.report.ledger] == [True, False]

@@ -201,8 +201,8 @@ async def test_a_completion_without_usage_is_booked_by_the_estimate_not_as_free(
 
     response = await make_provider().complete(ask("hello"))
 
-    # "hello": ceil(5 / 4) + 4 = 6 in; "Hi there": ceil(8 / 4) + 4 = 6 out
-    assert response.usage == Usage(prompt_tokens=6, completion_tokens=6)
+    # "hello": ceil(5 / 4) + 4 = 6 in; "Hi there": ceil(8 / 4) + 4 = 6 out, flagged as estimated
+    assert response.usage == Usage(prompt_tokens=6, completion_tokens=6, estimated=True)
 
 
 async def test_a_stream_without_a_usage_chunk_is_booked_by_the_estimate(
@@ -215,7 +215,7 @@ async def test_a_stream_without_a_usage_chunk_is_booked_by_the_estimate(
     events = await collect(make_provider().stream(ask("hello")))
 
     # "Hello, world": ceil(12 / 4) + 4 = 7 out
-    assert events[-1].usage == Usage(prompt_tokens=6, completion_tokens=7)
+    assert events[-1].usage == Usage(prompt_tokens=6, completion_tokens=7, estimated=True)
 
 
 async def test_streamed_text(fake_openai: FakeOpenAI, make_provider: MakeProvider) -> None:
