@@ -327,6 +327,9 @@ class SummarizingRunsWindow:
 
     summarize: Summarizer
     render_summary: SummaryRenderer
+    refolds_mid_run = True
+    """The threshold is checked again before every model call of a run, as HasteKit does: a
+    run whose tool results reach it folds its older kept runs before its next call."""
 
     def __init__(
         self,

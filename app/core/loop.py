@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeAlias
 from pydantic import BaseModel, ConfigDict
 
 from app.core.context_window import ChatMiddleware
+from app.core.history import split_runs
 from app.core.messages import (
     ChatMessage,
     Message,
@@ -436,7 +437,7 @@ class AgentLoop:
         user = Message(role="user", content=request.content, run_id=request.run_id)
         # The user's message, the version marker and the read commit together (one unit).
         async with ctx.unit_of_work():
-            await ctx.step(
+            persisted = await ctx.step(
                 "persist:user", functools.partial(self._persist, ctx, request.thread_id, user)
             )
             rolling = await ctx.patched(ROLLING_SUMMARY)
@@ -449,11 +450,14 @@ class AgentLoop:
                 )
             else:
                 legacy = await self._legacy_load(ctx, definition, hctx)
+        window: _Window | None = None
         if rolling:
-            prompt = await self._rolling_prompt(request, ctx, definition, hctx, report, recorded)
+            prompt, window = await self._rolling_prompt(
+                request, ctx, definition, hctx, report, recorded, persisted.get("seq")
+            )
         else:
             prompt = await self._legacy_prompt(request, ctx, definition, hctx, report, *legacy)
-        return await self._answer(request, ctx, definition, prompt, on_event, report)
+        return await self._answer(request, ctx, definition, prompt, on_event, report, window, hctx)
 
     async def _rolling_prompt(
         self,
@@ -463,29 +467,72 @@ class AgentLoop:
         hctx: HistoryPolicyContext,
         report: RunReport,
         recorded: dict[str, Any],
-    ) -> list[ChatMessage]:
+        user_seq: int | None,
+    ) -> tuple[list[ChatMessage], _Window | None]:
         """The system prompt, the thread's summary (folded further first when `load:thread`
         says so) and the kept messages. Everything it uses is journaled: a replay builds the
-        same prompt byte for byte without reading the store or calling the summarizer again."""
+        same prompt byte for byte without reading the store or calling the summarizer again.
+
+        For a policy that re-checks its threshold between model calls (`refolds_mid_run`), it
+        also returns that history with its seqs, so `_refold` can fold it again mid-run."""
         policy = definition.policy
         summarizer = _summarizer(policy)
         keep = [Message.model_validate(m) for m in recorded["keep"]]
         summary = (
             ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
         )
+        folds = 0
         if "fold" in recorded and summarizer is not None:
-            summary = await self._fold(
+            summary, folds = await self._fold(
                 request, ctx, policy, summarizer, hctx, summary, recorded["fold"], report
             )
         elif summary is not None:
             report.summary = SummaryReport(
                 made=False, covers_through_seq=summary.covers_through_seq
             )
-        prompt = [ChatMessage(role="system", content=definition.system_prompt)]
-        if summary is not None:
-            prompt.append(ChatMessage(role="system", content=_render(policy)(summary.text)))
-        prompt.extend(to_chat_messages(keep))
-        return prompt
+        prompt = _history_prompt(definition, summary, keep)
+        window = None
+        if getattr(policy, "refolds_mid_run", False) and user_seq is not None and keep:
+            first = user_seq - len(keep) + 1  # the kept runs are the newest: contiguous to it
+            keep = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
+            window = _Window(summary=summary, keep=keep, head=len(prompt), folds=folds)
+        return prompt, window
+
+    async def _refold(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        hctx: HistoryPolicyContext,
+        report: RunReport,
+        prompt: list[ChatMessage],
+        window: _Window,
+    ) -> list[ChatMessage]:
+        """HasteKit counts the history before EACH model call: a run whose tool steps pushed it
+        to the threshold folds its older kept runs now, not on the next turn. The decision is a
+        pure function of journaled data, so a replay makes the same one."""
+        policy = definition.policy
+        summarizer = _summarizer(policy)
+        threshold = getattr(policy, "token_threshold", None)
+        keep_runs = getattr(policy, "keep_recent_runs", 1)
+        if summarizer is None or not isinstance(threshold, int):
+            return prompt
+        if sum(estimate_message_tokens(m) for m in prompt[1:]) < threshold:
+            return prompt
+        runs = split_runs(window.keep)
+        older = [m for run in runs[: max(0, len(runs) - max(1, keep_runs))] for m in run]
+        if not older:
+            return prompt
+        through = older[-1].seq or 0
+        fold = {"through": through, "messages": [m.model_dump(mode="json") for m in older]}
+        summary, window.folds = await self._fold(
+            request, ctx, policy, summarizer, hctx, window.summary, fold, report, window.folds
+        )
+        rest = window.keep[len(older) :]
+        head = _history_prompt(definition, summary, rest)
+        in_run = prompt[window.head :]
+        window.summary, window.keep, window.head = summary, rest, len(head)
+        return [*head, *in_run]
 
     async def _load_rolling(
         self,
@@ -539,16 +586,24 @@ class AgentLoop:
         summary: ThreadSummary | None,
         fold: dict[str, Any],
         report: RunReport,
-    ) -> ThreadSummary:
+        made_before: int = 0,
+    ) -> tuple[ThreadSummary, int]:
         """Fold the summary forward through `fold["through"]`, one bounded summarizer call per
         chunk: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
-        chunks' names suffixed `:2`, `:3`... Each chunk's summary is stored as it is made, so a
-        run that dies in a long backlog keeps every chunk it finished."""
+        chunks' names suffixed `:2`, `:3`... (numbered across the run: `made_before` chunks came
+        first). Each chunk's summary is stored as it is made, so a run that dies in a long
+        backlog keeps every chunk it finished. Returns the summary and the run's chunk count."""
         through = int(fold["through"])
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
         budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
         previous = summary.covers_through_seq if summary is not None else None
-        folds = input_messages = input_tokens = 0
+        folds, input_messages, input_tokens = made_before, 0, 0
+        if report.summary is not None and report.summary.made:
+            previous = report.summary.previous_covers_through_seq
+            input_messages, input_tokens = (
+                report.summary.input_messages,
+                report.summary.input_tokens,
+            )
         while summary is None or summary.covers_through_seq < through:
             folds += 1
             suffix = "" if folds == 1 else f":{folds}"
@@ -608,7 +663,7 @@ class AgentLoop:
             input_messages=input_messages,
             input_tokens=input_tokens,
         )
-        return summary
+        return summary, folds
 
     async def _fold_chunk(
         self,
@@ -758,10 +813,14 @@ class AgentLoop:
         prompt: list[ChatMessage],
         on_event: EventSink | None,
         report: RunReport,
+        window: _Window | None = None,
+        hctx: HistoryPolicyContext | None = None,
     ) -> Message:
         """The model steps and tool calls, up to the answer (stored by the caller, with the
         run's end). Each model step commits in one unit with its ledger row and with the tool
         calls that fed it: one transaction per step, none held while the model or a tool runs.
+        With a `window` (a policy that re-checks between model calls) the tools commit on
+        their own first, then the history may be folded before the next call (`_refold`).
         """
         specs = [binding.spec for binding in definition.tools.values()]
         calls: list[ToolCall] = []
@@ -770,6 +829,13 @@ class AgentLoop:
         pending: list[ToolCall] = []
         step = 0
         for n in range(1, definition.max_steps + 1):
+            if window is not None and hctx is not None and pending:
+                async with ctx.unit_of_work():
+                    await self._tools(
+                        ctx, definition, step, pending, prompt, calls, results, on_event
+                    )
+                pending = []
+                prompt = await self._refold(request, ctx, definition, hctx, report, prompt, window)
             async with ctx.unit_of_work():
                 await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
                 recorded = await ctx.step(
@@ -1053,6 +1119,29 @@ class AgentLoop:
             report.ledger = []  # this attempt's rows alone would pass for the whole run's
             return
         report.ledger = [_ledger_row(e) for e in entries]
+
+
+@dataclass
+class _Window:
+    """A run's history as sent, kept for a mid-run fold: the summary, the kept messages (with
+    their seqs) and how many prompt messages they fill after the system prompt."""
+
+    summary: ThreadSummary | None
+    keep: list[Message]
+    head: int
+    folds: int
+    """Summarizer chunks this run made so far (their checkpoints are numbered on from it)."""
+
+
+def _history_prompt(
+    definition: AgentDefinition, summary: ThreadSummary | None, keep: Sequence[Message]
+) -> list[ChatMessage]:
+    """The system prompt, the summary (when there is one) and the kept messages."""
+    prompt = [ChatMessage(role="system", content=definition.system_prompt)]
+    if summary is not None:
+        prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
+    prompt.extend(to_chat_messages(keep))
+    return prompt
 
 
 def read_bound(policy: HistoryPolicy) -> ReadBound | None:

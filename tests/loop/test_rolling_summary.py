@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from app.core.history import summarizing_runs_window, window_history
 from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import Message
+from app.core.messages import Message, ToolCall
 from app.core.ports import (
     HistoryPolicyContext,
     HistorySelection,
@@ -412,3 +412,49 @@ async def test_a_summary_without_usage_is_booked_by_the_estimate_and_flagged(
     assert summary.estimated and summary.prompt_tokens > 0 and summary.completion_tokens > 0
     assert not chat.estimated  # the scripted provider reported its usage
     assert [r.estimated for r in result.report.ledger] == [True, False]
+
+
+async def test_a_run_whose_tool_results_reach_the_threshold_folds_before_its_next_call(
+    env: LoopEnv,
+) -> None:
+    """HasteKit counts before EACH model call: the tool results of this run's first step push
+    the history to the threshold, so its older kept runs fold before the second call."""
+    from app.testing import FunctionTool
+
+    async def look(q: str) -> str:
+        return "r" * 2000  # about 500 tokens
+
+    tid = await env.thread([m for i in range(3) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    summarizer = RecordingSummarizer()
+    policy = summarizing_runs_window(summarizer, token_threshold=300, keep_recent_runs=1)
+    call = ToolCall(id="c1", name="look", arguments={"q": "x"})
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done")])
+    run_id = rid()
+    loop = env.loop(model, policy, tools={"look": FunctionTool("look", look)})
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
+    )
+    first, second = (r.messages for r in model.calls)
+    assert [m.content for m in first[1:4]] == ["q0", "a0", "q1"], "under the threshold: all rode"
+    assert [f.seqs for f in summarizer.folds] == [[1, 2, 3, 4, 5, 6]], "the older runs folded"
+    assert second[1].role == "system" and "summary through 6" in second[1].content
+    assert [m.content for m in second[2:]][:1] == ["now?"], "then the run in flight"
+    names = [n for n, _ in await env.journal.steps(run_id)]
+    assert names[names.index("tool:1:c1") + 1 : names.index("model:2")] == [
+        "history:summarize",
+        "persist:usage:history",
+        "persist:summary",
+    ]
+    assert result.report.summary is not None and result.report.summary.covers_through_seq == 6
+    # A replay makes the same decision from the journal and sends the same second prompt.
+    async with env.store.engine.begin() as conn:
+        await conn.execute(
+            run_steps.delete().where(
+                run_steps.c.run_id == run_id, run_steps.c.position >= names.index("model:2")
+            )
+        )
+        await conn.execute(runs.update().where(runs.c.id == run_id).values(status="failed"))
+    again = ScriptedProvider([reply("done")])
+    await env.loop(again, policy, tools={"look": FunctionTool("look", look)}).resume(run_id)
+    assert again.calls[0].model_dump_json() == model.calls[1].model_dump_json()
+    assert len(summarizer.folds) == 1
