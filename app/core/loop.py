@@ -65,11 +65,20 @@ from app.core.ports import (
     ToolSpec,
     Usage,
     supports_bounded_read,
+    supports_prompt_digests,
     supports_streaming,
     supports_summaries,
 )
+from app.core.prefix import prefix_reuse
 from app.core.reads import bounded_page
-from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult, SummaryReport
+from app.core.report import (
+    LedgerRow,
+    ModelCallReport,
+    RunReport,
+    RunResult,
+    SummaryReport,
+    prompt_cache_report,
+)
 from app.core.summary import DEFAULT_FOLD_MAX_TOKENS, render_history_summary
 from app.core.tokens import estimate_message_tokens
 from app.errors import (
@@ -291,13 +300,11 @@ class AgentLoop:
         bound = read_bound(policy)
         report = RunReport(run_id="preview")
         page = await self._read_page(thread_id, bound, summarizer is not None, report)
-        ctx = HistoryPolicyContext(
-            thread_id=thread_id,
-            agent=thread.agent,
-            actor_id=actor_id,
-            run_id="preview",
-            summary=page.summary,
-            skipped=page.skipped,
+        ctx = _page_context(
+            HistoryPolicyContext(
+                thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
+            ),
+            page,
         )
         next_message = Message(role="user", content="")
         selection = policy.select([*page.messages, next_message], ctx)
@@ -376,11 +383,12 @@ class AgentLoop:
         )
         user = Message(role="user", content=request.content, run_id=request.run_id)
         await ctx.step("persist:user", lambda: self._persist(request.thread_id, user))
+        last_prompt: str | None = None
         if await ctx.patched(ROLLING_SUMMARY):
-            prompt = await self._rolling_prompt(request, ctx, definition, hctx, report)
+            prompt, last_prompt = await self._rolling_prompt(request, ctx, definition, hctx, report)
         else:
             prompt = await self._legacy_prompt(request, ctx, definition, hctx, report)
-        return await self._answer(request, ctx, definition, prompt, on_event, report)
+        return await self._answer(request, ctx, definition, prompt, on_event, report, last_prompt)
 
     async def _rolling_prompt(
         self,
@@ -389,10 +397,11 @@ class AgentLoop:
         definition: AgentDefinition,
         hctx: HistoryPolicyContext,
         report: RunReport,
-    ) -> list[ChatMessage]:
+    ) -> tuple[list[ChatMessage], str | None]:
         """The system prompt, the thread's summary (folded further first when the policy says
-        so) and the kept messages. Everything it uses is journaled: a replay builds the same
-        prompt byte for byte without reading the store or calling the summarizer again."""
+        so) and the kept messages; and the digest of the thread's last prompt, when the store
+        keeps one. Everything it uses is journaled: a replay builds the same prompt byte for
+        byte without reading the store or calling the summarizer again."""
         policy = definition.policy
         summarizer = _summarizer(policy)
         recorded = await ctx.step(
@@ -415,7 +424,7 @@ class AgentLoop:
         if summary is not None:
             prompt.append(ChatMessage(role="system", content=_render(policy)(summary.text)))
         prompt.extend(to_chat_messages(keep))
-        return prompt
+        return prompt, recorded.get("last_prompt")
 
     async def _load_rolling(
         self,
@@ -431,11 +440,10 @@ class AgentLoop:
         journaled whole (seq and run id included: a summarizer may group by run); older ones
         are read chunk by chunk by the fold itself."""
         page = await self._read_page(thread_id, read_bound(policy), summarizer is not None, report)
-        selection = policy.select(
-            page.messages,
-            hctx.model_copy(update={"summary": page.summary, "skipped": page.skipped}),
-        )
+        selection = policy.select(page.messages, _page_context(hctx, page))
         recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
+        if page.last_prompt is not None:
+            recorded["last_prompt"] = page.last_prompt
         if summarizer is not None:
             boundary = page.summary.covers_through_seq if page.summary is not None else 0
             through = max((m.seq or 0 for m in selection.drop), default=boundary)
@@ -641,7 +649,12 @@ class AgentLoop:
         prompt: list[ChatMessage],
         on_event: EventSink | None,
         report: RunReport,
+        last_prompt: str | None = None,
     ) -> Message:
+        """The model steps and the answer. `last_prompt` (the digest of the thread's previous
+        chat prompt) is what the first step's prefix reuse is measured against; each step's
+        digest comes back in its journaled payload for the next, and the last one is stored
+        with the answer."""
         specs = [binding.spec for binding in definition.tools.values()]
         calls: list[ToolCall] = []
         results: list[ToolResult] = []
@@ -649,14 +662,25 @@ class AgentLoop:
         for n in range(1, definition.max_steps + 1):
             recorded = await ctx.step(
                 f"model:{n}",
-                lambda: self._model_step(request, report, definition, prompt, specs, on_event),
+                functools.partial(
+                    self._model_step,
+                    request,
+                    report,
+                    definition,
+                    prompt,
+                    specs,
+                    on_event,
+                    last_prompt,
+                ),
             )
             response = ModelResponse.model_validate(recorded["response"])
+            last_prompt = recorded.get("prompt_digest")
             report.model_calls.append(
                 ModelCallReport(
                     purpose="chat",
                     prompt_tokens=response.usage.prompt_tokens,
                     completion_tokens=response.usage.completion_tokens,
+                    cached_tokens=response.usage.cached_tokens,
                     **recorded["metrics"],
                 )
             )
@@ -699,17 +723,24 @@ class AgentLoop:
             run_id=request.run_id,
         )
         stored = await ctx.step(
-            "persist:assistant", lambda: self._persist(request.thread_id, answer)
+            "persist:assistant", lambda: self._persist(request.thread_id, answer, last_prompt)
         )
         return answer.model_copy(update={"seq": stored.get("seq")})
 
     # --- steps -----------------------------------------------------------------------------
 
-    async def _persist(self, thread_id: str, message: Message) -> JsonValue:
+    async def _persist(
+        self, thread_id: str, message: Message, last_prompt: str | None = None
+    ) -> JsonValue:
         """Idempotent: a replay after a crash between the write and its journal entry finds the
-        message already stored (one per run and role) and does not store it twice."""
+        message already stored (one per run and role) and does not store it twice. With
+        `last_prompt` (an answer's), a store that keeps prompt digests remembers it in the
+        same write."""
         try:
-            stored = await self.store.append_messages(thread_id, [message])
+            if last_prompt is not None and supports_prompt_digests(self.store):
+                stored = await self.store.append_answer(thread_id, [message], last_prompt)
+            else:
+                stored = await self.store.append_messages(thread_id, [message])
             return {"seq": stored[0].seq}
         except DuplicateMessage:
             return {"seq": None}
@@ -737,10 +768,13 @@ class AgentLoop:
         summary = None
         if after_summary and supports_summaries(self.store):
             summary = await self.store.latest_summary(thread_id)
+        last_prompt = None
+        if supports_prompt_digests(self.store):
+            last_prompt = await self.store.last_prompt(thread_id)
         _count_read(report, thread.messages)  # no bound reached the store: all of it was read
         if summary is not None:
             report.read_after_seq = summary.covers_through_seq
-        return bounded_page(thread, query, summary)
+        return bounded_page(thread, query, summary, last_prompt)
 
     async def _model_step(
         self,
@@ -750,8 +784,17 @@ class AgentLoop:
         prompt: list[ChatMessage],
         specs: list[ToolSpec],
         on_event: EventSink | None,
+        last_prompt: str | None,
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
+        reuse, digest = prefix_reuse(last_prompt, messages)
+        metrics.update(
+            prefix_reused_messages=reuse.messages,
+            prefix_reused_tokens=reuse.tokens,
+            previous_prompt_messages=reuse.previous_messages,
+            extends_previous=reuse.extends,
+            prompt_estimated_tokens=sum(estimate_message_tokens(m) for m in messages),
+        )
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
         if on_event is not None and supports_streaming(self.model):
             response: ModelResponse | None = None
@@ -782,7 +825,11 @@ class AgentLoop:
                 )
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
-        return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
+        return {
+            "response": storable_json(response.model_dump(mode="json")),
+            "metrics": metrics,
+            "prompt_digest": digest,
+        }
 
     async def _record_usage(
         self, request: RunRequest, report: RunReport, purpose: str, model: str, usage: Usage
@@ -796,6 +843,7 @@ class AgentLoop:
             model=model,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens or 0,
         )
         await self.ledger.record(entry)
         report.ledger.append(_ledger_row(entry))
@@ -805,6 +853,7 @@ class AgentLoop:
         """A fresh run's ledger rows were collected as they were written; a resumed run reads
         them back, since an earlier attempt may have paid for calls this one replayed."""
         report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
+        report.prompt_cache = prompt_cache_report(report.model_calls)
         if fresh:
             return
         try:
@@ -854,6 +903,18 @@ def _ledger_row(entry: LedgerEntry) -> LedgerRow:
         model=entry.model,
         prompt_tokens=entry.prompt_tokens,
         completion_tokens=entry.completion_tokens,
+        cached_tokens=entry.cached_tokens,
+    )
+
+
+def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPolicyContext:
+    """What `select` learns from the read: the summary, and where its messages start."""
+    return hctx.model_copy(
+        update={
+            "summary": page.summary,
+            "skipped": page.skipped,
+            "tokens_before": page.tokens_before,
+        }
     )
 
 

@@ -291,7 +291,7 @@ class OpenAICompatibleProvider:
                 _tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
                 for c in raw_calls
             ]
-            usage = _usage(data.get("usage"))
+            usage = _usage(data.get("usage"), data.get("timings"))
             model = data.get("model") or self.model
         except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise ProviderBadResponse(
@@ -337,7 +337,7 @@ class _StreamAssembly:
         if chunk.get("model"):
             self._model = str(chunk["model"])
         if chunk.get("usage"):
-            self._usage = _usage(chunk["usage"])
+            self._usage = _usage(chunk["usage"], chunk.get("timings"))
         text = ""
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
@@ -430,17 +430,27 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=parsed)
 
 
-def _usage(raw: Any) -> Usage | None:
-    """The server's own count, or None when it sent none (some local servers never do)."""
+def _usage(raw: Any, timings: Any = None) -> Usage | None:
+    """The server's own count, or None when it sent none (some local servers never do).
+
+    Cached prompt tokens come from OpenAI's `usage.prompt_tokens_details.cached_tokens` (also
+    what vLLM and newer llama.cpp `llama-server` builds send), else from llama-server's
+    `timings.cache_n`; a server sending neither (llama-cpp-python's) leaves them unknown.
+    """
     if raw is None or (
         isinstance(raw, dict)
         and raw.get("prompt_tokens") is None
         and raw.get("completion_tokens") is None
     ):
         return None
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None and isinstance(timings, dict):
+        cached = timings.get("cache_n")
     return Usage(
         prompt_tokens=int(raw.get("prompt_tokens") or 0),
         completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=None if cached is None else int(cached),
     )
 
 

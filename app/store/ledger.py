@@ -19,6 +19,7 @@ _FIELDS = (
     "model",
     "prompt_tokens",
     "completion_tokens",
+    "cached_tokens",
 )
 
 

@@ -161,6 +161,16 @@ def _turn_read(
     if floor is not None:
         on = sa.and_(on, page.c.seq >= floor)
     columns += [page.c[name] for name in MESSAGE_COLUMNS]
+    # After the message columns, so every offset before them stays put. The page's first row's
+    # running sum says where the page sits in the thread's token count; the thread's last prompt
+    # digest rides on one row only (the newest, or the lone row of an empty page), not on each.
+    columns += [
+        page.c.tokens_before.label("page_tokens_before"),
+        sa.case(
+            (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.last_prompt),
+            else_=sa.null(),
+        ).label("last_prompt"),
+    ]
     return (
         sa.select(*columns)
         .select_from(source.outerjoin(page, on))
@@ -222,6 +232,9 @@ _BUMP_SEQ = (
     )
     .returning(threads.c.last_seq, threads.c.total_tokens)
 )
+_BUMP_SEQ_AND_PROMPT = _BUMP_SEQ.values(last_prompt=sa.bindparam("last_prompt", type_=sa.Text))
+"""The same bump, also remembering the thread's last prompt digest: an answer's append."""
+_LAST_PROMPT = sa.select(threads.c.last_prompt).where(threads.c.id == _TID)
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 _MESSAGES_AFTER = (
@@ -239,8 +252,8 @@ _LATEST_SUMMARY = (
 
 
 class SqlAgentStore:
-    """`AgentStore`, `ThreadTurnReader` and `SummaryStore` over SQLAlchemy Core (no ORM identity
-    map to pay for)."""
+    """`AgentStore`, `ThreadTurnReader`, `SummaryStore` and `PromptDigestStore` over SQLAlchemy
+    Core (no ORM identity map to pay for)."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -299,6 +312,23 @@ class SqlAgentStore:
         takes the thread row's lock (PostgreSQL) or the database write lock (SQLite), so two
         concurrent appends are serialized and can never pick the same `seq`.
         """
+        return await self._append_checked(thread_id, messages_, None)
+
+    async def append_answer(
+        self, thread_id: str, messages_: Sequence[Message], last_prompt: str
+    ) -> list[Message]:
+        """`append_messages`, remembering `last_prompt` in the same UPDATE of the thread row
+        (`PromptDigestStore`): no statement of its own."""
+        return await self._append_checked(thread_id, messages_, last_prompt)
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        async with wrap_db_errors("last_prompt"), self._reader.connect() as conn:
+            value = (await conn.execute(_LAST_PROMPT, {"tid": thread_id})).scalar()
+        return None if value is None else str(value)
+
+    async def _append_checked(
+        self, thread_id: str, messages_: Sequence[Message], last_prompt: str | None
+    ) -> list[Message]:
         if not messages_:
             return []
         for m in messages_:
@@ -307,19 +337,23 @@ class SqlAgentStore:
                 raise InvalidContent(reason)
         n = len(messages_)
         try:
-            return await self._append(thread_id, messages_, n)
+            return await self._append(thread_id, messages_, n, last_prompt)
         except sa_exc.IntegrityError as exc:
             if "run_id" not in str(exc.orig):
                 raise StoreError(f"append_messages: {type(exc.orig).__name__}") from exc
             dup = next((m for m in messages_ if m.run_id is not None), messages_[0])
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
-    async def _append(self, thread_id: str, messages_: Sequence[Message], n: int) -> list[Message]:
+    async def _append(
+        self, thread_id: str, messages_: Sequence[Message], n: int, last_prompt: str | None
+    ) -> list[Message]:
         added = sum(estimate_message_tokens(m) for m in messages_)
+        params: dict[str, Any] = {"tid": thread_id, "n": n, "tokens": added}
+        bump = _BUMP_SEQ
+        if last_prompt is not None:
+            bump, params["last_prompt"] = _BUMP_SEQ_AND_PROMPT, last_prompt
         async with wrap_db_errors("append_messages"), self._engine.begin() as conn:
-            bumped = (
-                await conn.execute(_BUMP_SEQ, {"tid": thread_id, "n": n, "tokens": added})
-            ).one_or_none()
+            bumped = (await conn.execute(bump, params)).one_or_none()
             if bumped is None:
                 raise ThreadNotFound(thread_id)
             last, total = bumped
@@ -353,6 +387,8 @@ class SqlAgentStore:
             has_assistant_message=bool(first["answered"]),
             summary=summary,
             skipped=max(0, next_seq - boundary - 1),
+            tokens_before=int(first["page_tokens_before"] or 0),
+            last_prompt=rows[-1]._mapping["last_prompt"],
         )
 
     # --- SummaryStore ----------------------------------------------------------------------
