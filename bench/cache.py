@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -37,6 +38,7 @@ from app.core.ports import ModelProvider, ModelRequest, ModelResponse
 from app.core.tokens import estimate_message_tokens
 from app.durable import SqlJournal
 from app.providers.echo import EchoModel
+from app.providers.openai_compat import OpenAICompatibleProvider
 from app.store.ledger import SqlLedger
 from app.store.sql import SqlAgentStore
 
@@ -89,7 +91,11 @@ class RecordingModel:
 
 
 async def conversation(
-    history: dict[str, Any], model: ModelProvider, messages: list[str], url: str
+    history: dict[str, Any],
+    model: ModelProvider,
+    messages: list[str],
+    url: str,
+    reports_out: list[Any] | None = None,
 ) -> dict[str, Any]:
     """One thread, one user message per turn, through `AgentLoop` on the store at `url`."""
     store = SqlAgentStore.from_url(url)
@@ -121,6 +127,8 @@ async def conversation(
             reports.append(result.report)
     finally:
         await store.dispose()
+    if reports_out is not None:
+        reports_out.extend(reports)
     return _figures(reports, recorder)
 
 
@@ -225,28 +233,115 @@ def render_cache(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+LIVE_SETTINGS: dict[str, dict[str, Any]] = {
+    "window 6": {"max_messages": 6},
+    "hysteresis 10/2": {"max_messages": 10, "min_messages": 2},
+}
+"""The live comparison: no summaries (the summarizer's own calls would evict the server's
+single cached sequence), windows small enough for a 135M model on two shared cores."""
+_PREFIX_HIT = re.compile(r"Llama\.generate: (\d+) prefix-match hit, remaining (\d+) prompt")
+
+
+class _ShortAnswers(OpenAICompatibleProvider):
+    """Answers capped at `max_tokens`, greedy: the turns' time is then mostly the prompt's."""
+
+    max_tokens = 24
+
+    def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        return {
+            **super()._body(request, stream=stream),
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+        }
+
+
 async def live(
     base_url: str,
     model_name: str,
     turns: int,
-    settings: dict[str, dict[str, Any]],
+    settings: dict[str, dict[str, Any]] | None = None,
+    server_log: Path | None = None,
     request_seconds: float = 600.0,
 ) -> dict[str, Any]:
-    """The same script, shorter, against a real OpenAI-compatible server: per setting each
-    turn's wall time and the cached tokens the server reports (None if it reports none)."""
-    from app.providers.openai_compat import OpenAICompatibleProvider
-
-    messages = script(turns)
+    """The same script, shorter (messages of at most 120 characters), against a real
+    OpenAI-compatible server: per setting each turn's wall time, the cached tokens the server
+    reports in `usage` (None if it reports none), and, given the server's log
+    (llama-cpp-python's `--verbose True`), the prompt tokens it says it reused from its cache
+    ("N prefix-match hit")."""
+    messages = [m[:120] for m in script(turns)]
     out: dict[str, Any] = {"turns": turns, "base_url": base_url, "settings": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, history) in enumerate(settings.items()):
-            provider = OpenAICompatibleProvider(
+        for i, (name, history) in enumerate((settings or LIVE_SETTINGS).items()):
+            provider = _ShortAnswers(
                 base_url, None, model_name, timeout=request_seconds, max_retries=0
             )
             url = f"sqlite+aiosqlite:///{Path(tmp) / f'live{i}.db'}"
-            figures = await conversation(history, provider, messages, url)
-            out["settings"][name] = {"history": history, **figures}
+            offset = _log_size(server_log)
+            store_figures, reports = await _conversation_with_reports(
+                history, provider, messages, url
+            )
+            figures = {"history": history, **store_figures}
+            figures["server_prompt_tokens"] = sum(
+                m.prompt_tokens for r in reports for m in r.model_calls if m.purpose == "chat"
+            )
+            if server_log is not None:
+                hits = _prefix_hits(server_log, offset)
+                figures["server_reused_tokens"] = sum(a for a, _ in hits)
+                figures["server_evaluated_tokens"] = (
+                    figures["server_prompt_tokens"] - figures["server_reused_tokens"]
+                )
+            seconds = figures["turn_seconds"]
+            figures["mean_turn_s"] = statistics.fmean(seconds)
+            figures["mean_turn_s_after_3"] = (
+                statistics.fmean(seconds[3:]) if len(seconds) > 3 else None
+            )
+            out["settings"][name] = figures
     return out
+
+
+def _log_size(path: Path | None) -> int:
+    return path.stat().st_size if path is not None else 0
+
+
+def _prefix_hits(path: Path, offset: int) -> list[tuple[int, int]]:
+    """(reused, evaluated) prompt tokens of each request the server logged a prefix hit for."""
+    with path.open() as log:
+        log.seek(offset)
+        return [(int(a), int(b)) for a, b in _PREFIX_HIT.findall(log.read())]
+
+
+async def _conversation_with_reports(
+    history: dict[str, Any], model: ModelProvider, messages: list[str], url: str
+) -> tuple[dict[str, Any], list[Any]]:
+    kept: list[Any] = []
+    figures = await conversation(history, model, messages, url, reports_out=kept)
+    return figures, kept
+
+
+def live_main(argv: list[str] | None = None) -> int:
+    """`python -m bench.cache --live http://127.0.0.1:8717/v1 --model smollm2 --turns 16
+    [--server-log llama.log]`: writes results/cache_live.json."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.cache")
+    parser.add_argument("--live", required=True, help="OpenAI-compatible API root")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--turns", type=int, default=16)
+    parser.add_argument("--server-log", type=Path)
+    parser.add_argument(
+        "--json", type=Path, default=Path(__file__).parent / "results" / "cache_live.json"
+    )
+    args = parser.parse_args(argv)
+    results = asyncio.run(live(args.live, args.model, args.turns, server_log=args.server_log))
+    for name, f in results["settings"].items():
+        print(
+            f"{name:18} extends {f['extends_pct']:5.1f}%  mean turn {f['mean_turn_s']:6.2f} s  "
+            f"server prompt tokens {f['server_prompt_tokens']:6}  "
+            f"reused (server log) {f.get('server_reused_tokens')}  "
+            f"evaluated {f.get('server_evaluated_tokens')}  usage.cached {f['cached_tokens']}"
+        )
+    args.json.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return 0
 
 
 def cache_main(json_path: Path, turns: int = TURNS) -> int:
@@ -257,3 +352,7 @@ def cache_main(json_path: Path, turns: int = TURNS) -> int:
     json_path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {json_path}")
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(live_main())

@@ -180,3 +180,30 @@ async def test_the_memory_store_remembers_the_last_prompt_too() -> None:
         for i in range(3)
     ]
     assert [r.model_calls[0].extends_previous for r in reports] == [False, True, True]
+
+
+async def test_after_a_tool_run_the_next_prompt_repeats_the_previous_only_to_its_question(
+    env: LoopEnv,
+) -> None:
+    """The gap docs/history.md names: a tool run's answer is stored as one message, which the
+    next prompt expands differently from what the run sent. The figures show it, not hide it."""
+
+    async def echo(text: str) -> str:
+        return text
+
+    call = ToolCall(id="c1", name="echo", arguments={"text": "hi"})
+    recorder = Recorder()
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done"), recorder])
+    loop = env.loop(
+        model,
+        window_history(max_messages=40, min_messages=20),
+        tools={"echo": FunctionTool("echo", echo)},
+    )
+    tid = await env.thread()
+    await loop.run_turn(agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=rid())
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="next", run_id=rid()
+    )
+    first = result.report.model_calls[0]
+    assert first.previous_prompt_messages == 4  # system, user, assistant(call), tool
+    assert first.prefix_reused_messages == 2 and not first.extends_previous
