@@ -9,9 +9,12 @@ Checkpoints, in order (docs/reliability.md has the whole table):
     history:summarize[:n]         one per fold chunk: the summary so far + only new messages
     persist:usage:history[:n]     that chunk's ledger row
     persist:summary[:n]           that chunk's summary row (idempotent: thread + boundary)
-    model:<n>                     one per model step (its ledger row is written inside it)
+    model:<n>                     one per model step (its ledger row is written inside it;
+                                  its prompt's digest is journaled for the next step's
+                                  prefix figures)
     tool:<n>:<call id>            one per tool call
-    persist:assistant             the answer, tool calls and results on ONE message
+    persist:assistant             the answer, tool calls and results on ONE message (and
+                                  the last prompt's digest, in the same write)
 
 A replay reads each journaled result back instead of running it: the store is not read again,
 `select` and the summarizer are not called again, and the model gets the same prompt byte for
