@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     history_max_tokens: int | None = Field(default=None, ge=1)
     """Module-wide token budget (estimated); whichever of the two limits cuts more wins. The
     store reads by it too (each message's estimate is stored with it)."""
+    history_min_messages: int | None = Field(default=None, ge=1)
+    """The low mark below AGENT_HISTORY_MAX_MESSAGES: the window grows from it to the max and is
+    cut back to it at a run's start, so prompts between cuts extend each other and a provider's
+    prompt cache hits. Summarizing, the count a fold cuts back to."""
+    history_min_tokens: int | None = Field(default=None, ge=1)
+    """The same low mark below AGENT_HISTORY_MAX_TOKENS."""
     history_runs: int | None = Field(default=None, ge=1)
     """Module-wide runs window: the newest this many runs, whole (nothing summarized)."""
     history_summarize: bool = False
@@ -111,6 +117,8 @@ class Settings(BaseSettings):
     @field_validator(
         "history_max_messages",
         "history_max_tokens",
+        "history_min_messages",
+        "history_min_tokens",
         "history_runs",
         "history_summary_token_threshold",
         "history_keep_recent_runs",
@@ -132,6 +140,8 @@ class Settings(BaseSettings):
             for key, value in (
                 ("max_messages", self.history_max_messages),
                 ("max_tokens", self.history_max_tokens),
+                ("min_messages", self.history_min_messages),
+                ("min_tokens", self.history_min_tokens),
                 ("runs", self.history_runs),
                 ("summary_token_threshold", self.history_summary_token_threshold),
                 ("keep_recent_runs", self.history_keep_recent_runs),

@@ -7,6 +7,7 @@ import asyncio
 import sys
 from pathlib import Path
 
+from bench.cache import cache_main
 from bench.report import render, targets, write_chart, write_json
 from bench.run import BACKENDS, Config, run_benchmark
 
@@ -25,7 +26,7 @@ def _backends(text: str) -> tuple[str, ...]:
     return names
 
 
-def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
+def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: under a minute"
@@ -34,6 +35,9 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
     parser.add_argument("--lengths", type=_ints, help="thread lengths, e.g. 100,1000,10000")
     parser.add_argument("--reps", type=int, help="reps per turn figure (reads take 4x as many)")
     parser.add_argument("--postgres-url", help="admin URL; a bench database is created beside it")
+    parser.add_argument(
+        "--cache", action="store_true", help="only the prompt-cache conversation (bench/cache.py)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
     args = parser.parse_args(argv)
@@ -46,11 +50,13 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
         config.reps = args.reps
     if args.postgres_url:
         config.postgres_url = args.postgres_url
-    return config, args.json, args.chart
+    return config, args.json, args.chart, args.cache
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, json_path, chart_path = parse_args(sys.argv[1:] if argv is None else argv)
+    config, json_path, chart_path, cache_only = parse_args(sys.argv[1:] if argv is None else argv)
+    if cache_only:
+        return cache_main(RESULTS / "cache.json")
     results = asyncio.run(run_benchmark(config))
     results["targets"] = targets(results)
     print(render(results))

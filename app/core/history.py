@@ -24,6 +24,7 @@ module `history_policy` -> module `history`.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -79,12 +80,19 @@ def _token_fit(messages: Sequence[Message], budget: int, estimate: TokenEstimato
 
 class WindowHistory:
     """Keeps the newest messages that fit a message count and/or a token budget; with a
-    summarizer, folds the rest into a rolling summary. Build it with `window_history(...)`."""
+    summarizer, folds the rest into a rolling summary; with a low mark (`min_messages`,
+    `min_tokens`) and no summarizer, cuts in steps (hysteresis). Build it with
+    `window_history(...)`."""
 
     count_limit: int | None
-    """Most messages kept (the newest always rides, so 0 behaves like 1)."""
+    """Most messages kept (the newest always rides, so 0 behaves like 1). Summarizing, the
+    count the window is cut back to when it folds."""
     token_limit: int | None
     """Token budget for the kept messages, by `estimate`."""
+    min_messages: int | None
+    """Not summarizing: the low mark of a hysteresis window, whose high mark is `count_limit`."""
+    min_tokens: int | None
+    """Not summarizing: the low mark of a token hysteresis window (high mark `token_limit`)."""
     fold_messages: int
     """Summarizing only: unsummarized messages past `count_limit` that trigger a fold."""
     fold_tokens: int
@@ -109,6 +117,8 @@ class WindowHistory:
         fold_messages: int | None = None,
         fold_tokens: int | None = None,
         fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+        min_messages: int | None = None,
+        min_tokens: int | None = None,
     ) -> None:
         for name, value in (
             ("max_messages", max_messages),
@@ -120,8 +130,29 @@ class WindowHistory:
                 raise ConfigError(f"{name} must be >= 0, got {value!r}")
         if fold_max_tokens < 1:
             raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
+        _check_marks("messages", max_messages, min_messages)
+        _check_marks("tokens", max_tokens, min_tokens)
+        if summarize is not None:
+            # One rhythm for both knobs: the high mark is `max_*`, the fold cuts back to `min_*`.
+            if min_messages is not None:
+                assert max_messages is not None  # _check_marks
+                fold_messages = _fold_from_marks(
+                    "messages", max_messages, min_messages, fold_messages
+                )
+                max_messages, min_messages = min_messages, None
+            if min_tokens is not None:
+                assert max_tokens is not None
+                fold_tokens = _fold_from_marks("tokens", max_tokens, min_tokens, fold_tokens)
+                max_tokens, min_tokens = min_tokens, None
+        elif min_tokens is not None and estimate is not estimate_message_tokens:
+            raise ConfigError(
+                "min_tokens: a token hysteresis window cuts by the running token count the "
+                "store keeps, which only the default estimator (estimate_message_tokens) gives"
+            )
         self.count_limit = max_messages
         self.token_limit = max_tokens
+        self.min_messages = min_messages
+        self.min_tokens = min_tokens
         self.estimate = estimate
         self.summarize = summarize
         self.render_summary = render_summary
@@ -165,12 +196,48 @@ class WindowHistory:
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         if self.summarize is None:
-            return self.window(messages)
+            if self.min_messages is None and self.min_tokens is None:
+                return self.window(messages)
+            return self.hysteresis(messages, ctx)
         # Rolling: `messages` is what the summary does not cover. Below the high mark all of it
         # rides (it is in no summary yet); past it, the window is cut and the rest is folded.
         if ctx.skipped > 0 or self._past_high_mark(messages):
             return self.window(messages)
         return _cut(messages, 0)
+
+    def hysteresis(
+        self, messages: Sequence[Message], ctx: HistoryPolicyContext
+    ) -> HistorySelection:
+        """The window cut in steps: where it starts is a function of the thread's length alone
+        (`seq`, or the running token count), so it stays put turn after turn and every prompt
+        extends the previous one until the kept part would reach the high mark; then it moves
+        by one step (high - low) and starts again at the low mark. The cut then moves forward
+        to the next run's start, so a run is never split. `ctx.skipped` and `ctx.tokens_before`
+        say where `messages` start in the thread, so a bounded page cuts where the whole thread
+        would. A limit without a low mark still cuts as the sliding window does."""
+        n = len(messages)
+        if n == 0:
+            return HistorySelection(keep=[], drop=[])
+        cut = 0
+        if self.min_messages is not None and self.count_limit is not None:
+            step = self.count_limit - self.min_messages
+            cut = _grid(ctx.skipped + n, self.min_messages, step) - ctx.skipped
+        elif self.count_limit is not None:
+            cut = n - self.count_limit
+        if self.min_tokens is not None and self.token_limit is not None:
+            starts = list(itertools.accumulate((self.estimate(m) for m in messages), initial=0))
+            total = ctx.tokens_before + starts[-1]
+            grid = _grid(total, self.min_tokens, self.token_limit - self.min_tokens)
+            first = next(
+                (i for i, s in enumerate(starts[:-1]) if ctx.tokens_before + s >= grid), n - 1
+            )
+            cut = max(cut, first)
+        elif self.token_limit is not None:
+            cut = max(cut, n - _token_fit(messages, self.token_limit, self.estimate))
+        cut = min(max(cut, 0), n - 1)
+        while cut < n - 1 and messages[cut].role != "user":
+            cut += 1
+        return _cut(messages, cut)
 
     def _past_high_mark(self, messages: Sequence[Message]) -> bool:
         if self.count_limit is not None and len(messages) >= (
@@ -183,10 +250,49 @@ class WindowHistory:
         return False
 
     def __repr__(self) -> str:
-        return (
-            f"WindowHistory(max_messages={self.count_limit!r}, max_tokens={self.token_limit!r}, "
-            f"summarize={self.summarize!r})"
+        marks = "".join(
+            f", {name}={value!r}"
+            for name, value in (
+                ("min_messages", self.min_messages),
+                ("min_tokens", self.min_tokens),
+            )
+            if value is not None
         )
+        return (
+            f"WindowHistory(max_messages={self.count_limit!r}, max_tokens={self.token_limit!r}"
+            f"{marks}, summarize={self.summarize!r})"
+        )
+
+
+def _grid(length: int, low: int, step: int) -> int:
+    """Where a hysteresis window starts: the newest multiple of `step` at or below
+    `length - low` (0 while the thread is shorter than the low mark). What is kept,
+    `length - grid`, is then between `low` and `low + step - 1`."""
+    return max(0, (length - low) // step * step)
+
+
+def _check_marks(unit: str, high: int | None, low: int | None) -> None:
+    if low is None:
+        return
+    if low < 1:
+        raise ConfigError(f"min_{unit} must be >= 1, got {low!r}")
+    if high is None:
+        raise ConfigError(f"min_{unit}: needs max_{unit} (the high mark)")
+    if low >= high:
+        raise ConfigError(
+            f"min_{unit}: the low mark must be below max_{unit} ({high!r}), got {low!r}"
+        )
+
+
+def _fold_from_marks(unit: str, high: int, low: int, fold: int | None) -> int:
+    """A summarizing window given both marks folds `high - low` at a time; a `fold_*` that
+    says otherwise is refused rather than silently losing to one of them."""
+    if fold is not None and fold != high - low:
+        raise ConfigError(
+            f"fold_{unit}: with min_{unit} the fold is max_{unit} - min_{unit} ({high - low}), "
+            f"got {fold!r}; give one of fold_{unit} and min_{unit}"
+        )
+    return high - low
 
 
 _UNSET: Any = object()
@@ -202,6 +308,8 @@ def window_history(
     fold_messages: int | None = None,
     fold_tokens: int | None = None,
     fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+    min_messages: int | None = None,
+    min_tokens: int | None = None,
 ) -> WindowHistory:
     """The built-in window: keep the newest messages that fit; the rest is dropped or folded.
 
@@ -225,8 +333,21 @@ def window_history(
     cut back to `max_messages`/`max_tokens` and what it left out is folded into the summary
     with the summary so far, in calls of at most `fold_max_tokens` input each. So a fold
     happens every few turns, the prompt between folds extends the previous one, and the
-    summarizer's input per fold is O(fold batch), never O(thread).
-    Raises `ConfigError` for a negative limit.
+    summarizer's input per fold is O(fold batch), never O(thread). `min_messages` /
+    `min_tokens` say the same in marks: `max_*` is the high mark and the fold cuts back to
+    `min_*` (so `fold_* = max_* - min_*`; giving a different `fold_*` as well is refused).
+
+    Without `summarize`, `min_messages` (and/or `min_tokens`) make the window HYSTERESIS: a
+    sliding window moves its start every turn, so no two prompts share more than the system
+    prompt and a provider's prompt cache never hits. This one keeps its start while the kept
+    part grows from the low mark towards the high mark (`max_*`), then moves it by one step
+    (`max_* - min_*`), back to the low mark, at the start of a run (never inside one). The
+    start is the newest multiple of the step at or below `len(thread) - min_*` (in messages,
+    or in the thread's running token count), a function of the stored thread only: replay and
+    the bounded read (at most the high mark) cut exactly where the in-memory policy does.
+    Between two cuts each prompt extends the previous one; it sends `min_*` to `max_* - 1`,
+    so on average about halfway between the marks. `min_tokens` needs the default estimator.
+    Raises `ConfigError` for a negative limit, or a low mark without a high one or not below it.
     """
     if max_messages is _UNSET:
         max_messages = DEFAULT_WINDOW_MESSAGES if max_tokens is None else None
@@ -239,6 +360,8 @@ def window_history(
         fold_messages=fold_messages,
         fold_tokens=fold_tokens,
         fold_max_tokens=fold_max_tokens,
+        min_messages=min_messages,
+        min_tokens=min_tokens,
     )
 
 
@@ -417,7 +540,9 @@ class HistoryConfig(BaseModel):
     with HasteKit's configuration surface. One strategy per config:
 
     - a window: `max_messages` and/or `max_tokens` (with no limit at all, 40 messages);
-      `summarize` makes it a rolling summarizing window (`fold_messages`, `fold_tokens`);
+      `min_messages`/`min_tokens` make it a hysteresis window (`max_*` the high mark);
+      `summarize` makes it a rolling summarizing window (`fold_messages`, `fold_tokens`, or
+      `min_*`: then the fold cuts back from `max_*` to `min_*`);
     - a runs window: `runs` (whole runs, nothing summarized);
     - summarized runs: `summary_token_threshold` with `summarize` (and `keep_recent_runs`);
     - `enabled=False`: only the current user message.
@@ -434,6 +559,12 @@ class HistoryConfig(BaseModel):
     """Keep at most this many newest messages."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Keep the newest messages whose estimated tokens fit. Whichever limit cuts more wins."""
+    min_messages: int | None = Field(default=None, ge=1)
+    """The low mark: the window grows from here to `max_messages` and is then cut back here,
+    at a run's start, so prompts between cuts extend each other (a provider's prompt cache
+    hits). Summarizing, the count a fold cuts back to (`fold_messages = max - min`)."""
+    min_tokens: int | None = Field(default=None, ge=1)
+    """The same as `min_messages`, in estimated tokens, below `max_tokens`."""
     runs: int | None = Field(default=None, ge=1)
     """Keep the newest this many runs whole (HasteKit's sliding window)."""
     summarize: bool | Summarizer = False
@@ -479,6 +610,20 @@ class HistoryConfig(BaseModel):
         for key in ("fold_messages", "fold_tokens"):
             if getattr(self, key) is not None and not (window and summarizing):
                 raise ValueError(f"{key}: only applies to a summarizing window")
+        for unit in ("messages", "tokens"):
+            high, low = getattr(self, f"max_{unit}"), getattr(self, f"min_{unit}")
+            fold = getattr(self, f"fold_{unit}")
+            if low is None:
+                continue
+            if high is None:
+                raise ValueError(f"min_{unit}: needs max_{unit} (the high mark)")
+            if low >= high:
+                raise ValueError(f"min_{unit}: must be below max_{unit} ({high})")
+            if fold is not None and fold != high - low:
+                raise ValueError(
+                    f"fold_{unit}: contradicts min_{unit} (a fold cuts from max_{unit} back "
+                    f"to min_{unit}, {high - low} at a time); give one of them"
+                )
         return self
 
     @classmethod
@@ -554,6 +699,8 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
         fold_messages=config.fold_messages,
         fold_tokens=config.fold_tokens,
         fold_max_tokens=config.fold_max_tokens,
+        min_messages=config.min_messages,
+        min_tokens=config.min_tokens,
     )
 
 

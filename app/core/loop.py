@@ -9,9 +9,12 @@ Checkpoints, in order (docs/reliability.md has the whole table):
     history:summarize[:n]         one per fold chunk: the summary so far + only new messages
     persist:usage:history[:n]     that chunk's ledger row
     persist:summary[:n]           that chunk's summary row (idempotent: thread + boundary)
-    model:<n>                     one per model step (its ledger row is written inside it)
+    model:<n>                     one per model step (its ledger row is written inside it;
+                                  its prompt's digest is journaled for the next step's
+                                  prefix figures)
     tool:<n>:<call id>            one per tool call
-    persist:assistant             the answer, tool calls and results on ONE message
+    persist:assistant             the answer, tool calls and results on ONE message (and
+                                  the last prompt's digest, in the same write)
 
 A replay reads each journaled result back instead of running it: the store is not read again,
 `select` and the summarizer are not called again, and the model gets the same prompt byte for
@@ -69,13 +72,22 @@ from app.core.ports import (
     Usage,
     ledger_supports_transactions,
     supports_bounded_read,
+    supports_prompt_digests,
     supports_reservations,
     supports_streaming,
     supports_summaries,
     supports_transactions,
 )
+from app.core.prefix import prefix_reuse
 from app.core.reads import bounded_page
-from app.core.report import LedgerRow, ModelCallReport, RunReport, RunResult, SummaryReport
+from app.core.report import (
+    LedgerRow,
+    ModelCallReport,
+    RunReport,
+    RunResult,
+    SummaryReport,
+    prompt_cache_report,
+)
 from app.core.summary import DEFAULT_FOLD_MAX_TOKENS, render_history_summary
 from app.core.tokens import estimate_message_tokens
 from app.errors import (
@@ -309,13 +321,11 @@ class AgentLoop:
         bound = read_bound(policy)
         report = RunReport(run_id="preview")
         page = await self._read_page(thread_id, bound, summarizer is not None, report)
-        ctx = HistoryPolicyContext(
-            thread_id=thread_id,
-            agent=thread.agent,
-            actor_id=actor_id,
-            run_id="preview",
-            summary=page.summary,
-            skipped=page.skipped,
+        ctx = _page_context(
+            HistoryPolicyContext(
+                thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
+            ),
+            page,
         )
         next_message = Message(role="user", content="")
         selection = policy.select([*page.messages, next_message], ctx)
@@ -359,8 +369,8 @@ class AgentLoop:
         """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
         try:
             async with self.runtime.keep_alive(request.run_id):
-                answer = await self._run(request, ctx, definition, on_event, report)
-                message = await self._store_answer(request, ctx, answer, report, fresh)
+                answer, last_prompt = await self._run(request, ctx, definition, on_event, report)
+                message = await self._store_answer(request, ctx, answer, report, fresh, last_prompt)
         except Exception as exc:
             failure = RunFailed(request.run_id, exc)
             report.status = "failed"
@@ -383,6 +393,7 @@ class AgentLoop:
         answer: Message,
         report: RunReport,
         fresh: bool,
+        last_prompt: str | None = None,
     ) -> Message:
         """Store the answer and end the run, in one transaction when the writers share one:
         a run is then never `running` beside its stored answer, and a commit that fails stores
@@ -390,7 +401,7 @@ class AgentLoop:
         client paid for it) and the runtime records the end when it can: it retries, and a
         `SqlJournal` records it before refusing the next turn on the thread."""
         report.status = "completed"
-        persist = functools.partial(self._persist, ctx, request.thread_id, answer)
+        persist = functools.partial(self._persist, ctx, request.thread_id, answer, last_prompt)
         ended = False
         try:
             async with ctx.unit_of_work():
@@ -427,7 +438,8 @@ class AgentLoop:
         definition: AgentDefinition,
         on_event: EventSink | None,
         report: RunReport,
-    ) -> Message:
+    ) -> tuple[Message, str | None]:
+        """The answer, not yet stored, and the digest of the prompt that produced it."""
         hctx = HistoryPolicyContext(
             thread_id=request.thread_id,
             agent=request.agent,
@@ -451,13 +463,17 @@ class AgentLoop:
             else:
                 legacy = await self._legacy_load(ctx, definition, hctx)
         window: _Window | None = None
+        last_prompt: str | None = None
         if rolling:
             prompt, window = await self._rolling_prompt(
                 request, ctx, definition, hctx, report, recorded, persisted.get("seq")
             )
+            last_prompt = recorded.get("last_prompt")
         else:
             prompt = await self._legacy_prompt(request, ctx, definition, hctx, report, *legacy)
-        return await self._answer(request, ctx, definition, prompt, on_event, report, window, hctx)
+        return await self._answer(
+            request, ctx, definition, prompt, on_event, report, window, hctx, last_prompt
+        )
 
     async def _rolling_prompt(
         self,
@@ -551,11 +567,12 @@ class AgentLoop:
         page = await self._read_page(
             thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
         )
-        selection = policy.select(
-            page.messages,
-            hctx.model_copy(update={"summary": page.summary, "skipped": page.skipped}),
-        )
+        selection = policy.select(page.messages, _page_context(hctx, page))
         recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
+        if page.last_prompt is not None:
+            recorded["last_prompt"] = page.last_prompt
+        if page.last_prompt is not None:
+            recorded["last_prompt"] = page.last_prompt
         if summarizer is not None:
             boundary = page.summary.covers_through_seq if page.summary is not None else 0
             through = max((m.seq or 0 for m in selection.drop), default=boundary)
@@ -815,12 +832,16 @@ class AgentLoop:
         report: RunReport,
         window: _Window | None = None,
         hctx: HistoryPolicyContext | None = None,
-    ) -> Message:
+        last_prompt: str | None = None,
+    ) -> tuple[Message, str | None]:
         """The model steps and tool calls, up to the answer (stored by the caller, with the
         run's end). Each model step commits in one unit with its ledger row and with the tool
         calls that fed it: one transaction per step, none held while the model or a tool runs.
         With a `window` (a policy that re-checks between model calls) the tools commit on
         their own first, then the history may be folded before the next call (`_refold`).
+        `last_prompt` (the digest of the thread's previous chat prompt) is what the first
+        step's prefix reuse is measured against; each step's digest comes back in its journaled
+        payload for the next, and the last one is returned, to be stored with the answer.
         """
         specs = [binding.spec for binding in definition.tools.values()]
         calls: list[ToolCall] = []
@@ -841,16 +862,27 @@ class AgentLoop:
                 recorded = await ctx.step(
                     f"model:{n}",
                     functools.partial(
-                        self._model_step, ctx, request, report, definition, prompt, specs, on_event
+                        self._model_step,
+                        ctx,
+                        request,
+                        report,
+                        definition,
+                        prompt,
+                        specs,
+                        on_event,
+                        last_prompt,
                     ),
                 )
             step, pending = n, []
             response = ModelResponse.model_validate(recorded["response"])
+            last_prompt = recorded.get("prompt_digest")
+            last_prompt = recorded.get("prompt_digest")
             report.model_calls.append(
                 ModelCallReport(
                     purpose="chat",
                     prompt_tokens=response.usage.prompt_tokens,
                     completion_tokens=response.usage.completion_tokens,
+                    cached_tokens=response.usage.cached_tokens,
                     **recorded["metrics"],
                 )
             )
@@ -870,13 +902,14 @@ class AgentLoop:
                 await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
             content = content or f"(stopped after {definition.max_steps} model steps)"
 
-        return Message(
+        answer = Message(
             role="assistant",
             content=content,
             tool_calls=calls,
             tool_results=results,
             run_id=request.run_id,
         )
+        return answer, last_prompt
 
     async def _tools(
         self,
@@ -915,14 +948,25 @@ class AgentLoop:
         """The unit of work's transaction for a write, or None: write on your own."""
         return await ctx.transaction() if self._shares_transactions else None
 
-    async def _persist(self, ctx: DurableContext, thread_id: str, message: Message) -> JsonValue:
+    async def _persist(
+        self,
+        ctx: DurableContext,
+        thread_id: str,
+        message: Message,
+        last_prompt: str | None = None,
+    ) -> JsonValue:
         """Idempotent: a replay after a crash between the write and its journal entry finds the
         message already stored (one per run and role) and does not store it twice. (In a shared
-        transaction the two commit together; a journal written before that may still differ.)"""
+        transaction the two commit together; a journal written before that may still differ.)
+        With `last_prompt` (an answer's), a store that keeps prompt digests remembers it in the
+        same write."""
         store = self.store
+        tx = await self._tx(ctx)
         try:
-            if supports_transactions(store):
-                stored = await store.append_messages(thread_id, [message], tx=await self._tx(ctx))
+            if last_prompt is not None and supports_prompt_digests(store):
+                stored = await store.append_answer(thread_id, [message], last_prompt, tx=tx)
+            elif tx is not None and supports_transactions(store):
+                stored = await store.append_messages(thread_id, [message], tx=tx)
             else:
                 stored = await store.append_messages(thread_id, [message])
             return {"seq": stored[0].seq}
@@ -962,10 +1006,13 @@ class AgentLoop:
         summary = None
         if after_summary and supports_summaries(self.store):
             summary = await self.store.latest_summary(thread_id)
+        last_prompt = None
+        if supports_prompt_digests(self.store):
+            last_prompt = await self.store.last_prompt(thread_id)
         _count_read(report, thread.messages)  # no bound reached the store: all of it was read
         if summary is not None:
             report.read_after_seq = summary.covers_through_seq
-        return bounded_page(thread, query, summary)
+        return bounded_page(thread, query, summary, last_prompt)
 
     async def _model_step(
         self,
@@ -976,8 +1023,17 @@ class AgentLoop:
         prompt: list[ChatMessage],
         specs: list[ToolSpec],
         on_event: EventSink | None,
+        last_prompt: str | None,
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
+        reuse, digest = prefix_reuse(last_prompt, messages)
+        metrics.update(
+            prefix_reused_messages=reuse.messages,
+            prefix_reused_tokens=reuse.tokens,
+            previous_prompt_messages=reuse.previous_messages,
+            extends_previous=reuse.extends,
+            prompt_estimated_tokens=sum(estimate_message_tokens(m) for m in messages),
+        )
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
         reserved = await self._reserve(request.actor_id, _reservation(messages))
         try:
@@ -999,7 +1055,11 @@ class AgentLoop:
         await self._record_usage(ctx, request, report, "chat", model, usage, reserved)
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
-        return {"response": storable_json(response.model_dump(mode="json")), "metrics": metrics}
+        return {
+            "response": storable_json(response.model_dump(mode="json")),
+            "metrics": metrics,
+            "prompt_digest": digest,
+        }
 
     async def _call_model(
         self, model_request: ModelRequest, on_event: EventSink | None
@@ -1086,6 +1146,7 @@ class AgentLoop:
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             estimated=usage.estimated,
+            cached_tokens=usage.cached_tokens or 0,
         )
         try:
             tx = await self._tx(ctx) if ctx is not None else None
@@ -1110,6 +1171,7 @@ class AgentLoop:
         """A fresh run's ledger rows were collected as they were written; a resumed run reads
         them back, since an earlier attempt may have paid for calls this one replayed."""
         report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
+        report.prompt_cache = prompt_cache_report(report.model_calls)
         if fresh:
             return
         try:
@@ -1142,6 +1204,17 @@ def _history_prompt(
         prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
     prompt.extend(to_chat_messages(keep))
     return prompt
+
+
+def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPolicyContext:
+    """What `select` learns from the read: the summary, and where its messages start."""
+    return hctx.model_copy(
+        update={
+            "summary": page.summary,
+            "skipped": page.skipped,
+            "tokens_before": page.tokens_before,
+        }
+    )
 
 
 def read_bound(policy: HistoryPolicy) -> ReadBound | None:
@@ -1189,6 +1262,7 @@ def _ledger_row(entry: LedgerEntry) -> LedgerRow:
         prompt_tokens=entry.prompt_tokens,
         completion_tokens=entry.completion_tokens,
         estimated=entry.estimated,
+        cached_tokens=entry.cached_tokens,
     )
 
 

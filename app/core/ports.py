@@ -38,6 +38,10 @@ class Usage(_Frozen):
     estimated: bool = False
     """True when the figures are the project's token estimate, not the provider's count (a
     server that reports none, `EchoModel`, a summarizer that returns no usage)."""
+    cached_tokens: int | None = Field(default=None, ge=0, le=MAX_CALL_TOKENS)
+    """Of `prompt_tokens`, those the provider served from its prompt cache (OpenAI's
+    `usage.prompt_tokens_details.cached_tokens`); None when it did not say. Included in
+    `prompt_tokens`, not added to it: a quota counts them, a price list may discount them."""
 
 
 class ToolSpec(_Frozen):
@@ -192,6 +196,13 @@ class ThreadTurnPage(_Frozen):
     skipped: int = 0
     """Messages older than the page the query left unread (after the summary's boundary, when
     it asked for `after_summary`). A summarizing policy must fold them: nobody else will."""
+    tokens_before: int = Field(default=0, ge=0)
+    """Estimated tokens (`estimate_message_tokens`, as stored) of every message of the thread
+    older than the page's first one; 0 for an empty page. With `skipped` it says where the page
+    sits in the thread, so a hysteresis window cuts where it would over the whole thread."""
+    last_prompt: str | None = None
+    """The digest of the thread's last chat prompt (`app.core.prefix`), when the store keeps
+    one: what the first model call of this turn is compared with."""
 
 
 @runtime_checkable
@@ -204,6 +215,34 @@ class ThreadTurnReader(Protocol):
 def supports_bounded_read(store: object) -> TypeGuard[ThreadTurnReader]:
     """runtime_checkable looks for the method name only, which is all a probe needs."""
     return isinstance(store, ThreadTurnReader)
+
+
+@runtime_checkable
+class PromptDigestStore(Protocol):
+    """Optional: a store that remembers each thread's last chat prompt as a digest, so the first
+    model call of a run can say how much of it it reuses (`prefix_reused`). The digest is
+    written with the run's answer, in the same transaction (no write of its own), and comes
+    back with the next turn's bounded read (`ThreadTurnPage.last_prompt`)."""
+
+    async def append_answer(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        last_prompt: str,
+        *,
+        tx: Transaction | None = None,
+    ) -> list[Message]:
+        """`append_messages`, and the thread's last prompt is now `last_prompt`; with `tx`
+        (a `TransactionalStore`'s), inside that transaction."""
+        ...
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        """The digest `append_answer` stored last, for a read that did not return it."""
+        ...
+
+
+def supports_prompt_digests(store: object) -> TypeGuard[PromptDigestStore]:
+    return isinstance(store, PromptDigestStore)
 
 
 @runtime_checkable
@@ -307,7 +346,12 @@ class HistoryPolicyContext(_Frozen):
     summarizer must fold its text into the next summary, or what it held is lost."""
     skipped: int = 0
     """Messages after the summary's boundary that the bounded read left unread (older than the
-    ones `select` is given). Non-zero means the history is past any bound the policy declared."""
+    ones `select` is given). Non-zero means the history is past any bound the policy declared.
+    Without a summary it is also where `select`'s messages start: the first one has
+    `seq == skipped + 1`."""
+    tokens_before: int = 0
+    """Estimated tokens (`estimate_message_tokens`) of every message of the thread older than
+    the first one `select` is given: where they start in the thread's running token count."""
 
 
 Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]
@@ -451,6 +495,9 @@ class LedgerEntry(_Frozen):
     completion_tokens: int
     estimated: bool = False
     """The figures are the token estimate, not the provider's count (see `Usage.estimated`)."""
+    cached_tokens: int = 0
+    """Of `prompt_tokens`, those the provider served from its prompt cache (0 when it did not
+    say): booked apart so cost figures can price them differently."""
 
 
 @runtime_checkable
@@ -522,6 +569,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "PromptDigestStore",
     "QuotaReserver",
     "ReadBound",
     "RunMessagesReader",
@@ -545,6 +593,7 @@ __all__ = [
     "Usage",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_prompt_digests",
     "supports_reservations",
     "supports_run_messages",
     "supports_streaming",

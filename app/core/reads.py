@@ -55,19 +55,29 @@ def page_floor(messages: Sequence[Message], query: ThreadTurnQuery) -> int:
 
 
 def bounded_page(
-    thread: Thread, query: ThreadTurnQuery, summary: ThreadSummary | None = None
+    thread: Thread,
+    query: ThreadTurnQuery,
+    summary: ThreadSummary | None = None,
+    last_prompt: str | None = None,
 ) -> ThreadTurnPage:
     """The page a bounded read of `thread` returns for `query`. `summary` is the thread's newest
-    summary; it bounds the page only when the query asks for `after_summary`."""
+    summary; it bounds the page only when the query asks for `after_summary`. `last_prompt` is
+    handed back as is (the store keeps it beside the thread, see `PromptDigestStore`)."""
     boundary = summary.covers_through_seq if (query.after_summary and summary) else 0
     after = [m for m in thread.messages if (m.seq or 0) > boundary]
     floor = page_floor(after, query)
+    page = after[floor:]
+    before = len(thread.messages) - len(page)
     return ThreadTurnPage(
-        messages=after[floor:],
+        messages=page,
         title=thread.title,
         has_assistant_message=any(m.role == "assistant" for m in thread.messages),
         summary=summary if query.after_summary else None,
         skipped=floor,
+        tokens_before=sum(estimate_message_tokens(m) for m in thread.messages[:before])
+        if page
+        else 0,
+        last_prompt=last_prompt,
     )
 
 

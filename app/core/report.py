@@ -29,6 +29,22 @@ class ModelCallReport(BaseModel):
     messages_sent: int = 0
     messages_original: int = 0
     window_orphans_dropped: int = 0
+    cached_tokens: int | None = None
+    """Of `prompt_tokens`, those the provider says it served from its prompt cache; None when
+    it did not say."""
+    prefix_reused_messages: int = 0
+    """`chat` calls: leading messages of the prompt sent that equal the previous chat call's
+    prompt in the same thread (the previous step of this run, or the last call of the run
+    before): what a provider's prompt cache can serve."""
+    prefix_reused_tokens: int = 0
+    """Their estimated tokens."""
+    prompt_estimated_tokens: int = 0
+    """`chat` calls: estimated tokens of the whole prompt sent, for comparison."""
+    previous_prompt_messages: int | None = None
+    """Messages of that previous prompt; None when none was known (a thread's first call, or
+    a store that keeps no prompt digest)."""
+    extends_previous: bool = False
+    """The whole previous prompt is a prefix of this one."""
 
 
 class LedgerRow(BaseModel):
@@ -40,6 +56,45 @@ class LedgerRow(BaseModel):
     completion_tokens: int
     estimated: bool = False
     """Booked by the token estimate: the provider reported no usage."""
+    cached_tokens: int = 0
+
+
+class PromptCacheReport(BaseModel):
+    """A run's chat calls against a provider's prompt cache: how much of each prompt repeated
+    the previous one (measured here) and what the provider says it served from its cache."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls: int = 0
+    """Chat calls of the run."""
+    compared: int = 0
+    """Of them, those with a previous prompt to compare with."""
+    extended: int = 0
+    """Of them, those whose prompt extended the previous call's whole prompt."""
+    prompt_messages: int = 0
+    prompt_tokens: int = 0
+    """Estimated tokens of every chat prompt sent (not the provider's count)."""
+    reused_messages: int = 0
+    reused_tokens: int = 0
+    """Estimated tokens of the prefixes repeated from the previous call."""
+    cached_tokens: int | None = None
+    """The provider's cached prompt tokens, summed; None when it reported none."""
+
+
+def prompt_cache_report(calls: list[ModelCallReport]) -> PromptCacheReport:
+    """The run's chat calls' figures, summed."""
+    chat = [c for c in calls if c.purpose == "chat"]
+    cached = [c.cached_tokens for c in chat if c.cached_tokens is not None]
+    return PromptCacheReport(
+        calls=len(chat),
+        compared=sum(1 for c in chat if c.previous_prompt_messages is not None),
+        extended=sum(1 for c in chat if c.extends_previous),
+        prompt_messages=sum(c.messages_sent for c in chat),
+        prompt_tokens=sum(c.prompt_estimated_tokens for c in chat),
+        reused_messages=sum(c.prefix_reused_messages for c in chat),
+        reused_tokens=sum(c.prefix_reused_tokens for c in chat),
+        cached_tokens=sum(cached) if cached else None,
+    )
 
 
 class SummaryReport(BaseModel):
@@ -85,6 +140,8 @@ class RunReport(BaseModel):
     model_calls: list[ModelCallReport] = []
     ledger: list[LedgerRow] = []
     summary: SummaryReport | None = None
+    prompt_cache: PromptCacheReport | None = None
+    """The chat calls' prefix reuse and cached tokens, summed (None before the run ended)."""
 
 
 class RunResult(BaseModel):

@@ -319,7 +319,7 @@ class OpenAICompatibleProvider:
                 _tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
                 for c in raw_calls
             ]
-            usage = _usage(data.get("usage"))
+            usage = _usage(data.get("usage"), data.get("timings"))
             model = data.get("model") or self.model
         except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             raise ProviderBadResponse(
@@ -365,7 +365,7 @@ class _StreamAssembly:
         if chunk.get("model"):
             self._model = str(chunk["model"])
         if chunk.get("usage"):
-            self._usage = _usage(chunk["usage"])
+            self._usage = _usage(chunk["usage"], chunk.get("timings"))
         text = ""
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
@@ -458,11 +458,14 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=parsed)
 
 
-def _usage(raw: Any) -> Usage | None:
+def _usage(raw: Any, timings: Any = None) -> Usage | None:
     """The server's own count, or None when it sent none (some local servers never do).
 
     A count that is negative, fractional or over `MAX_CALL_TOKENS` is a bad response: booking
     it would hand the actor unlimited quota (negative) or a bill no call can run up.
+    Cached prompt tokens come from OpenAI's `usage.prompt_tokens_details.cached_tokens` (also
+    what vLLM and newer llama.cpp `llama-server` builds send), else from llama-server's
+    `timings.cache_n`; a server sending neither (llama-cpp-python's) leaves them unknown.
     """
     if raw is None or (
         isinstance(raw, dict)
@@ -472,15 +475,24 @@ def _usage(raw: Any) -> Usage | None:
         return None
     counts: dict[str, int] = {}
     for name in ("prompt_tokens", "completion_tokens"):
-        value = raw.get(name) or 0
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise ProviderBadResponse(f"usage {name} is not a whole number: {_excerpt(value)}")
-        if not 0 <= value <= MAX_CALL_TOKENS:
-            raise ProviderBadResponse(
-                f"usage {name} is {int(value)}, outside 0..{MAX_CALL_TOKENS}: not booked"
-            )
-        counts[name] = int(value)
-    return Usage(**counts)
+        counts[name] = _count(name, raw.get(name) or 0)
+    details = raw.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if cached is None and isinstance(timings, dict):
+        cached = timings.get("cache_n")
+    return Usage(
+        **counts, cached_tokens=None if cached is None else _count("cached_tokens", cached)
+    )
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ProviderBadResponse(f"usage {name} is not a whole number: {_excerpt(value)}")
+    if not 0 <= value <= MAX_CALL_TOKENS:
+        raise ProviderBadResponse(
+            f"usage {name} is {int(value)}, outside 0..{MAX_CALL_TOKENS}: not booked"
+        )
+    return int(value)
 
 
 # --- errors --------------------------------------------------------------------------------

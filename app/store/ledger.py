@@ -21,6 +21,7 @@ _FIELDS = (
     "prompt_tokens",
     "completion_tokens",
     "estimated",
+    "cached_tokens",
 )
 
 

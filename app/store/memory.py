@@ -2,7 +2,8 @@
 
 It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
 whole thread, then cut it in memory as the bounded read would) is exercised by every test that
-uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too.
+uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too, and
+each thread's last prompt digest (`PromptDigestStore`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._threads: dict[str, Thread] = {}
         self._summaries: dict[str, dict[int, ThreadSummary]] = {}
+        self._last_prompts: dict[str, str] = {}
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -59,6 +61,21 @@ class MemoryStore:
                 update={"messages": [*thread.messages, *stored], "updated_at": datetime.now(UTC)}
             )
         return stored
+
+    async def append_answer(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        last_prompt: str,
+        *,
+        tx: object | None = None,
+    ) -> list[Message]:
+        stored = await self.append_messages(thread_id, messages)
+        self._last_prompts[thread_id] = last_prompt
+        return stored
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        return self._last_prompts.get(thread_id)
 
     async def list_messages(
         self, thread_id: str, *, limit: int, before: int | None = None

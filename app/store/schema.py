@@ -49,6 +49,10 @@ threads = sa.Table(
     sa.Column("total_tokens", sa.BigInteger, nullable=False, server_default="0"),
     # The thread's running token estimate, bumped with `last_seq`: a token-budget read finds
     # where its window starts by comparing it with each message's `tokens_before`.
+    sa.Column("last_prompt", sa.Text, nullable=True),
+    # A digest of the last chat prompt sent in the thread (a few bytes per message, see
+    # `app.core.prefix`), written with the run's answer in the same UPDATE and returned by the
+    # next turn's read: how much of it the next prompt repeats is what a prompt cache can reuse.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
@@ -155,6 +159,9 @@ ledger = sa.Table(
     sa.Column("completion_tokens", sa.BigInteger, nullable=False),
     sa.Column("estimated", sa.Boolean, nullable=False, server_default=sa.false()),
     # True when the figures are the token estimate (the provider reported no usage).
+    sa.Column("cached_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # Of `prompt_tokens`, those the provider served from its prompt cache (0 when it did not
+    # say): booked apart so cost figures can price them below uncached input.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_ledger_run_id", "run_id"),
     sa.Index("ix_ledger_actor_id", "actor_id"),

@@ -162,6 +162,16 @@ def _turn_read(
     if floor is not None:
         on = sa.and_(on, page.c.seq >= floor)
     columns += [page.c[name] for name in MESSAGE_COLUMNS]
+    # After the message columns, so every offset before them stays put. The page's first row's
+    # running sum says where the page sits in the thread's token count; the thread's last prompt
+    # digest rides on one row only (the newest, or the lone row of an empty page), not on each.
+    columns += [
+        page.c.tokens_before.label("page_tokens_before"),
+        sa.case(
+            (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.last_prompt),
+            else_=sa.null(),
+        ).label("last_prompt"),
+    ]
     return (
         sa.select(*columns)
         .select_from(source.outerjoin(page, on))
@@ -242,6 +252,16 @@ _BUMP_SEQ_ONCE = (
 )
 """`_BUMP_SEQ` for one message of a run, guarded by the (thread_id, run_id, role) unique index:
 no row comes back when that message is already stored."""
+_BUMP_SEQ_AND_PROMPT = _BUMP_SEQ.values(last_prompt=sa.bindparam("last_prompt", type_=sa.Text))
+"""The same bump, also remembering the thread's last prompt digest: an answer's append."""
+_LAST_PROMPT = sa.select(threads.c.last_prompt).where(threads.c.id == _TID)
+_BUMPS = {
+    (False, False): _BUMP_SEQ,
+    (True, False): _BUMP_SEQ_ONCE,
+    (False, True): _BUMP_SEQ_AND_PROMPT,
+    (True, True): _BUMP_SEQ_ONCE.values(last_prompt=sa.bindparam("last_prompt", type_=sa.Text)),
+}
+"""The seq bump by (one run message, with the last prompt digest)."""
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 _MESSAGES_AFTER = (
@@ -259,8 +279,8 @@ _LATEST_SUMMARY = (
 
 
 class SqlAgentStore:
-    """`AgentStore`, `ThreadTurnReader`, `SummaryStore` and `TransactionalStore` over SQLAlchemy
-    Core (no ORM identity map to pay for)."""
+    """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore` and
+    `PromptDigestStore` over SQLAlchemy Core (no ORM identity map to pay for)."""
 
     joins_transactions = True
 
@@ -327,6 +347,32 @@ class SqlAgentStore:
         a replayed write then changes nothing and raises `DuplicateMessage` without a failed
         statement, which would abort a shared transaction on PostgreSQL.
         """
+        return await self._append_checked(thread_id, messages_, None, tx)
+
+    async def append_answer(
+        self,
+        thread_id: str,
+        messages_: Sequence[Message],
+        last_prompt: str,
+        *,
+        tx: Transaction | None = None,
+    ) -> list[Message]:
+        """`append_messages`, remembering `last_prompt` in the same UPDATE of the thread row
+        (`PromptDigestStore`): no statement of its own."""
+        return await self._append_checked(thread_id, messages_, last_prompt, tx)
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        async with wrap_db_errors("last_prompt"), self._reader.connect() as conn:
+            value = (await conn.execute(_LAST_PROMPT, {"tid": thread_id})).scalar()
+        return None if value is None else str(value)
+
+    async def _append_checked(
+        self,
+        thread_id: str,
+        messages_: Sequence[Message],
+        last_prompt: str | None,
+        tx: Transaction | None,
+    ) -> list[Message]:
         if not messages_:
             return []
         for m in messages_:
@@ -334,7 +380,7 @@ class SqlAgentStore:
             if reason is not None:
                 raise InvalidContent(reason)
         try:
-            return await self._append(thread_id, messages_, tx)
+            return await self._append(thread_id, messages_, last_prompt, tx)
         except sa_exc.IntegrityError as exc:
             if "run_id" not in str(exc.orig):
                 raise StoreError(f"append_messages: {type(exc.orig).__name__}") from exc
@@ -342,18 +388,23 @@ class SqlAgentStore:
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
     async def _append(
-        self, thread_id: str, messages_: Sequence[Message], tx: Transaction | None
+        self,
+        thread_id: str,
+        messages_: Sequence[Message],
+        last_prompt: str | None,
+        tx: Transaction | None,
     ) -> list[Message]:
         n = len(messages_)
         added = sum(estimate_message_tokens(m) for m in messages_)
         params: dict[str, Any] = {"tid": thread_id, "n": n, "tokens": added}
         only = messages_[0] if n == 1 and messages_[0].run_id is not None else None
+        if only is not None:
+            params.update(rid=only.run_id, role=only.role)
+        if last_prompt is not None:
+            params["last_prompt"] = last_prompt
+        bump = _BUMPS[(only is not None, last_prompt is not None)]
         async with writing(self._engine, tx, "append_messages") as conn:
-            if only is None:
-                bumped = (await conn.execute(_BUMP_SEQ, params)).one_or_none()
-            else:
-                params.update(rid=only.run_id, role=only.role)
-                bumped = (await conn.execute(_BUMP_SEQ_ONCE, params)).one_or_none()
+            bumped = (await conn.execute(bump, params)).one_or_none()
             if bumped is None:
                 if only is not None and await self._exists(conn, thread_id):
                     raise DuplicateMessage(only.run_id or "", only.role)
@@ -394,6 +445,8 @@ class SqlAgentStore:
             has_assistant_message=bool(first["answered"]),
             summary=summary,
             skipped=max(0, next_seq - boundary - 1),
+            tokens_before=int(first["page_tokens_before"] or 0),
+            last_prompt=rows[-1]._mapping["last_prompt"],
         )
 
     # --- SummaryStore ----------------------------------------------------------------------

@@ -74,6 +74,11 @@ async def test_a_streamed_conversation_on_postgres_over_http(
     # the last turn read only the window's rows, not the 20 KB tool exchange's whole history
     report = (await client.get(f"/runs/{answers[-1]['run_id']}", headers=ALICE)).json()
     assert (report["read_bound"], report["rows_read"]) == (4, 4)
+    # how much of the previous prompt the last turn's one chat call repeated (a sliding window
+    # kept only the system prompt in common), and that EchoModel reports no cached tokens
+    assert report["prompt_cache"]["calls"] == report["prompt_cache"]["compared"] == 1
+    assert report["model_calls"][-1]["prefix_reused_messages"] == 1
+    assert report["prompt_cache"]["cached_tokens"] is None
     window = (await client.get(f"/threads/{thread_id}/window", headers=ALICE)).json()
     # The next turn's own message takes one of the 4 places: 3 existing messages ride.
     assert [m["seq"] for m in window["kept"]] == [4, 5, 6]

@@ -205,6 +205,27 @@ async def test_a_completion_without_usage_is_booked_by_the_estimate_not_as_free(
     assert response.usage == Usage(prompt_tokens=6, completion_tokens=6, estimated=True)
 
 
+async def test_cached_prompt_tokens_are_read_where_the_server_reports_them(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    openai = completion("hi", prompt_tokens=2000)
+    openai["usage"]["prompt_tokens_details"] = {"cached_tokens": 1920}
+    llama_server = completion("hi", prompt_tokens=300)
+    llama_server["timings"] = {"cache_n": 256, "prompt_n": 44}
+    silent = completion("hi", prompt_tokens=300)
+    for body in (openai, llama_server, silent):
+        fake_openai.enqueue(Reply.json(body))
+    provider = make_provider()
+    got = [(await provider.complete(ask("hello"))).usage.cached_tokens for _ in range(3)]
+    assert got == [1920, 256, None]
+
+    streamed = usage_chunk(2000, 4)
+    streamed["usage"]["prompt_tokens_details"] = {"cached_tokens": 1024}
+    fake_openai.enqueue(Reply.sse([chunk({"content": "ok"}), streamed]))
+    events = await collect(provider.stream(ask("hello")))
+    assert events[-1].usage == Usage(prompt_tokens=2000, completion_tokens=4, cached_tokens=1024)
+
+
 async def test_a_stream_without_a_usage_chunk_is_booked_by_the_estimate(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:

@@ -217,3 +217,55 @@ async def test_postgres_plans_every_read_shape_as_an_index_range_not_a_scan(
             text = "\n".join(plan)
             assert "Seq Scan on messages page" not in text, text
             assert "uq_messages_thread_id_seq" in text, text
+
+
+@pytest.mark.parametrize("seed", range(3))
+async def test_a_hysteresis_window_over_the_bounded_read_cuts_where_the_whole_thread_does(
+    sql_store: SqlAgentStore, seed: int
+) -> None:
+    """Turn after turn, the store's page (at most the high mark) equals the in-memory page,
+    with where it starts (`skipped`, `tokens_before`), and `select` over it keeps exactly what
+    it keeps over the whole thread."""
+    rng = random.Random(300 + seed)
+    msgs = transcript(rng, 70)
+    policies = [
+        window_history(max_messages=12, min_messages=5),
+        window_history(max_messages=None, max_tokens=1500, min_tokens=600),
+        window_history(max_messages=20, min_messages=8, max_tokens=2500, min_tokens=1000),
+    ]
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper", title="t")
+    for m in msgs:
+        await sql_store.append_messages(thread.id, [m])
+        if m.role != "user":
+            continue
+        whole = await sql_store.get_thread(thread.id)
+        assert whole is not None
+        for policy in policies:
+            query = ThreadTurnQuery.of(thread.id, policy.read_bound, after_summary=False)
+            page = await sql_store.load_thread_for_turn(query)
+            assert page is not None
+            assert page == bounded_page(whole, query), policy
+            ctx = CTX.model_copy(
+                update={"skipped": page.skipped, "tokens_before": page.tokens_before}
+            )
+            assert policy.select(page.messages, ctx).keep == policy.select(whole.messages, CTX).keep
+
+
+async def test_the_last_prompt_digest_is_written_with_the_answer_and_read_with_the_turn(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper", title="t")
+    await sql_store.append_messages(thread.id, [Message(role="user", content="q")])
+    query = ThreadTurnQuery(thread_id=thread.id, message_limit=10)
+    assert (await sql_store.load_thread_for_turn(query)).last_prompt is None  # type: ignore[union-attr]
+    await sql_store.append_answer(thread.id, [Message(role="assistant", content="a")], "AAAAAAAA")
+    await sql_store.append_messages(thread.id, [Message(role="user", content="q2")])
+    with captured_sql(sql_store) as statements:
+        page = await sql_store.load_thread_for_turn(query)
+    assert page is not None and page.last_prompt == "AAAAAAAA"
+    assert len(statements) == 1, "the digest comes with the turn read"
+    empty = await sql_store.load_thread_for_turn(query.model_copy(update={"message_limit": 0}))
+    assert empty is not None and empty.last_prompt == "AAAAAAAA"
+    assert await sql_store.last_prompt(thread.id) == "AAAAAAAA"
+    whole = await sql_store.get_thread(thread.id)
+    assert whole is not None and [m.seq for m in whole.messages] == [1, 2, 3]
