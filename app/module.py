@@ -33,6 +33,7 @@ from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Th
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
 from app.errors import ConfigError
+from app.observability import ObservedRuntime, TurnMetrics, model_names
 from app.providers import provider_from_settings
 from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from app.settings import Settings, get_settings
@@ -129,8 +130,12 @@ class AgentModule:
         owns_store: bool,
         local_mode: bool,
         persistence_note: tuple[int, str],
+        metrics: TurnMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
+        """The Prometheus collectors (`/metrics` serves their registry); None when
+        `settings.metrics` is off."""
         self.loop = loop
         self.actor_resolver = actor_resolver
         self._owns_store = owns_store
@@ -186,6 +191,16 @@ class AgentModule:
                 pool_timeout=settings.db_pool_timeout,
             )
         runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
+        metrics = TurnMetrics() if settings.metrics else None
+        if settings.tracing or metrics is not None:
+            model_name, provider_name = model_names(model)
+            runtime = ObservedRuntime(
+                runtime,
+                metrics=metrics,
+                tracing=settings.tracing,
+                model_name=model_name,
+                provider_name=provider_name,
+            )
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
@@ -223,6 +238,7 @@ class AgentModule:
             owns_store=owns_store,
             local_mode=local_mode,
             persistence_note=persistence_note,
+            metrics=metrics,
         )
 
     async def run_turn(

@@ -79,6 +79,14 @@ class Settings(BaseSettings):
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota."""
 
+    inspector: bool = True
+    """Serve the inspector pages at `/inspect` (behind the same actor authentication as the API)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at `/metrics` (no actor data in them; no authentication)."""
+    tracing: bool = True
+    """Emit OpenTelemetry spans per run and checkpoint; a no-op until the host configures an
+    OpenTelemetry SDK, so leaving it on costs next to nothing without one."""
+
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
     port: int = 8000
