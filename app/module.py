@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
+from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel, ConfigDict
 
 from app.core.context_window import ChatMiddleware
@@ -165,13 +166,17 @@ class AgentModule:
         quota: int | None = None,
         chat_middleware: Sequence[ChatMiddleware] = (),
         settings: Settings | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> AgentModule:
         """Build the module. Anything not given comes from `settings` (default: the
         environment, `AGENT_*`): the SQL store on `database_url`, its journal and ledger, the
         configured model, the API-key actor resolver, the module-wide history.
 
         Without `journal=`/`ledger=`, they go in the store's database when the store can host
-        them (`app.store.host.hosts_sql_journal`), else in process; the lifespan logs which."""
+        them (`app.store.host.hosts_sql_journal`), else in process; the lifespan logs which.
+
+        Spans go to `tracer_provider`, or to OpenTelemetry's global one (a no-op until the host
+        installs an SDK); `settings.tracing` and `settings.metrics` switch them off."""
         settings = settings or get_settings()
         if model is None:
             key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -200,6 +205,7 @@ class AgentModule:
                 tracing=settings.tracing,
                 model_name=model_name,
                 provider_name=provider_name,
+                tracer_provider=tracer_provider,
             )
         if history is None and history_policy is None:
             history = settings.history_config()

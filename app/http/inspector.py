@@ -250,10 +250,14 @@ def _layout(segments: Iterable[tuple[str, int]], whole: int) -> list[tuple[str, 
 # --- requests ----------------------------------------------------------------------------
 
 
-def build_inspector_router(module: AgentModule) -> APIRouter:
-    """The inspector's routes, closed over `module` (mount them under any prefix; the runnable
-    app and `module.router` use `/inspect`)."""
-    router = APIRouter(include_in_schema=False)
+def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> APIRouter:
+    """The inspector's routes, closed over `module`, at `prefix` (`module.router` includes
+    them at `/inspect`; a host may build and include its own elsewhere)."""
+    router = APIRouter(prefix=prefix, include_in_schema=False)
+
+    def _base(request: Request) -> str:
+        """Links and the cookie's path: the app's root path, then the prefix."""
+        return str(request.scope.get("root_path", "")) + prefix
 
     def render(
         request: Request, template: str, http_status: int = 200, **values: Any
@@ -390,13 +394,13 @@ def build_inspector_router(module: AgentModule) -> APIRouter:
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
-            path=_base(request) or "/",
+            path=_base(request),
         )
         return response
 
     async def logout(request: Request) -> Response:
         response = RedirectResponse(_base(request) + "/login", status_code=303)
-        response.delete_cookie(COOKIE, path=_base(request) or "/")
+        response.delete_cookie(COOKIE, path=_base(request))
         return response
 
     async def static(name: str) -> Response:
@@ -419,29 +423,6 @@ def build_inspector_router(module: AgentModule) -> APIRouter:
     router.add_api_route("/logout", logout, methods=["POST"])
     router.add_api_route("/static/{name}", static, methods=["GET"])
     return router
-
-
-def _base(request: Request) -> str:
-    """The inspector's own URL path: the app's root path and the prefix it is mounted at."""
-    return str(request.scope.get("root_path", "")) + _prefix(request)
-
-
-def _prefix(request: Request) -> str:
-    """Where the inspector is mounted: the matched route's path, less its own part."""
-    route = request.scope.get("route")
-    own = getattr(route, "path", "")
-    for suffix in (
-        "/threads/{thread_id}/timeline",
-        "/threads/{thread_id}",
-        "/runs/{run_id}",
-        "/static/{name}",
-        "/login",
-        "/logout",
-        "/",
-    ):
-        if own.endswith(suffix):
-            return str(own[: len(own) - len(suffix)])
-    return str(own)
 
 
 async def _actor(module: AgentModule, request: Request) -> Actor | None:

@@ -173,7 +173,7 @@ def build_router(module: AgentModule) -> APIRouter:
     if module.settings.inspector:
         from app.http.inspector import build_inspector_router
 
-        router.include_router(build_inspector_router(module), prefix="/inspect")
+        router.include_router(build_inspector_router(module, "/inspect"))
     return router
 
 
