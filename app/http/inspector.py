@@ -22,7 +22,7 @@ API.
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -77,7 +77,9 @@ _templates = Environment(
 
 
 class KeptLine(BaseModel):
-    seq: int | None
+    """A kept message as the journal recorded it: the prompt's content, without its seq (the
+    journal keeps no ids or positions, so a replay does not depend on which read produced it)."""
+
     role: str
     text: str
     tokens: int
@@ -98,8 +100,7 @@ class TurnView(BaseModel):
     summarized: int
     """Messages the summary sent with this turn stands for (`covers_through_seq`)."""
     dropped: int | None
-    """Messages neither sent nor summarized."""
-    dropped_ranges: str
+    """Messages of the thread (up to this turn's) neither sent nor summarized."""
     kept_tokens: int | None
     summary_tokens: int
     summary_text: str | None
@@ -147,8 +148,6 @@ def turn_view(trace: RunTrace) -> TurnView:
         estimate_message_tokens(Message(role="system", content=summary_text)) if summary_text else 0
     )
     dropped = max(0, trace.seq - covers - kept) if kept is not None else None
-    kept_seqs = {m.seq for m in kept_messages or ()}
-    missing = [s for s in range(covers + 1, trace.seq + 1) if s not in kept_seqs]
     chat = [0, 0]
     summarize = [0, 0]
     for call in report.model_calls if report else ():
@@ -168,7 +167,6 @@ def turn_view(trace: RunTrace) -> TurnView:
         kept=kept,
         summarized=covers,
         dropped=dropped if kept_messages is not None else None,
-        dropped_ranges=_ranges(missing) if kept_messages is not None else "",
         kept_tokens=kept_tokens,
         summary_tokens=summary_tokens,
         summary_text=summary_text,
@@ -188,25 +186,11 @@ def _line(message: Message) -> KeptLine:
     if len(text) > PREVIEW_CHARS:
         text = text[:PREVIEW_CHARS] + f"… ({len(message.content):,} characters)"
     return KeptLine(
-        seq=message.seq,
         role=message.role,
         text=text,
         tokens=estimate_message_tokens(message),
         tools=len(message.tool_calls) + len(message.tool_results),
     )
-
-
-def _ranges(seqs: Sequence[int]) -> str:
-    """`[1, 2, 3, 7]` -> `1-3, 7`."""
-    parts: list[str] = []
-    i = 0
-    while i < len(seqs):
-        j = i
-        while j + 1 < len(seqs) and seqs[j + 1] == seqs[j] + 1:
-            j += 1
-        parts.append(f"{seqs[i]}" if i == j else f"{seqs[i]}-{seqs[j]}")
-        i = j + 1
-    return ", ".join(parts)
 
 
 def with_bars(turns: list[TurnView], token_budget: int | None) -> list[TurnView]:
