@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: install run migrate test lint typecheck bench bench-quick clean
+.PHONY: install run migrate test lint typecheck bench bench-quick screenshot clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy --strict app
+
+## Refresh docs/inspector.png from the browser test (needs /usr/bin/chromium)
+screenshot: install
+	AGENT_REQUIRE_BROWSER=1 AGENT_INSPECTOR_SCREENSHOT=docs/inspector.png \
+		$(BIN)/pytest -q tests/browser
 
 bench: install
 	$(BIN)/python -m bench
