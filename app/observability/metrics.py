@@ -8,6 +8,8 @@ number of series stays bounded however many threads there are.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -20,6 +22,7 @@ class TurnMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.turns = Counter(
             "agent_turns",
@@ -83,3 +86,12 @@ class TurnMetrics:
             ["agent", "reason"],
             registry=r,
         )
+
+    def child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        """`metric.labels(*labels)`, looked up once: prometheus-client's own lookup takes a lock
+        and validates the labels on every call, a measurable part of a turn's overhead."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found

@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
@@ -39,13 +39,6 @@ TRACER_NAME = "bounded_agents"
 NS = "bounded_agents."
 
 Attributes = dict[str, AttributeValue]
-
-
-@runtime_checkable
-class _ReplayAware(Protocol):
-    """The contexts of this project list the steps an attempt read back instead of running."""
-
-    replayed: list[str]
 
 
 @dataclass
@@ -93,7 +86,7 @@ class ObservedRuntime:
             ctx = await self.inner.begin(request)
         except ThreadBusy:
             if self.metrics is not None:
-                self.metrics.busy.labels(request.agent).inc()
+                self.metrics.child(self.metrics.busy, request.agent).inc()
             raise
         return self._watch(request, ctx, resumed=False)
 
@@ -103,12 +96,12 @@ class ObservedRuntime:
         except ThreadBusy:
             record = await self.inner.get_run(run_id)
             if self.metrics is not None and record is not None:
-                self.metrics.busy.labels(record.request.agent).inc()
+                self.metrics.child(self.metrics.busy, record.request.agent).inc()
             raise
         reason = "lease_expired" if run_id in self._expired else "failed"
         self._expired.discard(run_id)
         if self.metrics is not None:
-            self.metrics.resumed.labels(request.agent, reason).inc()
+            self.metrics.child(self.metrics.resumed, request.agent, reason).inc()
         return request, self._watch(request, ctx, resumed=True)
 
     def keep_alive(self, run_id: str) -> AbstractAsyncContextManager[None]:
@@ -174,27 +167,35 @@ class ObservedRuntime:
         run = self._runs.pop(run_id, None)
         if run is None:
             return
-        parsed = RunReport.model_validate(report) if report else None
         elapsed = time.perf_counter() - run.started
         agent = run.request.agent
         if self.metrics is not None:
-            self.metrics.turns.labels(agent, outcome, error_code or "").inc()
-            self.metrics.turn_seconds.labels(agent, outcome).observe(elapsed)
-            if parsed is not None and run.kept is not None and not run.read_replayed:
-                self.metrics.rows_read.labels(agent).observe(parsed.rows_read)
-                self.metrics.bytes_read.labels(agent).observe(parsed.bytes_read)
-        read = _read_attributes(parsed, run.kept) if parsed is not None else {}
-        for span, end_ns in run.deferred:
-            span.set_attributes(read)
-            span.end(end_time=end_ns)
+            self.metrics.child(self.metrics.turns, agent, outcome, error_code or "").inc()
+            self.metrics.child(self.metrics.turn_seconds, agent, outcome).observe(elapsed)
+            if report and run.kept is not None and not run.read_replayed:
+                self.metrics.child(self.metrics.rows_read, agent).observe(
+                    report.get("rows_read", 0)
+                )
+                self.metrics.child(self.metrics.bytes_read, agent).observe(
+                    report.get("bytes_read", 0)
+                )
         span = run.span
-        span.set_attributes(read)
-        if parsed is not None:
-            span.set_attributes(_run_attributes(parsed))
-        span.set_attribute(NS + "status", outcome)
-        if error_code is not None:
-            span.set_attribute("error.type", error_code)
-            span.set_status(trace.Status(trace.StatusCode.ERROR, error_code))
+        if span.is_recording():  # the report is parsed only for a span that keeps it
+            parsed = RunReport.model_validate(report) if report else None
+            read = _read_attributes(parsed, run.kept) if parsed is not None else {}
+            for deferred, end_ns in run.deferred:
+                deferred.set_attributes(read)
+                deferred.end(end_time=end_ns)
+            span.set_attributes(read)
+            if parsed is not None:
+                span.set_attributes(_run_attributes(parsed))
+            span.set_attribute(NS + "status", outcome)
+            if error_code is not None:
+                span.set_attribute("error.type", error_code)
+                span.set_status(trace.Status(trace.StatusCode.ERROR, error_code))
+        else:
+            for deferred, end_ns in run.deferred:
+                deferred.end(end_time=end_ns)
         span.end()
 
     # --- a step ------------------------------------------------------------------------------
@@ -211,9 +212,12 @@ class ObservedRuntime:
             )
         started = time.perf_counter()
         try:
-            with trace.use_span(
-                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
-            ):
+            if span.is_recording():
+                with trace.use_span(
+                    span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+                ):
+                    value = await inner.step(name, fn)
+            else:  # nothing would nest under a span that records nothing
                 value = await inner.step(name, fn)
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
@@ -224,17 +228,30 @@ class ObservedRuntime:
             span.end()
             raise
         elapsed = time.perf_counter() - started
-        replayed = isinstance(inner, _ReplayAware) and name in inner.replayed
+        # The project's contexts list the steps an attempt read back instead of running (read by
+        # attribute: a runtime-checkable protocol check costs more than the rest of the step).
+        replayed = name in getattr(inner, "replayed", ())
         kind = name.split(":", 1)[0]
+        if name == "load:thread":
+            run.kept = len(value["keep"]) if isinstance(value, dict) and "keep" in value else None
+            run.read_replayed = replayed
+        elif kind == "model" and isinstance(value, dict):
+            for call in (value.get("response") or {}).get("tool_calls") or ():
+                run.tool_names[str(call.get("id"))] = str(call.get("name"))
+        if kind in ("model", "history") and self.metrics is not None and not replayed:
+            self._meter_model_call(run, name, value, elapsed)
+        if not span.is_recording():  # no SDK: no attributes to build
+            span.end()
+            return value
         attributes: Attributes = {NS + "replayed": replayed}
         if name == "load:thread":
-            attributes.update(self._load_attributes(run, value, replayed))
+            attributes.update(_load_attributes(value))
             span.set_attributes(attributes)
             run.deferred.append((span, time.time_ns()))
             return value
         if kind == "model" or kind == "history":
-            attributes.update(self._model_attributes(run, name, value, elapsed, replayed))
-            if isinstance(value, dict) and kind == "model":
+            attributes.update(self._model_attributes(name, value))
+            if kind == "model":
                 span.update_name(f"chat {attributes.get('gen_ai.response.model') or self._model}")
         elif kind == "tool":
             tool = run.tool_names.get(name.split(":", 2)[-1], "")
@@ -244,64 +261,39 @@ class ObservedRuntime:
         span.end()
         return value
 
-    def _load_attributes(self, run: _Run, value: JsonValue, replayed: bool) -> Attributes:
-        out: Attributes = {}
-        if not isinstance(value, dict):
-            return out
-        keep = value.get("keep")
-        if isinstance(keep, list):
-            run.kept = len(keep)
-            out[NS + "history.kept"] = len(keep)
-        run.read_replayed = replayed
-        summary = value.get("summary")
-        if isinstance(summary, dict):
-            out[NS + "summary.covers_through_seq"] = int(summary.get("covers_through_seq", 0))
-        fold = value.get("fold")
-        if isinstance(fold, dict):
-            out[NS + "history.fold_through_seq"] = int(fold.get("through", 0))
-        return out
+    def _meter_model_call(self, run: _Run, name: str, value: JsonValue, elapsed: float) -> None:
+        assert self.metrics is not None
+        purpose, usage, _ = _model_call(name, value)
+        agent = run.request.agent
+        self.metrics.child(self.metrics.model_seconds, agent, purpose).observe(elapsed)
+        self.metrics.child(self.metrics.tokens, agent, purpose, "input").inc(usage[0])
+        self.metrics.child(self.metrics.tokens, agent, purpose, "output").inc(usage[1])
+        if purpose == "history_summary":
+            self.metrics.child(self.metrics.summaries, agent).inc()
 
-    def _model_attributes(
-        self, run: _Run, name: str, value: JsonValue, elapsed: float, replayed: bool
-    ) -> Attributes:
+    def _model_attributes(self, name: str, value: JsonValue) -> Attributes:
         """A chat step (`model:n`) or a summarizer step (`history:summarize[:n]`)."""
-        purpose = "chat" if name.startswith("model:") else "history_summary"
+        purpose, (prompt, completion), model = _model_call(name, value)
         out: Attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": self._model,
+            "gen_ai.usage.input_tokens": prompt,
+            "gen_ai.usage.output_tokens": completion,
             NS + "purpose": purpose,
         }
+        if model:
+            out["gen_ai.response.model"] = model
         if not isinstance(value, dict):
             return out
         if purpose == "chat":
-            response = value.get("response") or {}
-            usage = response.get("usage") or {}
-            model = response.get("model") or ""
-            for call in response.get("tool_calls") or ():
-                run.tool_names[str(call.get("id"))] = str(call.get("name"))
             metrics = value.get("metrics") or {}
             out[NS + "messages_sent"] = int(metrics.get("messages_sent", 0))
             out[NS + "window_trimmed"] = bool(metrics.get("window_trimmed", False))
         else:
-            usage = value.get("usage") or {}
-            model = value.get("model") or ""
             out[NS + "summary.covers_through_seq"] = int(value.get("covers_through_seq", 0))
             out[NS + "summary.input_messages"] = int(value.get("input_messages", 0))
             out[NS + "summary.input_tokens"] = int(value.get("input_tokens", 0))
-        prompt = int(usage.get("prompt_tokens", 0))
-        completion = int(usage.get("completion_tokens", 0))
-        out["gen_ai.usage.input_tokens"] = prompt
-        out["gen_ai.usage.output_tokens"] = completion
-        if model:
-            out["gen_ai.response.model"] = str(model)
-        if self.metrics is not None and not replayed:
-            agent = run.request.agent
-            self.metrics.model_seconds.labels(agent, purpose).observe(elapsed)
-            self.metrics.tokens.labels(agent, purpose, "input").inc(prompt)
-            self.metrics.tokens.labels(agent, purpose, "output").inc(completion)
-            if purpose == "history_summary":
-                self.metrics.summaries.labels(agent).inc()
         return out
 
 
@@ -320,13 +312,42 @@ class ObservedContext:
 
     @property
     def replayed(self) -> list[str]:
-        return list(self.inner.replayed) if isinstance(self.inner, _ReplayAware) else []
+        return list(getattr(self.inner, "replayed", []))
 
     async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
         return await self._runtime._step(self._run, self.inner, name, fn)
 
     async def patched(self, marker: str) -> bool:
         return await self.inner.patched(marker)
+
+
+def _model_call(name: str, value: JsonValue) -> tuple[str, tuple[int, int], str]:
+    """(purpose, (input, output) tokens, response model) of a model or summarizer step's
+    journaled result."""
+    purpose = "chat" if name.startswith("model:") else "history_summary"
+    if not isinstance(value, dict):
+        return purpose, (0, 0), ""
+    carrier = (value.get("response") or {}) if purpose == "chat" else value
+    usage = carrier.get("usage") or {}
+    tokens = (int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
+    return purpose, tokens, str(carrier.get("model") or "")
+
+
+def _load_attributes(value: JsonValue) -> Attributes:
+    """What `load:thread` journaled: how many messages were kept, the summary read, the fold."""
+    out: Attributes = {}
+    if not isinstance(value, dict):
+        return out
+    keep = value.get("keep")
+    if isinstance(keep, list):
+        out[NS + "history.kept"] = len(keep)
+    summary = value.get("summary")
+    if isinstance(summary, dict):
+        out[NS + "summary.covers_through_seq"] = int(summary.get("covers_through_seq", 0))
+    fold = value.get("fold")
+    if isinstance(fold, dict):
+        out[NS + "history.fold_through_seq"] = int(fold.get("through", 0))
+    return out
 
 
 def _tool_attributes(name: str, tool: str, value: JsonValue) -> Attributes:
