@@ -166,6 +166,19 @@ async def test_the_inspector_in_chromium(
     if target := os.environ.get("AGENT_INSPECTOR_SCREENSHOT"):
         shutil.copyfile(shot, target)
 
+    # with JavaScript off the same page reads the same (server-rendered), it just stays put
+    still = await browser.new_context(
+        java_script_enabled=False, extra_http_headers={"Authorization": "Bearer key-a"}
+    )
+    static = await still.new_page()
+    await static.goto(f"{url}/inspect/threads/{thread}")
+    assert await static.locator("li.turn").count() == len(TURNS) + 1
+    assert await static.locator("#timeline.live-on").count() == 0
+    assert await text(static, f"#run-{run_id} .kept-n") == await text(
+        page, f"#run-{run_id} .kept-n"
+    )
+    await still.close()
+
     # a run's page: its report's figures
     await page.click(f"#run-{newest_fold['run_id']} a.run")
     await page.wait_for_selector("table.calls")
