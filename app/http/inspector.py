@@ -63,6 +63,8 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+UNAUTHORIZED_HEADERS = {**SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}
+"""A 401 says what the API's 401 says: a bearer key is wanted (the page offers the form)."""
 
 _templates = Environment(
     loader=PackageLoader("app.http", "templates"),
@@ -244,15 +246,21 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         return str(request.scope.get("root_path", "")) + prefix
 
     def render(
-        request: Request, template: str, http_status: int = 200, **values: Any
+        request: Request,
+        template: str,
+        http_status: int = 200,
+        *,
+        unauthorized: bool = False,
+        **values: Any,
     ) -> HTMLResponse:
         html = _templates.get_template(template).render(base=_base(request), **values)
-        return HTMLResponse(html, status_code=http_status, headers=SECURITY_HEADERS)
+        headers = UNAUTHORIZED_HEADERS if unauthorized else SECURITY_HEADERS
+        return HTMLResponse(html, status_code=http_status, headers=headers)
 
     async def actor_or_login(request: Request) -> Actor | HTMLResponse:
         actor = await _actor(module, request)
         if actor is None:
-            return render(request, "login.html", 401, failed=False, actor=None)
+            return render(request, "login.html", 401, failed=False, actor=None, unauthorized=True)
         return actor
 
     def failure(request: Request, actor: Actor, error: AgentError) -> HTMLResponse:
@@ -323,7 +331,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
     ) -> Response:
         actor = await _actor(module, request)
         if actor is None:
-            return Response(status_code=401, headers=SECURITY_HEADERS)
+            return Response(status_code=401, headers=UNAUTHORIZED_HEADERS)
         try:
             values = await timeline_values(actor, thread_id, before)
         except AgentError as exc:
@@ -370,7 +378,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         key = (form.get("key") or [""])[0].strip()
         actor = await module.actor_resolver(_with_key(request, key)) if key else None
         if actor is None:
-            return render(request, "login.html", 401, failed=True, actor=None)
+            return render(request, "login.html", 401, failed=True, actor=None, unauthorized=True)
         response = RedirectResponse(_base(request) + "/", status_code=303)
         response.set_cookie(
             COOKIE,
