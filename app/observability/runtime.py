@@ -91,16 +91,20 @@ class ObservedRuntime:
         return self._watch(request, ctx, resumed=False)
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        """A resume. Counted by why: `lease_expired` for a run the sweep found (its process
+        died), `failed` for a failed run resumed by hand; a finished run only replays."""
+        crashed = run_id in self._expired
+        self._expired.discard(run_id)
+        before = None if crashed or self.metrics is None else await self.inner.get_run(run_id)
         try:
             request, ctx = await self.inner.reopen(run_id)
         except ThreadBusy:
-            record = await self.inner.get_run(run_id)
+            record = before or await self.inner.get_run(run_id)
             if self.metrics is not None and record is not None:
                 self.metrics.child(self.metrics.busy, record.request.agent).inc()
             raise
-        reason = "lease_expired" if run_id in self._expired else "failed"
-        self._expired.discard(run_id)
-        if self.metrics is not None:
+        if self.metrics is not None and (crashed or (before and before.status != "completed")):
+            reason = "lease_expired" if crashed else "failed"
             self.metrics.child(self.metrics.resumed, request.agent, reason).inc()
         return request, self._watch(request, ctx, resumed=True)
 

@@ -120,7 +120,7 @@ class _CrashedRuntime(InlineRuntime):
         return self.request, await self.begin(self.request)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        return RunRecord(request=self.request, status="running")
+        return await super().get_run(run_id) or RunRecord(request=self.request, status="running")
 
 
 async def test_a_run_resumed_after_its_process_died_is_counted_as_such() -> None:
@@ -137,6 +137,8 @@ async def test_a_run_resumed_after_its_process_died_is_counted_as_such() -> None
         await runtime.reopen(run_id)
     await runtime.fail("r1", "provider_timeout", "again", {})
     await runtime.reopen("r1")  # a failed run resumed by hand is not a crash
+    await runtime.complete("r1", {})
+    await runtime.reopen("r1")  # a finished run only replays: no resume at all
     found = samples(generate_latest(metrics.registry).decode())
     assert value(found, "agent_runs_resumed_total", agent="helper", reason="lease_expired") == 1
     assert value(found, "agent_runs_resumed_total", agent="helper", reason="failed") == 1
