@@ -47,6 +47,7 @@ from app.http.deps import (
     run_id_or_404,
 )
 from app.http.errors import agent_route_class, public_message
+from app.http.inspector import build_inspector_router
 from app.http.schemas import (
     CreateThreadIn,
     ErrorDetail,
@@ -171,8 +172,6 @@ def build_router(module: AgentModule) -> APIRouter:
             "/metrics", metrics, methods=["GET"], include_in_schema=False, response_class=Response
         )
     if module.settings.inspector:
-        from app.http.inspector import build_inspector_router
-
         router.include_router(build_inspector_router(module, "/inspect"))
     return router
 
