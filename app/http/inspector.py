@@ -296,11 +296,12 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         definition = module.loop.definition(thread.agent)
         bound = read_bound(definition.policy)
         runtime = module.loop.runtime
-        inner = getattr(runtime, "inner", runtime)  # the observed runtime wraps the journal
         traces: list[RunTrace] = []
-        timeline = supports_run_timeline(inner)
-        if supports_run_timeline(inner):
-            traces = await inner.thread_runs(canonical, limit=RUNS_PER_PAGE + 1, before_seq=before)
+        timeline = supports_run_timeline(runtime)
+        if supports_run_timeline(runtime):
+            traces = await runtime.thread_runs(
+                canonical, limit=RUNS_PER_PAGE + 1, before_seq=before
+            )
         more = len(traces) > RUNS_PER_PAGE
         traces = traces[:RUNS_PER_PAGE]
         turns = with_bars([turn_view(t) for t in traces], bound.tokens if bound else None)

@@ -121,9 +121,10 @@ class ObservedRuntime:
                 self._end(run_id, "cancelled", "cancelled", None)
                 raise
 
-    async def complete(self, run_id: str, report: dict[str, Any]) -> None:
+    async def complete(self, run_id: str, report: dict[str, Any], **options: Any) -> None:
+        """`options` (a transaction to complete in, say) go to the inner runtime untouched."""
         try:
-            await self.inner.complete(run_id, report)
+            await self.inner.complete(run_id, report, **options)
         finally:
             self._end(run_id, "completed", None, report)
 
@@ -142,6 +143,13 @@ class ObservedRuntime:
         run_ids = await self.inner.expired_runs()
         self._expired.update(run_ids)
         return run_ids
+
+    def __getattr__(self, name: str) -> Any:
+        """Whatever else the inner runtime offers (its journal's timeline, say): the wrapper
+        observes runs and changes nothing else, so optional powers probe through it."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     # --- the run span ------------------------------------------------------------------------
 
@@ -323,6 +331,13 @@ class ObservedContext:
 
     async def patched(self, marker: str) -> bool:
         return await self.inner.patched(marker)
+
+    def __getattr__(self, name: str) -> Any:
+        """Whatever else the inner context offers (a unit of work, its transaction...) is the
+        inner context's own: only steps are observed."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 def _model_call(name: str, value: JsonValue) -> tuple[str, tuple[int, int], str]:

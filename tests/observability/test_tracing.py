@@ -143,3 +143,19 @@ async def test_no_span_is_made_with_tracing_off(
     thread = await module.store.create_thread(actor_id="a", agent="helper")
     await turns(module, thread.id, ["hi"])
     assert exporter.get_finished_spans() == ()
+
+
+async def test_the_wrappers_hand_everything_but_steps_to_the_journal(
+    make_module: ModuleFactory,
+) -> None:
+    module = make_module()
+    thread = await module.store.create_thread(actor_id="a", agent="helper")
+    (result,) = await turns(module, thread.id, ["hi"])
+    runtime = module.loop.runtime
+    # the journal's own extras reach through the observed runtime (what the inspector reads)
+    names = [name for name, _ in await runtime.steps(result.run_id)]  # type: ignore[attr-defined]
+    assert names[0] == "persist:user" and names[-1] == "persist:assistant"
+    (trace,) = await runtime.thread_runs(thread.id, limit=5)  # type: ignore[attr-defined]
+    assert trace.run_id == result.run_id and trace.steps == names
+    _request, ctx = await runtime.reopen(result.run_id)  # a finished run: it only replays
+    assert ctx.replaying is True  # type: ignore[attr-defined]
