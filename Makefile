@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test lint typecheck bench bench-quick clean
+.PHONY: install install-run run migrate test lint typecheck bench bench-quick screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy --strict app
+
+## Refresh docs/inspector.png from the browser test (needs /usr/bin/chromium)
+screenshot: install
+	AGENT_REQUIRE_BROWSER=1 AGENT_INSPECTOR_SCREENSHOT=docs/inspector.png \
+		$(BIN)/pytest -q tests/browser
 
 bench: install
 	$(BIN)/python -m bench

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
+from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel, ConfigDict
 
 from app.core.context_window import ChatMiddleware
@@ -33,6 +34,7 @@ from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Th
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
 from app.errors import ConfigError
+from app.observability import ObservedRuntime, TurnMetrics, model_names
 from app.providers import provider_from_settings
 from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from app.settings import Settings, get_settings
@@ -129,8 +131,12 @@ class AgentModule:
         owns_store: bool,
         local_mode: bool,
         persistence_note: tuple[int, str],
+        metrics: TurnMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
+        """The Prometheus collectors (`/metrics` serves their registry); None when
+        `settings.metrics` is off."""
         self.loop = loop
         self.actor_resolver = actor_resolver
         self._owns_store = owns_store
@@ -160,13 +166,17 @@ class AgentModule:
         quota: int | None = None,
         chat_middleware: Sequence[ChatMiddleware] = (),
         settings: Settings | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> AgentModule:
         """Build the module. Anything not given comes from `settings` (default: the
         environment, `AGENT_*`): the SQL store on `database_url`, its journal and ledger, the
         configured model, the API-key actor resolver, the module-wide history.
 
         Without `journal=`/`ledger=`, they go in the store's database when the store can host
-        them (`app.store.host.hosts_sql_journal`), else in process; the lifespan logs which."""
+        them (`app.store.host.hosts_sql_journal`), else in process; the lifespan logs which.
+
+        Spans go to `tracer_provider`, or to OpenTelemetry's global one (a no-op until the host
+        installs an SDK); `settings.tracing` and `settings.metrics` switch them off."""
         settings = settings or get_settings()
         if model is None:
             key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
@@ -186,6 +196,17 @@ class AgentModule:
                 pool_timeout=settings.db_pool_timeout,
             )
         runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
+        metrics = TurnMetrics() if settings.metrics else None
+        if settings.tracing or metrics is not None:
+            model_name, provider_name = model_names(model)
+            runtime = ObservedRuntime(
+                runtime,
+                metrics=metrics,
+                tracing=settings.tracing,
+                model_name=model_name,
+                provider_name=provider_name,
+                tracer_provider=tracer_provider,
+            )
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
@@ -223,6 +244,7 @@ class AgentModule:
             owns_store=owns_store,
             local_mode=local_mode,
             persistence_note=persistence_note,
+            metrics=metrics,
         )
 
     async def run_turn(

@@ -93,6 +93,14 @@ class Settings(BaseSettings):
     estimated when it reports none); unset means no quota. Checked atomically before every
     model call, concurrent ones included: overshot by at most about one call."""
 
+    inspector: bool = True
+    """Serve the inspector pages at `/inspect` (behind the same actor authentication as the API)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at `/metrics` (no actor data in them; no authentication)."""
+    tracing: bool = True
+    """Emit OpenTelemetry spans per run and checkpoint; a no-op until the host configures an
+    OpenTelemetry SDK, so leaving it on costs next to nothing without one."""
+
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
     port: int = 8000

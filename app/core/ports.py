@@ -306,6 +306,32 @@ def supports_run_messages(store: object) -> TypeGuard[RunMessagesReader]:
     return isinstance(store, RunMessagesReader)
 
 
+class ThreadListing(_Frozen):
+    """One line of an actor's thread list: what the inspector shows before opening a thread."""
+
+    id: str
+    agent: str
+    title: str | None = None
+    messages: int = 0
+    """Messages the thread holds (its last `seq`)."""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    """Last activity: the newest message, or the thread's creation."""
+
+
+@runtime_checkable
+class ThreadLister(Protocol):
+    """Optional: a store that lists an actor's threads, newest activity first, a page at a time."""
+
+    async def list_threads(
+        self, actor_id: str, *, limit: int, offset: int = 0
+    ) -> list[ThreadListing]: ...
+
+
+def supports_thread_listing(store: object) -> TypeGuard[ThreadLister]:
+    return isinstance(store, ThreadLister)
+
+
 # --- history policy SPI ---------------------------------------------------------------------
 # The types a history policy and a summarizer speak. They live here, beside the other ports, so
 # `core/history.py` (the built-in policies) and `core/summary.py` (the built-in summarizer) both
@@ -481,6 +507,41 @@ class DurableRuntime(Protocol):
         ...
 
 
+class RunTrace(_Frozen):
+    """A run as a thread's timeline shows it: its outcome and the journal entries that say what
+    its model was sent. Built from the journal, never from a second read of the thread."""
+
+    run_id: str
+    status: str
+    seq: int
+    """The seq of the run's user message: the thread's length when the turn began."""
+    created_at: datetime | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    report: dict[str, Any] | None = None
+    """The `RunReport` as JSON, once the run ended."""
+    steps: list[str] = []
+    """Checkpoint names journaled so far, in order (a run in flight shows how far it got)."""
+    payloads: dict[str, JsonValue] = {}
+    """The journaled results of `load:thread` and `history:summarize[:n]`: the kept messages,
+    the summary read, the fold and the summaries made."""
+
+
+@runtime_checkable
+class RunTimelineReader(Protocol):
+    """Optional: a durable runtime that lists a thread's runs with their journal (`SqlJournal`)."""
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        """The newest `limit` runs whose user message has `seq < before_seq`, newest first."""
+        ...
+
+
+def supports_run_timeline(runtime: object) -> TypeGuard[RunTimelineReader]:
+    return isinstance(runtime, RunTimelineReader)
+
+
 # --- ledger --------------------------------------------------------------------------------
 
 
@@ -575,6 +636,8 @@ __all__ = [
     "RunMessagesReader",
     "RunRecord",
     "RunRequest",
+    "RunTimelineReader",
+    "RunTrace",
     "StreamingModelProvider",
     "Summarizer",
     "SummaryRenderer",
@@ -582,6 +645,8 @@ __all__ = [
     "TextDelta",
     "Thread",
     "ThreadInfoReader",
+    "ThreadLister",
+    "ThreadListing",
     "ThreadSummary",
     "ThreadTurnPage",
     "ThreadTurnQuery",
@@ -596,7 +661,9 @@ __all__ = [
     "supports_prompt_digests",
     "supports_reservations",
     "supports_run_messages",
+    "supports_run_timeline",
     "supports_streaming",
     "supports_summaries",
+    "supports_thread_listing",
     "supports_transactions",
 ]

@@ -24,12 +24,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
+from app.core.ports import DurableContext, RunRecord, RunRequest, RunTrace, Transaction
 from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
-from app.store.schema import run_steps, runs
+from app.store.schema import messages, run_steps, runs
 from app.store.sql import aware_utc
 from app.store.tx import SqlTransaction, joined, open_write
 
@@ -401,6 +401,74 @@ class SqlJournal:
                 .order_by(runs.c.created_at)
             )
             return [r.id for r in rows]
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        """The thread's newest runs (`RunTimelineReader`), found through their user messages:
+        the `(thread_id, role, seq)` index gives them in order, each run by its primary key. A
+        run whose user message is not stored yet (its first checkpoint in flight) is not listed.
+
+        Payloads are read for the steps that say what the model was sent (`load:thread`,
+        `history:summarize*`); every other step only by name."""
+        found = (
+            sa.select(
+                messages.c.seq,
+                runs.c.id,
+                runs.c.status,
+                runs.c.created_at,
+                runs.c.error_code,
+                runs.c.error_message,
+                runs.c.report,
+            )
+            .join(runs, runs.c.id == messages.c.run_id)
+            .where(messages.c.thread_id == thread_id, messages.c.role == "user")
+            .order_by(messages.c.seq.desc())
+            .limit(limit)
+        )
+        if before_seq is not None:
+            found = found.where(messages.c.seq < before_seq)
+        wanted = sa.or_(run_steps.c.name == "load:thread", run_steps.c.name.like("history:%"))
+        async with wrap_db_errors("thread_runs"), self._reader.connect() as conn:
+            rows = (await conn.execute(found)).all()
+            ids = [r.id for r in rows]
+            steps = (
+                (
+                    await conn.execute(
+                        sa.select(
+                            run_steps.c.run_id,
+                            run_steps.c.name,
+                            sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
+                        )
+                        .where(run_steps.c.run_id.in_(ids))
+                        .order_by(run_steps.c.run_id, run_steps.c.position)
+                    )
+                ).all()
+                if ids
+                else []
+            )
+        names: dict[str, list[str]] = {}
+        payloads: dict[str, dict[str, Any]] = {}
+        for step in steps:
+            names.setdefault(step.run_id, []).append(step.name)
+            if step.payload is not None:
+                payloads.setdefault(step.run_id, {})[step.name] = json.loads(step.payload)
+        return [
+            RunTrace(
+                run_id=r.id,
+                status=r.status,
+                seq=r.seq,
+                created_at=r.created_at.replace(tzinfo=UTC)
+                if r.created_at.tzinfo is None
+                else r.created_at,
+                error_code=r.error_code,
+                error_message=r.error_message,
+                report=json.loads(r.report) if r.report else None,
+                steps=names.get(r.id, []),
+                payloads=payloads.get(r.id, {}),
+            )
+            for r in rows
+        ]
 
     async def steps(self, run_id: str) -> list[tuple[str, str]]:
         """(name, payload) of every journaled step, in order: for tests and inspection."""

@@ -7,6 +7,8 @@
     GET  /threads/{thread_id}/window                  WindowOut
     GET  /runs/{run_id}                               RunOut
     GET  /healthz                                     HealthOut
+    GET  /metrics                                     Prometheus text (AGENT_METRICS=false: none)
+    GET  /inspect/...                                 the inspector (AGENT_INSPECTOR=false: none)
 
 Every route with a thread or run id answers 401 with no actor and 404 for anything the actor
 does not own. Errors are mapped by `app.http.errors` (see there for why the route class does it).
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol, runtime_checkable
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.core.messages import Message
 from app.core.ports import ThreadInfoReader
@@ -40,6 +43,7 @@ from app.http.deps import (
     run_id_or_404,
 )
 from app.http.errors import agent_route_class, public_message
+from app.http.inspector import build_inspector_router
 from app.http.schemas import (
     CreateThreadIn,
     ErrorDetail,
@@ -161,6 +165,12 @@ def build_router(module: AgentModule) -> APIRouter:
         responses=_errors(500, 503),
         summary="Liveness, and a cheap query against the store",
     )
+    if module.metrics is not None:
+        router.add_api_route(
+            "/metrics", metrics, methods=["GET"], include_in_schema=False, response_class=Response
+        )
+    if module.settings.inspector:
+        router.include_router(build_inspector_router(module, "/inspect"))
     return router
 
 
@@ -316,6 +326,14 @@ async def healthz(module: ModuleDep) -> HealthOut:
     except TimeoutError:
         raise StoreError(f"the store did not answer within {HEALTH_TIMEOUT_SECONDS} s") from None
     return HealthOut(status="ok")
+
+
+async def metrics(module: ModuleDep) -> Response:
+    """Prometheus text format. Open like `/healthz`: the series carry agent names and outcomes,
+    never a thread, run or actor."""
+    assert module.metrics is not None  # the route exists only with metrics on
+    body = generate_latest(module.metrics.registry)
+    return Response(content=body, media_type=CONTENT_TYPE_LATEST)
 
 
 __all__: Sequence[str] = ["TranscriptReader", "build_router", "transcript_page"]

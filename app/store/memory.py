@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from app.core.messages import Message
-from app.core.ports import Thread, ThreadSummary
+from app.core.ports import Thread, ThreadListing, ThreadSummary
 from app.errors import DuplicateMessage, ThreadNotFound
 
 
@@ -85,6 +85,23 @@ class MemoryStore:
             return []
         msgs = [m for m in thread.messages if before is None or (m.seq or 0) < before]
         return msgs[-limit:] if limit else []
+
+    async def list_threads(
+        self, actor_id: str, *, limit: int, offset: int = 0
+    ) -> list[ThreadListing]:
+        mine = [t for t in self._threads.values() if t.actor_id == actor_id]
+        mine.sort(key=lambda t: (t.updated_at, t.id), reverse=True)
+        return [
+            ThreadListing(
+                id=t.id,
+                agent=t.agent,
+                title=t.title,
+                messages=len(t.messages),
+                created_at=t.created_at,
+                updated_at=t.updated_at,
+            )
+            for t in mine[offset : offset + limit]
+        ]
 
     async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
         kept = self._summaries.get(thread_id, {})

@@ -19,7 +19,14 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 from app.core.messages import Message, unstorable_text
-from app.core.ports import Thread, ThreadSummary, ThreadTurnPage, ThreadTurnQuery, Transaction
+from app.core.ports import (
+    Thread,
+    ThreadListing,
+    ThreadSummary,
+    ThreadTurnPage,
+    ThreadTurnQuery,
+    Transaction,
+)
 from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
@@ -475,6 +482,39 @@ class SqlAgentStore:
                 )
             ).all()
         return [from_row(r) for r in rows]
+
+    async def list_threads(
+        self, actor_id: str, *, limit: int, offset: int = 0
+    ) -> list[ThreadListing]:
+        """The actor's threads, newest activity first: one range of the `(actor_id,
+        updated_at)` index."""
+        stmt = (
+            sa.select(
+                threads.c.id,
+                threads.c.agent,
+                threads.c.title,
+                threads.c.last_seq,
+                threads.c.created_at,
+                threads.c.updated_at,
+            )
+            .where(threads.c.actor_id == actor_id)
+            .order_by(threads.c.updated_at.desc(), threads.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        async with wrap_db_errors("list_threads"), self._reader.connect() as conn:
+            rows = (await conn.execute(stmt)).all()
+        return [
+            ThreadListing(
+                id=r.id,
+                agent=r.agent,
+                title=r.title,
+                messages=r.last_seq,
+                created_at=aware_utc(r.created_at),
+                updated_at=aware_utc(r.updated_at),
+            )
+            for r in rows
+        ]
 
     # --- transcript paging (HTTP) ----------------------------------------------------------
 

@@ -52,3 +52,23 @@ async def test_the_assistant_reads_pages_and_counts_words(
     window = (await client.get(f"/threads/{thread['id']}/window", headers=ALICE)).json()
     assert window["read_bound"] == 20  # the default window of the runnable app
     assert (await client.get("/nope")).json()["error"]["code"] == "not_found"  # handlers installed
+
+
+async def test_the_runnable_app_serves_the_inspector_and_metrics_by_default(
+    stack: AsyncExitStack, tmp_path: Path
+) -> None:
+    settings = http_settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'main.db'}", migrate_on_start=True
+    )
+    client = await open_client(stack, create_app(settings))
+    thread = (await client.post("/agents/assistant/threads", headers=ALICE)).json()["id"]
+    bare = await client.get("/inspect", headers=ALICE)
+    assert bare.status_code == 307 and bare.headers["location"].endswith("/inspect/")
+    listing = await client.get("/inspect/", headers=ALICE)
+    assert listing.status_code == 200 and thread in listing.text
+    assert (await client.get("/metrics")).status_code == 200
+    off = await open_client(
+        stack, create_app(settings.model_copy(update={"inspector": False, "metrics": False}))
+    )
+    assert (await off.get("/inspect/", headers=ALICE)).status_code == 404
+    assert (await off.get("/metrics")).status_code == 404

@@ -1,0 +1,245 @@
+"""The inspector pages: what they show against the run reports, escaping, and actor isolation.
+
+The browser test (`tests/browser/`) drives the same pages in Chromium; these read the HTML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import AsyncExitStack
+from html.parser import HTMLParser
+from typing import Any
+
+import httpx
+
+from app.providers import EchoModel
+from app.testing import Gate, ScriptedProvider, reply
+from tests.http.conftest import (
+    ALICE,
+    BOB,
+    ModuleFactory,
+    http_settings,
+    make_app,
+    new_thread,
+    open_client,
+    post,
+)
+
+SUMMARIZING = {"max_messages": 4, "summarize": True}
+
+
+class Turns(HTMLParser):
+    """Each `li.turn`'s data attributes and the numbers in its `strong.*-n` elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turns: list[dict[str, Any]] = []
+        self._field: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "li" and "turn" in classes:
+            self.turns.append({"run": a["data-run"], "status": a["data-status"]})
+        elif self.turns and any(c.endswith("-n") for c in classes):
+            self._field = next(c for c in classes if c.endswith("-n"))[:-2]
+
+    def handle_data(self, data: str) -> None:
+        if self._field is not None:
+            self.turns[-1][self._field] = int(data)
+            self._field = None
+
+
+def turns_of(html: str) -> dict[str, dict[str, Any]]:
+    parser = Turns()
+    parser.feed(html)
+    return {t["run"]: t for t in parser.turns}
+
+
+async def summarized_thread(client: httpx.AsyncClient, turns: int = 8) -> tuple[str, list[Any]]:
+    thread = await new_thread(client)
+    reports = []
+    for i in range(turns):
+        r = await post(client, thread, f"question {i}: what did we say before?")
+        assert r.status_code == 200, r.text
+        reports.append(r.json()["report"])
+    return thread, reports
+
+
+async def test_the_timeline_shows_each_turn_as_its_run_report_measured_it(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(history=SUMMARIZING)))
+    thread, reports = await summarized_thread(client)
+    r = await client.get(f"/inspect/threads/{thread}", headers=ALICE)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    shown = turns_of(r.text)
+    assert list(shown) == [rep["run_id"] for rep in reversed(reports)]  # newest first
+    made = 0
+    for report in reports:
+        turn = shown[report["run_id"]]
+        chat = next(c for c in report["model_calls"] if c["purpose"] == "chat")
+        summary = report["summary"]
+        # the prompt was: system prompt + (summary) + kept messages
+        assert chat["messages_original"] == 1 + (summary is not None) + turn["kept"], turn
+        assert turn["summarized"] == (summary["covers_through_seq"] if summary else 0)
+        assert turn["dropped"] == 0  # a rolling summary leaves nothing out unsummarized
+        assert turn["status"] == "completed"
+        made += bool(summary and summary["made"])
+    assert made >= 1, "the thread folded at least once"
+    assert r.text.count("summary made") == made
+    # the run page has the report's figures
+    last = reports[-1]
+    page = (await client.get(f"/inspect/runs/{last['run_id']}", headers=ALICE)).text
+    assert f'<span class="rows-read">{last["rows_read"]}</span>' in page
+    assert f'<span class="bytes-read">{last["bytes_read"]}</span>' in page
+    for name, size in last["journal_bytes"].items():
+        assert re.search(rf"<code>{re.escape(name)}</code></td><td class=\"num\">{size}<", page)
+
+
+async def test_a_dropping_window_shows_what_it_dropped(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(history={"max_messages": 3})))
+    thread, reports = await summarized_thread(client, turns=4)
+    shown = turns_of((await client.get(f"/inspect/threads/{thread}", headers=ALICE)).text)
+    for n, report in enumerate(reports):
+        turn = shown[report["run_id"]]
+        length = 2 * n + 1  # the user message of turn n is message 2n+1
+        assert turn["kept"] == min(3, length) == report["rows_read"]
+        assert turn["dropped"] == length - turn["kept"]
+        assert turn["summarized"] == 0
+
+
+async def test_a_message_holding_a_script_tag_renders_as_text(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(history=SUMMARIZING)))
+    hostile = '<script>alert("pwned")</script><img src=x onerror=alert(1)>'
+    r = await client.post("/agents/helper/threads", headers=ALICE, json={"title": hostile})
+    thread = r.json()["id"]
+    for _ in range(6):  # enough turns that the hostile text also reaches the summary
+        assert (await post(client, thread, hostile)).status_code == 200
+    pages = [
+        await client.get("/inspect/", headers=ALICE),
+        await client.get(f"/inspect/threads/{thread}", headers=ALICE),
+        await client.get(f"/inspect/threads/{thread}/timeline", headers=ALICE),
+    ]
+    for page in pages:
+        assert page.status_code == 200
+        assert "<script>alert" not in page.text and "<img src=x" not in page.text
+        assert "&lt;script&gt;alert(&#34;pwned&#34;)&lt;/script&gt;" in page.text
+        # the only script a page loads is the inspector's own, from its own origin
+        assert re.findall(r"<script[^>]*>", page.text) in (
+            [],
+            ['<script src="/inspect/static/inspector.js" defer>'],
+        )
+    csp = pages[1].headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert pages[1].text.count("&lt;script&gt;") >= 6
+
+
+async def test_every_inspector_route_is_isolated_by_actor(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client, ALICE)
+    run_id = (await post(client, thread, "alice's secret")).json()["run_id"]
+    routes = [
+        f"/inspect/threads/{thread}",
+        f"/inspect/threads/{thread}/timeline",
+        f"/inspect/runs/{run_id}",
+    ]
+    for url in routes:
+        assert (await client.get(url, headers=ALICE)).status_code == 200, url
+        as_bob = await client.get(url, headers=BOB)
+        assert as_bob.status_code == 404, url
+        assert "alice&#39;s secret" not in as_bob.text and thread not in as_bob.text[:0] + ""
+        assert (await client.get(url)).status_code == 401, url  # nobody
+        wrong = await client.get(url, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401, url
+    # lists: each actor sees only their own threads
+    assert thread in (await client.get("/inspect/", headers=ALICE)).text
+    assert thread not in (await client.get("/inspect/", headers=BOB)).text
+    nobody = await client.get("/inspect/")
+    assert nobody.status_code == 401 and 'name="key"' in nobody.text  # the sign-in form
+    # ids that are not UUIDs are the same 404
+    assert (await client.get("/inspect/threads/nope", headers=ALICE)).status_code == 404
+    assert (await client.get("/inspect/runs/nope", headers=ALICE)).status_code == 404
+
+
+async def test_signing_in_keeps_the_key_in_a_cookie_the_resolver_reads(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client, ALICE)
+    bad = await client.post("/inspect/login", content="key=wrong", headers=_FORM)
+    assert bad.status_code == 401 and "names no actor" in bad.text
+    signed = await client.post("/inspect/login", content="key=key-b", headers=_FORM)
+    assert signed.status_code == 303 and signed.headers["location"] == "/inspect/"
+    cookie = signed.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/inspect" in cookie
+    listing = await client.get("/inspect/")  # the client keeps the cookie: bob, no header
+    assert listing.status_code == 200 and "actor <strong>bob</strong>" in listing.text
+    assert (await client.get(f"/inspect/threads/{thread}")).status_code == 404  # alice's
+    await client.post("/inspect/logout")
+    assert (await client.get("/inspect/")).status_code == 401
+
+
+_FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+async def test_a_turn_in_flight_is_on_the_timeline_with_its_checkpoints(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    gate = Gate(reply("late"))
+    client = await open_client(stack, make_app(make_module(model=ScriptedProvider([gate]))))
+    thread = await new_thread(client)
+    turn = asyncio.create_task(post(client, thread, "slow one"))
+    await gate.reached()
+    fragment = await client.get(f"/inspect/threads/{thread}/timeline", headers=ALICE)
+    (running,) = turns_of(fragment.text).values()
+    assert running["status"] == "running"
+    assert "load:thread" in fragment.text and "<html" not in fragment.text
+    gate.release.set()
+    assert (await turn).status_code == 200
+    fragment = await client.get(f"/inspect/threads/{thread}/timeline", headers=ALICE)
+    (done,) = turns_of(fragment.text).values()
+    assert done["status"] == "completed"
+
+
+async def test_the_thread_list_is_newest_first_and_paged(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    threads = [await new_thread(client) for _ in range(27)]
+    await asyncio.sleep(1.1)  # SQLite's CURRENT_TIMESTAMP counts whole seconds
+    assert (await post(client, threads[0], "now the newest")).status_code == 200
+    first = (await client.get("/inspect/", headers=ALICE)).text
+    second = (await client.get("/inspect/?page=2", headers=ALICE)).text
+    order = re.findall(r'href="/inspect/threads/([0-9a-f-]{36})"', first + second)
+    assert order[0] == threads[0]
+    assert sorted(order) == sorted(threads) and len(order) == 27
+    assert 'href="/inspect/?page=2"' in first and 'href="/inspect/?page=1"' in second
+
+
+async def test_inspector_and_metrics_are_off_by_setting(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    settings = http_settings(inspector=False, metrics=False)
+    client = await open_client(stack, make_app(make_module(settings=settings)))
+    assert (await client.get("/inspect/", headers=ALICE)).status_code == 404
+    assert (await client.get("/metrics")).status_code == 404
+
+
+async def test_the_script_and_styles_are_served_from_the_package(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(model=EchoModel())))
+    js = await client.get("/inspect/static/inspector.js")
+    assert js.status_code == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert "innerHTML" in js.text and "http" not in js.text.replace("text/html", "")  # no CDN
+    assert (await client.get("/inspect/static/inspector.css")).status_code == 200
+    assert (await client.get("/inspect/static/..%2Fschemas.py")).status_code == 404

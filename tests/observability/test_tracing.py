@@ -1,0 +1,161 @@
+"""Spans per run and per checkpoint, read back from the SDK's in-memory exporter and checked
+against the run reports (the same figures, measured once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from app.core.report import RunResult
+from app.errors import ProviderTimeout, RunFailed
+from app.module import AgentModule
+from app.testing import ScriptedProvider, reply
+from tests.observability.conftest import ModuleFactory, spans_of
+
+NS = "bounded_agents."
+
+
+async def turns(module: AgentModule, thread_id: str, contents: list[str]) -> list[RunResult]:
+    return [
+        await module.run_turn(agent="helper", thread_id=thread_id, actor_id="a", content=c)
+        for c in contents
+    ]
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_a_run_is_a_span_with_a_child_per_checkpoint_carrying_the_history_figures(
+    make_module: ModuleFactory, exporter: InMemorySpanExporter
+) -> None:
+    module = make_module()
+    thread = await module.store.create_thread(actor_id="a", agent="helper")
+    results = await turns(
+        module,
+        thread.id,
+        ["/read_page https://example.com", *(f"question {i}" for i in range(5))],
+    )
+    for result in results:
+        report = result.report
+        root, children = spans_of(exporter, result.run_id)
+        a = attrs(root)
+        assert root.name == "invoke_agent helper"
+        assert a["gen_ai.operation.name"] == "invoke_agent"
+        assert a["gen_ai.agent.name"] == "helper"
+        assert a["gen_ai.conversation.id"] == thread.id
+        assert a[NS + "status"] == "completed"
+        assert a[NS + "read.rows"] == report.rows_read
+        assert a[NS + "read.bytes"] == report.bytes_read
+        assert a[NS + "read.bound_messages"] == report.read_bound
+        by_purpose: dict[str, list[int]] = {}
+        for call in report.model_calls:
+            totals = by_purpose.setdefault(call.purpose, [0, 0])
+            totals[0] += call.prompt_tokens
+            totals[1] += call.completion_tokens
+        for purpose, (prompt, completion) in by_purpose.items():
+            assert a[f"{NS}tokens.{purpose}.input"] == prompt
+            assert a[f"{NS}tokens.{purpose}.output"] == completion
+        if report.summary is not None:
+            assert a[NS + "summary.made"] == report.summary.made
+            assert a[NS + "summary.covers_through_seq"] == report.summary.covers_through_seq
+        else:
+            assert NS + "summary.made" not in a
+
+        # one child per journaled checkpoint, named by it (model and tool calls by GenAI's rule)
+        assert sorted(attrs(c)[NS + "checkpoint"] for c in children) == sorted(
+            n for n in report.journal_bytes if not n.startswith("patch:")
+        )
+        load = next(c for c in children if c.name == "load:thread")
+        la = attrs(load)
+        assert la[NS + "read.rows"] == report.rows_read
+        assert la[NS + "read.bytes"] == report.bytes_read
+        assert la[NS + "history.kept"] + la.get(NS + "history.dropped", 0) == report.rows_read
+        assert la[NS + "replayed"] is False
+        assert load.end_time is not None and load.start_time is not None
+        assert load.end_time <= root.end_time  # type: ignore[operator]
+        chats = [c for c in children if attrs(c).get(NS + "purpose") == "chat"]
+        assert [c.name for c in chats] == ["chat echo"] * len(chats)
+        assert [attrs(c)["gen_ai.usage.input_tokens"] for c in chats] == [
+            c.prompt_tokens for c in report.model_calls if c.purpose == "chat"
+        ]
+        for chat in chats:
+            ca = attrs(chat)
+            assert ca["gen_ai.operation.name"] == "chat"
+            assert ca["gen_ai.request.model"] == "echo"
+            assert ca["gen_ai.provider.name"] == "echo"
+            assert ca["gen_ai.usage.output_tokens"] >= 0
+
+    first = spans_of(exporter, results[0].run_id)[1]
+    (tool,) = [c for c in first if attrs(c).get("gen_ai.operation.name") == "execute_tool"]
+    assert tool.name == "execute_tool read_page"
+    assert attrs(tool)["gen_ai.tool.name"] == "read_page"
+
+    folded = [r for r in results if r.report.summary is not None and r.report.summary.made]
+    assert folded, "the window folded at least once"
+    report = folded[0].report
+    assert report.summary is not None
+    summarize = [
+        c for c in spans_of(exporter, folded[0].run_id)[1] if c.name.startswith("history:summarize")
+    ]
+    assert len(summarize) == report.summary.folds
+    sa = attrs(summarize[-1])
+    assert sa[NS + "purpose"] == "history_summary"
+    assert sa[NS + "summary.covers_through_seq"] == report.summary.covers_through_seq
+    assert sa["gen_ai.usage.input_tokens"] == next(
+        c.prompt_tokens for c in report.model_calls if c.purpose == "history_summary"
+    )
+
+
+async def test_a_failed_run_is_an_error_span_and_its_resume_replays_under_a_new_one(
+    make_module: ModuleFactory, exporter: InMemorySpanExporter
+) -> None:
+    provider = ScriptedProvider([ProviderTimeout("slow"), reply("at last")])
+    module = make_module(model=provider, history={"max_messages": 10})
+    thread = await module.store.create_thread(actor_id="a", agent="helper")
+    with pytest.raises(RunFailed) as failed:
+        await turns(module, thread.id, ["hello"])
+    run_id = failed.value.run_id
+    root, children = spans_of(exporter, run_id)
+    assert root.status.status_code is StatusCode.ERROR
+    assert attrs(root)["error.type"] == "provider_timeout"
+    (model,) = [c for c in children if c.name.startswith("model:")]  # never named: it failed
+    assert model.status.status_code is StatusCode.ERROR
+    assert any(e.name == "exception" for e in model.events)
+
+    exporter.clear()
+    await module.loop.resume(run_id)
+    root, children = spans_of(exporter, run_id)
+    assert attrs(root)[NS + "resumed"] is True
+    assert attrs(root)[NS + "status"] == "completed"
+    replayed = {attrs(c)[NS + "checkpoint"]: attrs(c)[NS + "replayed"] for c in children}
+    assert replayed["load:thread"] is True and replayed["persist:user"] is True
+    assert replayed["model:1"] is False and replayed["persist:assistant"] is False
+
+
+async def test_no_span_is_made_with_tracing_off(
+    make_module: ModuleFactory, exporter: InMemorySpanExporter
+) -> None:
+    module = make_module(tracing=False)
+    thread = await module.store.create_thread(actor_id="a", agent="helper")
+    await turns(module, thread.id, ["hi"])
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_the_wrappers_hand_everything_but_steps_to_the_journal(
+    make_module: ModuleFactory,
+) -> None:
+    module = make_module()
+    thread = await module.store.create_thread(actor_id="a", agent="helper")
+    (result,) = await turns(module, thread.id, ["hi"])
+    runtime = module.loop.runtime
+    # the journal's own extras reach through the observed runtime (what the inspector reads)
+    names = [name for name, _ in await runtime.steps(result.run_id)]  # type: ignore[attr-defined]
+    assert names[0] == "persist:user" and names[-1] == "persist:assistant"
+    (trace,) = await runtime.thread_runs(thread.id, limit=5)  # type: ignore[attr-defined]
+    assert trace.run_id == result.run_id and trace.steps == names
+    _request, ctx = await runtime.reopen(result.run_id)  # a finished run: it only replays
+    assert ctx.replaying is True  # type: ignore[attr-defined]
