@@ -484,8 +484,12 @@ class SummarizingRunsWindow:
         )
 
     def history_tokens(self, messages: Sequence[Message], ctx: HistoryPolicyContext) -> int:
-        """What the threshold is compared with: the summary so far (as the prompt words it)
-        plus every message it does not cover."""
+        """What the threshold is compared with. As HasteKit does, the provider's own count when
+        the thread's last call reported one (`ctx.reported_tokens`: everything that call saw
+        and wrote) plus the new message; else the estimate: the summary so far (as the prompt
+        words it) plus every message it does not cover."""
+        if ctx.reported_tokens is not None and messages:
+            return ctx.reported_tokens + self.estimate(messages[-1])
         total = sum(self.estimate(m) for m in messages)
         if ctx.summary is not None:
             total += self.estimate(

@@ -369,8 +369,8 @@ class AgentLoop:
         """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
         try:
             async with self.runtime.keep_alive(request.run_id):
-                answer, last_prompt = await self._run(request, ctx, definition, on_event, report)
-                message = await self._store_answer(request, ctx, answer, report, fresh, last_prompt)
+                answer, digest = await self._run(request, ctx, definition, on_event, report)
+                message = await self._store_answer(request, ctx, answer, report, fresh, digest)
         except Exception as exc:
             failure = RunFailed(request.run_id, exc)
             report.status = "failed"
@@ -393,7 +393,7 @@ class AgentLoop:
         answer: Message,
         report: RunReport,
         fresh: bool,
-        last_prompt: str | None = None,
+        digest: _Digest | None = None,
     ) -> Message:
         """Store the answer and end the run, in one transaction when the writers share one:
         a run is then never `running` beside its stored answer, and a commit that fails stores
@@ -401,7 +401,7 @@ class AgentLoop:
         client paid for it) and the runtime records the end when it can: it retries, and a
         `SqlJournal` records it before refusing the next turn on the thread."""
         report.status = "completed"
-        persist = functools.partial(self._persist, ctx, request.thread_id, answer, last_prompt)
+        persist = functools.partial(self._persist, ctx, request.thread_id, answer, digest)
         ended = False
         try:
             async with ctx.unit_of_work():
@@ -438,8 +438,8 @@ class AgentLoop:
         definition: AgentDefinition,
         on_event: EventSink | None,
         report: RunReport,
-    ) -> tuple[Message, str | None]:
-        """The answer, not yet stored, and the digest of the prompt that produced it."""
+    ) -> tuple[Message, _Digest]:
+        """The answer, not yet stored, and what it leaves of its prompt (see `_Digest`)."""
         hctx = HistoryPolicyContext(
             thread_id=request.thread_id,
             agent=request.agent,
@@ -569,8 +569,6 @@ class AgentLoop:
         )
         selection = policy.select(page.messages, _page_context(hctx, page))
         recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
-        if page.last_prompt is not None:
-            recorded["last_prompt"] = page.last_prompt
         if page.last_prompt is not None:
             recorded["last_prompt"] = page.last_prompt
         if summarizer is not None:
@@ -833,7 +831,7 @@ class AgentLoop:
         window: _Window | None = None,
         hctx: HistoryPolicyContext | None = None,
         last_prompt: str | None = None,
-    ) -> tuple[Message, str | None]:
+    ) -> tuple[Message, _Digest]:
         """The model steps and tool calls, up to the answer (stored by the caller, with the
         run's end). Each model step commits in one unit with its ledger row and with the tool
         calls that fed it: one transaction per step, none held while the model or a tool runs.
@@ -844,6 +842,7 @@ class AgentLoop:
         payload for the next, and the last one is returned, to be stored with the answer.
         """
         specs = [binding.spec for binding in definition.tools.values()]
+        reported: int | None = None
         calls: list[ToolCall] = []
         results: list[ToolResult] = []
         content = ""
@@ -876,7 +875,8 @@ class AgentLoop:
             step, pending = n, []
             response = ModelResponse.model_validate(recorded["response"])
             last_prompt = recorded.get("prompt_digest")
-            last_prompt = recorded.get("prompt_digest")
+            usage = response.usage
+            reported = None if usage.estimated else usage.prompt_tokens + usage.completion_tokens
             report.model_calls.append(
                 ModelCallReport(
                     purpose="chat",
@@ -909,7 +909,7 @@ class AgentLoop:
             tool_results=results,
             run_id=request.run_id,
         )
-        return answer, last_prompt
+        return answer, _Digest(last_prompt, reported)
 
     async def _tools(
         self,
@@ -953,7 +953,7 @@ class AgentLoop:
         ctx: DurableContext,
         thread_id: str,
         message: Message,
-        last_prompt: str | None = None,
+        digest: _Digest | None = None,
     ) -> JsonValue:
         """Idempotent: a replay after a crash between the write and its journal entry finds the
         message already stored (one per run and role) and does not store it twice. (In a shared
@@ -963,8 +963,10 @@ class AgentLoop:
         store = self.store
         tx = await self._tx(ctx)
         try:
-            if last_prompt is not None and supports_prompt_digests(store):
-                stored = await store.append_answer(thread_id, [message], last_prompt, tx=tx)
+            if digest is not None and digest.prompt is not None and supports_prompt_digests(store):
+                stored = await store.append_answer(
+                    thread_id, [message], digest.prompt, tx=tx, reported_tokens=digest.reported
+                )
             elif tx is not None and supports_transactions(store):
                 stored = await store.append_messages(thread_id, [message], tx=tx)
             else:
@@ -1006,13 +1008,15 @@ class AgentLoop:
         summary = None
         if after_summary and supports_summaries(self.store):
             summary = await self.store.latest_summary(thread_id)
-        last_prompt = None
+        last_prompt = reported = None
         if supports_prompt_digests(self.store):
             last_prompt = await self.store.last_prompt(thread_id)
+            reported = await self.store.reported_tokens(thread_id)
         _count_read(report, thread.messages)  # no bound reached the store: all of it was read
         if summary is not None:
             report.read_after_seq = summary.covers_through_seq
-        return bounded_page(thread, query, summary, last_prompt)
+        page = bounded_page(thread, query, summary, last_prompt)
+        return page.model_copy(update={"reported_tokens": reported})
 
     async def _model_step(
         self,
@@ -1183,6 +1187,16 @@ class AgentLoop:
         report.ledger = [_ledger_row(e) for e in entries]
 
 
+@dataclass(frozen=True)
+class _Digest:
+    """What a run's answer leaves for the next turn, stored with it: the digest of its last
+    chat prompt (prefix reuse) and that call's usage as the provider counted it (None when it
+    was an estimate), which a token threshold prefers to its own estimate."""
+
+    prompt: str | None
+    reported: int | None
+
+
 @dataclass
 class _Window:
     """A run's history as sent, kept for a mid-run fold: the summary, the kept messages (with
@@ -1213,6 +1227,7 @@ def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPo
             "summary": page.summary,
             "skipped": page.skipped,
             "tokens_before": page.tokens_before,
+            "reported_tokens": page.reported_tokens,
         }
     )
 

@@ -201,6 +201,10 @@ class ThreadTurnPage(_Frozen):
     older than the page's first one; 0 for an empty page. With `skipped` it says where the page
     sits in the thread, so a hysteresis window cuts where it would over the whole thread."""
     last_prompt: str | None = None
+    reported_tokens: int | None = None
+    """What the provider reported for the thread's last chat call (prompt plus completion):
+    the history as the model counted it, before this turn's message. None when that call's
+    usage was an estimate, or no store keeps it."""
     """The digest of the thread's last chat prompt (`app.core.prefix`), when the store keeps
     one: what the first model call of this turn is compared with."""
 
@@ -231,9 +235,16 @@ class PromptDigestStore(Protocol):
         last_prompt: str,
         *,
         tx: Transaction | None = None,
+        reported_tokens: int | None = None,
     ) -> list[Message]:
-        """`append_messages`, and the thread's last prompt is now `last_prompt`; with `tx`
-        (a `TransactionalStore`'s), inside that transaction."""
+        """`append_messages`, and the thread's last prompt is now `last_prompt` (and the
+        provider's count of it, `reported_tokens`, when it gave one); with `tx` (a
+        `TransactionalStore`'s), inside that transaction."""
+        ...
+
+    async def reported_tokens(self, thread_id: str) -> int | None:
+        """The `reported_tokens` `append_answer` stored last, for a read that did not return
+        it."""
         ...
 
     async def last_prompt(self, thread_id: str) -> str | None:
@@ -378,6 +389,9 @@ class HistoryPolicyContext(_Frozen):
     tokens_before: int = 0
     """Estimated tokens (`estimate_message_tokens`) of every message of the thread older than
     the first one `select` is given: where they start in the thread's running token count."""
+    reported_tokens: int | None = None
+    """The provider's own count of the thread's last chat call (prompt plus completion), when
+    it reported one: the history as the model saw it before this turn's message."""
 
 
 Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]

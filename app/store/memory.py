@@ -23,6 +23,7 @@ class MemoryStore:
         self._threads: dict[str, Thread] = {}
         self._summaries: dict[str, dict[int, ThreadSummary]] = {}
         self._last_prompts: dict[str, str] = {}
+        self._reported: dict[str, int | None] = {}
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -69,10 +70,15 @@ class MemoryStore:
         last_prompt: str,
         *,
         tx: object | None = None,
+        reported_tokens: int | None = None,
     ) -> list[Message]:
         stored = await self.append_messages(thread_id, messages)
         self._last_prompts[thread_id] = last_prompt
+        self._reported[thread_id] = reported_tokens
         return stored
+
+    async def reported_tokens(self, thread_id: str) -> int | None:
+        return self._reported.get(thread_id)
 
     async def last_prompt(self, thread_id: str) -> str | None:
         return self._last_prompts.get(thread_id)

@@ -53,6 +53,10 @@ threads = sa.Table(
     # A digest of the last chat prompt sent in the thread (a few bytes per message, see
     # `app.core.prefix`), written with the run's answer in the same UPDATE and returned by the
     # next turn's read: how much of it the next prompt repeats is what a prompt cache can reuse.
+    sa.Column("last_reported_tokens", sa.BigInteger, nullable=True),
+    # The provider's count (prompt + completion) of the thread's last chat call, written with
+    # `last_prompt`; NULL when that call's usage was an estimate. A token threshold prefers it
+    # to the estimate, as HasteKit does.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),

@@ -178,6 +178,10 @@ def _turn_read(
             (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.last_prompt),
             else_=sa.null(),
         ).label("last_prompt"),
+        sa.case(
+            (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.last_reported_tokens),
+            else_=sa.null(),
+        ).label("last_reported_tokens"),
     ]
     return (
         sa.select(*columns)
@@ -259,14 +263,19 @@ _BUMP_SEQ_ONCE = (
 )
 """`_BUMP_SEQ` for one message of a run, guarded by the (thread_id, run_id, role) unique index:
 no row comes back when that message is already stored."""
-_BUMP_SEQ_AND_PROMPT = _BUMP_SEQ.values(last_prompt=sa.bindparam("last_prompt", type_=sa.Text))
+_LAST_PROMPT_VALUES = {
+    "last_prompt": sa.bindparam("last_prompt", type_=sa.Text),
+    "last_reported_tokens": sa.bindparam("reported", type_=sa.BigInteger),
+}
+_BUMP_SEQ_AND_PROMPT = _BUMP_SEQ.values(**_LAST_PROMPT_VALUES)
 """The same bump, also remembering the thread's last prompt digest: an answer's append."""
 _LAST_PROMPT = sa.select(threads.c.last_prompt).where(threads.c.id == _TID)
+_REPORTED = sa.select(threads.c.last_reported_tokens).where(threads.c.id == _TID)
 _BUMPS = {
     (False, False): _BUMP_SEQ,
     (True, False): _BUMP_SEQ_ONCE,
     (False, True): _BUMP_SEQ_AND_PROMPT,
-    (True, True): _BUMP_SEQ_ONCE.values(last_prompt=sa.bindparam("last_prompt", type_=sa.Text)),
+    (True, True): _BUMP_SEQ_ONCE.values(**_LAST_PROMPT_VALUES),
 }
 """The seq bump by (one run message, with the last prompt digest)."""
 _INSERT_MESSAGES = messages.insert()
@@ -363,10 +372,16 @@ class SqlAgentStore:
         last_prompt: str,
         *,
         tx: Transaction | None = None,
+        reported_tokens: int | None = None,
     ) -> list[Message]:
-        """`append_messages`, remembering `last_prompt` in the same UPDATE of the thread row
-        (`PromptDigestStore`): no statement of its own."""
-        return await self._append_checked(thread_id, messages_, last_prompt, tx)
+        """`append_messages`, remembering `last_prompt` and `reported_tokens` in the same UPDATE
+        of the thread row (`PromptDigestStore`): no statement of its own."""
+        return await self._append_checked(thread_id, messages_, (last_prompt, reported_tokens), tx)
+
+    async def reported_tokens(self, thread_id: str) -> int | None:
+        async with wrap_db_errors("reported_tokens"), self._reader.connect() as conn:
+            value = (await conn.execute(_REPORTED, {"tid": thread_id})).scalar()
+        return None if value is None else int(value)
 
     async def last_prompt(self, thread_id: str) -> str | None:
         async with wrap_db_errors("last_prompt"), self._reader.connect() as conn:
@@ -377,7 +392,7 @@ class SqlAgentStore:
         self,
         thread_id: str,
         messages_: Sequence[Message],
-        last_prompt: str | None,
+        last_prompt: tuple[str, int | None] | None,
         tx: Transaction | None,
     ) -> list[Message]:
         if not messages_:
@@ -398,9 +413,10 @@ class SqlAgentStore:
         self,
         thread_id: str,
         messages_: Sequence[Message],
-        last_prompt: str | None,
+        last_prompt: tuple[str, int | None] | None,
         tx: Transaction | None,
     ) -> list[Message]:
+        """`last_prompt`: the answer's prompt digest and the provider's count, or None."""
         n = len(messages_)
         added = sum(estimate_message_tokens(m) for m in messages_)
         params: dict[str, Any] = {"tid": thread_id, "n": n, "tokens": added}
@@ -408,7 +424,7 @@ class SqlAgentStore:
         if only is not None:
             params.update(rid=only.run_id, role=only.role)
         if last_prompt is not None:
-            params["last_prompt"] = last_prompt
+            params["last_prompt"], params["reported"] = last_prompt
         bump = _BUMPS[(only is not None, last_prompt is not None)]
         async with writing(self._engine, tx, "append_messages") as conn:
             bumped = (await conn.execute(bump, params)).one_or_none()
@@ -454,6 +470,7 @@ class SqlAgentStore:
             skipped=max(0, next_seq - boundary - 1),
             tokens_before=int(first["page_tokens_before"] or 0),
             last_prompt=rows[-1]._mapping["last_prompt"],
+            reported_tokens=rows[-1]._mapping["last_reported_tokens"],
         )
 
     # --- SummaryStore ----------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 `ledger.cached_tokens` is the part of a call's prompt tokens the provider served from its cache
 (0 for rows written before, when no provider figure was kept). `threads.last_prompt` is the
-digest of the thread's last chat prompt, written with each answer; NULL until the next one.
+digest of the thread's last chat prompt, written with each answer; NULL until the next one;
+`threads.last_reported_tokens` the provider's count of that call (NULL when estimated).
 
 Revision ID: 0006
 Revises: 0005
@@ -27,10 +28,12 @@ def upgrade() -> None:
         )
     with op.batch_alter_table("threads") as batch_op:
         batch_op.add_column(sa.Column("last_prompt", sa.Text(), nullable=True))
+        batch_op.add_column(sa.Column("last_reported_tokens", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("threads") as batch_op:
+        batch_op.drop_column("last_reported_tokens")
         batch_op.drop_column("last_prompt")
     with op.batch_alter_table("ledger") as batch_op:
         batch_op.drop_column("cached_tokens")

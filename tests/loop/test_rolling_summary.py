@@ -458,3 +458,24 @@ async def test_a_run_whose_tool_results_reach_the_threshold_folds_before_its_nex
     await env.loop(again, policy, tools={"look": FunctionTool("look", look)}).resume(run_id)
     assert again.calls[0].model_dump_json() == model.calls[1].model_dump_json()
     assert len(summarizer.folds) == 1
+
+
+async def test_the_threshold_prefers_the_providers_count_of_the_last_call(env: LoopEnv) -> None:
+    """HasteKit counts with the provider's reported totals when there are any: a provider that
+    says the last call cost 5,000 tokens pushes the history past a 1,000-token threshold that
+    the estimate (a few short messages) never reaches; an estimated count does not."""
+    summarizer = RecordingSummarizer()
+    policy = summarizing_runs_window(summarizer, token_threshold=1000, keep_recent_runs=1)
+    tid = await env.thread()
+    heavy = ScriptedProvider([reply("a", prompt_tokens=4000, completion_tokens=1000), reply("b")])
+    loop = env.loop(heavy, policy)
+    await _turns(env, loop, tid, 1)
+    assert summarizer.folds == []  # nothing reported yet: the estimate is far below
+    await _turns(env, loop, tid, 1)
+    assert [f.seqs for f in summarizer.folds] == [[1, 2]], "the reported 5,000 reached it"
+
+    quiet = RecordingSummarizer()
+    tid2 = await env.thread()
+    echo = env.loop(EchoModel(), summarizing_runs_window(quiet, token_threshold=1000))
+    await _turns(env, echo, tid2, 3)
+    assert quiet.folds == [], "an estimated count is not a report: the estimate decides"
