@@ -30,8 +30,12 @@ WORDS = (
     "budget invoice shipment customer ticket refund order warehouse delay contract clause "
     "deadline supplier quote region forecast margin audit policy renewal discount"
 ).split()
-CHECKPOINTS = (50, 100, 150, 200)
-"""Turns at which the running total of summarizer input is reported."""
+
+
+def checkpoints(turns: int) -> list[int]:
+    """Turns at which the running total of summarizer input is reported: each quarter of the
+    conversation (50, 100, 150, 200 for 200 turns)."""
+    return sorted({max(1, turns * k // 4) for k in (1, 2, 3, 4)})
 
 
 def script(turns: int, seed: int = 200) -> list[str]:
@@ -126,17 +130,18 @@ def summarize_conversation(
 ) -> dict[str, Any]:
     """Per-fold maximum and mean, running totals at the checkpoints, and how the totals and the
     per-fold input grow (ratios near 2 and 1 mean linear in turns and flat per fold)."""
+    n = len(per_turn)
+    marks = checkpoints(n)
     totals: dict[str, dict[str, int]] = {}
     running_in = running_prompt = 0
     for t in per_turn:
         running_in += t["input_tokens"]
         running_prompt += t["prompt_tokens"]
-        if t["turn"] in CHECKPOINTS or t["turn"] == len(per_turn):
+        if t["turn"] in marks:
             totals[str(t["turn"])] = {"input_tokens": running_in, "prompt_tokens": running_prompt}
     inputs = [f["input_tokens"] for f in folds]
     prompts = [f["prompt_tokens"] for f in folds]
     half = len(folds) // 2
-    n = len(per_turn)
 
     def total_ratio(a: int, b: int, key: str) -> float | None:
         if str(a) not in totals or str(b) not in totals or not totals[str(b)][key]:
@@ -161,9 +166,10 @@ def summarize_conversation(
         "prompt_tokens_mean": statistics.fmean(prompts) if prompts else 0.0,
         "summary_tokens_max": max((f["summary_tokens"] for f in folds), default=0),
         "totals": totals,
-        "total_ratio_200_100": total_ratio(200, 100, "input_tokens"),
-        "total_ratio_100_50": total_ratio(100, 50, "input_tokens"),
-        "prompt_ratio_200_100": total_ratio(200, 100, "prompt_tokens"),
+        # With 200 turns: total(200)/total(100) and total(100)/total(50).
+        "growth_full_half": total_ratio(n, n // 2, "input_tokens"),
+        "growth_half_quarter": total_ratio(n // 2, n // 4, "input_tokens"),
+        "prompt_growth_full_half": total_ratio(n, n // 2, "prompt_tokens"),
         "per_fold": folds,
         "per_turn": per_turn,
     }
