@@ -11,11 +11,12 @@ steady-state figures.
 
 from __future__ import annotations
 
+import asyncio
 import gc
-import resource
+import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,9 +143,38 @@ def steady_state(turns: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _max_rss_mb() -> float:
-    """Peak resident set size of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _rss_mb() -> float:
+    """Current resident set size of this process (Linux: /proc/self/statm; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except OSError:
+        return 0.0
+
+
+async def _rss_growth(
+    turn: Callable[[], Awaitable[dict[str, Any]]],
+) -> tuple[dict[str, Any], float]:
+    """Run `turn()` while sampling RSS every 20 ms: its result and how far RSS rose above where
+    it started. The process's lifetime peak (`ru_maxrss`) would hide it: earlier phases read
+    whole threads."""
+    start = _rss_mb()
+    peak = start
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _rss_mb())
+            await asyncio.sleep(0.02)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        result = await turn()
+    finally:
+        done.set()
+        await sampler
+    return result, max(peak, _rss_mb()) - start
 
 
 async def policy_turns(
@@ -172,14 +202,14 @@ async def policy_turns(
     }
     first: dict[tuple[str, int], dict[str, Any]] = {}
     for key, s in series.items():
-        rss = _max_rss_mb()
-        one = await s.turn()
+        gc.collect()
+        one, growth = await _rss_growth(s.turn)
         calls = one.pop("prompt_tokens")
         first[key] = {
             **one,
             "prompt_tokens_total": sum(calls),
             "prompt_tokens_max_call": max(calls, default=0),
-            "max_rss_growth_mb": _max_rss_mb() - rss,
+            "rss_growth_mb": growth,
         }
         if first[key]["folds"]:
             log(

@@ -610,7 +610,7 @@ def first_turn_table(results: dict[str, Any]) -> str:
         "max/call",
         "backlog rows",
         "backlog read",
-        "peak RSS +MB",
+        "RSS +MB",
         "then covers",
     ]
     rows = []
@@ -628,7 +628,7 @@ def first_turn_table(results: dict[str, Any]) -> str:
                     f"{f['prompt_tokens_max_call']:,}",
                     f"{f['backlog_rows']:,}",
                     _bytes(f["backlog_bytes"]),
-                    f"{f['max_rss_growth_mb']:,.0f}",
+                    f"{f['rss_growth_mb']:,.0f}",
                     f"{f['covers_through_seq']:,}",
                 ]
             )
