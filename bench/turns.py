@@ -70,23 +70,21 @@ def window_spec(window: int | None) -> History | None:
     return {"max_messages": window} if window is not None else None
 
 
-def bench_agent(history: History | None, page: str = PAGE) -> type:
-    """The benchmark's agent: one tool returning `page` (`TOOL_BYTES` characters by default),
-    with `history` as given (None: no history setting, the whole thread is read)."""
+def bench_agent(history: History | None) -> type:
+    """The benchmark's agent: one tool returning `TOOL_BYTES` characters, with `history` as
+    given (None: no history setting, the whole thread is read)."""
 
     @agent(name=AGENT, system_prompt="You answer from the pages you read.", history=history)
     class BenchAgent:
         @tool
         async def read_page(self, url: str) -> str:
             """Read a web page."""
-            return page
+            return PAGE
 
     return BenchAgent
 
 
-def bench_module(
-    store: SqlAgentStore, history: History | None, model: TimedModel, page: str = PAGE
-) -> AgentModule:
+def bench_module(store: SqlAgentStore, history: History | None, model: TimedModel) -> AgentModule:
     settings = Settings(
         migrate_on_start=False,
         history_max_messages=None,
@@ -95,7 +93,7 @@ def bench_module(
         api_keys=None,
     )
     return AgentModule.for_root(
-        model=model, store=store, agents=[bench_agent(history, page)], settings=settings
+        model=model, store=store, agents=[bench_agent(history)], settings=settings
     )
 
 
