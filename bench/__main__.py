@@ -28,7 +28,7 @@ def _backends(text: str) -> tuple[str, ...]:
 def parse_args(argv: list[str]) -> tuple[Config, Path, Path]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: under a minute"
+        "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: 1-3 minutes"
     )
     parser.add_argument("--backends", type=_backends, help="comma-separated: sqlite,postgres")
     parser.add_argument("--lengths", type=_ints, help="thread lengths, e.g. 100,1000,10000")
