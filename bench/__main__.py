@@ -29,11 +29,15 @@ def _backends(text: str) -> tuple[str, ...]:
 def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: under a minute"
+        "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: 1-3 minutes"
     )
     parser.add_argument("--backends", type=_backends, help="comma-separated: sqlite,postgres")
     parser.add_argument("--lengths", type=_ints, help="thread lengths, e.g. 100,1000,10000")
     parser.add_argument("--reps", type=int, help="reps per turn figure (reads take 4x as many)")
+    parser.add_argument(
+        "--policy-reps", type=int, help="measured turns per agent and length (POLICIES)"
+    )
+    parser.add_argument("--turns", type=int, help="turns of the scripted conversation (200)")
     parser.add_argument("--postgres-url", help="admin URL; a bench database is created beside it")
     parser.add_argument(
         "--cache", action="store_true", help="only the prompt-cache conversation (bench/cache.py)"
@@ -48,6 +52,10 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
         config.lengths = tuple(sorted(args.lengths))
     if args.reps:
         config.reps = args.reps
+    if args.policy_reps:
+        config.policy_reps = args.policy_reps
+    if args.turns:
+        config.conversation_turns = args.turns
     if args.postgres_url:
         config.postgres_url = args.postgres_url
     return config, args.json, args.chart, args.cache

@@ -372,7 +372,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 kind="ms",
             )
         )
-    return out
+    return out + policy_targets(results)
 
 
 def targets_table(items: list[dict[str, Any]]) -> str:
@@ -382,6 +382,8 @@ def targets_table(items: list[dict[str, Any]]) -> str:
             value = "-"
         elif t["kind"] == "ms":
             value = f"{t['value']:.1f} ms"
+        elif t["kind"] == "n":
+            value = f"{t['value']:,}"
         else:
             value = _x(t["value"])
         rows.append([t["status"], t["backend"], t["target"], value, t["detail"]])
@@ -412,6 +414,17 @@ def render(results: dict[str, Any]) -> str:
             "TURNS: WHAT THEY READ AND JOURNAL (last measured turn)\n" + bytes_table(results),
             "WHERE THE BOUNDED READ'S TIME GOES (medians, microseconds)\n"
             + breakdown_table(results),
+            f"POLICIES: EVERY HISTORY POLICY PER TURN (means over n turns after the first turn "
+            f"and {c['turn_warmup']} warm-up turns; max_tokens {c.get('token_budget', 0):,})\n"
+            + policies_table(results),
+            "SUMMARIZING AGENT'S FIRST TURN ON A SEEDED THREAD (one-off backlog fold)\n"
+            + first_turn_table(results),
+            "TURN READ PLANS (PostgreSQL: EXPLAIN ANALYZE BUFFERS; SQLite: EXPLAIN QUERY PLAN)\n"
+            + plans_table(results),
+            "SCRIPTED CONVERSATION (window 10 + summarize, EchoModel): summarizer input tokens "
+            "per fold (the loop's estimate: summary so far + new messages; bound = "
+            "fold_max_tokens), running totals, and how the totals grow\n"
+            + conversation_table(results),
             "TARGETS\n" + targets_table(results["targets"]),
         ]
     )
@@ -423,13 +436,15 @@ def write_json(results: dict[str, Any], path: Path) -> None:
 
 
 def write_chart(results: dict[str, Any], path: Path) -> None:
-    """Per-turn time vs thread length (log-log), window vs none, both backends; and the reads."""
+    """Per-turn time vs thread length (log-log), window vs none, both backends; the reads; each
+    history policy's per-turn time; the scripted conversation's running summarizer input."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (turns_ax, reads_ax) = plt.subplots(1, 2, figsize=(13, 5))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 10))
+    turns_ax, reads_ax, policy_ax, conversation_ax = axes.flat
     styles = {"sqlite": "tab:blue", "postgres": "tab:orange"}
     for name, b in results["backends"].items():
         lengths = _lengths(b)
@@ -470,7 +485,36 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
             color=color,
             label=f"{name}: full read (get_thread)",
         )
-    for ax, title in ((turns_ax, "Per-turn time (median)"), (reads_ax, "Thread read (median)")):
+    markers = {"window": "o-", "summarize": "^-", "tokens": "s:"}
+    for name, b in results["backends"].items():
+        color = styles.get(name, "tab:gray")
+        for agent, by_length in b.get("policies", {}).items():
+            lengths = _policy_lengths(b, agent)
+            policy_ax.plot(
+                lengths,
+                [by_length[str(n)]["mean_ms"] for n in lengths],
+                markers.get(agent, "x-"),
+                color=color,
+                label=f"{name}: {AGENT_LABELS.get(agent, agent)}",
+            )
+        c = b.get("conversation")
+        if c:
+            running, xs, ys = 0, [], []
+            for t in c["per_turn"]:
+                running += t["input_tokens"]
+                xs.append(t["turn"])
+                ys.append(running)
+            conversation_ax.plot(xs, ys, "-", color=color, label=f"{name}: summarizer input")
+    conversation_ax.set_xlabel("turn")
+    conversation_ax.set_ylabel("summarizer input tokens, running total")
+    conversation_ax.set_title("Scripted conversation, window 10 + summarize (linear = O(turns))")
+    conversation_ax.grid(True, alpha=0.3)
+    conversation_ax.legend(fontsize=8)
+    for ax, title in (
+        (turns_ax, "Per-turn time (median)"),
+        (reads_ax, "Thread read (median)"),
+        (policy_ax, "Per-turn time by history policy (mean)"),
+    ):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("messages in thread")
@@ -484,3 +528,333 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+# --- every history policy -------------------------------------------------------------------
+
+POLICY_FLAT_LIMIT = 1.3
+"""Issue 10: each agent's turn at the longest thread within 1.3x of the shortest."""
+CONVERSATION_GROWTH_LIMIT = 2.3
+"""total(all turns) / total(half the turns) of summarizer input (total(200)/total(100) in the
+full conversation): linear gives ~2, re-summarizing every dropped message each turn ~4."""
+PLAN_PAGES_FLOOR = 32
+"""Pages any turn read may touch without counting as growth: index descents and the heap pages
+of a 15-row page differ by a few pages from thread to thread (8 -> 11 is not O(thread)), so
+the plan target compares the longest thread's pages with max(shortest's, this)."""
+AGENT_LABELS = {
+    "window": "window 10",
+    "summarize": "window 10 + summarize",
+    "tokens": "max_tokens only",
+}
+
+
+def _policy_lengths(backend: dict[str, Any], agent: str) -> list[int]:
+    return sorted(int(k) for k in backend.get("policies", {}).get(agent, {}))
+
+
+def policies_table(results: dict[str, Any]) -> str:
+    header = [
+        "backend",
+        "agent",
+        "messages",
+        "rows",
+        "max",
+        "read",
+        "backlog rows",
+        "max",
+        "summ in tok/turn",
+        "folds",
+        "turn ms",
+        "median",
+        "n",
+        "ms x first",
+        "read x first",
+        "x window",
+    ]
+    rows = []
+    for name, backend in results["backends"].items():
+        policies = backend.get("policies", {})
+        for agent, by_length in policies.items():
+            lengths = _policy_lengths(backend, agent)
+            first = by_length[str(lengths[0])]
+            for length in lengths:
+                e = by_length[str(length)]
+                base = policies.get("window", {}).get(str(length))
+                rows.append(
+                    [
+                        name,
+                        AGENT_LABELS.get(agent, agent),
+                        f"{length:,}",
+                        f"{e['rows_mean']:.1f}",
+                        str(e["rows_max"]),
+                        _bytes(round(e["bytes_mean"])),
+                        f"{e['backlog_rows_mean']:.1f}",
+                        str(e["backlog_rows_max"]),
+                        f"{e['input_tokens_per_turn']:,.0f}",
+                        f"{e['folds']}/{e['n']}",
+                        _ms(e["mean_ms"]),
+                        _ms(e["time"]["median_ms"]),
+                        str(e["n"]),
+                        _x(ratio(e["mean_ms"], first["mean_ms"])),
+                        _x(ratio(e["bytes_mean"], first["bytes_mean"])),
+                        _x(ratio(e["mean_ms"], base["mean_ms"])) if base else "-",
+                    ]
+                )
+    return _table(header, rows, left=frozenset({1}))
+
+
+def first_turn_table(results: dict[str, Any]) -> str:
+    header = [
+        "backend",
+        "messages",
+        "fold calls",
+        "time s",
+        "ms/fold",
+        "summ in tok",
+        "max/call",
+        "backlog rows",
+        "backlog read",
+        "RSS +MB",
+        "then covers",
+    ]
+    rows = []
+    for name, backend in results["backends"].items():
+        for length in _policy_lengths(backend, "summarize"):
+            f = backend["policies"]["summarize"][str(length)]["first_turn"]
+            rows.append(
+                [
+                    name,
+                    f"{length:,}",
+                    f"{f['folds']:,}",
+                    f"{f['ms'] / 1e3:,.2f}",
+                    f"{f['ms'] / max(1, f['folds']):.2f}",
+                    f"{f['input_tokens']:,}",
+                    f"{f['prompt_tokens_max_call']:,}",
+                    f"{f['backlog_rows']:,}",
+                    _bytes(f["backlog_bytes"]),
+                    f"{f['rss_growth_mb']:,.0f}",
+                    f"{f['covers_through_seq']:,}",
+                ]
+            )
+    return _table(header, rows)
+
+
+def plans_table(results: dict[str, Any]) -> str:
+    header = ["backend", "agent", "messages", "plan", "pages", "rows removed", "seq scans"]
+    rows = []
+    for name, backend in results["backends"].items():
+        for agent, by_length in backend.get("plans", {}).items():
+            for length, plan in sorted(by_length.items(), key=lambda kv: int(kv[0])):
+                if "custom" not in plan:  # SQLite: EXPLAIN QUERY PLAN, no counts
+                    scans = [
+                        d for d in plan["plan"] if d.startswith(("SCAN messages", "SCAN page"))
+                    ]
+                    searches = sum(1 for d in plan["plan"] if d.startswith("SEARCH"))
+                    rows.append(
+                        [
+                            name,
+                            AGENT_LABELS.get(agent, agent),
+                            f"{int(length):,}",
+                            f"query plan: {searches} index searches (plan text in latest.json)",
+                            "-",
+                            "-",
+                            str(len(scans)),
+                        ]
+                    )
+                    continue
+                for mode in ("custom", "generic"):
+                    p = plan[mode]
+                    rows.append(
+                        [
+                            name,
+                            AGENT_LABELS.get(agent, agent),
+                            f"{int(length):,}",
+                            mode,
+                            str(p["buffers"]),
+                            f"{p['rows_removed']:,}",
+                            str(len(p["seq_scans"])),
+                        ]
+                    )
+    return _table(header, rows, left=frozenset({1, 3}))
+
+
+def conversation_table(results: dict[str, Any]) -> str:
+    header = [
+        "backend",
+        "turns",
+        "folds",
+        "in tok/fold max",
+        "mean",
+        "1st half",
+        "2nd half",
+        "bound",
+        "prompt tok max",
+        "summary tok max",
+        "totals at each quarter",
+        "all/half",
+        "half/quarter",
+        "rows max",
+        "backlog max",
+        "turn ms",
+    ]
+    rows = []
+    for name, backend in results["backends"].items():
+        c = backend.get("conversation")
+        if not c:
+            continue
+        totals = " / ".join(
+            f"{int(k)}: {v['input_tokens']:,}"
+            for k, v in sorted(c["totals"].items(), key=lambda kv: int(kv[0]))
+        )
+        rows.append(
+            [
+                name,
+                str(c["turns"]),
+                str(c["folds"]),
+                f"{c['input_tokens_max']:,}",
+                f"{c['input_tokens_mean']:,.0f}",
+                f"{c['input_tokens_mean_first_half']:,.0f}",
+                f"{c['input_tokens_mean_second_half']:,.0f}",
+                f"{c['fold_max_tokens']:,}",
+                f"{c['prompt_tokens_max']:,}",
+                f"{c['summary_tokens_max']:,}",
+                totals,
+                "-" if c["growth_full_half"] is None else _x(c["growth_full_half"]),
+                "-" if c["growth_half_quarter"] is None else _x(c["growth_half_quarter"]),
+                str(c["rows_max"]),
+                str(c["backlog_rows_max"]),
+                _ms(c["turn_ms_mean"]),
+            ]
+        )
+    return _table(header, rows)
+
+
+def policy_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    window = results["config"]["window"]
+    for name, b in results["backends"].items():
+        policies = b.get("policies", {})
+        for agent, by_length in policies.items():
+            lengths = _policy_lengths(b, agent)
+            lo, hi = by_length[str(lengths[0])], by_length[str(lengths[-1])]
+            spread = len(lengths) > 1
+            label = AGENT_LABELS.get(agent, agent)
+            out.append(
+                _target(
+                    f"turn ({label}) at {lengths[-1]:,} <= {POLICY_FLAT_LIMIT}x at {lengths[0]:,}",
+                    name,
+                    ratio(hi["mean_ms"], lo["mean_ms"]) if spread else None,
+                    POLICY_FLAT_LIMIT,
+                    f"mean of {hi['n']} turns: "
+                    + ", ".join(f"{n:,}: {_ms(by_length[str(n)]['mean_ms'])} ms" for n in lengths),
+                )
+            )
+            out.append(
+                _target(
+                    f"bytes read ({label}) at {lengths[-1]:,} <= {POLICY_FLAT_LIMIT}x at "
+                    f"{lengths[0]:,}",
+                    name,
+                    ratio(
+                        hi["bytes_mean"] + hi["backlog_bytes_mean"],
+                        lo["bytes_mean"] + lo["backlog_bytes_mean"],
+                    )
+                    if spread
+                    else None,
+                    POLICY_FLAT_LIMIT,
+                    "turn read + fold backlog reads, mean per turn: "
+                    + ", ".join(
+                        f"{n:,}: "
+                        + _bytes(
+                            round(
+                                by_length[str(n)]["bytes_mean"]
+                                + by_length[str(n)]["backlog_bytes_mean"]
+                            )
+                        )
+                        for n in lengths
+                    ),
+                )
+            )
+            if agent == "summarize":
+                bound = by_length[str(lengths[0])]["read_bound"] or 0
+                worst = max(by_length[str(n)]["rows_max"] for n in lengths)
+                out.append(
+                    _target(
+                        f"rows read ({label}) <= window + fold batch ({bound}) at every length",
+                        name,
+                        worst,
+                        bound,
+                        "max per turn: "
+                        + ", ".join(f"{n:,}: {by_length[str(n)]['rows_max']}" for n in lengths)
+                        + "; fold backlog reads, max per turn: "
+                        + ", ".join(
+                            f"{n:,}: {by_length[str(n)]['backlog_rows_max']}" for n in lengths
+                        ),
+                        kind="n",
+                    )
+                )
+                out.append(
+                    _target(
+                        f"summarizer input per turn ({label}) at {lengths[-1]:,} <= "
+                        f"{POLICY_FLAT_LIMIT}x at {lengths[0]:,}",
+                        name,
+                        ratio(hi["input_tokens_per_turn"], lo["input_tokens_per_turn"])
+                        if spread
+                        else None,
+                        POLICY_FLAT_LIMIT,
+                        ", ".join(
+                            f"{n:,}: {by_length[str(n)]['input_tokens_per_turn']:,.0f} tok"
+                            for n in lengths
+                        )
+                        + f" (window {window})",
+                    )
+                )
+        for agent, by_length in b.get("plans", {}).items():
+            ends = sorted(by_length, key=int)
+            if len(ends) < 2 or "generic" not in by_length[ends[0]]:
+                continue
+            for mode in ("custom", "generic"):
+                lo_p, hi_p = by_length[ends[0]][mode], by_length[ends[-1]][mode]
+                out.append(
+                    _target(
+                        f"turn read pages ({AGENT_LABELS.get(agent, agent)}, {mode} plan) at "
+                        f"{int(ends[-1]):,} <= {POLICY_FLAT_LIMIT}x at {int(ends[0]):,}",
+                        name,
+                        ratio(hi_p["buffers"] or 0, max(lo_p["buffers"] or 0, PLAN_PAGES_FLOOR)),
+                        POLICY_FLAT_LIMIT,
+                        f"EXPLAIN BUFFERS pages {lo_p['buffers']} -> {hi_p['buffers']} (against "
+                        f"at least {PLAN_PAGES_FLOOR}); rows "
+                        f"removed by filter {lo_p['rows_removed']:,} -> {hi_p['rows_removed']:,}"
+                        + (f"; {hi_p['seq_scans'][0]}" if hi_p["seq_scans"] else ""),
+                    )
+                )
+        c = b.get("conversation")
+        if c:
+            out.append(
+                _target(
+                    f"{c['turns']}-turn conversation: summarizer input per fold <= "
+                    f"{c['fold_max_tokens']:,} (fold_max_tokens)",
+                    name,
+                    c["input_tokens_max"],
+                    c["fold_max_tokens"],
+                    f"max {c['input_tokens_max']:,}, mean {c['input_tokens_mean']:,.0f} over "
+                    f"{c['folds']} folds; first half {c['input_tokens_mean_first_half']:,.0f}, "
+                    f"second half {c['input_tokens_mean_second_half']:,.0f}",
+                    kind="n",
+                )
+            )
+            out.append(
+                _target(
+                    f"{c['turns']}-turn conversation: total summarizer input is O(turns), "
+                    f"total({c['turns']})/total({c['turns'] // 2}) <= {CONVERSATION_GROWTH_LIMIT}",
+                    name,
+                    c["growth_full_half"],
+                    CONVERSATION_GROWTH_LIMIT,
+                    "totals "
+                    + ", ".join(
+                        f"{k}: {v['input_tokens']:,}"
+                        for k, v in sorted(c["totals"].items(), key=lambda kv: int(kv[0]))
+                    )
+                    + " (re-summarizing every dropped message each turn would give ~4x)",
+                )
+            )
+    return out

@@ -21,8 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from app.store.sql import SqlAgentStore
+from bench.conversation import scripted_conversation
 from bench.data import TOOL_BYTES, analyze, build_thread
 from bench.floor import open_floor
+from bench.plans import turn_plans
+from bench.policies import AGENTS, CountingStore, policy_turns
 from bench.reads import bounded_read_breakdown, bounded_reads, full_read
 from bench.trips import DriverClock, clock_aiosqlite, count_engine_asyncpg
 from bench.turns import nowindow_turns, window_turns
@@ -56,6 +59,15 @@ class Config:
     """From this thread length on, the full read and the no-window turn take `cap_reps` reps."""
     cap_reps: int = 3
     breakdown_reps: int = 200
+    policy_reps: int = 24
+    """Measured turns per agent and length in the POLICIES table: 24 turns span 8 folds of the
+    summarizing agent (it folds every third turn here), so the per-turn average holds both."""
+    token_budget: int = 10_000
+    """`max_tokens` of the token-only agent. Comparable to the 10-message window in this
+    benchmark's shape: an answer with its 8 KB tool result is ~2,100 tokens, a question ~10, so
+    10,000 tokens keep the newest 9 messages (the issue's 2,000 would keep the question alone)."""
+    conversation_turns: int = 200
+    """Turns of the scripted conversation (window 10 + summarize)."""
     postgres_url: str = field(
         default_factory=lambda: os.environ.get(
             "AGENT_BENCH_POSTGRES_URL",
@@ -72,6 +84,7 @@ class Config:
             full_budget_s=2.0,
             nowindow_budget_s=5.0,
             breakdown_reps=100,
+            policy_reps=12,
         )
 
 
@@ -186,6 +199,9 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                     "turn_window": window[length],
                     "turn_nowindow": nowindow[length],
                 }
+            out["policies"], out["plans"], out["conversation"] = await _policies(
+                backend, url, store, threads, config, log
+            )
             for length in sorted({lengths[0], lengths[-1]}):
                 out["breakdown"][str(length)] = await bounded_read_breakdown(
                     store,
@@ -202,6 +218,68 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
         await turn_store.dispose()
         await store.dispose()
     return out
+
+
+async def _policies(
+    backend: str,
+    url: str,
+    store: SqlAgentStore,
+    threads: dict[int, str],
+    config: Config,
+    log: Log,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The window-only, summarizing and token-only agents side by side, their read plans, and
+    the scripted conversation.
+
+    The summarizing agent gets threads of its own, seeded now (its summary and its fold cadence
+    must be its own); the window-only and token-only agents share the seeded threads the other
+    figures used (their policies keep no state, and every turn keeps the thread's shape).
+    """
+    summarizing: dict[int, str] = {}
+    for length in sorted(threads):
+        start = time.perf_counter()
+        summarizing[length], _ = await build_thread(store, length, tool_bytes=config.tool_bytes)
+        log(
+            f"[{backend}] seeded {length:,} more for the summarizing agent "
+            f"in {time.perf_counter() - start:.1f} s"
+        )
+    await analyze(store.engine)
+    by_agent = {"window": threads, "summarize": summarizing, "tokens": threads}
+    counting = CountingStore.from_url(url)
+    try:
+        policies = await policy_turns(
+            counting,
+            by_agent,
+            window=config.window,
+            token_budget=config.token_budget,
+            reps=config.policy_reps,
+            warmup=config.turn_warmup,
+            log=log,
+            label=backend,
+        )
+        log(f"[{backend}] policy turns x{config.policy_reps} per agent and length done")
+        plans = await turn_plans(
+            counting,
+            {
+                name: (AGENTS[name](config.window, config.token_budget), by_agent[name])
+                for name in by_agent
+            },
+        )
+        start = time.perf_counter()
+        conversation = await scripted_conversation(
+            counting, turns=config.conversation_turns, window=config.window
+        )
+        log(
+            f"[{backend}] {config.conversation_turns}-turn conversation in "
+            f"{time.perf_counter() - start:.1f} s"
+        )
+    finally:
+        await counting.dispose()
+    return (
+        {name: {str(n): v for n, v in by_length.items()} for name, by_length in policies.items()},
+        plans,
+        conversation,
+    )
 
 
 class _Discard(list[str]):

@@ -61,10 +61,18 @@ class TimedModel:
             yield item
 
 
-def bench_agent(window: int | None) -> type:
-    """The benchmark's agent: one tool returning `TOOL_BYTES` characters; `window` messages of
-    history (`history={"max_messages": window}`), or no history setting at all (whole thread)."""
-    history = {"max_messages": window} if window is not None else None
+History = dict[str, Any]
+"""A `history=` setting as a user writes it (`{"max_messages": 10, "summarize": True}`)."""
+
+
+def window_spec(window: int | None) -> History | None:
+    """`window` messages of history, or None: no history setting at all (the whole thread)."""
+    return {"max_messages": window} if window is not None else None
+
+
+def bench_agent(history: History | None) -> type:
+    """The benchmark's agent: one tool returning `TOOL_BYTES` characters, with `history` as
+    given (None: no history setting, the whole thread is read)."""
 
     @agent(name=AGENT, system_prompt="You answer from the pages you read.", history=history)
     class BenchAgent:
@@ -76,7 +84,7 @@ def bench_agent(window: int | None) -> type:
     return BenchAgent
 
 
-def bench_module(store: SqlAgentStore, window: int | None, model: TimedModel) -> AgentModule:
+def bench_module(store: SqlAgentStore, history: History | None, model: TimedModel) -> AgentModule:
     settings = Settings(
         migrate_on_start=False,
         history_max_messages=None,
@@ -85,7 +93,7 @@ def bench_module(store: SqlAgentStore, window: int | None, model: TimedModel) ->
         api_keys=None,
     )
     return AgentModule.for_root(
-        model=model, store=store, agents=[bench_agent(window)], settings=settings
+        model=model, store=store, agents=[bench_agent(history)], settings=settings
     )
 
 
@@ -105,7 +113,7 @@ class TurnSeries:
         self.window = window
         self.clock = clock
         self.model = TimedModel(EchoModel())
-        self.module = bench_module(store, window, self.model)
+        self.module = bench_module(store, window_spec(window), self.model)
         self.warmup = 0
         self.samples: dict[str, list[float]] = {
             k: [] for k in ("time", "model", "overhead", "driver", "python")
