@@ -82,7 +82,7 @@ async def build_thread(
         await conn.execute(
             threads.update()
             .where(threads.c.id == thread.id)
-            .values(last_seq=length, total_tokens=tokens)
+            .values(last_seq=length, total_tokens=tokens, answered=length > 1)
         )
     return thread.id, total
 

@@ -646,6 +646,10 @@ class AgentLoop:
                         made.get("reserved", 0),
                     ),
                 )
+            # What the summary now covers is never needed again: a long backlog is held in
+            # memory a read page at a time, not whole.
+            for seen in [s for s in known if s is not None and s <= made["covers_through_seq"]]:
+                del known[seen]
             summary = ThreadSummary(
                 text=made["text"],
                 covers_through_seq=made["covers_through_seq"],
@@ -738,7 +742,10 @@ class AgentLoop:
         store = self.store
         if not supports_summaries(store):
             raise ConfigError("a summarizing history needs a store that keeps summaries")
-        for m in await store.messages_after(thread_id, after_seq, BACKLOG_READ_ROWS):
+        # Only the gap: up to the next message the fold already holds (the turn read's page).
+        held = [s for s in known if s is not None and after_seq < s <= through]
+        rows = min(BACKLOG_READ_ROWS, (min(held) if held else through + 1) - after_seq - 1)
+        for m in await store.messages_after(thread_id, after_seq, max(1, rows)):
             if m.seq is not None and m.seq <= through:
                 known.setdefault(m.seq, m)
 

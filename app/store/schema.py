@@ -47,6 +47,10 @@ threads = sa.Table(
     # Because `seq` runs 1..last_seq without gaps, "the newest n messages" is the seq range
     # `> last_seq - n`: a bound the read computes without counting rows.
     sa.Column("total_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("answered", sa.Boolean, nullable=False, server_default=sa.false()),
+    # Whether the thread was ever answered, set by the append that stores an answer: the turn
+    # read takes it from this row instead of probing `messages`, whose plan PostgreSQL may
+    # make a scan of the table.
     # The thread's running token estimate, bumped with `last_seq`: a token-budget read finds
     # where its window starts by comparing it with each message's `tokens_before`.
     sa.Column("last_prompt", sa.Text, nullable=True),

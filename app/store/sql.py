@@ -50,14 +50,8 @@ _SUMMARY_COLS = (
     "completion_tokens",
     "run_id",
 )
-# Uncorrelated on purpose (the thread id is a parameter, not `threads.id`): PostgreSQL then
-# runs it once as an InitPlan on the (thread_id, role, seq) index, where the correlated form was
-# run once per returned row, as a scan.
-_ANSWERED = (
-    sa.exists()
-    .where(messages.c.thread_id == _TID, messages.c.role == "assistant")
-    .label("answered")
-)
+_ANSWERS = sa.bindparam("answers", type_=sa.Boolean)
+"""Whether an append stores an answer: it sets the thread's `answered` flag for good."""
 
 
 class _Greatest(FunctionElement[int]):
@@ -149,15 +143,24 @@ def _turn_read(
             .scalar_subquery()
         )
         floors.append(sa.func.coalesce(nth_user, 1))
-    columns: list[Any] = [t.c.title, _ANSWERED, t.c.last_seq]
+    columns: list[Any] = [t.c.title, t.c.answered, t.c.last_seq]
     source: Any = t
     floor = _combine(floors, widest) if floors else None
     if after_summary:
+        # The newest boundary by max() on the primary key, not ORDER BY ... LIMIT: a LIMIT sent
+        # as a parameter lets PostgreSQL's generic plan guess a tenth of a long summary history
+        # and then scan the thread; max() is one index probe whatever the history holds.
+        newest_boundary = (
+            sa.select(sa.func.max(thread_summaries.c.covers_through_seq))
+            .where(thread_summaries.c.thread_id == _TID)
+            .scalar_subquery()
+        )
         newest = (
             sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS])
-            .where(thread_summaries.c.thread_id == _TID)
-            .order_by(thread_summaries.c.covers_through_seq.desc())
-            .limit(1)
+            .where(
+                thread_summaries.c.thread_id == _TID,
+                thread_summaries.c.covers_through_seq == newest_boundary,
+            )
             .subquery("summary")
         )
         source = source.outerjoin(newest, sa.true())
@@ -240,6 +243,7 @@ _BUMP_SEQ = (
     .values(
         last_seq=threads.c.last_seq + _N,
         total_tokens=threads.c.total_tokens + _TOKENS,
+        answered=sa.or_(threads.c.answered, _ANSWERS),
         updated_at=sa.func.current_timestamp(),
     )
     .returning(threads.c.last_seq, threads.c.total_tokens)
@@ -257,6 +261,7 @@ _BUMP_SEQ_ONCE = (
     .values(
         last_seq=threads.c.last_seq + _N,
         total_tokens=threads.c.total_tokens + _TOKENS,
+        answered=sa.or_(threads.c.answered, _ANSWERS),
         updated_at=sa.func.current_timestamp(),
     )
     .returning(threads.c.last_seq, threads.c.total_tokens)
@@ -419,7 +424,12 @@ class SqlAgentStore:
         """`last_prompt`: the answer's prompt digest and the provider's count, or None."""
         n = len(messages_)
         added = sum(estimate_message_tokens(m) for m in messages_)
-        params: dict[str, Any] = {"tid": thread_id, "n": n, "tokens": added}
+        params: dict[str, Any] = {
+            "tid": thread_id,
+            "n": n,
+            "tokens": added,
+            "answers": any(m.role == "assistant" for m in messages_),
+        }
         only = messages_[0] if n == 1 and messages_[0].run_id is not None else None
         if only is not None:
             params.update(rid=only.run_id, role=only.role)

@@ -52,6 +52,9 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("total_tokens", sa.BigInteger(), server_default="0", nullable=False)
         )
+        batch_op.add_column(
+            sa.Column("answered", sa.Boolean(), server_default=sa.false(), nullable=False)
+        )
     with op.batch_alter_table("ledger") as batch_op:
         batch_op.add_column(
             sa.Column("estimated", sa.Boolean(), server_default=sa.false(), nullable=False)
@@ -67,6 +70,10 @@ def upgrade() -> None:
             "ix_messages_thread_id_tokens_before", ["thread_id", "tokens_before"]
         )
     _backfill_token_estimates(op.get_bind())
+    op.execute(
+        "UPDATE threads SET answered = EXISTS (SELECT 1 FROM messages "
+        "WHERE messages.thread_id = threads.id AND messages.role = 'assistant')"
+    )
 
 
 def _backfill_token_estimates(conn: sa.Connection) -> None:
@@ -118,5 +125,6 @@ def downgrade() -> None:
     with op.batch_alter_table("ledger") as batch_op:
         batch_op.drop_column("estimated")
     with op.batch_alter_table("threads") as batch_op:
+        batch_op.drop_column("answered")
         batch_op.drop_column("total_tokens")
     op.drop_table("thread_summaries")
