@@ -14,6 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from sqlalchemy import event
+
 from app.core.ports import ModelRequest, ModelResponse, TextDelta
 from app.core.report import RunResult
 from app.module import AgentModule
@@ -119,6 +121,7 @@ class TurnSeries:
             k: [] for k in ("time", "model", "overhead", "driver", "python")
         }
         self.driver_calls: list[int] = []
+        self.transactions: list[int] = []
         self.rows: list[int] = []
         self.read: list[int] = []
         self.last: RunResult | None = None
@@ -132,12 +135,20 @@ class TurnSeries:
         self.model.seconds = 0.0
         self.clock.reset()
         self.clock.enabled = True
+        commits = [0]
+
+        def on_commit(_conn: Any) -> None:
+            commits[0] += 1
+
+        event.listen(self.store.engine.sync_engine, "commit", on_commit)
         try:
             start = time.perf_counter()
             result = await self._turn()
             seconds = time.perf_counter() - start
         finally:
             self.clock.enabled = False
+            event.remove(self.store.engine.sync_engine, "commit", on_commit)
+        self.transactions.append(commits[0])
         overhead = seconds - self.model.seconds
         self.samples["time"].append(seconds)
         self.samples["model"].append(self.model.seconds)
@@ -163,6 +174,7 @@ class TurnSeries:
         return {
             **{k: summarize(v) for k, v in self.samples.items()},
             "driver_calls": sorted(self.driver_calls)[len(self.driver_calls) // 2],
+            "transactions": sorted(self.transactions)[len(self.transactions) // 2],
             "model_calls": len(report.model_calls),
             "read_bound": report.read_bound,
             "rows_read": report.rows_read,
