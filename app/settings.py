@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     """Model name the provider knows."""
     model_timeout: float = Field(default=60.0, gt=0)
     """Seconds per provider request before it is retried (then fails with a 502)."""
+    openai_max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on the tokens of each answer (`max_tokens`); unset leaves the length to the server."""
 
     history_max_messages: int | None = Field(default=None, ge=1)
     """Module-wide window: newest messages sent per turn (and read from the database, unless
@@ -77,7 +79,13 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("history_max_messages", "history_max_tokens", "token_quota", mode="before")
+    @field_validator(
+        "history_max_messages",
+        "history_max_tokens",
+        "token_quota",
+        "openai_max_tokens",
+        mode="before",
+    )
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
