@@ -31,7 +31,7 @@ lint: install
 	$(BIN)/ruff check app tests bench migrations scripts .ci/lowest_constraints.py
 
 typecheck: install
-	$(BIN)/mypy --strict app
+	$(BIN)/mypy --strict app scripts
 
 bench: install
 	$(BIN)/python -m bench
