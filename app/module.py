@@ -186,6 +186,7 @@ class AgentModule:
                 key,
                 settings.openai_model,
                 settings.model_timeout,
+                settings.openai_max_tokens,
             )
         owns_store = store is None
         if store is None:

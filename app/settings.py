@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     """Model name the provider knows."""
     model_timeout: float = Field(default=60.0, gt=0)
     """Seconds per provider request before it is retried (then fails with a 502)."""
+    openai_max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on the tokens of each answer (`max_tokens`); unset leaves the length to the server."""
 
     history_enabled: bool = True
     """False: the model sees only the current user message (no history at all)."""
@@ -133,6 +135,7 @@ class Settings(BaseSettings):
         "history_fold_messages",
         "history_fold_max_tokens",
         "token_quota",
+        "openai_max_tokens",
         mode="before",
     )
     @classmethod

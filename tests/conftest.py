@@ -2,6 +2,8 @@
 
 PostgreSQL tests need a server (AGENT_TEST_POSTGRES_URL, default the local one). Without it they
 skip, unless AGENT_REQUIRE_POSTGRES=1 (what `.ci/run` sets): then a missing server fails the run.
+The `llama` tests (a real local model, tests/providers/test_llama_server.py) follow the same rule
+with AGENT_REQUIRE_LLAMA=1.
 Each session creates a database of its own name and drops it at the end, so runs never collide.
 """
 
@@ -30,8 +32,10 @@ PG_ADMIN_URL = os.environ.get(
     "AGENT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("AGENT_REQUIRE_POSTGRES") == "1"
+REQUIRE_LLAMA = os.environ.get("AGENT_REQUIRE_LLAMA") == "1"
 
 _postgres_ran = False
+_llama_ran = False
 
 # Property tests assert behaviour, not speed: a 200 ms per-example deadline only adds flakes on a
 # shared 2-core machine (timings live in bench/).
@@ -133,13 +137,19 @@ async def sql_store(db_url: str) -> AsyncIterator[SqlAgentStore]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    global _postgres_ran
+    global _postgres_ran, _llama_ran
     if report.when == "call" and report.passed and "postgres" in report.keywords:
         _postgres_ran = True
+    if report.when == "call" and report.passed and "llama" in report.keywords:
+        _llama_ran = True
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """With PostgreSQL required, a run in which no PostgreSQL test passed is a failure."""
+    """With PostgreSQL (or the llama server) required, a run in which none of its tests passed
+    is a failure: a skip or a deselection must not pass for green."""
     if REQUIRE_POSTGRES and not _postgres_ran and session.testscollected:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print("\nAGENT_REQUIRE_POSTGRES=1 but no PostgreSQL test passed: failing the run.")
+    if REQUIRE_LLAMA and not _llama_ran and session.testscollected:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nAGENT_REQUIRE_LLAMA=1 but no llama.cpp server test passed: failing the run.")

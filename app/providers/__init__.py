@@ -21,6 +21,7 @@ def provider_from_settings(
     api_key: str | None,
     model: str | None,
     timeout: float,
+    max_tokens: int | None = None,
 ) -> ModelProvider:
     """Build the configured provider: ``"echo"`` or ``"openai"`` (any OpenAI-compatible server).
 
@@ -37,7 +38,11 @@ def provider_from_settings(
                 "model kind 'openai' needs a model name (e.g. AGENT_OPENAI_MODEL=gpt-4o-mini)"
             )
         return OpenAICompatibleProvider(
-            base_url=base_url or OPENAI_BASE_URL, api_key=api_key, model=model, timeout=timeout
+            base_url=base_url or OPENAI_BASE_URL,
+            api_key=api_key,
+            model=model,
+            timeout=timeout,
+            max_tokens=max_tokens,
         )
     raise ConfigError(f"unknown model kind {kind!r}: expected 'echo' or 'openai'")
 

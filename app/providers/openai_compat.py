@@ -78,6 +78,9 @@ class OpenAICompatibleProvider:
         max_retry_wait: Cap on any single wait, a server's ``Retry-After`` included, so a
             misbehaving server cannot park a turn for minutes.
         sleep: How waits are spent; injectable so tests can record them without waiting.
+        max_tokens: Cap on the tokens of each answer, sent as ``max_tokens``; ``None`` sends
+            none and leaves the length to the server (a small local model may then ramble
+            until its context is full).
     """
 
     def __init__(
@@ -92,9 +95,13 @@ class OpenAICompatibleProvider:
         backoff_base: float = 0.5,
         max_retry_wait: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
+        self.max_tokens = max_tokens
         self.model = model
         url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
         self._auth: httpx.Auth | None = None
@@ -250,6 +257,8 @@ class OpenAICompatibleProvider:
         }
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body

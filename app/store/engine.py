@@ -131,11 +131,12 @@ def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     whether the socket is closed is not enough on its own: a backend terminated a moment ago
     may not have been noticed yet, and its connection then fails mid-statement.
     """
-    driver = dbapi_connection.driver_connection
     try:
-        if driver.is_closed():
+        if dbapi_connection.driver_connection.is_closed():
             raise ConnectionError("closed")
-        dbapi_connection.await_(driver.execute("SELECT 1"))
+        # `run_async` is SQLAlchemy's public way to await the driver from a sync event (the
+        # adapter's `await_` attribute is private and gone in 2.1).
+        dbapi_connection.run_async(lambda driver: driver.execute("SELECT 1"))
     except Exception as error:
         # The pool discards this connection and checks out (or opens) another one.
         raise exc.DisconnectionError(f"dead pooled connection ({type(error).__name__})") from error

@@ -120,6 +120,23 @@ async def test_plain_completion(fake_openai: FakeOpenAI, make_provider: MakeProv
     fake_openai.assert_consumed()
 
 
+async def test_max_tokens_is_sent_only_when_set(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """A cap goes out as `max_tokens` on plain and streamed calls; without one the field is
+    absent (test_plain_completion), so the server's own default applies."""
+    fake_openai.enqueue(Reply.json(completion("Hi")))
+    fake_openai.enqueue(Reply.sse([chunk({"content": "Hi"}), usage_chunk(3, 1)]))
+    provider = make_provider(max_tokens=32)
+
+    await provider.complete(ask())
+    await collect(provider.stream(ask()))
+
+    assert [r.json()["max_tokens"] for r in fake_openai.requests] == [32, 32]
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        make_provider(max_tokens=0)
+
+
 async def test_request_body_carries_tools_and_the_tool_exchange(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
@@ -590,10 +607,11 @@ async def test_provider_from_settings() -> None:
     provider = provider_from_settings("OpenAI", "http://localhost:11434/v1/", None, "llama3", 9.0)
     assert isinstance(provider, OpenAICompatibleProvider)
     assert provider.url == "http://localhost:11434/v1/chat/completions"
-    assert (provider.model, provider.timeout) == ("llama3", 9.0)
+    assert (provider.model, provider.timeout, provider.max_tokens) == ("llama3", 9.0, None)
     await provider.aclose()
-    default = provider_from_settings("openai", None, "k", "gpt-4o-mini", 60.0)
+    default = provider_from_settings("openai", None, "k", "gpt-4o-mini", 60.0, max_tokens=64)
     assert isinstance(default, OpenAICompatibleProvider)
+    assert default.max_tokens == 64
     assert default.url == "https://api.openai.com/v1/chat/completions"
     await default.aclose()
     with pytest.raises(ConfigError, match="needs a model name"):
