@@ -175,21 +175,23 @@ def local_module(store: SqlAgentStore, model: ModelProvider, **history: Any) -> 
 
 
 def booked(report: RunReport) -> list[tuple[str, Usage]]:
-    """Each model call of a run as the report and the ledger booked it (asserted equal)."""
-    calls = [
-        (c.purpose, Usage(prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens))
-        for c in report.model_calls
-    ]
+    """Each model call of a run as the ledger booked it (the report's figures asserted equal),
+    with the ledger's flag for an estimate."""
+    calls = [(c.purpose, c.prompt_tokens, c.completion_tokens) for c in report.model_calls]
     ledger = [
         (
             row.purpose,
-            Usage(prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens),
+            Usage(
+                prompt_tokens=row.prompt_tokens,
+                completion_tokens=row.completion_tokens,
+                estimated=row.estimated,
+            ),
         )
         for row in report.ledger
     ]
-    assert ledger == calls
+    assert [(p, u.prompt_tokens, u.completion_tokens) for p, u in ledger] == calls
     assert {row.model for row in report.ledger} <= {MODEL_ALIAS}
-    return calls
+    return ledger
 
 
 # --- the tests -----------------------------------------------------------------------------
@@ -260,10 +262,11 @@ async def test_a_streamed_turn_over_http_sends_the_servers_deltas(
 async def test_a_windowed_conversation_summarized_by_the_same_model(
     store: SqlAgentStore, model: Recorder, tap: WireTap
 ) -> None:
-    """Three turns through a two-message window that summarizes what it drops: from the second
-    turn on, the model first summarizes the dropped messages, then answers with that summary
-    and the window. Every call is booked with the server's counts."""
-    module = local_module(store, model, max_messages=2, summarize=True)
+    """Three turns through a two-message window that folds what it drops as soon as one
+    message is past it (`fold_messages=1`): from the second turn on, the model first folds the
+    newly dropped messages into the summary, then answers with that summary and the window.
+    Every call is booked with the server's counts."""
+    module = local_module(store, model, max_messages=2, summarize=True, fold_messages=1)
     turns = ["My name is Ada and I like tea.", "I also like chess.", "What do I like?"]
     reports, answers = [], []
     async with module.lifespan():
