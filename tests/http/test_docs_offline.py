@@ -42,8 +42,10 @@ async def test_the_docs_load_every_asset_from_this_server(
         assert not parts.scheme and not parts.netloc, reference
         asset = await client.get(reference)
         assert asset.status_code == 200, reference
-        assert len(asset.content) > 1000, reference
         suffix = Path(parts.path).suffix
+        # The bundles are real (a page script is hundreds of KB); an icon may be a few hundred
+        # bytes (fastapi-offline 1.7's favicon is 412), but never empty.
+        assert len(asset.content) > (1000 if suffix in (".js", ".css", ".json") else 100), reference
         assert _TYPES[suffix] in asset.headers["content-type"], reference
 
 
