@@ -20,7 +20,15 @@ config = context.config
 target_metadata = metadata
 
 
+MIGRATION_LOCK_KEY = 0x626F756E646564
+"""The PostgreSQL advisory lock every migration takes first ("bounded" in ASCII)."""
+
+
 def _configure(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        # Processes started together on one database queue here: the first migrates, the next
+        # finds the schema at head. Held until the migration's transaction ends.
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

@@ -1,7 +1,16 @@
-"""Alembic, driven from code: `create_schema()` and the tests use the same revisions users get."""
+"""Alembic, driven from code: `create_schema()` and the tests use the same revisions users get.
+
+Several processes may start at once on one database (`AGENT_MIGRATE_ON_START` in each): on
+PostgreSQL every migration first takes an advisory lock (`migrations/env.py`), on SQLite a file
+lock beside the database file, so one migrates and the others find the schema at head.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from alembic import command
@@ -24,13 +33,30 @@ def alembic_config(url: str | None = None) -> Config:
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    async with engine.begin() as conn:
+    async with _sqlite_file_lock(engine), engine.begin() as conn:
         await conn.run_sync(_run, "upgrade", revision)
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
-    async with engine.begin() as conn:
+    async with _sqlite_file_lock(engine), engine.begin() as conn:
         await conn.run_sync(_run, "downgrade", revision)
+
+
+@asynccontextmanager
+async def _sqlite_file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
+    """An exclusive `flock` on `<database>.migrate-lock` while a SQLite migration runs (two
+    processes migrating one file would otherwise both read the old version, then collide on
+    the write lock). A no-op for PostgreSQL and in-memory databases."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a") as handle:  # noqa: ASYNC230 (a local file)
+        await asyncio.to_thread(fcntl.flock, handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _run(connection: Connection, action: str, revision: str) -> None:
