@@ -33,7 +33,7 @@ from app.core.loop import AgentDefinition, AgentLoop, EventSink
 from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Thread
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
-from app.errors import ConfigError
+from app.errors import ConfigError, ThreadBusy
 from app.observability import ObservedRuntime, TurnMetrics, model_names
 from app.providers import provider_from_settings
 from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
@@ -290,6 +290,9 @@ class AgentModule:
     async def _resume_quietly(self, run_id: str) -> None:
         try:
             await self.loop.resume(run_id)
+        except ThreadBusy:
+            # Another process's sweep claimed it first: the run is in good hands, not an error.
+            log.info("run %s was resumed by another process first", run_id)
         except Exception:
             log.exception("run %s could not be resumed", run_id)
 

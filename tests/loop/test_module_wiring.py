@@ -309,3 +309,20 @@ async def test_read_bound_reports_what_the_store_was_asked_not_what_the_policy_d
         assert result.report.read_bound == bound
         assert (await loop.preview(tid, "alice")).read_bound == bound
     assert full.full_reads == 2  # the turn and the preview each read the whole thread
+
+
+async def test_a_sweep_that_loses_the_race_for_a_run_logs_it_as_info_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Several processes sweep the same expired run; all but one find it claimed (ThreadBusy).
+    That is the expected outcome of the race, not a failure worth an exception in the log."""
+    module = AgentModule.for_root(agents=[Plain], store=MemoryStore(), settings=SETTINGS)
+
+    async def claimed_elsewhere(run_id: str, on_event: object = None) -> None:
+        raise ThreadBusy("t1")
+
+    module.loop.resume = claimed_elsewhere  # type: ignore[method-assign,assignment]
+    with caplog.at_level("INFO"):
+        await module._resume_quietly("run-1")
+    assert [r.levelname for r in caplog.records if "run-1" in r.getMessage()] == ["INFO"]
+    assert not any(r.levelname == "ERROR" for r in caplog.records)
