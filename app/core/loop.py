@@ -51,6 +51,7 @@ from app.core.ports import (
     DurableRuntime,
     HistoryPolicy,
     HistoryPolicyContext,
+    HistorySelection,
     JsonValue,
     Ledger,
     LedgerEntry,
@@ -333,10 +334,7 @@ class AgentLoop:
         tokens = [estimate_message_tokens(m) for m in kept]
         next_fold = None
         if summarizer is not None:
-            boundary = page.summary.covers_through_seq if page.summary is not None else 0
-            through = max((m.seq or 0 for m in selection.drop), default=boundary)
-            if page.skipped:
-                through = max(through, boundary + page.skipped)
+            boundary, through = _fold_range(page, selection)
             if through > boundary:
                 next_fold = FoldPreview(from_seq=boundary + 1, through_seq=through)
         return WindowPreview(
@@ -572,10 +570,7 @@ class AgentLoop:
         if page.last_prompt is not None:
             recorded["last_prompt"] = page.last_prompt
         if summarizer is not None:
-            boundary = page.summary.covers_through_seq if page.summary is not None else 0
-            through = max((m.seq or 0 for m in selection.drop), default=boundary)
-            if page.skipped:
-                through = max(through, boundary + page.skipped)
+            boundary, through = _fold_range(page, selection)
             if page.summary is not None:
                 recorded["summary"] = page.summary.model_dump(mode="json", exclude_defaults=True)
             if through > boundary:
@@ -1225,6 +1220,17 @@ def _history_prompt(
         prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
     prompt.extend(to_chat_messages(keep))
     return prompt
+
+
+def _fold_range(page: ThreadTurnPage, selection: HistorySelection) -> tuple[int, int]:
+    """(the summary's boundary, the last seq the turn must fold): through the newest message
+    `select` dropped, and through every message the read skipped, so none is left both out of
+    the prompt and out of the summary. Equal when there is nothing to fold."""
+    boundary = page.summary.covers_through_seq if page.summary is not None else 0
+    through = max((m.seq or 0 for m in selection.drop), default=boundary)
+    if page.skipped:
+        through = max(through, boundary + page.skipped)
+    return boundary, through
 
 
 def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPolicyContext:
