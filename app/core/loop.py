@@ -415,10 +415,8 @@ class AgentLoop:
             if not self._shares_transactions:
                 raise
             log.warning("run %s: the answer and the run's end failed to commit", request.run_id)
-            ended = False
-            async with ctx.unit_of_work():
+            async with ctx.unit_of_work():  # the report is finished: only the answer again
                 stored = await ctx.step("persist:assistant", persist)
-            await self._finish_report(ctx, report, fresh)
         if not ended:
             try:
                 await self.runtime.complete(request.run_id, report.model_dump(mode="json"))

@@ -95,6 +95,22 @@ def _combine(floors: list[sa.ColumnElement[Any]], widest: bool) -> sa.ColumnElem
     return combined
 
 
+def _newest_summary() -> sa.Select[Any]:
+    """The thread's live summary: the row at the highest boundary, found by max() on the
+    primary key rather than ORDER BY ... LIMIT. A LIMIT sent as a parameter lets PostgreSQL's
+    generic plan guess a tenth of a long summary history and then scan the thread; max() is
+    one index probe whatever the history holds."""
+    newest_boundary = (
+        sa.select(sa.func.max(thread_summaries.c.covers_through_seq))
+        .where(thread_summaries.c.thread_id == _TID)
+        .scalar_subquery()
+    )
+    return sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS]).where(
+        thread_summaries.c.thread_id == _TID,
+        thread_summaries.c.covers_through_seq == newest_boundary,
+    )
+
+
 def _turn_read(
     *, count: bool, tokens: bool, runs: bool, widest: bool, after_summary: bool
 ) -> sa.Select[Any]:
@@ -147,22 +163,7 @@ def _turn_read(
     source: Any = t
     floor = _combine(floors, widest) if floors else None
     if after_summary:
-        # The newest boundary by max() on the primary key, not ORDER BY ... LIMIT: a LIMIT sent
-        # as a parameter lets PostgreSQL's generic plan guess a tenth of a long summary history
-        # and then scan the thread; max() is one index probe whatever the history holds.
-        newest_boundary = (
-            sa.select(sa.func.max(thread_summaries.c.covers_through_seq))
-            .where(thread_summaries.c.thread_id == _TID)
-            .scalar_subquery()
-        )
-        newest = (
-            sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS])
-            .where(
-                thread_summaries.c.thread_id == _TID,
-                thread_summaries.c.covers_through_seq == newest_boundary,
-            )
-            .subquery("summary")
-        )
+        newest = _newest_summary().subquery("summary")
         source = source.outerjoin(newest, sa.true())
         columns += [newest.c[c].label(f"summary_{c}") for c in _SUMMARY_COLS]
         start = sa.func.coalesce(newest.c.covers_through_seq, 0) + 1
@@ -285,17 +286,12 @@ _BUMPS = {
 """The seq bump by (one run message, with the last prompt digest)."""
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
+_LATEST_SUMMARY = _newest_summary()
 _MESSAGES_AFTER = (
     sa.select(*_MSG_COLS)
     .where(messages.c.thread_id == _TID, messages.c.seq > _AFTER)
     .order_by(messages.c.seq)
     .limit(_N)
-)
-_LATEST_SUMMARY = (
-    sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS])
-    .where(thread_summaries.c.thread_id == _TID)
-    .order_by(thread_summaries.c.covers_through_seq.desc())
-    .limit(1)
 )
 
 

@@ -18,6 +18,7 @@ from app.core.loop import AgentDefinition, AgentLoop, ToolBinding
 from app.core.messages import Message
 from app.core.ports import (
     ModelProvider,
+    RunRequest,
     Thread,
     ThreadSummary,
     ThreadTurnPage,
@@ -27,6 +28,7 @@ from app.core.ports import (
 from app.durable import SqlJournal
 from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
+from app.store.schema import run_steps, runs
 
 
 class FullReadStore:
@@ -135,6 +137,33 @@ class LoopEnv:
         if messages:
             await self.store.append_messages(thread.id, messages)
         return thread.id
+
+    async def failed_run(
+        self, run_id: str, thread_id: str, content: str, steps: Sequence[tuple[str, str]]
+    ) -> None:
+        """A run as an earlier version of the code left it: marked failed, with `steps`
+        ((name, payload) in order) in its journal. For replay tests of old journal formats."""
+        request = RunRequest(
+            run_id=run_id, thread_id=thread_id, actor_id="alice", agent="helper", content=content
+        )
+        async with self.store.engine.begin() as conn:
+            await conn.execute(
+                runs.insert().values(
+                    id=run_id,
+                    thread_id=thread_id,
+                    actor_id="alice",
+                    agent="helper",
+                    status="failed",
+                    request=request.model_dump_json(),
+                )
+            )
+            await conn.execute(
+                run_steps.insert(),
+                [
+                    {"run_id": run_id, "position": i, "name": name, "payload": payload}
+                    for i, (name, payload) in enumerate(steps)
+                ],
+            )
 
     async def step_names(self, run_id: str) -> list[str]:
         return [name for name, _ in await self.journal.steps(run_id)]

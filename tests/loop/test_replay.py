@@ -11,7 +11,7 @@ import pytest
 
 from app.core.history import window_history
 from app.core.messages import Message
-from app.core.ports import ModelRequest, ModelResponse, RunRequest, Usage
+from app.core.ports import ModelRequest, ModelResponse, Usage
 from app.errors import ProviderError, RunFailed
 from app.store.schema import run_steps, runs
 from app.testing import ScriptedProvider, reply
@@ -152,32 +152,12 @@ async def test_a_legacy_whole_thread_journal_replays_on_the_old_path_byte_for_by
         },
         separators=(",", ":"),
     )
-    request = RunRequest(
-        run_id=run_id, thread_id=tid, actor_id="alice", agent="helper", content="legacy question"
+    await env.failed_run(
+        run_id,
+        tid,
+        "legacy question",
+        [("persist:user", json.dumps({"seq": stored[0].seq})), ("load:thread", legacy_load)],
     )
-    async with env.store.engine.begin() as conn:
-        await conn.execute(
-            runs.insert().values(
-                id=run_id,
-                thread_id=tid,
-                actor_id="alice",
-                agent="helper",
-                status="failed",
-                request=request.model_dump_json(),
-            )
-        )
-        await conn.execute(
-            run_steps.insert(),
-            [
-                {
-                    "run_id": run_id,
-                    "position": 0,
-                    "name": "persist:user",
-                    "payload": json.dumps({"seq": stored[0].seq}),
-                },
-                {"run_id": run_id, "position": 1, "name": "load:thread", "payload": legacy_load},
-            ],
-        )
     # Add a message AFTER the legacy load: a fresh read would see it, the replay must not.
     await env.store.append_messages(tid, [user("arrived later")])
 

@@ -337,45 +337,16 @@ async def test_a_run_journaled_on_the_selected_history_path_replays_it(env: Loop
         "title": "t",
         "has_assistant_message": True,
     }
-    from app.core.ports import RunRequest
-
-    request = RunRequest(
-        run_id=run_id, thread_id=tid, actor_id="alice", agent="helper", content="legacy question"
+    await env.failed_run(
+        run_id,
+        tid,
+        "legacy question",
+        [
+            ("persist:user", json.dumps({"seq": stored[0].seq})),
+            ("patch:agent:selected-history", "true"),
+            ("load:thread", json.dumps(load)),
+        ],
     )
-    async with env.store.engine.begin() as conn:
-        await conn.execute(
-            runs.insert().values(
-                id=run_id,
-                thread_id=tid,
-                actor_id="alice",
-                agent="helper",
-                status="failed",
-                request=request.model_dump_json(),
-            )
-        )
-        await conn.execute(
-            run_steps.insert(),
-            [
-                {
-                    "run_id": run_id,
-                    "position": 0,
-                    "name": "persist:user",
-                    "payload": json.dumps({"seq": stored[0].seq}),
-                },
-                {
-                    "run_id": run_id,
-                    "position": 1,
-                    "name": "patch:agent:selected-history",
-                    "payload": "true",
-                },
-                {
-                    "run_id": run_id,
-                    "position": 2,
-                    "name": "load:thread",
-                    "payload": json.dumps(load),
-                },
-            ],
-        )
     summarizer = RecordingSummarizer()
     model = ScriptedProvider([reply("old path answer")])
     await env.loop(model, window_history(max_messages=2, summarize=summarizer)).resume(run_id)
