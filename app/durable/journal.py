@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 _INSERT_RUN = runs.insert()
 _INSERT_STEP = run_steps.insert()
 _OWNED = sa.and_(
+    runs.c.thread_id == sa.bindparam("tid"),
     runs.c.id == sa.bindparam("rid"),
     runs.c.owner == sa.bindparam("holder"),
     runs.c.status == "running",
@@ -64,9 +65,17 @@ class _Step:
         self.payload = payload
 
 
-def _step_rows(run_id: str, steps: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+def _step_rows(
+    thread_id: str, run_id: str, steps: Sequence[tuple[int, str, str]]
+) -> list[dict[str, Any]]:
     return [
-        {"run_id": run_id, "position": position, "name": name, "payload": payload}
+        {
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "position": position,
+            "name": name,
+            "payload": payload,
+        }
         for position, name, payload in steps
     ]
 
@@ -74,7 +83,8 @@ def _step_rows(run_id: str, steps: Sequence[tuple[int, str, str]]) -> list[dict[
 class _SqlUnit:
     """A journal transaction the store and the ledger write into; committed with the steps."""
 
-    def __init__(self, run_id: str, transaction: SqlTransaction) -> None:
+    def __init__(self, thread_id: str, run_id: str, transaction: SqlTransaction) -> None:
+        self.thread_id = thread_id
         self.run_id = run_id
         self._tx = transaction
 
@@ -86,7 +96,8 @@ class _SqlUnit:
         try:
             async with wrap_db_errors("journal_unit"):
                 if steps:
-                    await self._tx.connection.execute(_INSERT_STEP, _step_rows(self.run_id, steps))
+                    rows = _step_rows(self.thread_id, self.run_id, steps)
+                    await self._tx.connection.execute(_INSERT_STEP, rows)
         except BaseException:
             await self._tx.close(commit=False)
             raise
@@ -131,7 +142,7 @@ class SqlJournal:
             await self._insert_run(request, token)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
-        return self._context(request.run_id, [])
+        return self._context(request.thread_id, request.run_id, [])
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
@@ -205,11 +216,16 @@ class SqlJournal:
                 await task
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
-        """Claim an unfinished run (running with an expired lease, or failed) and replay it."""
+        """Claim an unfinished run (running with an expired lease, or failed) and replay it.
+
+        The run is found by its id alone (one lookup, not on a turn's path); every statement
+        after it names the run's thread."""
         async with wrap_db_errors("reopen_run"), self._reader.connect() as conn:
             row = (
                 await conn.execute(
-                    sa.select(runs.c.request, runs.c.status).where(runs.c.id == run_id)
+                    sa.select(runs.c.request, runs.c.status, runs.c.thread_id).where(
+                        runs.c.id == run_id
+                    )
                 )
             ).one_or_none()
             if row is None:
@@ -217,7 +233,7 @@ class SqlJournal:
             steps = (
                 await conn.execute(
                     sa.select(run_steps.c.name, run_steps.c.payload)
-                    .where(run_steps.c.run_id == run_id)
+                    .where(run_steps.c.thread_id == row.thread_id, run_steps.c.run_id == run_id)
                     .order_by(run_steps.c.position)
                 )
             ).all()
@@ -226,7 +242,8 @@ class SqlJournal:
             await self._claim(request)
         else:
             self._owners.pop(run_id, None)  # a finished run replays; nothing to hold
-        return request, self._context(run_id, [_Step(s.name, s.payload) for s in steps])
+        history = [_Step(s.name, s.payload) for s in steps]
+        return request, self._context(row.thread_id, run_id, history)
 
     async def _claim(self, request: RunRequest) -> None:
         token = str(uuid.uuid4())
@@ -235,6 +252,7 @@ class SqlJournal:
                 claimed = await conn.execute(
                     runs.update()
                     .where(
+                        runs.c.thread_id == request.thread_id,
                         runs.c.id == request.run_id,
                         sa.or_(
                             runs.c.status == "failed",
@@ -261,13 +279,18 @@ class SqlJournal:
         self._unended.pop(request.run_id, None)  # this attempt ends it now
 
     def _held(self, run_id: str) -> dict[str, Any]:
-        return {"rid": run_id, "holder": self._owners.get(run_id), "expires": self._expiry()}
+        return {
+            "tid": self._threads.get(run_id),
+            "rid": run_id,
+            "holder": self._owners.get(run_id),
+            "expires": self._expiry(),
+        }
 
-    def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
+    def _context(self, thread_id: str, run_id: str, history: list[_Step]) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
             async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
-                await conn.execute(_INSERT_STEP, _step_rows(run_id, steps))
+                await conn.execute(_INSERT_STEP, _step_rows(thread_id, run_id, steps))
 
         async def open_unit() -> Unit:
             tx = await open_write(self._engine, "journal_unit")
@@ -277,7 +300,7 @@ class SqlJournal:
             except BaseException:
                 await tx.close(commit=False)
                 raise
-            return _SqlUnit(run_id, tx)
+            return _SqlUnit(thread_id, run_id, tx)
 
         return JournaledContext(run_id, list(history), write, open_unit)
 
@@ -311,6 +334,7 @@ class SqlJournal:
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
         params = {
+            "tid": thread_id,
             "rid": run_id,
             "holder": holder,
             "status": status,
@@ -421,7 +445,10 @@ class SqlJournal:
                 runs.c.error_message,
                 runs.c.report,
             )
-            .join(runs, runs.c.id == messages.c.run_id)
+            .join(
+                runs,
+                sa.and_(runs.c.thread_id == messages.c.thread_id, runs.c.id == messages.c.run_id),
+            )
             .where(messages.c.thread_id == thread_id, messages.c.role == "user")
             .order_by(messages.c.seq.desc())
             .limit(limit)
@@ -440,7 +467,7 @@ class SqlJournal:
                             run_steps.c.name,
                             sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
                         )
-                        .where(run_steps.c.run_id.in_(ids))
+                        .where(run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(ids))
                         .order_by(run_steps.c.run_id, run_steps.c.position)
                     )
                 ).all()
