@@ -143,6 +143,8 @@ class AgentModule:
         self.local_mode = local_mode
         self._persistence_note = persistence_note
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._resuming: set[str] = set()
+        """Runs this process's sweep claimed and is resuming now."""
         from app.http.router import build_router
 
         self.router: APIRouter = build_router(self)
@@ -280,10 +282,15 @@ class AgentModule:
         return task
 
     async def resume_expired_runs(self) -> list[str]:
-        """Resume every run whose lease expired (its process died). Returns their ids."""
-        run_ids = await self.loop.runtime.expired_runs()
+        """Claim runs whose lease expired (their process died) and resume them, at most
+        `AGENT_SWEEP_MAX_RESUMES` at a time in this process. Returns the ids claimed now."""
+        room = self.settings.sweep_max_resumes - len(self._resuming)
+        if room <= 0:
+            return []
+        run_ids = await self.loop.runtime.claim_expired(room)
         for run_id in run_ids:
             log.info("resuming run %s whose lease expired", run_id)
+            self._resuming.add(run_id)
             self.spawn(self._resume_quietly(run_id))
         return run_ids
 
@@ -291,15 +298,18 @@ class AgentModule:
         try:
             await self.loop.resume(run_id)
         except ThreadBusy:
-            # Another process's sweep claimed it first: the run is in good hands, not an error.
+            # Taken by another process between our claim and our resume (its lease lapsed
+            # again meanwhile): the run is in good hands, not an error.
             log.info("run %s was resumed by another process first", run_id)
         except Exception:
             log.exception("run %s could not be resumed", run_id)
+        finally:
+            self._resuming.discard(run_id)
 
     async def _sweep_forever(self) -> None:
         """Resume runs whose lease expires while this process is up (another replica died)."""
         while True:
-            await asyncio.sleep(self.settings.run_lease_seconds)
+            await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
             try:
                 await self.resume_expired_runs()
             except Exception:

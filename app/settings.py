@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=120.0, gt=0)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
+    sweep_seconds: float | None = Field(default=None, gt=0)
+    """How often each process looks for runs whose lease lapsed (another process died); unset:
+    once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's."""
+    sweep_max_resumes: int = Field(default=8, ge=1)
+    """Runs of dead processes one process resumes at a time: a sweep claims only as many as
+    it has room for, and other processes' sweeps take the rest."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every

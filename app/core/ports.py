@@ -516,8 +516,10 @@ class DurableRuntime(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    async def expired_runs(self) -> list[str]:
-        """Runs still marked running whose lease ran out: their process died."""
+    async def claim_expired(self, limit: int) -> list[str]:
+        """Take up to `limit` runs still marked running whose lease ran out (their process
+        died) for this process to resume, and return their ids. Concurrent callers in other
+        processes get other runs; `reopen` of a run returned here needs no second claim."""
         ...
 
 
