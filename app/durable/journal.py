@@ -50,6 +50,7 @@ _END_RUN = (
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
 )
 
+
 def _hold(lease_seconds: float) -> sa.Update:
     """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease."""
     return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
