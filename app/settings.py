@@ -90,6 +90,8 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=120.0, gt=0)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Level of the app's own log lines under `python -m app serve` (uvicorn's format)."""
     sweep_seconds: float | None = Field(default=None, gt=0)
     """How often each process looks for runs whose lease lapsed (another process died); unset:
     once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's."""
