@@ -30,7 +30,14 @@ from app.core.history import (
     validate_module_history,
 )
 from app.core.loop import AgentDefinition, AgentLoop, EventSink
-from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Thread
+from app.core.ports import (
+    AgentStore,
+    DurableRuntime,
+    Ledger,
+    ModelProvider,
+    Thread,
+    supports_pruning,
+)
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
 from app.errors import ConfigError, ThreadBusy
@@ -119,6 +126,12 @@ def _persistence(
         "pass journal= and ledger= to keep them"
     )
     return journal, ledger, (logging.WARNING, note)
+
+
+PRUNE_BATCH = 500
+"""Runs whose journals one prune statement deletes: a short transaction even on a busy table."""
+PRUNE_BATCHES = 50
+"""Batches per sweep at most, so one sweep never turns into a long job."""
 
 
 class AgentModule:
@@ -306,14 +319,35 @@ class AgentModule:
         finally:
             self._resuming.discard(run_id)
 
+    async def prune_journal(self) -> int:
+        """Delete the journals of runs completed more than AGENT_JOURNAL_RETENTION_SECONDS ago,
+        in batches, at most `PRUNE_BATCHES` of them per call; returns the runs pruned."""
+        runtime = self.loop.runtime
+        if not supports_pruning(runtime):
+            return 0
+        pruned = 0
+        for _ in range(PRUNE_BATCHES):
+            batch = await runtime.prune_steps(self.settings.journal_retention_seconds, PRUNE_BATCH)
+            pruned += batch
+            if batch < PRUNE_BATCH:
+                break
+        if pruned:
+            log.info("pruned the journals of %d completed runs", pruned)
+        return pruned
+
     async def _sweep_forever(self) -> None:
-        """Resume runs whose lease expires while this process is up (another replica died)."""
+        """Resume runs whose lease expires while this process is up (another replica died),
+        and prune finished runs' journals."""
         while True:
             await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
             try:
                 await self.resume_expired_runs()
             except Exception:
                 log.exception("the sweep for expired runs failed; retrying next period")
+            try:
+                await self.prune_journal()
+            except Exception:
+                log.exception("pruning the run journal failed; retrying next period")
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:

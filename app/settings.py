@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     sweep_max_resumes: int = Field(default=8, ge=1)
     """Runs of dead processes one process resumes at a time: a sweep claims only as many as
     it has room for, and other processes' sweeps take the rest."""
+    journal_retention_seconds: float = Field(default=86_400.0, ge=0)
+    """A completed run's journal (`run_steps`, ~50 KB a turn with tool calls) is deleted this
+    long after it ended; its answer, report and ledger rows stay. Failed runs keep theirs
+    until resumed. 0 prunes at the next sweep."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every

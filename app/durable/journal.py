@@ -432,6 +432,40 @@ class SqlJournal:
             self._swept.add(run.id)
         return [run.id for run in claimed]
 
+    async def prune_steps(self, older_than_seconds: float, limit: int) -> int:
+        """Delete the journals of up to `limit` runs that completed at least
+        `older_than_seconds` ago (by the database's clock); returns how many runs were pruned.
+
+        A completed run's answer, report and ledger rows are elsewhere and stay; its steps are
+        only what a replay would need, and a completed run never replays a model call again.
+        Failed and running runs keep theirs: they may still be resumed. Each batch takes its
+        runs with `SKIP LOCKED`, so processes pruning at once take different runs.
+        """
+        picked = (
+            sa.select(runs.c.id)
+            .where(
+                runs.c.status == "completed",
+                runs.c.steps_pruned_at.is_(None),
+                runs.c.updated_at < db_now(-older_than_seconds),
+            )
+            .order_by(runs.c.updated_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        mark = (
+            runs.update()
+            .where(runs.c.id.in_(picked.scalar_subquery()))
+            .values(steps_pruned_at=db_now())
+            .returning(runs.c.id)
+        )
+        # The mark goes first: a write transaction that starts with its write (see
+        # `write_transaction`), and the marked ids are the ones whose steps go.
+        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
+            run_ids = list((await conn.execute(mark)).scalars())
+            if run_ids:
+                await conn.execute(run_steps.delete().where(run_steps.c.run_id.in_(run_ids)))
+        return len(run_ids)
+
     async def thread_runs(
         self, thread_id: str, *, limit: int, before_seq: int | None = None
     ) -> list[RunTrace]:
@@ -450,6 +484,7 @@ class SqlJournal:
                 runs.c.error_code,
                 runs.c.error_message,
                 runs.c.report,
+                runs.c.steps_pruned_at,
             )
             .join(runs, runs.c.id == messages.c.run_id)
             .where(messages.c.thread_id == thread_id, messages.c.role == "user")
@@ -496,6 +531,7 @@ class SqlJournal:
                 report=json.loads(r.report) if r.report else None,
                 steps=names.get(r.id, []),
                 payloads=payloads.get(r.id, {}),
+                pruned=r.steps_pruned_at is not None,
             )
             for r in rows
         ]
