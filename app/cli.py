@@ -31,7 +31,7 @@ def _migrate() -> int:
     settings = get_settings()
 
     async def run() -> None:
-        store = SqlAgentStore.from_url(settings.database_url)
+        store = SqlAgentStore.from_url(settings.database_url, pgbouncer=settings.db_pgbouncer)
         try:
             await store.create_schema()
         finally:

@@ -210,6 +210,7 @@ class AgentModule:
                 pool_size=settings.db_pool_size,
                 max_overflow=settings.db_max_overflow,
                 pool_timeout=settings.db_pool_timeout,
+                pgbouncer=settings.db_pgbouncer,
             )
         runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
         metrics = TurnMetrics() if settings.metrics else None

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     """Extra connections allowed under load beyond the pool size (PostgreSQL)."""
     db_pool_timeout: float = Field(default=10.0, gt=0)
     """Seconds a request waits for a free connection before failing with a 503 (PostgreSQL)."""
+    db_pgbouncer: bool = False
+    """The URL points at PgBouncer in transaction mode: asyncpg then keeps no prepared
+    statements across transactions (each may run on another server connection). See
+    docs/scale-out.md for pool sizes."""
     migrate_on_start: bool = True
     """Run `alembic upgrade head` when the app starts."""
 
