@@ -28,6 +28,7 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
+_PRUNABLE = "status = 'completed' AND steps_pruned_at IS NULL"
 
 threads = sa.Table(
     "threads",
@@ -134,10 +135,19 @@ runs = sa.Table(
         postgresql_where=sa.text("status = 'running'"),
         sqlite_where=sa.text("status = 'running'"),
     ),
+    sa.Column("steps_pruned_at", sa.DateTime(timezone=True), nullable=True),
+    # When the run's journal (`run_steps`) was deleted by retention; NULL while it is kept.
     sa.Index("ix_runs_status_lease_expires_at", "status", "lease_expires_at"),
     # A run looked up by its id alone (GET /runs/{id}, reopening a run): not unique, because a
     # distributed table's unique keys must hold the thread; run ids are UUIDs all the same.
     sa.Index("ix_runs_id", "id"),
+    # The pruner's queue: completed runs whose journal is still there, oldest end first.
+    sa.Index(
+        "ix_runs_prunable",
+        "updated_at",
+        postgresql_where=sa.text(_PRUNABLE),
+        sqlite_where=sa.text(_PRUNABLE),
+    ),
 )
 
 run_steps = sa.Table(
