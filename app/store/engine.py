@@ -93,6 +93,11 @@ def make_engine(
     return engine
 
 
+def behind_pgbouncer(engine: AsyncEngine) -> bool:
+    """Whether `engine` was built with `pgbouncer=True`."""
+    return engine.sync_engine.pool in _BEHIND_PGBOUNCER
+
+
 def _sqlite_file(url: str) -> str | None:
     """The file of a plain SQLite file URL; None for memory databases and URLs with options
     (`?mode=ro&uri=true`...), which keep aiosqlite as SQLAlchemy opens it."""
