@@ -31,7 +31,13 @@ from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
-from app.store.engine import autocommit, behind_pgbouncer, make_engine, write_transaction
+from app.store.engine import (
+    autocommit,
+    behind_pgbouncer,
+    make_engine,
+    read_retrying,
+    write_transaction,
+)
 from app.store.errors import wrap_db_errors
 from app.store.hotread import HotReader
 from app.store.schema import messages, thread_summaries, threads
@@ -360,8 +366,11 @@ class SqlAgentStore:
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs."""
-        async with wrap_db_errors("get_thread_info"), self._reader.connect() as conn:
-            head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+        async def read(conn: AsyncConnection) -> Any:
+            return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+
+        async with wrap_db_errors("get_thread_info"):
+            head = await read_retrying(self._reader, read)
         return None if head is None else _thread(head, [])
 
     async def append_messages(
