@@ -155,19 +155,23 @@ class SqlJournal:
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
-            async with wrap_db_errors("begin_run"), write_transaction(self._engine) as conn:
-                await conn.execute(
-                    self._insert_run_statement,
-                    {
-                        "id": request.run_id,
-                        "thread_id": request.thread_id,
-                        "actor_id": request.actor_id,
-                        "agent": request.agent,
-                        "status": "running",
-                        "request": request.model_dump_json(),
-                        "owner": token,
-                    },
-                )
+            values = {
+                "id": request.run_id,
+                "thread_id": request.thread_id,
+                "actor_id": request.actor_id,
+                "agent": request.agent,
+                "status": "running",
+                "request": request.model_dump_json(),
+                "owner": token,
+            }
+            # The insert opens the transaction: retried on a fresh connection if the pooled one
+            # was dead (nothing was written), so the checkout skips its ping.
+            tx = await open_write(
+                self._engine,
+                "begin_run",
+                lambda conn: conn.execute(self._insert_run_statement, values),
+            )
+            await tx.close(commit=True)
         except sa_exc.IntegrityError as exc:
             text = str(exc.orig).lower()
             if "foreign" in text:
@@ -290,13 +294,11 @@ class SqlJournal:
                 await conn.execute(_INSERT_STEP, _step_rows(thread_id, run_id, steps))
 
         async def open_unit() -> Unit:
-            tx = await open_write(self._engine, "journal_unit")
-            try:
-                async with wrap_db_errors("journal_unit"):
-                    await self._check_lease(tx.connection, run_id)
-            except BaseException:
-                await tx.close(commit=False)
-                raise
+            # The lease check opens the transaction: retried on a fresh connection if the pooled
+            # one was dead, so the checkout skips its ping.
+            tx = await open_write(
+                self._engine, "journal_unit", lambda conn: self._check_lease(conn, run_id)
+            )
             return _SqlUnit(thread_id, run_id, tx)
 
         return JournaledContext(run_id, list(history), write, open_unit)

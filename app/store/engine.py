@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import uuid
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
 
 from sqlalchemy import event, exc
 from sqlalchemy.engine import make_url
@@ -15,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import Pool
 
 from app.errors import StoreError
+from app.store import onehop
 
 POOL_RECYCLE_SECONDS = 1800
 """Retire pooled connections after half an hour, before servers or proxies drop idle ones."""
@@ -27,6 +30,10 @@ out against another process holding the database."""
 _WRITE_LOCKS: weakref.WeakKeyDictionary[Pool, asyncio.Lock] = weakref.WeakKeyDictionary()
 _BEHIND_PGBOUNCER: weakref.WeakSet[Pool] = weakref.WeakSet()
 """Pools of engines built with `pgbouncer=True`: their reads keep their transactions."""
+_T = TypeVar("_T")
+_RETRIES_FIRST = contextvars.ContextVar("retries_first_statement", default=False)
+"""Set while a caller that retries its first statement on a dead connection checks one out:
+the checkout then skips its ping round trip (see `_ping_on_checkout`)."""
 
 
 def is_sqlite(url: str) -> bool:
@@ -60,7 +67,14 @@ def make_engine(
     """
     kwargs: dict[str, Any] = {"echo": echo}
     if is_sqlite(url):
-        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        path = _sqlite_file(url)
+        if path is not None:
+            # One worker-thread call per statement instead of four (`app.store.onehop`).
+            kwargs["async_creator"] = functools.partial(
+                onehop.connect, path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000
+            )
+        else:
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     else:
         kwargs.update(
             pool_size=pool_size,
@@ -82,6 +96,20 @@ def make_engine(
     else:
         event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
     return engine
+
+
+def behind_pgbouncer(engine: AsyncEngine) -> bool:
+    """Whether `engine` was built with `pgbouncer=True`."""
+    return engine.sync_engine.pool in _BEHIND_PGBOUNCER
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file of a plain SQLite file URL; None for memory databases and URLs with options
+    (`?mode=ro&uri=true`...), which keep aiosqlite as SQLAlchemy opens it."""
+    parsed = make_url(url)
+    if parsed.query or not parsed.database or parsed.database == ":memory:":
+        return None
+    return parsed.database
 
 
 def autocommit(engine: AsyncEngine) -> AsyncEngine:
@@ -144,6 +172,48 @@ async def acquire_writer(engine: AsyncEngine) -> asyncio.Lock | None:
     return lock
 
 
+@contextmanager
+def retrying_first_statement() -> Iterator[None]:
+    """Checkouts in this block skip the ping: their caller retries the first statement on a
+    fresh connection when it fails on a dead one (`is_dead_connection`), which costs nothing
+    while connections live, where the ping costs a round trip on every checkout."""
+    token = _RETRIES_FIRST.set(True)
+    try:
+        yield
+    finally:
+        _RETRIES_FIRST.reset(token)
+
+
+def is_dead_connection(error: BaseException | None) -> bool:
+    """Whether `error` (or what it was raised from) is a statement that failed because its
+    connection died: SQLAlchemy then invalidated that connection, and the pool replaces every
+    connection older than the failure at its next checkout."""
+    while error is not None:
+        if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+            return True
+        error = error.__cause__
+    return False
+
+
+async def read_retrying(
+    engine: AsyncEngine, read: Callable[[AsyncConnection], Awaitable[_T]]
+) -> _T:
+    """`read(conn)` on a pooled connection checked out without the ping, once more on a fresh
+    connection if the first one turns out dead. For reads only: nothing to undo."""
+    try:
+        with retrying_first_statement():
+            conn = await engine.connect()
+        try:
+            return await read(conn)
+        finally:
+            await conn.close()
+    except exc.DBAPIError as error:
+        if not is_dead_connection(error):
+            raise
+    async with engine.connect() as conn:
+        return await read(conn)
+
+
 def _unique_statement_name() -> str:
     return f"__asyncpg_{uuid.uuid4()}__"
 
@@ -158,6 +228,8 @@ def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     try:
         if dbapi_connection.driver_connection.is_closed():
             raise ConnectionError("closed")
+        if _RETRIES_FIRST.get():
+            return  # the caller retries its first statement instead (`retrying_first_statement`)
         # `run_async` is SQLAlchemy's public way to await the driver from a sync event (the
         # adapter's `await_` attribute is private and gone in 2.1).
         dbapi_connection.run_async(lambda driver: driver.execute("SELECT 1"))

@@ -31,10 +31,17 @@ from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
-from app.store.engine import autocommit, make_engine, write_transaction
+from app.store.engine import (
+    autocommit,
+    behind_pgbouncer,
+    make_engine,
+    read_retrying,
+    write_transaction,
+)
 from app.store.errors import wrap_db_errors
+from app.store.hotread import HotReader
 from app.store.schema import messages, thread_summaries, threads
-from app.store.tx import reading, writing
+from app.store.tx import joined, writing
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _N = sa.bindparam("n", type_=sa.Integer)
@@ -196,6 +203,16 @@ def _turn_read(
 
 
 _TURN_READS: dict[tuple[bool, bool, bool, bool, bool], sa.Select[Any]] = {}
+_POSITIONS: dict[int, tuple[sa.Select[Any], dict[str, int]]] = {}
+
+
+def _positions(stmt: sa.Select[Any]) -> dict[str, int]:
+    """Column name -> its index in `stmt`'s rows: driver rows are read by position."""
+    hit = _POSITIONS.get(id(stmt))
+    if hit is None or hit[0] is not stmt:
+        names = [str(c.key) for c in stmt.selected_columns]
+        hit = _POSITIONS[id(stmt)] = (stmt, {name: i for i, name in enumerate(names)})
+    return hit[1]
 
 
 def turn_read(query: ThreadTurnQuery) -> tuple[sa.Select[Any], dict[str, Any]]:
@@ -304,6 +321,7 @@ class SqlAgentStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
+        self._hot = HotReader(engine, enabled=not behind_pgbouncer(engine))
 
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
@@ -320,6 +338,7 @@ class SqlAgentStore:
             await migrate.upgrade(self._engine)
 
     async def dispose(self) -> None:
+        await self._hot.close()
         await self._engine.dispose()
 
     # --- AgentStore ------------------------------------------------------------------------
@@ -347,8 +366,11 @@ class SqlAgentStore:
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs."""
-        async with wrap_db_errors("get_thread_info"), self._reader.connect() as conn:
-            head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+        async def read(conn: AsyncConnection) -> Any:
+            return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+
+        async with wrap_db_errors("get_thread_info"):
+            head = await read_retrying(self._reader, read)
         return None if head is None else _thread(head, [])
 
     async def append_messages(
@@ -456,27 +478,37 @@ class SqlAgentStore:
         answered and, with `after_summary`, its newest summary, in one round trip. None for an
         unknown thread. With `tx`, read inside that transaction (it sees its own writes)."""
         stmt, params = turn_read(query)
-        async with reading(self._reader, self._engine, tx, "load_thread_for_turn") as conn:
-            rows = (await conn.execute(stmt, params)).all()
+        shared = joined(self._engine, tx)
+        async with wrap_db_errors("load_thread_for_turn"):
+            if shared is not None:
+                rows = await self._hot.fetch_on(shared, stmt, params)
+            else:
+                found = await self._hot.fetch(stmt, params)
+                if found is None:  # no dedicated connection free: the pool's way
+                    async with self._reader.connect() as conn:
+                        found = (await conn.execute(stmt, params)).all()
+                rows = found
         if not rows:
             return None
-        first = rows[0]._mapping
+        at = _positions(stmt)
+        first = rows[0]
         offset = PAGE_AT + (len(_SUMMARY_COLS) if query.after_summary else 0)
         page = [from_row(r, offset) for r in rows if r[offset] is not None]
         summary = None
-        if query.after_summary and first["summary_covers_through_seq"] is not None:
-            summary = ThreadSummary(**{c: first[f"summary_{c}"] for c in _SUMMARY_COLS})
+        if query.after_summary and first[at["summary_covers_through_seq"]] is not None:
+            summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in _SUMMARY_COLS})
         boundary = summary.covers_through_seq if summary is not None else 0
-        next_seq = page[0].seq if page and page[0].seq is not None else first["last_seq"] + 1
+        next_seq = page[0].seq if page and page[0].seq is not None else first[at["last_seq"]] + 1
+        last = rows[-1]
         return ThreadTurnPage(
             messages=page,
-            title=first["title"],
-            has_assistant_message=bool(first["answered"]),
+            title=first[at["title"]],
+            has_assistant_message=bool(first[at["answered"]]),
             summary=summary,
             skipped=max(0, next_seq - boundary - 1),
-            tokens_before=int(first["page_tokens_before"] or 0),
-            last_prompt=rows[-1]._mapping["last_prompt"],
-            reported_tokens=rows[-1]._mapping["last_reported_tokens"],
+            tokens_before=int(first[at["page_tokens_before"]] or 0),
+            last_prompt=last[at["last_prompt"]],
+            reported_tokens=last[at["last_reported_tokens"]],
         )
 
     # --- SummaryStore ----------------------------------------------------------------------

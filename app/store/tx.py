@@ -13,12 +13,18 @@ was opened on the writer's own engine, so a store on another database still comm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.store.engine import acquire_writer, write_transaction
+from app.store.engine import (
+    acquire_writer,
+    is_dead_connection,
+    retrying_first_statement,
+    write_transaction,
+)
 from app.store.errors import wrap_db_errors
 
 
@@ -60,22 +66,38 @@ class SqlTransaction:
                 hook()
 
 
-async def open_write(engine: AsyncEngine, operation: str) -> SqlTransaction:
-    """A write transaction of the caller's to share: writer turn first, then a connection."""
-    writer = await acquire_writer(engine)
-    try:
-        async with wrap_db_errors(operation):
-            connection = await engine.connect()
-            try:
-                await connection.begin()
-            except BaseException:
-                await connection.close()
-                raise
-    except BaseException:
-        if writer is not None:
-            writer.release()
-        raise
-    return SqlTransaction(engine, connection, writer)
+async def open_write(
+    engine: AsyncEngine,
+    operation: str,
+    first: Callable[[AsyncConnection], Awaitable[object]] | None = None,
+) -> SqlTransaction:
+    """A write transaction of the caller's to share: writer turn first, then a connection.
+
+    `first`, the transaction's first statement(s), is run here: when it fails because the
+    pooled connection was dead, the whole opening is tried once more on a fresh connection
+    (nothing was written), so the checkout needs no ping round trip of its own."""
+    for attempt in range(2):
+        retry = first is not None and attempt == 0
+        writer = await acquire_writer(engine)
+        try:
+            async with wrap_db_errors(operation):
+                with retrying_first_statement() if retry else contextlib.nullcontext():
+                    connection = await engine.connect()
+                try:
+                    await connection.begin()
+                    if first is not None:
+                        await first(connection)
+                except BaseException:
+                    await connection.close()
+                    raise
+        except BaseException as error:
+            if writer is not None:
+                writer.release()
+            if retry and is_dead_connection(error):
+                continue
+            raise
+        return SqlTransaction(engine, connection, writer)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def joined(engine: AsyncEngine, tx: object | None) -> AsyncConnection | None:

@@ -103,3 +103,37 @@ async def test_an_unreachable_database_fails_the_turn_with_a_store_error_not_a_t
             )
     finally:
         await broken.dispose()
+
+
+async def test_checkouts_without_a_ping_retry_a_dead_connection_once(
+    pg_store: SqlAgentStore, postgres_url: str
+) -> None:
+    """The turn's checkouts skip the ping (`retrying_first_statement`): a connection killed
+    under the pool costs at most one failed statement, and the operation is retried on a fresh
+    connection (the pool then replaces every older one)."""
+    from sqlalchemy import event
+
+    from app.core.ports import RunRequest
+
+    tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
+    journal = SqlJournal(pg_store.engine)
+    await pg_store.get_thread_info(tid)  # connections in the pool
+    assert await _terminate_other_backends(postgres_url) >= 1
+    failures: list[object] = []
+
+    def on_error(context: object) -> None:
+        failures.append(context)
+
+    event.listen(pg_store.engine.sync_engine, "handle_error", on_error)
+    try:
+        assert await pg_store.get_thread_info(tid) is not None
+        request = RunRequest(
+            run_id=str(uuid.uuid4()), thread_id=tid, actor_id="alice", agent="helper", content="x"
+        )
+        ctx = await journal.begin(request)
+        async with ctx.unit_of_work():
+            assert await ctx.transaction() is not None
+        await journal.complete(request.run_id, {})
+    finally:
+        event.remove(pg_store.engine.sync_engine, "handle_error", on_error)
+    assert len(failures) <= 1, failures

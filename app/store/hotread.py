@@ -1,0 +1,188 @@
+"""The per-turn read straight through the driver: one asyncpg call or one aiosqlite worker-thread
+call, no SQLAlchemy Core execute, no result objects, no pool checkout for a read of its own.
+
+The statement is the store's own (`turn_read`), compiled once per shape with the engine's
+dialect, so the SQL text is byte for byte what SQLAlchemy would send. Before it goes out the
+engine's `before_cursor_execute` listeners are called with it and its parameters, as SQLAlchemy
+calls them, so whatever watches the engine's statements (the tests that check every statement
+of a turn names its thread, fault injection) still sees it, and may still make it fail.
+
+Two ways in:
+- `fetch_on(conn, ...)`: on a connection the caller holds (the turn's unit of work), through its
+  driver connection, inside the transaction already open there (so it sees the turn's own
+  uncommitted user message). When no driver transaction is open yet, SQLAlchemy runs it.
+- `fetch(...)`: a read of its own on one of at most `DEDICATED` driver connections this reader
+  keeps out of the pool (opened through the engine, so its connect events ran; detached, so
+  the pool counts them no more and opens others as it needs). No checkout ping: a connection
+  the driver knows is closed is dropped before use, and a read that fails because its
+  connection died is retried once on a fresh one (a single SELECT: nothing to undo). When
+  every dedicated connection is busy, it returns None and the caller takes the pool's way.
+  Each store keeps at most `DEDICATED` connections beside its pool (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.errors import StoreError
+from app.store.onehop import OneHopConnection
+
+DEDICATED = 2
+"""Driver connections a reader keeps for reads of its own, at most."""
+
+Rows = Sequence[Sequence[Any]]
+
+
+class _Compiled:
+    __slots__ = ("names", "processors", "sql", "values")
+
+    def __init__(self, stmt: sa.Select[Any], engine: AsyncEngine) -> None:
+        compiled = stmt.compile(dialect=engine.dialect)
+        self.sql = str(compiled)
+        self.names = list(compiled.positiontup or [])
+        self.values = dict(compiled.params)
+        self.processors: list[Callable[[Any], Any] | None] = [
+            compiled.binds[name].type.bind_processor(engine.dialect) for name in self.names
+        ]
+
+    def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        values = {**self.values, **params}
+        return tuple(
+            value if proc is None else proc(value)
+            for value, proc in zip((values[n] for n in self.names), self.processors, strict=True)
+        )
+
+
+def _fetchall(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[Any]:
+    cursor = conn.execute(sql, args)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
+
+
+class HotReader:
+    """See the module docstring. `enabled` is False where the driver path is not taken: behind
+    PgBouncer (asyncpg's statement cache is off there), and on SQLite engines that are not
+    `OneHopConnection`'s (memory databases, URLs with options)."""
+
+    def __init__(self, engine: AsyncEngine, *, enabled: bool = True) -> None:
+        self._engine = engine
+        self._sync = engine.sync_engine
+        self._postgres = engine.dialect.name == "postgresql"
+        self._compiled: dict[int, tuple[sa.Select[Any], _Compiled]] = {}
+        self._idle: list[Any] = []
+        self._open = 0
+        self.enabled = enabled and engine.dialect.driver in ("asyncpg", "aiosqlite")
+
+    def _compile(self, stmt: sa.Select[Any]) -> _Compiled:
+        hit = self._compiled.get(id(stmt))
+        if hit is None or hit[0] is not stmt:
+            hit = self._compiled[id(stmt)] = (stmt, _Compiled(stmt, self._engine))
+        return hit[1]
+
+    def _announce(self, conn: Any, sql: str, args: tuple[Any, ...]) -> None:
+        """The engine's `before_cursor_execute` listeners, called as SQLAlchemy calls them."""
+        listeners = self._sync.dispatch.before_cursor_execute
+        if listeners:
+            listeners(conn, None, sql, args, None, False)
+
+    async def _driver_fetch(self, driver: Any, sql: str, args: tuple[Any, ...]) -> Rows | None:
+        if self._postgres:
+            rows: Rows = await driver.fetch(sql, *args)
+            return rows
+        if isinstance(driver, OneHopConnection):
+            found: Rows = await driver.run(_fetchall, sql, args)
+            return found
+        return None
+
+    async def fetch_on(
+        self, conn: AsyncConnection, stmt: sa.Select[Any], params: dict[str, Any]
+    ) -> Rows:
+        """`stmt` on the caller's connection, inside its open transaction."""
+        if self.enabled:
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            if driver is not None and (not self._postgres or driver.is_in_transaction()):
+                compiled = self._compile(stmt)
+                args = compiled.args(params)
+                self._announce(conn.sync_connection, compiled.sql, args)
+                try:
+                    rows = await self._driver_fetch(driver, compiled.sql, args)
+                except (asyncpg.PostgresError, asyncpg.InterfaceError, sqlite3.Error) as exc:
+                    raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
+                if rows is not None:
+                    return rows
+        result: Rows = (await conn.execute(stmt, params)).all()
+        return result
+
+    async def fetch(self, stmt: sa.Select[Any], params: dict[str, Any]) -> Rows | None:
+        """`stmt` on a dedicated connection; None when there is none free (use the pool)."""
+        if not self.enabled:
+            return None
+        compiled = self._compile(stmt)
+        args = compiled.args(params)
+        for attempt in range(2):
+            driver = await self._take(fresh=attempt > 0)
+            if driver is None:
+                return None
+            self._announce(self._sync, compiled.sql, args)
+            try:
+                rows = await self._driver_fetch(driver, compiled.sql, args)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, sqlite3.Error, OSError) as exc:
+                dead = self._postgres and driver.is_closed()
+                await self._drop(driver)
+                if dead and attempt == 0:
+                    continue  # the connection died: nothing was read, read again on a new one
+                raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
+            except BaseException:
+                await self._drop(driver)
+                raise
+            self._idle.append(driver)
+            return rows
+        return None  # pragma: no cover - the loop returns or raises
+
+    async def _take(self, *, fresh: bool) -> Any:
+        while self._idle and not fresh:
+            driver = self._idle.pop()
+            if self._postgres and driver.is_closed():
+                await self._drop(driver)
+                continue
+            return driver
+        if self._open >= DEDICATED:
+            return None
+        self._open += 1
+        try:
+            fairy = await self._engine.raw_connection()
+            driver = fairy.driver_connection
+            fairy.detach()  # ours now: the pool forgets it
+        except BaseException:
+            self._open -= 1
+            raise
+        return driver
+
+    async def _drop(self, driver: Any) -> None:
+        self._open -= 1
+        try:
+            if self._postgres:
+                driver.terminate()
+            else:
+                await driver.close()
+        except Exception:  # a connection being dropped may well be broken
+            pass
+
+    async def close(self) -> None:
+        """Close the dedicated connections (the store's `dispose`)."""
+        idle, self._idle = self._idle, []
+        for driver in idle:
+            self._open -= 1
+            try:
+                await driver.close()
+            except Exception:  # closing is best effort: the connection may be broken
+                pass

@@ -1,0 +1,76 @@
+"""`app.store.onehop`: aiosqlite with one worker-thread call per statement. Same results,
+rowcounts, transactions and errors as plain aiosqlite under SQLAlchemy; fewer thread calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import exc
+
+from app.store.engine import make_engine
+from app.store.onehop import OneHopConnection
+from bench.trips import count_aiosqlite
+
+_T = sa.table("t", sa.column("id", sa.Integer), sa.column("v", sa.String))
+
+
+async def test_sqlite_file_engines_use_it_and_statements_behave(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'a.db'}")
+    try:
+        async with engine.begin() as conn:
+            raw = await conn.get_raw_connection()
+            assert isinstance(raw.driver_connection, OneHopConnection)
+            await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT UNIQUE)"))
+            await conn.execute(_T.insert(), [{"id": i, "v": f"v{i}"} for i in range(1, 6)])
+            updated = await conn.execute(sa.update(_T).where(_T.c.id > 3).values(v=_T.c.v + "!"))
+            assert updated.rowcount == 2
+            one = await conn.execute(sa.text("INSERT INTO t (v) VALUES ('new')"))
+            assert one.lastrowid == 6
+        async with engine.connect() as conn:
+            rows = (await conn.execute(sa.select(_T).order_by(_T.c.id))).all()
+            assert [tuple(r) for r in rows][-3:] == [(4, "v4!"), (5, "v5!"), (6, "new")]
+            result = await conn.execute(sa.select(_T.c.v).order_by(_T.c.id))
+            assert result.fetchone() == ("v1",)
+            assert result.fetchmany(2) == [("v2",), ("v3",)]
+            assert [r[0] for r in result] == ["v4!", "v5!", "new"]
+        # a failing statement raises the driver's error, and its transaction rolls back
+        with pytest.raises(exc.IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("INSERT INTO t (v) VALUES ('kept?')"))
+                await conn.execute(sa.text("INSERT INTO t (v) VALUES ('v1')"))
+        async with engine.connect() as conn:
+            count = (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar()
+            assert count == 6
+    finally:
+        await engine.dispose()
+
+
+async def test_one_thread_call_per_statement_and_none_for_an_idle_rollback(
+    tmp_path: Path,
+) -> None:
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'b.db'}")
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
+        calls: list[str] = []
+        with count_aiosqlite(calls):
+            async with engine.connect() as conn:  # a read: no transaction, no ROLLBACK call
+                await conn.execute(sa.select(_T))
+        assert len(calls) == 1, calls
+        calls.clear()
+        with count_aiosqlite(calls):
+            async with engine.begin() as conn:  # a write: the statement, then COMMIT
+                await conn.execute(_T.insert().values(v="x"))
+        assert len(calls) == 2, calls
+        calls.clear()
+        with count_aiosqlite(calls), pytest.raises(RuntimeError):
+            async with engine.begin() as conn:  # an abandoned write still rolls back
+                await conn.execute(_T.insert().values(v="gone"))
+                raise RuntimeError
+        assert len(calls) == 2, calls
+        async with engine.connect() as conn:
+            assert (await conn.execute(sa.select(_T.c.v))).scalars().all() == ["x"]
+    finally:
+        await engine.dispose()
