@@ -172,8 +172,30 @@ class LoopEnv:
         return next(p for n, p in await self.journal.steps(run_id) if n == name)
 
 
+RUNTIMES = ["sql", "dbos"]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime_name(request: pytest.FixtureRequest) -> str:
+    """The durable runtime a loop test runs on: the SQL journal, then DBOS workflows."""
+    return str(request.param)
+
+
 @pytest.fixture
-def env(sql_store: SqlAgentStore) -> LoopEnv:
-    return LoopEnv(
-        sql_store, SqlJournal(sql_store.engine, lease_seconds=60), SqlLedger(sql_store.engine)
-    )
+def sql_only(runtime_name: str) -> None:
+    """For a test about the SQL journal's own rows or transactions: skipped under DBOS."""
+    if runtime_name != "sql":
+        pytest.skip("SQL journal only: the comment above the test says why")
+
+
+@pytest.fixture
+def env(request: pytest.FixtureRequest, sql_store: SqlAgentStore, runtime_name: str) -> LoopEnv:
+    journal: SqlJournal
+    if runtime_name == "dbos":
+        request.getfixturevalue("dbos_launched")
+        from app.durable.dbos_runtime import DbosRuntime
+
+        journal = DbosRuntime(sql_store.engine, lease_seconds=60)
+    else:
+        journal = SqlJournal(sql_store.engine, lease_seconds=60)
+    return LoopEnv(sql_store, journal, SqlLedger(sql_store.engine))

@@ -381,6 +381,8 @@ async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopE
     assert [r["prompt_tokens"] for r in record.report["ledger"]] == [11, 22]
 
 
+# SQL journal only: rewrites a run_steps payload as code from before cleaning wrote it.
+@pytest.mark.usefixtures("sql_only")
 async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_fffd(
     env: LoopEnv,
 ) -> None:
