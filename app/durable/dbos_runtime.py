@@ -44,7 +44,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.messages import storable_json
-from app.core.ports import DurableContext, JsonValue, RunRequest, RunResumer, Transaction
+from app.core.ports import (
+    DurableContext,
+    JsonValue,
+    RunRequest,
+    RunResumer,
+    RunTrace,
+    Transaction,
+)
 from app.durable.context import PATCH_PREFIX, encode_payload
 from app.durable.journal import SqlJournal
 from app.errors import ConfigError, JournalMismatch, RunFailed, ThreadBusy
@@ -255,6 +262,25 @@ class DbosRuntime(SqlJournal):
         attempts = await self._attempts(run_id)
         carried = await self._carried(run_id, attempts + 1)
         return rows + [(s.name, s.payload) for s in carried]
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        """`SqlJournal`'s timeline, each run's checkpoints read from its DBOS attempts (the
+        payloads of `load:thread` and `history:*`, as the SQL journal's timeline gives them)."""
+        traces = await super().thread_runs(thread_id, limit=limit, before_seq=before_seq)
+        filled = []
+        for trace in traces:
+            steps = await self.steps(trace.run_id)
+            payloads = {
+                name: json.loads(payload)
+                for name, payload in steps
+                if name == "load:thread" or name.startswith("history:")
+            }
+            filled.append(
+                trace.model_copy(update={"steps": [n for n, _ in steps], "payloads": payloads})
+            )
+        return filled
 
     # --- RunExecutor ---------------------------------------------------------------------------
 

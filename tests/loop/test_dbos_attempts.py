@@ -193,3 +193,15 @@ def _executor_id() -> str:
     from dbos._utils import GlobalParams
 
     return str(GlobalParams.executor_id)
+
+
+async def test_the_inspectors_timeline_reads_a_dbos_runs_checkpoints(dbos_env: LoopEnv) -> None:
+    tid = await dbos_env.thread()
+    loop = dbos_env.loop(ScriptedProvider([reply("a1")]), window_history(max_messages=3))
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="q1", run_id=str(uuid.uuid4())
+    )
+    [trace] = await dbos_env.journal.thread_runs(tid, limit=5)
+    assert trace.run_id == result.run_id and trace.status == "completed"
+    assert trace.steps == await dbos_env.step_names(result.run_id)
+    assert [m["content"] for m in trace.payloads["load:thread"]["keep"]] == ["q1"]
