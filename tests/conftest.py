@@ -108,22 +108,6 @@ def db_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(f"{request.param}_url"))
 
 
-@pytest.fixture(scope="session")
-def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """DBOS, launched once for the session (it is one instance per process), its system
-    database a SQLite file of its own: workflow ids are run ids, unique across the tests'
-    databases. Tests that need it skip without the `dbos` extra."""
-    pytest.importorskip("dbos", reason="the dbos extra is not installed")
-    from app.durable.dbos_runtime import dbos_config, destroy_dbos, launch_dbos
-
-    path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
-    launch_dbos(dbos_config(f"sqlite:///{path}", executor_id=f"tests-{os.getpid()}"))
-    try:
-        yield
-    finally:
-        destroy_dbos()
-
-
 async def empty_database(engine: sa.ext.asyncio.AsyncEngine) -> None:
     async with engine.begin() as conn:
         if conn.dialect.name == "postgresql":

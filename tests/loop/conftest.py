@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +171,24 @@ class LoopEnv:
 
     async def step_payload(self, run_id: str, name: str) -> str:
         return next(p for n, p in await self.journal.steps(run_id) if n == name)
+
+
+@pytest.fixture(scope="package")
+def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """DBOS, launched once for the loop tests (it is one instance per process), its system
+    database a SQLite file of its own: workflow ids are run ids, unique across the tests'
+    databases. Destroyed when the loop tests end: its queue threads draw on the global
+    `random`, which hypothesis (the schemathesis tests) forbids while it generates. Tests that
+    need it skip without the `dbos` extra."""
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    from app.durable.dbos_runtime import dbos_config, destroy_dbos, launch_dbos
+
+    path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
+    launch_dbos(dbos_config(f"sqlite:///{path}", executor_id=f"tests-{os.getpid()}"))
+    try:
+        yield
+    finally:
+        destroy_dbos()
 
 
 RUNTIMES = ["sql", "dbos"]

@@ -25,9 +25,13 @@ from app.durable.dbos_runtime import DbosRuntime, attempt_workflow_id
 
 
 @pytest.fixture
-def dbos_env(env: LoopEnv, runtime_name: str) -> LoopEnv:
-    if runtime_name != "dbos":
-        pytest.skip("about DBOS workflows")
+def runtime_name() -> str:
+    """These tests are about DBOS workflows: the loop env on the DBOS runtime only."""
+    return "dbos"
+
+
+@pytest.fixture
+def dbos_env(env: LoopEnv) -> LoopEnv:
     return env
 
 
@@ -161,9 +165,10 @@ async def test_the_sweep_takes_over_a_dead_attempt_and_cancels_it(dbos_env: Loop
 async def test_dbos_recovery_finishes_the_run_on_the_apps_loop_without_waiting_for_the_lease(
     dbos_env: LoopEnv,
 ) -> None:
-    """What `DBOS.launch()` does at a restart, done in process: the pending attempt is re-enqueued
-    and run by DBOS on its own event loop; it hops onto this loop and the run takes its lease at
-    once (held under the attempt's own token), 60 s before it would lapse."""
+    """What `DBOS.launch()` does at a restart, done in process (with DBOS's internal recovery
+    function): the pending attempt is re-enqueued and run by DBOS on its own event loop; it
+    hops onto this loop and the run takes its lease at once (held under the attempt's own
+    token), 60 s before it would lapse."""
     tid = await dbos_env.thread([user("q1"), assistant("a1")])
     prompts: list[str] = []
     run_id = await _dying_turn(dbos_env, tid, prompts)
@@ -172,7 +177,9 @@ async def test_dbos_recovery_finishes_the_run_on_the_apps_loop_without_waiting_f
     loop = dbos_env.loop(ScriptedProvider([_answer(prompts)]), window_history(max_messages=3))
     loop.runtime = restarted
     restarted.register_resumer(loop.resume)
-    await asyncio.to_thread(DBOS._recover_pending_workflows, [_executor_id()])
+    # What launch's recovery does for each pending workflow of its executor, for this one only
+    # (other tests' cancelled turns may have left theirs pending).
+    await asyncio.to_thread(_recover, run_id)
     for _ in range(200):
         record = await restarted.get_run(run_id)
         if record is not None and record.status == "completed":
@@ -189,10 +196,20 @@ async def test_dbos_recovery_finishes_the_run_on_the_apps_loop_without_waiting_f
     assert [m.content for m in thread.messages].count("resumed answer") == 1
 
 
-def _executor_id() -> str:
+def _recover(workflow_id: str) -> None:
+    from dbos._dbos import _get_dbos_instance
+    from dbos._recovery import _recover_workflow
     from dbos._utils import GlobalParams
 
-    return str(GlobalParams.executor_id)
+    dbos = _get_dbos_instance()
+    [pending] = [
+        w
+        for w in dbos._sys_db.get_pending_workflows(
+            GlobalParams.executor_id, GlobalParams.app_version
+        )
+        if w.workflow_id == workflow_id
+    ]
+    _recover_workflow(dbos, pending, [GlobalParams.executor_id])
 
 
 async def test_the_inspectors_timeline_reads_a_dbos_runs_checkpoints(dbos_env: LoopEnv) -> None:
