@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test lint typecheck bench bench-quick screenshot clean
+.PHONY: install install-run run migrate test lint typecheck bench bench-quick bench-throughput screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ screenshot: install
 
 bench: install
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench --throughput
+
+## Turns/s with 1, 2 and 4 app processes on one PostgreSQL, and the journal before/after retention
+bench-throughput: install
+	$(BIN)/python -m bench --throughput
 
 bench-quick: install
 	$(BIN)/python -m bench --quick

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ def _migrate() -> int:
     settings = get_settings()
 
     async def run() -> None:
-        store = SqlAgentStore.from_url(settings.database_url)
+        store = SqlAgentStore.from_url(settings.database_url, pgbouncer=settings.db_pgbouncer)
         try:
             await store.create_schema()
         finally:
@@ -45,8 +46,23 @@ def _serve(host: str | None, port: int | None) -> int:
     import uvicorn
 
     settings = get_settings()
-    uvicorn.run("app.main:app", host=host or settings.host, port=port or settings.port)
+    uvicorn.run(
+        "app.main:app",
+        host=host or settings.host,
+        port=port or settings.port,
+        log_config=_log_config(settings.log_level),
+    )
     return 0
+
+
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's own logging, with the app's loggers on its handler at `level`: without them
+    the app's info lines (runs resumed, migrations run) would go nowhere."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["app"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
 
 
 # --- talking to a running server -----------------------------------------------------------

@@ -30,7 +30,14 @@ from app.core.history import (
     validate_module_history,
 )
 from app.core.loop import AgentDefinition, AgentLoop, EventSink
-from app.core.ports import AgentStore, DurableRuntime, Ledger, ModelProvider, Thread
+from app.core.ports import (
+    AgentStore,
+    DurableRuntime,
+    Ledger,
+    ModelProvider,
+    Thread,
+    supports_pruning,
+)
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
 from app.errors import ConfigError, ThreadBusy
@@ -145,6 +152,12 @@ def dbos_runtime(engine: Any, settings: Settings) -> DurableRuntime:
     return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
 
 
+PRUNE_BATCH = 500
+"""Runs whose journals one prune statement deletes: a short transaction even on a busy table."""
+PRUNE_BATCHES = 50
+"""Batches per sweep at most, so one sweep never turns into a long job."""
+
+
 class AgentModule:
     def __init__(
         self,
@@ -167,6 +180,8 @@ class AgentModule:
         self.local_mode = local_mode
         self._persistence_note = persistence_note
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._resuming: set[str] = set()
+        """Runs this process's sweep claimed and is resuming now."""
         from app.http.router import build_router
 
         self.router: APIRouter = build_router(self)
@@ -219,6 +234,7 @@ class AgentModule:
                 pool_size=settings.db_pool_size,
                 max_overflow=settings.db_max_overflow,
                 pool_timeout=settings.db_pool_timeout,
+                pgbouncer=settings.db_pgbouncer,
             )
         runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
         metrics = TurnMetrics() if settings.metrics else None
@@ -304,10 +320,15 @@ class AgentModule:
         return task
 
     async def resume_expired_runs(self) -> list[str]:
-        """Resume every run whose lease expired (its process died). Returns their ids."""
-        run_ids = await self.loop.runtime.expired_runs()
+        """Claim runs whose lease expired (their process died) and resume them, at most
+        `AGENT_SWEEP_MAX_RESUMES` at a time in this process. Returns the ids claimed now."""
+        room = self.settings.sweep_max_resumes - len(self._resuming)
+        if room <= 0:
+            return []
+        run_ids = await self.loop.runtime.claim_expired(room)
         for run_id in run_ids:
             log.info("resuming run %s whose lease expired", run_id)
+            self._resuming.add(run_id)
             self.spawn(self._resume_quietly(run_id))
         return run_ids
 
@@ -315,19 +336,43 @@ class AgentModule:
         try:
             await self.loop.resume(run_id)
         except ThreadBusy:
-            # Another process's sweep claimed it first: the run is in good hands, not an error.
+            # Taken by another process between our claim and our resume (its lease lapsed
+            # again meanwhile): the run is in good hands, not an error.
             log.info("run %s was resumed by another process first", run_id)
         except Exception:
             log.exception("run %s could not be resumed", run_id)
+        finally:
+            self._resuming.discard(run_id)
+
+    async def prune_journal(self) -> int:
+        """Delete the journals of runs completed more than AGENT_JOURNAL_RETENTION_SECONDS ago,
+        in batches, at most `PRUNE_BATCHES` of them per call; returns the runs pruned."""
+        runtime = self.loop.runtime
+        if not supports_pruning(runtime):
+            return 0
+        pruned = 0
+        for _ in range(PRUNE_BATCHES):
+            batch = await runtime.prune_steps(self.settings.journal_retention_seconds, PRUNE_BATCH)
+            pruned += batch
+            if batch < PRUNE_BATCH:
+                break
+        if pruned:
+            log.info("pruned the journals of %d completed runs", pruned)
+        return pruned
 
     async def _sweep_forever(self) -> None:
-        """Resume runs whose lease expires while this process is up (another replica died)."""
+        """Resume runs whose lease expires while this process is up (another replica died),
+        and prune finished runs' journals."""
         while True:
-            await asyncio.sleep(self.settings.run_lease_seconds)
+            await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
             try:
                 await self.resume_expired_runs()
             except Exception:
                 log.exception("the sweep for expired runs failed; retrying next period")
+            try:
+                await self.prune_journal()
+            except Exception:
+                log.exception("pruning the run journal failed; retrying next period")
 
     async def _launch_dbos(self) -> Callable[[], Awaitable[None]] | None:
         """With the DBOS runtime (`AGENT_DURABLE=dbos`): launch DBOS, after the migrations and

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     """Extra connections allowed under load beyond the pool size (PostgreSQL)."""
     db_pool_timeout: float = Field(default=10.0, gt=0)
     """Seconds a request waits for a free connection before failing with a 503 (PostgreSQL)."""
+    db_pgbouncer: bool = False
+    """The URL points at PgBouncer in transaction mode: asyncpg then keeps no prepared
+    statements across transactions (each may run on another server connection). See
+    docs/scale-out.md for pool sizes."""
     migrate_on_start: bool = True
     """Run `alembic upgrade head` when the app starts."""
 
@@ -105,6 +109,18 @@ class Settings(BaseSettings):
     run_lease_seconds: float = Field(default=120.0, gt=0)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Level of the app's own log lines under `python -m app serve` (uvicorn's format)."""
+    sweep_seconds: float | None = Field(default=None, gt=0)
+    """How often each process looks for runs whose lease lapsed (another process died); unset:
+    once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's."""
+    sweep_max_resumes: int = Field(default=8, ge=1)
+    """Runs of dead processes one process resumes at a time: a sweep claims only as many as
+    it has room for, and other processes' sweeps take the rest."""
+    journal_retention_seconds: float = Field(default=86_400.0, ge=0)
+    """A completed run's journal (`run_steps`, ~50 KB a turn with tool calls) is deleted this
+    long after it ended; its answer, report and ledger rows stay. Failed runs keep theirs
+    until resumed. 0 prunes at the next sweep."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every

@@ -10,6 +10,7 @@ from pathlib import Path
 from bench.cache import cache_main
 from bench.report import render, targets, write_chart, write_json
 from bench.run import BACKENDS, Config, run_benchmark
+from bench.throughput import throughput_main
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -26,7 +27,7 @@ def _backends(text: str) -> tuple[str, ...]:
     return names
 
 
-def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
+def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "--quick", action="store_true", help="lengths 100 and 10,000, 10 reps: 1-3 minutes"
@@ -41,6 +42,11 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
     parser.add_argument("--postgres-url", help="admin URL; a bench database is created beside it")
     parser.add_argument(
         "--cache", action="store_true", help="only the prompt-cache conversation (bench/cache.py)"
+    )
+    parser.add_argument(
+        "--throughput",
+        action="store_true",
+        help="only turns/s with 1, 2 and 4 app processes on PostgreSQL (bench/throughput.py)",
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
@@ -58,13 +64,16 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, bool]:
         config.conversation_turns = args.turns
     if args.postgres_url:
         config.postgres_url = args.postgres_url
-    return config, args.json, args.chart, args.cache
+    only = "cache" if args.cache else "throughput" if args.throughput else ""
+    return config, args.json, args.chart, only
 
 
 def main(argv: list[str] | None = None) -> int:
-    config, json_path, chart_path, cache_only = parse_args(sys.argv[1:] if argv is None else argv)
-    if cache_only:
+    config, json_path, chart_path, only = parse_args(sys.argv[1:] if argv is None else argv)
+    if only == "cache":
         return cache_main(RESULTS / "cache.json")
+    if only == "throughput":
+        return throughput_main(RESULTS / "throughput.json", config)
     results = asyncio.run(run_benchmark(config))
     results["targets"] = targets(results)
     print(render(results))

@@ -516,8 +516,10 @@ class DurableRuntime(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    async def expired_runs(self) -> list[str]:
-        """Runs still marked running whose lease ran out: their process died."""
+    async def claim_expired(self, limit: int) -> list[str]:
+        """Take up to `limit` runs still marked running whose lease ran out (their process
+        died) for this process to resume, and return their ids. Concurrent callers in other
+        processes get other runs; `reopen` of a run returned here needs no second claim."""
         ...
 
 
@@ -566,6 +568,9 @@ class RunTrace(_Frozen):
     payloads: dict[str, JsonValue] = {}
     """The journaled results of `load:thread` and `history:summarize[:n]`: the kept messages,
     the summary read, the fold and the summaries made."""
+    pruned: bool = False
+    """The run's journal was deleted by retention: steps and payloads are gone, the report
+    stays."""
 
 
 @runtime_checkable
@@ -581,6 +586,20 @@ class RunTimelineReader(Protocol):
 
 def supports_run_timeline(runtime: object) -> TypeGuard[RunTimelineReader]:
     return isinstance(runtime, RunTimelineReader)
+
+
+@runtime_checkable
+class JournalPruner(Protocol):
+    """Optional: a durable runtime whose finished runs' journals can be deleted (`SqlJournal`)."""
+
+    async def prune_steps(self, older_than_seconds: float, limit: int) -> int:
+        """Delete the journals of up to `limit` runs completed at least that long ago; returns
+        how many runs were pruned (fewer than `limit`: none are left to prune now)."""
+        ...
+
+
+def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
+    return isinstance(runtime, JournalPruner)
 
 
 # --- ledger --------------------------------------------------------------------------------
@@ -665,6 +684,7 @@ __all__ = [
     "HistoryPolicyContext",
     "HistorySelection",
     "HistorySummary",
+    "JournalPruner",
     "JsonValue",
     "Ledger",
     "LedgerEntry",
@@ -702,6 +722,7 @@ __all__ = [
     "ledger_supports_transactions",
     "supports_bounded_read",
     "supports_prompt_digests",
+    "supports_pruning",
     "supports_reservations",
     "supports_run_executor",
     "supports_run_messages",

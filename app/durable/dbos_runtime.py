@@ -7,9 +7,9 @@ design. In short:
   index is the thread's lock (a second turn gets `ThreadBusy`, 409), `keep_alive` renews the
   lease, the sweep resumes runs whose lease lapsed (a dead process on another host: open-source
   DBOS recovers only its own executor's workflows at `DBOS.launch()`).
-- An attempt is the workflow `bounded_agents.run_attempt(run_id, attempt, token)`, with the
-  workflow id `run_id` for the first attempt and `run_id#attempt-<n>` for later ones (a resume
-  of a failed run, or a takeover by the sweep). Each `ctx.step(name, fn)` is
+- An attempt is the workflow `bounded_agents.run_attempt(run_id, thread_id, attempt, token)`;
+  its workflow id is `run_id` for the first attempt, `run_id#attempt-<n>` for later ones (a
+  resume of a failed run, or a takeover by the sweep). Each `ctx.step(name, fn)` is
   `DBOS.run_step_async` named `name`; its output (the JSON the SQL journal would store) is what
   a recovery replays, so `load:thread` runs once and the model gets the same prompt.
   `ctx.patched(marker)` is `DBOS.patch_async(marker)`.
@@ -33,10 +33,10 @@ import asyncio
 import contextvars
 import json
 import logging
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID
@@ -55,6 +55,7 @@ from app.core.ports import (
 from app.durable.context import PATCH_PREFIX, encode_payload
 from app.durable.journal import SqlJournal
 from app.errors import ConfigError, JournalMismatch, RunFailed, ThreadBusy
+from app.store.clock import db_now
 from app.store.engine import write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import runs
@@ -70,7 +71,6 @@ default DBOS hashes the workflow's source. The workflow here is a shim (the loop
 in the hash), so the version is pinned instead and code changes are met by `ctx.patched`, as
 with the SQL journal (this is what DBOS's deprecated `enable_patching` flag did)."""
 _DBOS_PATCH = "DBOS.patch-"
-_LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def attempt_workflow_id(run_id: str, attempt: int) -> str:
@@ -85,6 +85,7 @@ class StepFailed(Exception):
 @dataclass(frozen=True)
 class _Recovery:
     run_id: str
+    thread_id: str
     attempt: int
     token: str
 
@@ -100,7 +101,7 @@ _ACTIVE: DbosRuntime | None = None
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
-async def _run_attempt(run_id: str, attempt: int, token: str) -> str:
+async def _run_attempt(run_id: str, thread_id: str, attempt: int, token: str) -> str:
     """One attempt of a run. Started by `execute`, it runs the body registered for it; called
     by DBOS's recovery (after a restart), it finishes the run through the loop's `resume`.
     Returns how the attempt ended (`completed`, `failed:<code>`, `superseded`): the `runs` row
@@ -111,7 +112,7 @@ async def _run_attempt(run_id: str, attempt: int, token: str) -> str:
     runtime = _ACTIVE
     if runtime is None:
         raise RuntimeError(f"run {run_id}: DBOS recovered it, but no DbosRuntime is active here")
-    return await runtime.recover(_Recovery(run_id, attempt, token))
+    return await runtime.recover(_Recovery(run_id, thread_id, attempt, token))
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,9 @@ class DbosRuntime(SqlJournal):
 
     # --- SqlJournal, with DBOS checkpoints -----------------------------------------------------
 
-    def _context(self, run_id: str, history: list[Any]) -> DbosContext:  # type: ignore[override]
+    def _context(  # type: ignore[override]
+        self, thread_id: str, run_id: str, history: list[Any]
+    ) -> DbosContext:
         async def hold() -> None:
             async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
@@ -240,20 +243,32 @@ class DbosRuntime(SqlJournal):
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         recovery = _RECOVERING.get()
         if recovery is not None and recovery.run_id == run_id:
-            # DBOS hands an executor only its own pending workflows: a lease still held under
-            # the token this attempt started with was held by this executor's previous life.
-            async with wrap_db_errors("claim_run"), write_transaction(self._engine) as conn:
-                await conn.execute(
-                    runs.update()
-                    .where(
-                        runs.c.id == run_id,
-                        runs.c.owner == recovery.token,
-                        runs.c.status == "running",
-                    )
-                    .values(lease_expires_at=_LONG_AGO)
-                )
+            await self._take_back(recovery)
         self._fresh.discard(run_id)
         return await super().reopen(run_id)
+
+    async def _take_back(self, recovery: _Recovery) -> None:
+        """DBOS hands an executor only its own pending workflows: a lease still held under the
+        token this attempt started with was held by this executor's previous life, so it is
+        taken back at once, in one statement (as `claim_expired` takes a lapsed one; `reopen`
+        then does not claim it again). Held under another token, the run is left to the
+        ordinary claim: lapsed or failed, or busy."""
+        token = str(uuid.uuid4())
+        async with wrap_db_errors("claim_run"), write_transaction(self._engine) as conn:
+            taken = await conn.execute(
+                runs.update()
+                .where(
+                    runs.c.thread_id == recovery.thread_id,
+                    runs.c.id == recovery.run_id,
+                    runs.c.owner == recovery.token,
+                    runs.c.status == "running",
+                )
+                .values(lease_expires_at=db_now(self._lease_seconds), owner=token)
+            )
+        if taken.rowcount:
+            self._owners[recovery.run_id] = token
+            self._threads[recovery.run_id] = recovery.thread_id
+            self._swept.add(recovery.run_id)
 
     async def steps(self, run_id: str) -> list[tuple[str, str]]:
         """(name, payload) of the run's journal: any `run_steps` rows, then the successful steps
@@ -303,6 +318,7 @@ class DbosRuntime(SqlJournal):
             number = await self._next_attempt(run_id)
             ctx.carry(await self._carried(run_id, number))
         token = self._owners.get(run_id, "")
+        thread_id = self._threads.get(run_id, "")
         outcome: list[_T] = []
         raised: list[BaseException] = []
 
@@ -321,7 +337,7 @@ class DbosRuntime(SqlJournal):
         _PENDING[workflow_id] = body
         try:
             with SetWorkflowID(workflow_id):
-                await _run_attempt(run_id, number, token)
+                await _run_attempt(run_id, thread_id, number, token)
         finally:
             _PENDING.pop(workflow_id, None)
         if raised:

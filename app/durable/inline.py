@@ -76,5 +76,5 @@ class InlineRuntime:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)
 
-    async def expired_runs(self) -> list[str]:
-        return []
+    async def claim_expired(self, limit: int) -> list[str]:
+        return []  # nothing outlives its process here

@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +27,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from app.core.ports import DurableContext, RunRecord, RunRequest, RunTrace, Transaction
 from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.store.clock import db_now
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import messages, run_steps, runs
@@ -37,9 +38,9 @@ log = logging.getLogger(__name__)
 
 # Built once: a statement whose values arrive as parameters is compiled and cached once,
 # where `.values(...)` per call rebuilds and re-keys it on every journal write.
-_INSERT_RUN = runs.insert()
 _INSERT_STEP = run_steps.insert()
 _OWNED = sa.and_(
+    runs.c.thread_id == sa.bindparam("tid"),
     runs.c.id == sa.bindparam("rid"),
     runs.c.owner == sa.bindparam("holder"),
     runs.c.status == "running",
@@ -49,7 +50,15 @@ _END_RUN = (
     .where(_OWNED)
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
 )
-_HOLD = runs.update().where(_OWNED).values(lease_expires_at=sa.bindparam("expires"))
+
+
+def _hold(lease_seconds: float) -> sa.Update:
+    """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease."""
+    return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
+
+
+_LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
+"""A run whose process stopped renewing its lease, by the database's clock (`app.store.clock`)."""
 
 END_ATTEMPTS = 4
 """Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
@@ -64,9 +73,17 @@ class _Step:
         self.payload = payload
 
 
-def _step_rows(run_id: str, steps: Sequence[tuple[int, str, str]]) -> list[dict[str, Any]]:
+def _step_rows(
+    thread_id: str, run_id: str, steps: Sequence[tuple[int, str, str]]
+) -> list[dict[str, Any]]:
     return [
-        {"run_id": run_id, "position": position, "name": name, "payload": payload}
+        {
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "position": position,
+            "name": name,
+            "payload": payload,
+        }
         for position, name, payload in steps
     ]
 
@@ -74,7 +91,8 @@ def _step_rows(run_id: str, steps: Sequence[tuple[int, str, str]]) -> list[dict[
 class _SqlUnit:
     """A journal transaction the store and the ledger write into; committed with the steps."""
 
-    def __init__(self, run_id: str, transaction: SqlTransaction) -> None:
+    def __init__(self, thread_id: str, run_id: str, transaction: SqlTransaction) -> None:
+        self.thread_id = thread_id
         self.run_id = run_id
         self._tx = transaction
 
@@ -86,7 +104,8 @@ class _SqlUnit:
         try:
             async with wrap_db_errors("journal_unit"):
                 if steps:
-                    await self._tx.connection.execute(_INSERT_STEP, _step_rows(self.run_id, steps))
+                    rows = _step_rows(self.thread_id, self.run_id, steps)
+                    await self._tx.connection.execute(_INSERT_STEP, rows)
         except BaseException:
             await self._tx.close(commit=False)
             raise
@@ -102,19 +121,20 @@ class SqlJournal:
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
-        self._lease = timedelta(seconds=lease_seconds)
+        self._lease_seconds = lease_seconds
+        self._hold = _hold(lease_seconds)
+        self._insert_run_statement = runs.insert().values(lease_expires_at=db_now(lease_seconds))
         self._owners: dict[str, str] = {}
         """run id -> the token this process holds its lease with."""
         self._threads: dict[str, str] = {}
         """run id -> its thread, for the runs in `_owners`."""
+        self._swept: set[str] = set()
+        """Runs `claim_expired` took for this process that `reopen` has not taken up yet."""
         self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
         """run id -> (thread id, the end's parameters): runs whose end could not be recorded
         (the database failed through every retry). Retried before a new turn on the thread is
         refused as busy, so a database blip at the end of a turn does not lock its thread for
         a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
-
-    def _expiry(self) -> datetime:
-        return datetime.now(UTC) + self._lease
 
     async def begin(self, request: RunRequest) -> DurableContext:
         token = str(uuid.uuid4())
@@ -131,13 +151,13 @@ class SqlJournal:
             await self._insert_run(request, token)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
-        return self._context(request.run_id, [])
+        return self._context(request.thread_id, request.run_id, [])
 
     async def _insert_run(self, request: RunRequest, token: str) -> None:
         try:
             async with wrap_db_errors("begin_run"), write_transaction(self._engine) as conn:
                 await conn.execute(
-                    _INSERT_RUN,
+                    self._insert_run_statement,
                     {
                         "id": request.run_id,
                         "thread_id": request.thread_id,
@@ -145,7 +165,6 @@ class SqlJournal:
                         "agent": request.agent,
                         "status": "running",
                         "request": request.model_dump_json(),
-                        "lease_expires_at": self._expiry(),
                         "owner": token,
                     },
                 )
@@ -165,11 +184,7 @@ class SqlJournal:
         async with wrap_db_errors("release_expired"), write_transaction(self._engine) as conn:
             released = await conn.execute(
                 runs.update()
-                .where(
-                    runs.c.thread_id == thread_id,
-                    runs.c.status == "running",
-                    runs.c.lease_expires_at < datetime.now(UTC),
-                )
+                .where(runs.c.thread_id == thread_id, _LAPSED)
                 .values(
                     status="failed",
                     error_code="lease_expired",
@@ -184,7 +199,7 @@ class SqlJournal:
         model call is never mistaken for a dead process. A process that dies stops renewing."""
 
         async def beat() -> None:
-            interval = self._lease.total_seconds() / 3
+            interval = self._lease_seconds / 3
             while True:
                 await asyncio.sleep(interval)
                 try:
@@ -192,7 +207,7 @@ class SqlJournal:
                         wrap_db_errors("renew_lease"),
                         write_transaction(self._engine) as conn,
                     ):
-                        await conn.execute(_HOLD, self._held(run_id))
+                        await conn.execute(self._hold, self._held(run_id))
                 except StoreError:
                     log.warning("run %s: could not renew its lease", run_id)
 
@@ -205,11 +220,16 @@ class SqlJournal:
                 await task
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
-        """Claim an unfinished run (running with an expired lease, or failed) and replay it."""
+        """Claim an unfinished run (running with an expired lease, or failed) and replay it.
+
+        The run is found by its id alone (one lookup, not on a turn's path); every statement
+        after it names the run's thread."""
         async with wrap_db_errors("reopen_run"), self._reader.connect() as conn:
             row = (
                 await conn.execute(
-                    sa.select(runs.c.request, runs.c.status).where(runs.c.id == run_id)
+                    sa.select(runs.c.request, runs.c.status, runs.c.thread_id).where(
+                        runs.c.id == run_id
+                    )
                 )
             ).one_or_none()
             if row is None:
@@ -217,16 +237,19 @@ class SqlJournal:
             steps = (
                 await conn.execute(
                     sa.select(run_steps.c.name, run_steps.c.payload)
-                    .where(run_steps.c.run_id == run_id)
+                    .where(run_steps.c.thread_id == row.thread_id, run_steps.c.run_id == run_id)
                     .order_by(run_steps.c.position)
                 )
             ).all()
         request = RunRequest.model_validate_json(row.request)
-        if row.status != "completed":
+        if run_id in self._swept:
+            self._swept.discard(run_id)  # claimed by `claim_expired` a moment ago: ours already
+        elif row.status != "completed":
             await self._claim(request)
         else:
             self._owners.pop(run_id, None)  # a finished run replays; nothing to hold
-        return request, self._context(run_id, [_Step(s.name, s.payload) for s in steps])
+        history = [_Step(s.name, s.payload) for s in steps]
+        return request, self._context(row.thread_id, run_id, history)
 
     async def _claim(self, request: RunRequest) -> None:
         token = str(uuid.uuid4())
@@ -235,18 +258,13 @@ class SqlJournal:
                 claimed = await conn.execute(
                     runs.update()
                     .where(
+                        runs.c.thread_id == request.thread_id,
                         runs.c.id == request.run_id,
-                        sa.or_(
-                            runs.c.status == "failed",
-                            sa.and_(
-                                runs.c.status == "running",
-                                runs.c.lease_expires_at < datetime.now(UTC),
-                            ),
-                        ),
+                        sa.or_(runs.c.status == "failed", _LAPSED),
                     )
                     .values(
                         status="running",
-                        lease_expires_at=self._expiry(),
+                        lease_expires_at=db_now(self._lease_seconds),
                         error_code=None,
                         error_message=None,
                         owner=token,
@@ -261,13 +279,13 @@ class SqlJournal:
         self._unended.pop(request.run_id, None)  # this attempt ends it now
 
     def _held(self, run_id: str) -> dict[str, Any]:
-        return {"rid": run_id, "holder": self._owners.get(run_id), "expires": self._expiry()}
+        return {"tid": self._threads.get(run_id), "rid": run_id, "holder": self._owners.get(run_id)}
 
-    def _context(self, run_id: str, history: list[_Step]) -> JournaledContext:
+    def _context(self, thread_id: str, run_id: str, history: list[_Step]) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
             async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
-                await conn.execute(_INSERT_STEP, _step_rows(run_id, steps))
+                await conn.execute(_INSERT_STEP, _step_rows(thread_id, run_id, steps))
 
         async def open_unit() -> Unit:
             tx = await open_write(self._engine, "journal_unit")
@@ -277,14 +295,14 @@ class SqlJournal:
             except BaseException:
                 await tx.close(commit=False)
                 raise
-            return _SqlUnit(run_id, tx)
+            return _SqlUnit(thread_id, run_id, tx)
 
         return JournaledContext(run_id, list(history), write, open_unit)
 
     async def _check_lease(self, conn: Any, run_id: str) -> None:
         """Still ours? The first statement of every journal transaction: it renews the lease
         and takes the run row's lock, so a takeover and this transaction cannot interleave."""
-        if (await conn.execute(_HOLD, self._held(run_id))).rowcount == 0:
+        if (await conn.execute(self._hold, self._held(run_id))).rowcount == 0:
             raise LeaseLost(run_id)
 
     async def complete(
@@ -311,6 +329,7 @@ class SqlJournal:
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
         params = {
+            "tid": thread_id,
             "rid": run_id,
             "holder": holder,
             "status": status,
@@ -394,13 +413,77 @@ class SqlJournal:
         )
 
     async def expired_runs(self) -> list[str]:
+        """Runs whose lease lapsed, oldest first: a look only (see `claim_expired` to take them)."""
         async with wrap_db_errors("expired_runs"), self._reader.connect() as conn:
             rows = await conn.execute(
-                sa.select(runs.c.id)
-                .where(runs.c.status == "running", runs.c.lease_expires_at < datetime.now(UTC))
-                .order_by(runs.c.created_at)
+                sa.select(runs.c.id).where(_LAPSED).order_by(runs.c.created_at)
             )
             return [r.id for r in rows]
+
+    async def claim_expired(self, limit: int) -> list[str]:
+        """Take up to `limit` runs whose lease lapsed, in one statement, and return their ids.
+
+        Claim first, read after: each sweeping process takes a batch of its own and only then
+        reads those runs' journals, so sweepers never all read every dead run to race for it.
+        PostgreSQL skips rows another sweeper is claiming that moment (`SKIP LOCKED`); SQLite
+        has one writer at a time. `reopen` then resumes a claimed run without claiming it again.
+        """
+        token = str(uuid.uuid4())
+        lapsed = (
+            sa.select(runs.c.id)
+            .where(_LAPSED)
+            .order_by(runs.c.lease_expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        async with wrap_db_errors("claim_expired"), write_transaction(self._engine) as conn:
+            claimed = (
+                await conn.execute(
+                    runs.update()
+                    .where(runs.c.id.in_(lapsed.scalar_subquery()))
+                    .values(lease_expires_at=db_now(self._lease_seconds), owner=token)
+                    .returning(runs.c.id, runs.c.thread_id)
+                )
+            ).all()
+        for run in claimed:
+            self._owners[run.id] = token
+            self._threads[run.id] = run.thread_id
+            self._swept.add(run.id)
+        return [run.id for run in claimed]
+
+    async def prune_steps(self, older_than_seconds: float, limit: int) -> int:
+        """Delete the journals of up to `limit` runs that completed at least
+        `older_than_seconds` ago (by the database's clock); returns how many runs were pruned.
+
+        A completed run's answer, report and ledger rows are elsewhere and stay; its steps are
+        only what a replay would need, and a completed run never replays a model call again.
+        Failed and running runs keep theirs: they may still be resumed. Each batch takes its
+        runs with `SKIP LOCKED`, so processes pruning at once take different runs.
+        """
+        picked = (
+            sa.select(runs.c.id)
+            .where(
+                runs.c.status == "completed",
+                runs.c.steps_pruned_at.is_(None),
+                runs.c.updated_at < db_now(-older_than_seconds),
+            )
+            .order_by(runs.c.updated_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        mark = (
+            runs.update()
+            .where(runs.c.id.in_(picked.scalar_subquery()))
+            .values(steps_pruned_at=db_now())
+            .returning(runs.c.id)
+        )
+        # The mark goes first: a write transaction that starts with its write (see
+        # `write_transaction`), and the marked ids are the ones whose steps go.
+        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
+            run_ids = list((await conn.execute(mark)).scalars())
+            if run_ids:
+                await conn.execute(run_steps.delete().where(run_steps.c.run_id.in_(run_ids)))
+        return len(run_ids)
 
     async def thread_runs(
         self, thread_id: str, *, limit: int, before_seq: int | None = None
@@ -420,8 +503,12 @@ class SqlJournal:
                 runs.c.error_code,
                 runs.c.error_message,
                 runs.c.report,
+                runs.c.steps_pruned_at,
             )
-            .join(runs, runs.c.id == messages.c.run_id)
+            .join(
+                runs,
+                sa.and_(runs.c.thread_id == messages.c.thread_id, runs.c.id == messages.c.run_id),
+            )
             .where(messages.c.thread_id == thread_id, messages.c.role == "user")
             .order_by(messages.c.seq.desc())
             .limit(limit)
@@ -440,7 +527,7 @@ class SqlJournal:
                             run_steps.c.name,
                             sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
                         )
-                        .where(run_steps.c.run_id.in_(ids))
+                        .where(run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(ids))
                         .order_by(run_steps.c.run_id, run_steps.c.position)
                     )
                 ).all()
@@ -466,6 +553,7 @@ class SqlJournal:
                 report=json.loads(r.report) if r.report else None,
                 steps=names.get(r.id, []),
                 payloads=payloads.get(r.id, {}),
+                pruned=r.steps_pruned_at is not None,
             )
             for r in rows
         ]

@@ -97,6 +97,8 @@ class TurnView(BaseModel):
     created_at: datetime | None
     error: str | None
     steps: list[str]
+    pruned: bool
+    """Its journal was deleted by retention: what it sent is no longer known."""
     kept: int | None
     """Thread messages sent verbatim (None: the journal does not say, e.g. an older run)."""
     summarized: int
@@ -166,6 +168,7 @@ def turn_view(trace: RunTrace) -> TurnView:
         created_at=trace.created_at,
         error=error,
         steps=trace.steps,
+        pruned=trace.pruned,
         kept=kept,
         summarized=covers,
         dropped=dropped if kept_messages is not None else None,

@@ -77,7 +77,7 @@ class ObservedRuntime:
         self._provider = provider_name
         self._runs: dict[str, _Run] = {}
         self._expired: set[str] = set()
-        """Runs `expired_runs` reported: a reopen of one of them is a resume after a crash."""
+        """Runs `claim_expired` took: a reopen of one of them is a resume after a crash."""
 
     # --- DurableRuntime ----------------------------------------------------------------------
 
@@ -139,8 +139,8 @@ class ObservedRuntime:
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self.inner.get_run(run_id)
 
-    async def expired_runs(self) -> list[str]:
-        run_ids = await self.inner.expired_runs()
+    async def claim_expired(self, limit: int) -> list[str]:
+        run_ids = await self.inner.claim_expired(limit)
         self._expired.update(run_ids)
         return run_ids
 

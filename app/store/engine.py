@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,6 +25,8 @@ Within one process writers queue on `write_transaction`'s lock instead, so this 
 out against another process holding the database."""
 
 _WRITE_LOCKS: weakref.WeakKeyDictionary[Pool, asyncio.Lock] = weakref.WeakKeyDictionary()
+_BEHIND_PGBOUNCER: weakref.WeakSet[Pool] = weakref.WeakSet()
+"""Pools of engines built with `pgbouncer=True`: their reads keep their transactions."""
 
 
 def is_sqlite(url: str) -> bool:
@@ -36,6 +39,7 @@ def make_engine(
     pool_size: int = 10,
     max_overflow: int = 10,
     pool_timeout: float = 10.0,
+    pgbouncer: bool = False,
     echo: bool = False,
 ) -> AsyncEngine:
     """Build an async engine: PostgreSQL through asyncpg, SQLite through aiosqlite.
@@ -48,6 +52,11 @@ def make_engine(
     checkout with a one-round-trip ping; SQLAlchemy's `pool_pre_ping` costs three per checkout
     (BEGIN, ping, ROLLBACK), which was a third of a turn's database time. `pool_recycle`
     retires connections before servers or proxies drop idle ones.
+
+    `pgbouncer`: behind PgBouncer in transaction mode a prepared statement made in one
+    transaction may be missing (or another client's) in the next, which runs on another server
+    connection. asyncpg's statement cache and SQLAlchemy's are then off, and the statements
+    asyncpg still prepares get unique names, as SQLAlchemy's asyncpg dialect documents.
     """
     kwargs: dict[str, Any] = {"echo": echo}
     if is_sqlite(url):
@@ -59,7 +68,15 @@ def make_engine(
             pool_timeout=pool_timeout,
             pool_recycle=POOL_RECYCLE_SECONDS,
         )
+        if pgbouncer:
+            kwargs["connect_args"] = {
+                "statement_cache_size": 0,
+                "prepared_statement_cache_size": 0,
+                "prepared_statement_name_func": _unique_statement_name,
+            }
     engine = create_async_engine(url, **kwargs)
+    if pgbouncer and not is_sqlite(url):
+        _BEHIND_PGBOUNCER.add(engine.sync_engine.pool)
     if is_sqlite(url):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
@@ -74,8 +91,11 @@ def autocommit(engine: AsyncEngine) -> AsyncEngine:
     PostgreSQL this turns three round trips into one. SQLite keeps its engine as is: there,
     switching the isolation level costs aiosqlite more worker-thread hops than it saves
     (measured with `make bench-quick`: the bounded read went from 5x to 11x the floor).
+
+    Behind PgBouncer in transaction mode the engine stays as is too: outside a transaction,
+    asyncpg's prepare and execute of one statement may reach two different server connections.
     """
-    if engine.dialect.name == "sqlite":
+    if engine.dialect.name == "sqlite" or engine.sync_engine.pool in _BEHIND_PGBOUNCER:
         return engine
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -122,6 +142,10 @@ async def acquire_writer(engine: AsyncEngine) -> asyncio.Lock | None:
             f"the database stayed busy for {SQLITE_BUSY_TIMEOUT_MS // 1000} s (SQLite write lock)"
         ) from None
     return lock
+
+
+def _unique_statement_name() -> str:
+    return f"__asyncpg_{uuid.uuid4()}__"
 
 
 def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

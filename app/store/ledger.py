@@ -30,12 +30,17 @@ _USED = sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == sa.bindp
 
 
 _BUMP_USAGE = sa.text(
-    "INSERT INTO actor_usage (actor_id, tokens) VALUES (:actor_id, :tokens) "
-    "ON CONFLICT (actor_id) DO UPDATE SET tokens = actor_usage.tokens + excluded.tokens"
+    "INSERT INTO actor_usage (actor_id, tokens, last_ledger_id) VALUES (:actor_id, :tokens, 1) "
+    "ON CONFLICT (actor_id) DO UPDATE SET tokens = actor_usage.tokens + excluded.tokens, "
+    "last_ledger_id = actor_usage.last_ledger_id + 1 "
+    "RETURNING last_ledger_id"
 )
-"""The actor's running total, created or bumped atomically. Written out because PostgreSQL and
-SQLite spell the upsert alike, and SQLAlchemy's dialect `insert().on_conflict_do_update()` has
-no cache key: it was compiled afresh on every model call."""
+"""The actor's running total, created or bumped atomically, and the id of the ledger row that
+books it (the actor's next: ledger rows are keyed by (actor_id, id), see `app.store.schema`).
+The row lock (PostgreSQL) or the write lock (SQLite) hands out each id once. Written out because
+PostgreSQL and SQLite spell the upsert alike, and SQLAlchemy's dialect
+`insert().on_conflict_do_update()` has no cache key: it was compiled afresh on every model
+call."""
 
 
 _RESERVE = sa.text(
@@ -69,8 +74,8 @@ class SqlLedger:
     ) -> None:
         tokens = entry.prompt_tokens + entry.completion_tokens - reserved
         async with writing(self._engine, tx, "ledger_record") as conn:
-            await conn.execute(_INSERT, entry.model_dump())
-            await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
+            bumped = await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
+            await conn.execute(_INSERT, {**entry.model_dump(), "id": bumped.scalar_one()})
 
     async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
         async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:

@@ -3,6 +3,12 @@
 JSON payloads (tool calls, results, attachments, journal steps) are TEXT that the store encodes
 and decodes itself: the bytes the store reports are then the bytes the database returned, and
 pydantic parses the JSON straight from the string without a `json.loads` pass in between.
+
+Every key of a thread's tables (`messages`, `runs`, `run_steps`, `thread_summaries`) starts with
+`thread_id`, and every key of the usage tables (`ledger`, `actor_usage`) with `actor_id`: what
+Citus needs to distribute them by those columns (docs/scale-out.md). On one server it costs a
+thread id per journal step and a plain index on `runs.id`: the turn's statements name the
+thread anyway.
 """
 
 from __future__ import annotations
@@ -20,19 +26,9 @@ NAMING_CONVENTION = {
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
 
-def _row_id() -> sa.Column[int]:
-    """An autoincrementing BIGINT key; INTEGER on SQLite, where only INTEGER PRIMARY KEY is the
-    rowid (a BIGINT key would not autoincrement)."""
-    return sa.Column(
-        "id",
-        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
-        primary_key=True,
-        autoincrement=True,
-    )
-
-
 _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
+_PRUNABLE = "status = 'completed' AND steps_pruned_at IS NULL"
 
 threads = sa.Table(
     "threads",
@@ -69,9 +65,10 @@ threads = sa.Table(
 messages = sa.Table(
     "messages",
     metadata,
-    _row_id(),
-    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("seq", sa.Integer, nullable=False),
+    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    # Keyed by (thread_id, seq), which also serves every bounded read (a `seq` range of one
+    # thread); there is no surrogate id: nothing ever looked a message up by one.
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("content", sa.Text, nullable=False),
     sa.Column("tool_calls", sa.Text, nullable=True),
@@ -84,8 +81,6 @@ messages = sa.Table(
     # The sum of `tokens` of every earlier message of the thread. The newest messages that fit a
     # budget B are exactly those with `tokens_before >= total_tokens - B`: a range on an index.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
-    # Serves every bounded read: a `seq` range of one thread.
-    sa.UniqueConstraint("thread_id", "seq"),
     # Serves "has this thread ever been answered" (an index-only existence probe) and "where does
     # the n-th newest run start" (the n-th newest user message, walked backwards by seq).
     sa.Index("ix_messages_thread_id_role_seq", "thread_id", "role", "seq"),
@@ -115,7 +110,7 @@ thread_summaries = sa.Table(
 runs = sa.Table(
     "runs",
     metadata,
-    sa.Column("id", _ID, primary_key=True),
+    sa.Column("id", _ID, nullable=False),
     sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
     sa.Column("actor_id", sa.String(200), nullable=False),
     sa.Column("agent", sa.String(200), nullable=False),
@@ -130,6 +125,7 @@ runs = sa.Table(
     sa.Column("owner", sa.String(36), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.PrimaryKeyConstraint("thread_id", "id"),
     sa.CheckConstraint("status IN ('running', 'completed', 'failed')", name="status"),
     # The thread lease: at most one running run per thread, enforced by the database itself.
     sa.Index(
@@ -139,23 +135,47 @@ runs = sa.Table(
         postgresql_where=sa.text("status = 'running'"),
         sqlite_where=sa.text("status = 'running'"),
     ),
+    sa.Column("steps_pruned_at", sa.DateTime(timezone=True), nullable=True),
+    # When the run's journal (`run_steps`) was deleted by retention; NULL while it is kept.
     sa.Index("ix_runs_status_lease_expires_at", "status", "lease_expires_at"),
+    # A run looked up by its id alone (GET /runs/{id}, reopening a run): not unique, because a
+    # distributed table's unique keys must hold the thread; run ids are UUIDs all the same.
+    sa.Index("ix_runs_id", "id"),
+    # The pruner's queue: completed runs whose journal is still there, oldest end first.
+    sa.Index(
+        "ix_runs_prunable",
+        "updated_at",
+        postgresql_where=sa.text(_PRUNABLE),
+        sqlite_where=sa.text(_PRUNABLE),
+    ),
 )
 
 run_steps = sa.Table(
     "run_steps",
     metadata,
-    sa.Column("run_id", _ID, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("thread_id", _ID, nullable=False),
+    # The run's thread, repeated so a step lives on its thread's shard and its key and foreign
+    # key hold the thread.
+    sa.Column("run_id", _ID, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
     sa.Column("name", sa.String(200), nullable=False),
     sa.Column("payload", sa.Text, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.PrimaryKeyConstraint("thread_id", "run_id", "position"),
+    sa.ForeignKeyConstraint(
+        ["thread_id", "run_id"], ["runs.thread_id", "runs.id"], ondelete="CASCADE"
+    ),
 )
 
 ledger = sa.Table(
     "ledger",
     metadata,
-    _row_id(),
+    sa.Column("id", sa.BigInteger, nullable=False, autoincrement=False),
+    # The row's number among the actor's rows (1, 2, 3...), taken from `actor_usage.last_ledger_id`
+    # by the same statement that adds the row's tokens to the actor's total. Not an autoincrement:
+    # the key must hold `actor_id` (Citus), and SQLite autoincrements only a lone INTEGER PRIMARY
+    # KEY; a counter on the actor's usage row is the same on both backends, needs no sequence,
+    # and costs no statement (the bump was already there).
     sa.Column("run_id", _ID, nullable=False),
     sa.Column("thread_id", _ID, nullable=False),
     sa.Column("actor_id", sa.String(200), nullable=False),
@@ -171,8 +191,8 @@ ledger = sa.Table(
     # Of `prompt_tokens`, those the provider served from its prompt cache (0 when it did not
     # say): booked apart so cost figures can price them below uncached input.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.PrimaryKeyConstraint("actor_id", "id"),
     sa.Index("ix_ledger_run_id", "run_id"),
-    sa.Index("ix_ledger_actor_id", "actor_id"),
 )
 
 
@@ -183,4 +203,6 @@ actor_usage = sa.Table(
     sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
     # The running total a quota checks: one row per actor, bumped with each ledger row, so the
     # check costs the same on an actor's thousandth turn as on the first.
+    sa.Column("last_ledger_id", sa.BigInteger, nullable=False, server_default="0"),
+    # The `id` of the actor's newest ledger row: the next row takes the one after it.
 )

@@ -113,7 +113,7 @@ class _CrashedRuntime(InlineRuntime):
         super().__init__()
         self.request = request
 
-    async def expired_runs(self) -> list[str]:
+    async def claim_expired(self, limit: int) -> list[str]:
         return [self.request.run_id]
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, Any]:
@@ -133,7 +133,7 @@ async def test_a_run_resumed_after_its_process_died_is_counted_as_such() -> None
         model_name="echo",
         provider_name="echo",
     )
-    for run_id in await runtime.expired_runs():  # what the module's sweep does
+    for run_id in await runtime.claim_expired(10):  # what the module's sweep does
         await runtime.reopen(run_id)
     await runtime.fail("r1", "provider_timeout", "again", {})
     await runtime.reopen("r1")  # a failed run resumed by hand is not a crash

@@ -161,7 +161,13 @@ class LoopEnv:
             await conn.execute(
                 run_steps.insert(),
                 [
-                    {"run_id": run_id, "position": i, "name": name, "payload": payload}
+                    {
+                        "thread_id": thread_id,
+                        "run_id": run_id,
+                        "position": i,
+                        "name": name,
+                        "payload": payload,
+                    }
                     for i, (name, payload) in enumerate(steps)
                 ],
             )

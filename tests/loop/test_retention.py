@@ -1,0 +1,171 @@
+"""Journal retention: a completed run's steps go once they are old enough; nothing else does.
+
+The answer, the run's report and its ledger rows stay; a failed run keeps its journal and is
+still resumed from it, sending the same prompt; a run still running keeps its journal too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+
+import pytest
+import sqlalchemy as sa
+
+from app.core.history import window_history
+from app.core.ports import ModelRequest, ModelResponse
+from app.durable import SqlJournal
+from app.errors import ProviderError, RunFailed
+from app.store.clock import db_now
+from app.store.schema import ledger, run_steps, runs
+from app.testing import ScriptedProvider, reply
+from tests.loop.conftest import LoopEnv
+
+POLICY = window_history(max_messages=6)
+
+
+async def _steps_by_run(env: LoopEnv) -> Counter[str]:
+    async with env.store.engine.connect() as conn:
+        return Counter((await conn.execute(sa.select(run_steps.c.run_id))).scalars())
+
+
+async def _turns(env: LoopEnv, thread_id: str, count: int) -> list[str]:
+    run_ids = []
+    for i in range(count):
+        model = ScriptedProvider([reply(f"a{i}")])
+        result = await env.loop(model, POLICY).run_turn(
+            agent="helper",
+            thread_id=thread_id,
+            actor_id="alice",
+            content=f"q{i}",
+            run_id=str(uuid.uuid4()),
+        )
+        run_ids.append(result.run_id)
+    return run_ids
+
+
+async def _age(env: LoopEnv, run_ids: list[str], seconds: float) -> None:
+    """Date the runs' ends `seconds` back, by the database's clock."""
+    async with env.store.engine.begin() as conn:
+        await conn.execute(
+            runs.update().where(runs.c.id.in_(run_ids)).values(updated_at=db_now(-seconds))
+        )
+
+
+# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
+# tables, and their retention is DBOS's own (docs/dbos.md).
+@pytest.mark.usefixtures("sql_only")
+async def test_completed_runs_lose_their_journal_once_old_enough_and_nothing_else(
+    env: LoopEnv,
+) -> None:
+    tid = await env.thread()
+    old = await _turns(env, tid, 4)
+    await _age(env, old, 7200)
+    recent = await _turns(env, tid, 2)
+    failed_id = str(uuid.uuid4())
+    with pytest.raises(RunFailed):
+        await env.loop(ScriptedProvider([ProviderError("down")]), POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="fails", run_id=failed_id
+        )
+    await _age(env, [failed_id], 7200)
+    before = await _steps_by_run(env)
+    assert set(before) == {*old, *recent, failed_id}
+
+    assert await env.journal.prune_steps(3600, limit=100) == len(old)
+
+    after = await _steps_by_run(env)
+    assert set(after) == {*recent, failed_id}
+    assert after[failed_id] == before[failed_id]
+    assert await env.journal.prune_steps(3600, limit=100) == 0  # pruned runs are not found again
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    assert [m.content for m in thread.messages if m.role == "assistant"] == [
+        "a0",
+        "a1",
+        "a2",
+        "a3",
+        "a0",
+        "a1",
+    ]
+    for run_id in old:
+        record = await env.journal.get_run(run_id)
+        assert record is not None and record.status == "completed" and record.report
+    async with env.store.engine.connect() as conn:
+        booked = Counter((await conn.execute(sa.select(ledger.c.run_id))).scalars())
+    assert all(booked[run_id] == 1 for run_id in old)
+
+
+async def test_pruning_goes_in_batches_of_its_limit(env: LoopEnv) -> None:
+    tid = await env.thread()
+    old = await _turns(env, tid, 5)
+    await _age(env, old, 10)
+    assert await env.journal.prune_steps(0, limit=2) == 2
+    assert await env.journal.prune_steps(0, limit=2) == 2
+    assert await env.journal.prune_steps(0, limit=2) == 1
+    assert await _steps_by_run(env) == Counter()
+
+
+async def test_a_failed_run_is_resumed_from_its_journal_after_a_prune(env: LoopEnv) -> None:
+    tid = await env.thread()
+    done = await _turns(env, tid, 2)
+    failed_id = str(uuid.uuid4())
+    failing = ScriptedProvider([ProviderError("down")])
+    with pytest.raises(RunFailed):
+        await env.loop(failing, POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="again?", run_id=failed_id
+        )
+    await _age(env, [*done, failed_id], 60)
+    assert await env.journal.prune_steps(0, limit=100) == len(done)
+
+    model = ScriptedProvider([reply("yes")])
+    result = await env.loop(model, POLICY).resume(failed_id)
+
+    assert result.message.content == "yes"
+    assert model.calls[0].model_dump_json() == failing.calls[0].model_dump_json()
+    assert "load:thread" in await env.step_names(failed_id)
+
+
+# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
+# tables, and their retention is DBOS's own (docs/dbos.md).
+@pytest.mark.usefixtures("sql_only")
+async def test_a_running_run_keeps_its_journal(env: LoopEnv) -> None:
+    tid = await env.thread()
+    [done] = await _turns(env, tid, 1)
+    release = asyncio.Event()
+
+    class Slow(ScriptedProvider):
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            await release.wait()
+            return await super().complete(request)
+
+    task = asyncio.create_task(
+        env.loop(Slow([reply("late")]), POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="slow", run_id="slow-run"
+        )
+    )
+    for _ in range(200):
+        if len(await _steps_by_run(env)) == 2:
+            break
+        await asyncio.sleep(0.02)
+    await _age(env, [done], 60)
+    async with env.store.engine.begin() as conn:  # even a run dated long ago, still running
+        await conn.execute(
+            runs.update().where(runs.c.status == "running").values(updated_at=db_now(-7200))
+        )
+    assert await env.journal.prune_steps(0, limit=100) == 1
+    running = [r for r in await _steps_by_run(env) if r != done]
+    assert len(running) == 1
+    release.set()
+    result = await task
+    assert result.message.content == "late"
+
+
+async def test_concurrent_pruners_take_different_runs(env: LoopEnv) -> None:
+    tid = await env.thread()
+    old = await _turns(env, tid, 12)
+    await _age(env, old, 60)
+    pruners = [SqlJournal(env.store.engine) for _ in range(4)]
+    counts = await asyncio.gather(*(p.prune_steps(0, limit=3) for p in pruners))
+    assert sum(counts) == 12
+    assert await _steps_by_run(env) == Counter()
