@@ -112,6 +112,17 @@ class RunNotFound(NotFound):
         self.run_id = run_id
 
 
+class JournalPruned(NotFound):
+    """The run completed long enough ago that its journal was deleted (retention): there is
+    nothing left to replay, and running it again would call the model twice."""
+
+    code = "journal_pruned"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} completed and its journal was pruned: nothing to replay")
+        self.run_id = run_id
+
+
 class ThreadBusy(AgentError):
     """A run holds the thread's lease; turns on one thread are serialized, never interleaved."""
 

@@ -106,18 +106,18 @@ class Settings(BaseSettings):
     dbos_application_version: str | None = None
     """The DBOS application version (recovery only resumes workflows of the same version);
     unset pins `bounded-agents`, code changes being met by the loop's patch markers."""
-    run_lease_seconds: float = Field(default=120.0, gt=0)
+    run_lease_seconds: float = Field(default=120.0, gt=0, le=7 * 86_400)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Level of the app's own log lines under `python -m app serve` (uvicorn's format)."""
-    sweep_seconds: float | None = Field(default=None, gt=0)
+    sweep_seconds: float | None = Field(default=None, ge=0.1)
     """How often each process looks for runs whose lease lapsed (another process died); unset:
     once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's."""
     sweep_max_resumes: int = Field(default=8, ge=1)
     """Runs of dead processes one process resumes at a time: a sweep claims only as many as
     it has room for, and other processes' sweeps take the rest."""
-    journal_retention_seconds: float = Field(default=86_400.0, ge=0)
+    journal_retention_seconds: float = Field(default=86_400.0, ge=0, le=100 * 365 * 86_400)
     """A completed run's journal (`run_steps`, ~50 KB a turn with tool calls) is deleted this
     long after it ended; its answer, report and ledger rows stay. Failed runs keep theirs
     until resumed. 0 prunes at the next sweep."""

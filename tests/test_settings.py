@@ -70,3 +70,20 @@ def test_a_bad_history_setting_names_its_variable(values: dict[str, object], var
 def test_malformed_api_keys_name_the_expected_shape() -> None:
     with pytest.raises(ValueError, match="key1=alice"):
         Settings(api_keys="just-a-key").actor_keys()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("run_lease_seconds", 1e300),  # would overflow the database's interval on every turn
+        ("journal_retention_seconds", 1e300),
+        ("journal_retention_seconds", -1),
+        ("sweep_seconds", 0.001),  # a sweep a millisecond would hammer the database
+        ("sweep_max_resumes", 0),
+    ],
+)
+def test_lease_sweep_and_retention_settings_refuse_values_the_database_cannot_take(
+    name: str, value: float
+) -> None:
+    with pytest.raises(ValidationError):
+        Settings(**{name: value})

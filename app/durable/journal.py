@@ -26,7 +26,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 
 from app.core.ports import DurableContext, RunRecord, RunRequest, RunTrace, Transaction
 from app.durable.context import JournaledContext, Unit, encode_payload
-from app.errors import LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.errors import JournalPruned, LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.clock import db_now
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
@@ -227,13 +227,15 @@ class SqlJournal:
         async with wrap_db_errors("reopen_run"), self._reader.connect() as conn:
             row = (
                 await conn.execute(
-                    sa.select(runs.c.request, runs.c.status, runs.c.thread_id).where(
-                        runs.c.id == run_id
-                    )
+                    sa.select(
+                        runs.c.request, runs.c.status, runs.c.thread_id, runs.c.steps_pruned_at
+                    ).where(runs.c.id == run_id)
                 )
             ).one_or_none()
             if row is None:
                 raise RunNotFound(run_id)
+            if row.steps_pruned_at is not None:
+                raise JournalPruned(run_id)
             steps = (
                 await conn.execute(
                     sa.select(run_steps.c.name, run_steps.c.payload)

@@ -41,6 +41,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "agent_not_found": 404,
         "thread_not_found": 404,
         "run_not_found": 404,
+        "journal_pruned": 410,
         "method_not_allowed": 405,
         "thread_busy": 409,
         "lease_lost": 409,

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from app.core.history import window_history
 from app.core.ports import ModelRequest, ModelResponse
 from app.durable import SqlJournal
-from app.errors import ProviderError, RunFailed
+from app.errors import JournalPruned, ProviderError, RunFailed
 from app.store.clock import db_now
 from app.store.schema import ledger, run_steps, runs
 from app.testing import ScriptedProvider, reply
@@ -169,3 +169,20 @@ async def test_concurrent_pruners_take_different_runs(env: LoopEnv) -> None:
     counts = await asyncio.gather(*(p.prune_steps(0, limit=3) for p in pruners))
     assert sum(counts) == 12
     assert await _steps_by_run(env) == Counter()
+
+
+async def test_resuming_a_completed_run_whose_journal_was_pruned_calls_no_model(
+    env: LoopEnv,
+) -> None:
+    """Nothing is left to replay: the resume must refuse, not run the turn again and pay."""
+    tid = await env.thread()
+    [done] = await _turns(env, tid, 1)
+    await _age(env, [done], 60)
+    assert await env.journal.prune_steps(0, limit=10) == 1
+    model = ScriptedProvider([reply("paid twice")])
+    with pytest.raises(JournalPruned):
+        await env.loop(model, POLICY).resume(done)
+    assert model.calls == []
+    thread = await env.store.get_thread(tid)
+    assert thread is not None
+    assert [m.content for m in thread.messages] == ["q0", "a0"]
