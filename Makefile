@@ -86,11 +86,12 @@ run-local: install llama
 
 ## The suite on the LOWEST runtime versions pyproject.toml declares (less the bench's smoke test:
 ## the bench extra has bounds of its own), then on the NEWEST releases; each in its own venv,
-## with PostgreSQL required, so both databases run.
+## with PostgreSQL required, so both databases run. The dev extra brings the dbos extra, so its
+## bounds are pinned too (its SQLAlchemy bound, higher than the core's, wins).
 test-lowest:
 	test -x .venv-lowest/bin/python || $(PYTHON) -m venv .venv-lowest
 	.venv-lowest/bin/pip install -q --upgrade pip
-	$(PYTHON) .ci/lowest_constraints.py > .venv-lowest/constraints.txt
+	$(PYTHON) .ci/lowest_constraints.py dbos > .venv-lowest/constraints.txt
 	.venv-lowest/bin/pip install -q -c .venv-lowest/constraints.txt -e '.[dev]'
 	AGENT_REQUIRE_POSTGRES=1 .venv-lowest/bin/pytest -p no:cacheprovider --ignore=tests/bench
 

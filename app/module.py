@@ -99,6 +99,18 @@ def _persistence(
     """
     lost: list[str] = []
     runtime_from = ledger_from = "given"
+    if journal is None and settings.durable == "dbos":
+        if not hosts_sql_journal(store):
+            raise ConfigError(
+                f"AGENT_DURABLE=dbos keeps the thread lease in the store's database, but "
+                f"{type(store).__name__} cannot host it"
+            )
+        runtime_from = "DBOS workflows; leases in the store's database"
+        journal = dbos_runtime(store.engine, settings)
+    elif journal is None and settings.durable == "inline":
+        runtime_from = "in process, AGENT_DURABLE=inline"
+        journal = InlineRuntime()
+        lost.append("a run cut off by a crash is not resumed")
     if journal is None:
         if hosts_sql_journal(store):
             runtime_from = "the store's database"
@@ -126,6 +138,18 @@ def _persistence(
         "pass journal= and ledger= to keep them"
     )
     return journal, ledger, (logging.WARNING, note)
+
+
+def dbos_runtime(engine: Any, settings: Settings) -> DurableRuntime:
+    """The DBOS runtime (`AGENT_DURABLE=dbos`), or a ConfigError naming the missing extra."""
+    try:
+        from app.durable.dbos_runtime import DbosRuntime
+    except ImportError as exc:
+        raise ConfigError(
+            "AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' "
+            f"({exc})"
+        ) from None
+    return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
 
 
 PRUNE_BATCH = 500
@@ -350,6 +374,22 @@ class AgentModule:
             except Exception:
                 log.exception("pruning the run journal failed; retrying next period")
 
+    async def _launch_dbos(self) -> Callable[[], Awaitable[None]] | None:
+        """With the DBOS runtime (`AGENT_DURABLE=dbos`): launch DBOS, after the migrations and
+        before the sweep (its recovery of this executor's runs starts here). Returns its
+        shutdown."""
+        launch = getattr(self.loop.runtime, "launch", None)
+        if launch is None:
+            return None
+        settings = self.settings
+        await launch(
+            settings.dbos_system_database_url or settings.database_url,
+            executor_id=settings.dbos_executor_id,
+            application_version=settings.dbos_application_version,
+        )
+        shutdown: Callable[[], Awaitable[None]] = self.loop.runtime.shutdown  # type: ignore[attr-defined]
+        return shutdown
+
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
         """Migrate (when configured), say which run journal and ledger are in use, resume runs
@@ -365,6 +405,7 @@ class AgentModule:
             )
         level, note = self._persistence_note
         log.log(level, "%s", note)
+        dbos = await self._launch_dbos()
         await self.resume_expired_runs()
         sweeper = asyncio.create_task(self._sweep_forever())
         try:
@@ -375,6 +416,8 @@ class AgentModule:
                 await sweeper
             if self._tasks:
                 await asyncio.wait(set(self._tasks), timeout=30)
+            if dbos is not None:
+                await dbos()
             aclose = getattr(self.loop.model, "aclose", None)
             if aclose is not None:
                 await aclose()

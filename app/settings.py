@@ -17,7 +17,7 @@ from app.core.history import HistoryConfig, config_error
 from app.errors import ConfigError
 from app.redact import redacted_url
 
-_URL_FIELDS = frozenset({"database_url", "openai_base_url"})
+_URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
 
 
 class Settings(BaseSettings):
@@ -91,6 +91,21 @@ class Settings(BaseSettings):
     every request is actor `local`."""
     max_content_bytes: int = Field(default=256 * 1024, ge=1)
     """Largest user message accepted (UTF-8 bytes); bigger is a 413 before any work is done."""
+    durable: Literal["sql", "inline", "dbos"] = "sql"
+    """Where runs are journaled. `sql`: the `runs`/`run_steps` tables of the store's database
+    (in-process when the store cannot host them). `inline`: no journal (a run cut off by a crash
+    is lost). `dbos`: each run a DBOS workflow, each checkpoint a DBOS step (needs
+    `pip install 'bounded-agents[dbos]'`; docs/dbos.md); the thread lease stays in `runs`."""
+    dbos_system_database_url: str | None = None
+    """DBOS's system database (`AGENT_DURABLE=dbos`); unset: the app's own database (schema
+    `dbos` on PostgreSQL). Async drivers are swapped for DBOS's synchronous ones."""
+    dbos_executor_id: str | None = None
+    """This process's DBOS executor id: DBOS recovers, at start-up, the pending workflows of its
+    own executor id only. Give each process its own, stable across restarts; unset is DBOS's
+    default (`local`, or `DBOS__VMID`)."""
+    dbos_application_version: str | None = None
+    """The DBOS application version (recovery only resumes workflows of the same version);
+    unset pins `bounded-agents`, code changes being met by the loop's patch markers."""
     run_lease_seconds: float = Field(default=120.0, gt=0, le=7 * 86_400)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
     a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""

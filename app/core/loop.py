@@ -75,6 +75,7 @@ from app.core.ports import (
     supports_bounded_read,
     supports_prompt_digests,
     supports_reservations,
+    supports_run_executor,
     supports_streaming,
     supports_summaries,
     supports_transactions,
@@ -237,6 +238,9 @@ class AgentLoop:
         self.model = model
         self.agents = dict(agents)
         self.token_quota = token_quota
+        if supports_run_executor(runtime):
+            # Its engine's recovery (a DBOS restart) finishes a run by the same path as a sweep.
+            runtime.register_resumer(self.resume)
 
     # --- entry points ----------------------------------------------------------------------
 
@@ -364,7 +368,26 @@ class AgentLoop:
         *,
         fresh: bool,
     ) -> RunResult:
-        """`fresh`: this attempt is the run's first, so it made every ledger row itself."""
+        """`fresh`: this attempt is the run's first, so it made every ledger row itself. A
+        runtime that executes runs itself (`RunExecutor`, DBOS) runs the attempt as its
+        workflow; any other is simply awaited."""
+        attempt = functools.partial(
+            self._attempt, request, ctx, definition, on_event, report, fresh=fresh
+        )
+        if supports_run_executor(self.runtime):
+            return await self.runtime.execute(request.run_id, attempt)
+        return await attempt()
+
+    async def _attempt(
+        self,
+        request: RunRequest,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        on_event: EventSink | None,
+        report: RunReport,
+        *,
+        fresh: bool,
+    ) -> RunResult:
         try:
             async with self.runtime.keep_alive(request.run_id):
                 answer, digest = await self._run(request, ctx, definition, on_event, report)

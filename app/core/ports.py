@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias, TypeGuard, runtime_checkable
+from typing import Any, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -523,6 +523,33 @@ class DurableRuntime(Protocol):
         ...
 
 
+_T = TypeVar("_T")
+
+RunResumer: TypeAlias = Callable[[str], Awaitable[object]]
+"""Finishes a run from its journal, given its id: the loop's `resume`."""
+
+
+@runtime_checkable
+class RunExecutor(Protocol):
+    """Optional: a durable runtime that executes each attempt of a run itself, as a workflow of
+    an outside engine (`DbosJournal`: a DBOS workflow). The engine's own recovery then calls
+    the run again after a restart, through the resumer the loop registers; the runtime's lease
+    stays the thread's lock. A runtime without it is simply awaited by the loop (`SqlJournal`)."""
+
+    def register_resumer(self, resume: RunResumer) -> None:
+        """What the engine's recovery calls with a run id (the loop registers its `resume`)."""
+        ...
+
+    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one attempt of the run (begun or reopened just before) inside the engine's
+        workflow, and return what it returns; its context's steps are that workflow's steps."""
+        ...
+
+
+def supports_run_executor(runtime: object) -> TypeGuard[RunExecutor]:
+    return isinstance(runtime, RunExecutor)
+
+
 class RunTrace(_Frozen):
     """A run as a thread's timeline shows it: its outcome and the journal entries that say what
     its model was sent. Built from the journal, never from a second read of the thread."""
@@ -667,9 +694,11 @@ __all__ = [
     "PromptDigestStore",
     "QuotaReserver",
     "ReadBound",
+    "RunExecutor",
     "RunMessagesReader",
     "RunRecord",
     "RunRequest",
+    "RunResumer",
     "RunTimelineReader",
     "RunTrace",
     "StreamingModelProvider",
@@ -695,6 +724,7 @@ __all__ = [
     "supports_prompt_digests",
     "supports_pruning",
     "supports_reservations",
+    "supports_run_executor",
     "supports_run_messages",
     "supports_run_timeline",
     "supports_streaming",

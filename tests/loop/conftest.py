@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,8 +179,48 @@ class LoopEnv:
         return next(p for n, p in await self.journal.steps(run_id) if n == name)
 
 
+@pytest.fixture(scope="package")
+def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """DBOS, launched once for the loop tests (it is one instance per process), its system
+    database a SQLite file of its own: workflow ids are run ids, unique across the tests'
+    databases. Destroyed when the loop tests end: its queue threads draw on the global
+    `random`, which hypothesis (the schemathesis tests) forbids while it generates. Tests that
+    need it skip without the `dbos` extra."""
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    from app.durable.dbos_runtime import dbos_config, destroy_dbos, launch_dbos
+
+    path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
+    launch_dbos(dbos_config(f"sqlite:///{path}", executor_id=f"tests-{os.getpid()}"))
+    try:
+        yield
+    finally:
+        destroy_dbos()
+
+
+RUNTIMES = ["sql", "dbos"]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime_name(request: pytest.FixtureRequest) -> str:
+    """The durable runtime a loop test runs on: the SQL journal, then DBOS workflows."""
+    return str(request.param)
+
+
 @pytest.fixture
-def env(sql_store: SqlAgentStore) -> LoopEnv:
-    return LoopEnv(
-        sql_store, SqlJournal(sql_store.engine, lease_seconds=60), SqlLedger(sql_store.engine)
-    )
+def sql_only(runtime_name: str) -> None:
+    """For a test about the SQL journal's own rows or transactions: skipped under DBOS."""
+    if runtime_name != "sql":
+        pytest.skip("SQL journal only: the comment above the test says why")
+
+
+@pytest.fixture
+def env(request: pytest.FixtureRequest, sql_store: SqlAgentStore, runtime_name: str) -> LoopEnv:
+    journal: SqlJournal
+    if runtime_name == "dbos":
+        request.getfixturevalue("dbos_launched")
+        from app.durable.dbos_runtime import DbosRuntime
+
+        journal = DbosRuntime(sql_store.engine, lease_seconds=60)
+    else:
+        journal = SqlJournal(sql_store.engine, lease_seconds=60)
+    return LoopEnv(sql_store, journal, SqlLedger(sql_store.engine))

@@ -8,6 +8,7 @@ import pytest
 
 from app import AgentModule, agent
 from app.durable import InlineRuntime, SqlJournal
+from app.errors import ConfigError
 from app.settings import Settings
 from app.store import MemoryStore, SqlAgentStore
 from app.store.ledger import MemoryLedger, SqlLedger
@@ -41,8 +42,7 @@ def _module(store: object, **kw: object) -> AgentModule:
         model=ScriptedProvider(default=reply("ok")),
         store=store,  # type: ignore[arg-type]
         agents=[Plain],
-        settings=SETTINGS,
-        **kw,  # type: ignore[arg-type]
+        **{"settings": SETTINGS, **kw},  # type: ignore[arg-type]
     )
 
 
@@ -101,3 +101,49 @@ async def test_start_up_logs_a_given_journal_and_ledger_as_given(
     module = _module(MemoryStore(), journal=InlineRuntime(), ledger=SqlLedger(sql_store.engine))
     line = await _start_up_log(module, caplog)
     assert "InlineRuntime (given)" in line and "SqlLedger (given)" in line
+
+
+def _unwrapped(module: AgentModule) -> object:
+    runtime = module.loop.runtime  # traced and metered by a wrapper around it
+    return getattr(runtime, "inner", runtime)
+
+
+def test_agent_durable_picks_the_runtime(sql_store: SqlAgentStore) -> None:
+    inline = _module(sql_store, settings=Settings(migrate_on_start=False, durable="inline"))
+    assert isinstance(_unwrapped(inline), InlineRuntime)
+    sql = _module(sql_store, settings=Settings(migrate_on_start=False, durable="sql"))
+    assert type(_unwrapped(sql)) is SqlJournal
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    from app.durable.dbos_runtime import DbosRuntime
+
+    dbos = _module(sql_store, settings=Settings(migrate_on_start=False, durable="dbos"))
+    assert isinstance(_unwrapped(dbos), DbosRuntime)
+
+
+def test_agent_durable_dbos_without_the_extra_is_a_config_error(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dbos", None)  # as if not installed: importing it fails
+    monkeypatch.delitem(sys.modules, "app.durable.dbos_runtime", raising=False)
+    with pytest.raises(ConfigError, match=r"pip install 'bounded-agents\[dbos\]'"):
+        _module(sql_store, settings=Settings(migrate_on_start=False, durable="dbos"))
+
+
+def test_agent_durable_dbos_needs_a_store_that_hosts_the_lease(sql_store: SqlAgentStore) -> None:
+    with pytest.raises(ConfigError, match="AGENT_DURABLE=dbos"):
+        _module(NotSqlEngine(sql_store), settings=Settings(migrate_on_start=False, durable="dbos"))
+
+
+def test_the_dbos_system_database_follows_the_app_database() -> None:
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    from app.durable.dbos_runtime import dbos_system_url
+
+    assert (
+        dbos_system_url("postgresql+asyncpg://u:p@db:5432/app")
+        == "postgresql+psycopg://u:p@db:5432/app"
+    )
+    assert dbos_system_url("sqlite+aiosqlite:///./agent.db") == "sqlite:///./agent.db"
+    with pytest.raises(ConfigError, match="in-memory"):
+        dbos_system_url("sqlite+aiosqlite:///:memory:")

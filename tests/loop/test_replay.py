@@ -209,7 +209,6 @@ async def test_a_run_whose_process_died_is_resumed_at_start_up_with_the_same_pro
             runs.update().where(runs.c.id == run_id).values(lease_expires_at=_past())
         )
 
-    from app.durable import SqlJournal
     from app.registry import agent as agent_decorator
 
     @agent_decorator(name="helper", system_prompt="You help.", history={"max_messages": 3})
@@ -221,7 +220,7 @@ async def test_a_run_whose_process_died_is_resumed_at_start_up_with_the_same_pro
         model=model,
         store=env.store,
         agents=[Helper],
-        journal=SqlJournal(env.store.engine),
+        journal=type(env.journal)(env.store.engine),  # a new process's runtime, of one kind
         ledger=env.ledger,
         settings=Settings(migrate_on_start=False),
     )
@@ -230,6 +229,8 @@ async def test_a_run_whose_process_died_is_resumed_at_start_up_with_the_same_pro
     record = await env.journal.get_run(run_id)
     assert record is not None and record.status == "completed"
     assert prompts[0] == prompts[1], "the model saw the same prompt both times"
+    steps = await env.step_names(run_id)
+    assert steps.count("load:thread") == 1 and steps.count("persist:assistant") == 1, steps
     thread = await env.store.get_thread(tid)
     assert thread is not None
     assert [m.content for m in thread.messages][-2:] == ["still there?", "resumed answer"]
@@ -381,6 +382,8 @@ async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopE
     assert [r["prompt_tokens"] for r in record.report["ledger"]] == [11, 22]
 
 
+# SQL journal only: rewrites a run_steps payload as code from before cleaning wrote it.
+@pytest.mark.usefixtures("sql_only")
 async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_fffd(
     env: LoopEnv,
 ) -> None:

@@ -53,6 +53,9 @@ async def _age(env: LoopEnv, run_ids: list[str], seconds: float) -> None:
         )
 
 
+# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
+# tables, and their retention is DBOS's own (docs/dbos.md).
+@pytest.mark.usefixtures("sql_only")
 async def test_completed_runs_lose_their_journal_once_old_enough_and_nothing_else(
     env: LoopEnv,
 ) -> None:
@@ -123,6 +126,9 @@ async def test_a_failed_run_is_resumed_from_its_journal_after_a_prune(env: LoopE
     assert "load:thread" in await env.step_names(failed_id)
 
 
+# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
+# tables, and their retention is DBOS's own (docs/dbos.md).
+@pytest.mark.usefixtures("sql_only")
 async def test_a_running_run_keeps_its_journal(env: LoopEnv) -> None:
     tid = await env.thread()
     [done] = await _turns(env, tid, 1)

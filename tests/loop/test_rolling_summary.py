@@ -227,6 +227,9 @@ async def test_a_failure_between_summarizing_and_storing_loses_nothing_and_repea
     assert result.report.summary is not None and result.report.summary.covers_through_seq == 9
 
 
+# SQL journal only: truncates run_steps rows to stage a crash mid-run (DBOS's replay after
+# a real kill -9: tests/reliability/test_dbos_runtime.py).
+@pytest.mark.usefixtures("sql_only")
 async def test_a_replayed_fold_sends_the_model_the_same_prompt_byte_for_byte(env: LoopEnv) -> None:
     tid = await env.thread([m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))])
     run_id = rid()
@@ -385,6 +388,9 @@ async def test_a_summary_without_usage_is_booked_by_the_estimate_and_flagged(
     assert [r.estimated for r in result.report.ledger] == [True, False]
 
 
+# SQL journal only: truncates run_steps rows to stage a crash mid-run (DBOS's replay after
+# a real kill -9: tests/reliability/test_dbos_runtime.py).
+@pytest.mark.usefixtures("sql_only")
 async def test_a_run_whose_tool_results_reach_the_threshold_folds_before_its_next_call(
     env: LoopEnv,
 ) -> None:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 
 from app.core.history import window_history
@@ -69,6 +70,8 @@ async def _turn(env: LoopEnv, loop: Any, tid: str, content: str) -> Counts:
     return counts
 
 
+# SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
+@pytest.mark.usefixtures("sql_only")
 async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: LoopEnv) -> None:
     tid = await env.thread([m for i in range(30) for m in (user(f"q{i}"), assistant(f"a{i}"))])
     loop = env.loop(EchoModel(), window_history(max_messages=10))
@@ -78,6 +81,8 @@ async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: Loop
     assert len(counts.statements) <= COMMON_TURN_STATEMENTS, "\n".join(counts.statements)
 
 
+# SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
+@pytest.mark.usefixtures("sql_only")
 async def test_each_tool_step_adds_one_transaction(env: LoopEnv) -> None:
     async def look(q: str) -> str:
         return f"found {q}"
@@ -97,6 +102,8 @@ async def test_each_tool_step_adds_one_transaction(env: LoopEnv) -> None:
     assert counts.commits <= base.commits + 1, (base.commits, counts.commits)
 
 
+# SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
+@pytest.mark.usefixtures("sql_only")
 async def test_a_fold_adds_two_transactions(env: LoopEnv) -> None:
     """The summary with its ledger row, then the summary row: a process killed between the
     two resumes with the journaled summary (see the crash tests)."""

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import os
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -52,9 +54,28 @@ async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
         yield store
 
 
+DURABLE = [
+    "sql",
+    pytest.param(
+        "dbos",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("dbos") is None, reason="the dbos extra is not installed"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("durable", DURABLE)
 async def test_a_killed_process_runs_are_resumed_by_the_other_with_nothing_lost_or_doubled(
-    pg_store: SqlAgentStore, postgres_url: str, fake_openai: FakeOpenAI, tmp_path: Path
+    pg_store: SqlAgentStore,
+    postgres_url: str,
+    fake_openai: FakeOpenAI,
+    tmp_path: Path,
+    durable: str,
 ) -> None:
+    """Under DBOS too (`AGENT_DURABLE=dbos`, each process its own executor id): DBOS recovers
+    only its own executor's workflows, so A's runs are B's sweep's to take over, as new
+    attempts replaying A's checkpoints."""
     model_a = FakeOpenAI()
     await model_a.start()
     a_thinks: dict[str, float] = {"seconds": 0.0}
@@ -68,9 +89,25 @@ async def test_a_killed_process_runs_are_resumed_by_the_other_with_nothing_lost_
         AGENT_API_KEYS=f"{KEY}=alice",
         AGENT_RUN_LEASE_SECONDS=str(LEASE_SECONDS),
         AGENT_HISTORY_MAX_MESSAGES="6",
+        AGENT_DURABLE=durable,
     )
-    a = App({**env, "AGENT_OPENAI_BASE_URL": model_a.base_url}, tmp_path / "a.log")
-    b = App({**env, "AGENT_OPENAI_BASE_URL": fake_openai.base_url}, tmp_path / "b.log")
+    executor = uuid.uuid4().hex[:8]
+    a = App(
+        {
+            **env,
+            "AGENT_OPENAI_BASE_URL": model_a.base_url,
+            "AGENT_DBOS_EXECUTOR_ID": f"a-{executor}",
+        },
+        tmp_path / "a.log",
+    )
+    b = App(
+        {
+            **env,
+            "AGENT_OPENAI_BASE_URL": fake_openai.base_url,
+            "AGENT_DBOS_EXECUTOR_ID": f"b-{executor}",
+        },
+        tmp_path / "b.log",
+    )
     asked: dict[str, list[str]] = {}
     try:
         await a.start()
@@ -174,3 +211,18 @@ async def test_a_killed_process_runs_are_resumed_by_the_other_with_nothing_lost_
     assert set(booked) == {r.id for r in run_rows} and set(booked.values()) == {1}
     resumed = [r for r in stored if r.role == "assistant" and "(killed)" in r.content]
     assert len(resumed) == THREADS // 2
+    if durable == "dbos":  # B took A's runs over as second attempts; A's first ones cancelled
+        async with pg_store.engine.connect() as conn:
+            workflows = dict(
+                (
+                    await conn.execute(
+                        sa.text("SELECT workflow_uuid, status FROM dbos.workflow_status")
+                    )
+                ).all()
+            )
+        for run in run_rows:
+            if run.id in {r.run_id for r in resumed}:
+                assert workflows[run.id] == "CANCELLED", workflows
+                assert workflows[f"{run.id}#attempt-2"] == "SUCCESS", workflows
+            else:
+                assert workflows[run.id] == "SUCCESS", workflows
