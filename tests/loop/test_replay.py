@@ -16,7 +16,13 @@ from app.errors import ProviderError, RunFailed
 from app.store.schema import run_steps, runs
 from app.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
-from tests.loop.conftest import CountingPolicy, CountingStore, CountingSummarizer, LoopEnv
+from tests.loop.conftest import (
+    SQL_JOURNAL_ONLY,
+    CountingPolicy,
+    CountingStore,
+    CountingSummarizer,
+    LoopEnv,
+)
 
 
 def rid() -> str:
@@ -383,7 +389,7 @@ async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopE
 
 
 # SQL journal only: rewrites a run_steps payload as code from before cleaning wrote it.
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_fffd(
     env: LoopEnv,
 ) -> None:

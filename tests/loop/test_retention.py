@@ -20,7 +20,7 @@ from app.errors import JournalPruned, ProviderError, RunFailed
 from app.store.clock import db_now
 from app.store.schema import ledger, run_steps, runs
 from app.testing import ScriptedProvider, reply
-from tests.loop.conftest import LoopEnv
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 POLICY = window_history(max_messages=6)
 
@@ -55,7 +55,7 @@ async def _age(env: LoopEnv, run_ids: list[str], seconds: float) -> None:
 
 # SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
 # tables, and their retention is DBOS's own (docs/dbos.md).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_completed_runs_lose_their_journal_once_old_enough_and_nothing_else(
     env: LoopEnv,
 ) -> None:
@@ -128,7 +128,7 @@ async def test_a_failed_run_is_resumed_from_its_journal_after_a_prune(env: LoopE
 
 # SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
 # tables, and their retention is DBOS's own (docs/dbos.md).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_running_run_keeps_its_journal(env: LoopEnv) -> None:
     tid = await env.thread()
     [done] = await _turns(env, tid, 1)

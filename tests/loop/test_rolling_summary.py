@@ -34,7 +34,7 @@ from app.store.ledger import MemoryLedger
 from app.store.schema import run_steps, runs, thread_summaries
 from app.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
-from tests.loop.conftest import CountingStore, LoopEnv
+from tests.loop.conftest import SQL_JOURNAL_ONLY, CountingStore, LoopEnv
 
 
 def rid() -> str:
@@ -229,7 +229,7 @@ async def test_a_failure_between_summarizing_and_storing_loses_nothing_and_repea
 
 # SQL journal only: truncates run_steps rows to stage a crash mid-run (DBOS's replay after
 # a real kill -9: tests/reliability/test_dbos_runtime.py).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_replayed_fold_sends_the_model_the_same_prompt_byte_for_byte(env: LoopEnv) -> None:
     tid = await env.thread([m for i in range(5) for m in (user(f"q{i}"), assistant(f"a{i}"))])
     run_id = rid()
@@ -390,7 +390,7 @@ async def test_a_summary_without_usage_is_booked_by_the_estimate_and_flagged(
 
 # SQL journal only: truncates run_steps rows to stage a crash mid-run (DBOS's replay after
 # a real kill -9: tests/reliability/test_dbos_runtime.py).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_run_whose_tool_results_reach_the_threshold_folds_before_its_next_call(
     env: LoopEnv,
 ) -> None:

@@ -14,7 +14,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 
 from app.core.history import window_history
@@ -23,7 +22,7 @@ from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
 from app.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, user
-from tests.loop.conftest import LoopEnv
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 COMMON_TURN_TRANSACTIONS = 4
 """Committed transactions of a turn with no tool call and no fold, at most."""
@@ -71,7 +70,7 @@ async def _turn(env: LoopEnv, loop: Any, tid: str, content: str) -> Counts:
 
 
 # SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: LoopEnv) -> None:
     tid = await env.thread([m for i in range(30) for m in (user(f"q{i}"), assistant(f"a{i}"))])
     loop = env.loop(EchoModel(), window_history(max_messages=10))
@@ -82,7 +81,7 @@ async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: Loop
 
 
 # SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_each_tool_step_adds_one_transaction(env: LoopEnv) -> None:
     async def look(q: str) -> str:
         return f"found {q}"
@@ -103,7 +102,7 @@ async def test_each_tool_step_adds_one_transaction(env: LoopEnv) -> None:
 
 
 # SQL journal only: counts SqlJournal's units of work (DBOS steps commit one by one).
-@pytest.mark.usefixtures("sql_only")
+@SQL_JOURNAL_ONLY
 async def test_a_fold_adds_two_transactions(env: LoopEnv) -> None:
     """The summary with its ledger row, then the summary row: a process killed between the
     two resumes with the journaled summary (see the crash tests)."""
