@@ -49,7 +49,38 @@ def encode_payload(value: JsonValue) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-class JournaledContext:
+class Replay:
+    """The read-back half of a journaled context: steps recorded by earlier attempts, handed
+    back by position with their names checked. `JournaledContext` and the DBOS runtime's
+    context share it, so both refuse a journal whose shape changed in the same way."""
+
+    run_id: str
+    _history: Sequence[StepRecord]
+    _position: int
+    journal_bytes: dict[str, int]
+    replayed: list[str]
+
+    @property
+    def replaying(self) -> bool:
+        return self._position < len(self._history)
+
+    def _read_back(self, name: str) -> JsonValue:
+        """The next recorded step's result; `JournalMismatch` if it was journaled as another."""
+        record = self._history[self._position]
+        if record.name != name:
+            raise JournalMismatch(
+                f"run {self.run_id}: position {self._position} journaled "
+                f"{record.name!r}, replay asked for {name!r}"
+            )
+        self._position += 1
+        self.journal_bytes[name] = len(record.payload.encode())
+        self.replayed.append(name)
+        # New steps journal storable text; one journaled before that rule may hold a NUL that
+        # no store takes, so what is read back is cleaned too (identity for every other).
+        return storable_json(json.loads(record.payload))
+
+
+class JournaledContext(Replay):
     """Replays `history` position by position, then journals every new step through `write`.
 
     A step name is checked on replay: a run whose code changed shape under it fails loudly with
@@ -79,24 +110,9 @@ class JournaledContext:
         self.replayed: list[str] = []
         """Names of the steps this attempt read back instead of running."""
 
-    @property
-    def replaying(self) -> bool:
-        return self._position < len(self._history)
-
     async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
         if self.replaying:
-            record = self._history[self._position]
-            if record.name != name:
-                raise JournalMismatch(
-                    f"run {self.run_id}: position {self._position} journaled "
-                    f"{record.name!r}, replay asked for {name!r}"
-                )
-            self._position += 1
-            self.journal_bytes[name] = len(record.payload.encode())
-            self.replayed.append(name)
-            # New steps journal storable text; one journaled before that rule may hold a NUL that
-            # no store takes, so what is read back is cleaned too (identity for every other).
-            return storable_json(json.loads(record.payload))
+            return self._read_back(name)
         value = await fn()
         payload = encode_payload(value)
         self._pending.append((self._position, name, payload))

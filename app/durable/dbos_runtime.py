@@ -52,9 +52,9 @@ from app.core.ports import (
     RunTrace,
     Transaction,
 )
-from app.durable.context import PATCH_PREFIX, encode_payload
+from app.durable.context import PATCH_PREFIX, Replay, encode_payload
 from app.durable.journal import SqlJournal
-from app.errors import ConfigError, JournalMismatch, RunFailed, ThreadBusy
+from app.errors import ConfigError, RunFailed, ThreadBusy
 from app.store.clock import db_now
 from app.store.engine import write_transaction
 from app.store.errors import wrap_db_errors
@@ -121,7 +121,7 @@ class _Step:
     payload: str
 
 
-class DbosContext:
+class DbosContext(Replay):
     """`DurableContext` over DBOS steps: earlier attempts' steps replay first (by position,
     names checked, as `JournaledContext` does), then every step is a DBOS step of this attempt
     (DBOS replays them itself when it recovers the attempt)."""
@@ -143,22 +143,9 @@ class DbosContext:
         """Append earlier attempts' steps to what this attempt replays first."""
         self._history.extend(steps)
 
-    @property
-    def replaying(self) -> bool:
-        return self._position < len(self._history)
-
     async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
         if self.replaying:
-            record = self._history[self._position]
-            if record.name != name:
-                raise JournalMismatch(
-                    f"run {self.run_id}: position {self._position} journaled "
-                    f"{record.name!r}, replay asked for {name!r}"
-                )
-            self._position += 1
-            self.journal_bytes[name] = len(record.payload.encode())
-            self.replayed.append(name)
-            return storable_json(json.loads(record.payload))
+            return self._read_back(name)
         ran: list[JsonValue] = []
         failed: list[Exception] = []
 
