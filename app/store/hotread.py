@@ -38,6 +38,15 @@ DEDICATED = 2
 
 Rows = Sequence[Sequence[Any]]
 
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    # Raised by a connection whose server ended it (pg_terminate_backend, a failover) while it
+    # sat idle: the protocol is left mid-state, so the connection cannot be used again.
+    asyncpg.InternalClientError,
+    sqlite3.Error,
+)
+
 
 class _Compiled:
     __slots__ = ("names", "processors", "sql", "values")
@@ -115,7 +124,7 @@ class HotReader:
                 self._announce(conn.sync_connection, compiled.sql, args)
                 try:
                     rows = await self._driver_fetch(driver, compiled.sql, args)
-                except (asyncpg.PostgresError, asyncpg.InterfaceError, sqlite3.Error) as exc:
+                except _DRIVER_ERRORS as exc:
                     raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
                 if rows is not None:
                     return rows
@@ -135,8 +144,10 @@ class HotReader:
             self._announce(self._sync, compiled.sql, args)
             try:
                 rows = await self._driver_fetch(driver, compiled.sql, args)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, sqlite3.Error, OSError) as exc:
-                dead = self._postgres and driver.is_closed()
+            except (*_DRIVER_ERRORS, OSError) as exc:
+                dead = self._postgres and (
+                    driver.is_closed() or isinstance(exc, asyncpg.InternalClientError)
+                )
                 await self._drop(driver)
                 if dead and attempt == 0:
                     continue  # the connection died: nothing was read, read again on a new one
