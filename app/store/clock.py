@@ -42,7 +42,7 @@ def _postgresql(element: DbNow, _compiler: Any, **_kw: Any) -> str:
     # dated from the transaction's start.
     if element.seconds == 0:
         return "statement_timestamp()"
-    return f"(statement_timestamp() + interval '{element.seconds!r} seconds')"
+    return f"(statement_timestamp() + interval '{element.seconds:.6f} seconds')"
 
 
 @compiles(DbNow, "sqlite")

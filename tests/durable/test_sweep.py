@@ -160,4 +160,21 @@ async def test_a_lease_is_dated_by_the_database(sql_store: SqlAgentStore) -> Non
 
 def test_the_database_clock_compiles_to_statement_time_on_postgresql() -> None:
     sql = str(sa.select(db_now(90)).compile(dialect=postgresql.dialect()))
-    assert "statement_timestamp()" in sql and "90.0 seconds" in sql
+    assert "statement_timestamp()" in sql and "90.000000 seconds" in sql
+
+
+async def test_the_database_clock_takes_every_offset_the_settings_allow(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A lease or retention setting may be any positive float: `1e-05` once rendered as
+    `interval '1e-05 seconds'`, which PostgreSQL refuses."""
+    offsets = [1e-05, -1e-05, 0.25, 86400.0, -3.15e9, 3.15e9]
+    async with sql_store.engine.connect() as conn:
+        now = (await conn.execute(sa.select(db_now()))).scalar_one()
+        for seconds in offsets:
+            shifted = (await conn.execute(sa.select(db_now(seconds)))).scalar_one()
+            if not isinstance(shifted, datetime):  # SQLite's strftime text
+                shifted = datetime.fromisoformat(shifted)
+            if not isinstance(now, datetime):
+                now = datetime.fromisoformat(now)
+            assert abs((shifted - now).total_seconds() - seconds) < 5, seconds
