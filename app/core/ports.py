@@ -532,7 +532,7 @@ RunResumer: TypeAlias = Callable[[str], Awaitable[object]]
 @runtime_checkable
 class RunExecutor(Protocol):
     """Optional: a durable runtime that executes each attempt of a run itself, as a workflow of
-    an outside engine (`DbosJournal`: a DBOS workflow). The engine's own recovery then calls
+    an outside engine (`DbosRuntime`: a DBOS workflow). The engine's own recovery then calls
     the run again after a restart, through the resumer the loop registers; the runtime's lease
     stays the thread's lock. A runtime without it is simply awaited by the loop (`SqlJournal`)."""
 

@@ -257,10 +257,10 @@ class DbosRuntime(SqlJournal):
             self._threads[recovery.run_id] = recovery.thread_id
             self._swept.add(recovery.run_id)
 
-    async def steps(self, run_id: str) -> list[tuple[str, str]]:
+    async def steps(self, run_id: str, thread_id: str | None = None) -> list[tuple[str, str]]:
         """(name, payload) of the run's journal: any `run_steps` rows, then the successful steps
         of its DBOS attempts in order (what a next attempt would replay)."""
-        rows = await super().steps(run_id)
+        rows = await super().steps(run_id, thread_id)
         attempts = await self._attempts(run_id)
         carried = await self._carried(run_id, attempts + 1)
         return rows + [(s.name, s.payload) for s in carried]
@@ -273,7 +273,7 @@ class DbosRuntime(SqlJournal):
         traces = await super().thread_runs(thread_id, limit=limit, before_seq=before_seq)
         filled = []
         for trace in traces:
-            steps = await self.steps(trace.run_id)
+            steps = await self.steps(trace.run_id, thread_id)
             payloads = {
                 name: json.loads(payload)
                 for name, payload in steps

@@ -479,15 +479,20 @@ class SqlJournal:
             runs.update()
             .where(runs.c.id.in_(picked.scalar_subquery()))
             .values(steps_pruned_at=db_now())
-            .returning(runs.c.id)
+            .returning(runs.c.thread_id, runs.c.id)
         )
         # The mark goes first: a write transaction that starts with its write (see
-        # `write_transaction`), and the marked ids are the ones whose steps go.
+        # `write_transaction`), and the marked runs are the ones whose steps go, found by the
+        # full key prefix (thread_id, run_id): by run_id alone it would scan `run_steps`.
         async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
-            run_ids = list((await conn.execute(mark)).scalars())
-            if run_ids:
-                await conn.execute(run_steps.delete().where(run_steps.c.run_id.in_(run_ids)))
-        return len(run_ids)
+            keys = [tuple(row) for row in await conn.execute(mark)]
+            if keys:
+                await conn.execute(
+                    run_steps.delete().where(
+                        sa.tuple_(run_steps.c.thread_id, run_steps.c.run_id).in_(keys)
+                    )
+                )
+        return len(keys)
 
     async def thread_runs(
         self, thread_id: str, *, limit: int, before_seq: int | None = None
@@ -562,12 +567,12 @@ class SqlJournal:
             for r in rows
         ]
 
-    async def steps(self, run_id: str) -> list[tuple[str, str]]:
-        """(name, payload) of every journaled step, in order: for tests and inspection."""
+    async def steps(self, run_id: str, thread_id: str | None = None) -> list[tuple[str, str]]:
+        """(name, payload) of every journaled step, in order: for tests and inspection. With
+        `thread_id`, one range of the primary key; without it, a scan of `run_steps`."""
+        stmt = sa.select(run_steps.c.name, run_steps.c.payload).where(run_steps.c.run_id == run_id)
+        if thread_id is not None:
+            stmt = stmt.where(run_steps.c.thread_id == thread_id)
         async with wrap_db_errors("run_steps"), self._reader.connect() as conn:
-            rows = await conn.execute(
-                sa.select(run_steps.c.name, run_steps.c.payload)
-                .where(run_steps.c.run_id == run_id)
-                .order_by(run_steps.c.position)
-            )
+            rows = await conn.execute(stmt.order_by(run_steps.c.position))
             return [(r.name, r.payload) for r in rows]

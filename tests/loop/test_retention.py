@@ -21,6 +21,8 @@ from app.store.clock import db_now
 from app.store.schema import ledger, run_steps, runs
 from app.testing import ScriptedProvider, reply
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
+from tests.store.test_hot_path_predicates import missing_keys
+from tests.store.test_store import captured_sql
 
 POLICY = window_history(max_messages=6)
 
@@ -169,6 +171,19 @@ async def test_concurrent_pruners_take_different_runs(env: LoopEnv) -> None:
     counts = await asyncio.gather(*(p.prune_steps(0, limit=3) for p in pruners))
     assert sum(counts) == 12
     assert await _steps_by_run(env) == Counter()
+
+
+async def test_the_prune_deletes_steps_by_their_thread_key(env: LoopEnv) -> None:
+    """Distributed by `thread_id`, a delete of `run_steps` by `run_id` alone would scan every
+    shard's table (no index starts with `run_id`); by (thread_id, run_id) it is a key range."""
+    tid = await env.thread()
+    old = await _turns(env, tid, 3)
+    await _age(env, old, 60)
+    with captured_sql(env.store) as statements:
+        assert await SqlJournal(env.store.engine).prune_steps(0, limit=10) == 3
+    deletes = [s for s in statements if s.lstrip().upper().startswith("DELETE FROM RUN_STEPS")]
+    assert len(deletes) == 1
+    assert missing_keys(deletes[0]) == []
 
 
 async def test_resuming_a_completed_run_whose_journal_was_pruned_calls_no_model(

@@ -60,11 +60,13 @@ def missing_keys(statement: str) -> list[str]:
                 missing.append(table)
             continue
         name = re.escape(alias or table)
-        # `<name>.<key> =` or `IN`, `= <name>.<key>` (a join on it), or a bare `<key> =` in a
-        # statement written out by hand.
+        # `<name>.<key> =` or `IN`, `= <name>.<key>` (a join on it), a row value that starts
+        # with it (`(<name>.<key>, ...) IN`), or a bare `<key> =` in a statement written out
+        # by hand.
         predicate = (
             rf"(?:\b{name}\.|(?<![\w.])){key}\s*(?:=|IN\b)"
             rf"|=\s*{name}\.{key}\b"
+            rf"|\(\s*{name}\.{key}\s*,[^)]*\)\s*IN\b"
         )
         if not re.search(predicate, statement, re.IGNORECASE):
             missing.append(table)
@@ -100,6 +102,8 @@ def assert_all_keyed(statements: list[str], allowed: frozenset[str] = frozenset(
         "WHERE threads.id = ? AND messages.thread_id = ?",
         "UPDATE threads SET title=? WHERE threads.actor_id = ?",
         "SELECT ledger.model FROM ledger WHERE ledger.run_id = ? ORDER BY ledger.id",
+        "DELETE FROM run_steps WHERE (run_steps.run_id, run_steps.thread_id) IN ((?, ?))",
+        "DELETE FROM run_steps WHERE run_steps.run_id IN (?, ?)",
     ],
 )
 def test_the_check_names_a_statement_without_its_key(statement: str) -> None:
@@ -120,6 +124,7 @@ def test_the_check_names_a_statement_without_its_key(statement: str) -> None:
         "WHERE messages.thread_id = ?",
         "SELECT run_steps.name FROM run_steps WHERE run_steps.thread_id IN (?, ?)",
         "UPDATE actor_usage SET tokens = tokens - :tokens WHERE actor_id = :actor_id",
+        "DELETE FROM run_steps WHERE (run_steps.thread_id, run_steps.run_id) IN ((?, ?))",
     ],
 )
 def test_the_check_passes_a_statement_with_its_key(statement: str) -> None:
