@@ -87,7 +87,7 @@ run-local: install llama
 ## The suite on the LOWEST runtime versions pyproject.toml declares (less the bench's smoke test:
 ## the bench extra has bounds of its own), then on the NEWEST releases; each in its own venv,
 ## with PostgreSQL required, so both databases run. The dev extra brings the dbos extra, so its
-## bounds are pinned too (its SQLAlchemy bound, higher than the core's, wins).
+## bounds are pinned too.
 test-lowest:
 	test -x .venv-lowest/bin/python || $(PYTHON) -m venv .venv-lowest
 	.venv-lowest/bin/pip install -q --upgrade pip

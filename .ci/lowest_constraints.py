@@ -5,8 +5,8 @@ not guessed. A runtime dependency without a `>=` bound is an error: its lowest v
 whatever pip happens to pick. Development tools are left to resolve as usual.
 
 Extras named on the command line (`lowest_constraints.py dbos`) are pinned to their bounds too;
-a package bounded twice (the dbos extra needs a newer SQLAlchemy than the core) is pinned to
-the higher bound, the lowest version that satisfies both.
+a package bounded twice (by the core and by an extra) is pinned to the higher bound, the lowest
+version that satisfies both.
 """
 
 from __future__ import annotations
