@@ -146,8 +146,7 @@ def dbos_runtime(engine: Any, settings: Settings) -> DurableRuntime:
         from app.durable.dbos_runtime import DbosRuntime
     except ImportError as exc:
         raise ConfigError(
-            "AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' "
-            f"({exc})"
+            f"AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' ({exc})"
         ) from None
     return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
 

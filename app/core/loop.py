@@ -1053,16 +1053,18 @@ class AgentLoop:
         last_prompt: str | None,
     ) -> JsonValue:
         messages, metrics = _apply_middleware(definition.middleware, list(prompt))
-        reuse, digest = prefix_reuse(last_prompt, messages)
+        # One estimate per message serves the metrics, the prefix figures and the reservation.
+        costs = [estimate_message_tokens(m) for m in messages]
+        reuse, digest = prefix_reuse(last_prompt, messages, costs)
         metrics.update(
             prefix_reused_messages=reuse.messages,
             prefix_reused_tokens=reuse.tokens,
             previous_prompt_messages=reuse.previous_messages,
             extends_previous=reuse.extends,
-            prompt_estimated_tokens=sum(estimate_message_tokens(m) for m in messages),
+            prompt_estimated_tokens=sum(costs),
         )
         model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
-        reserved = await self._reserve(request.actor_id, _reservation(messages))
+        reserved = await self._reserve(request.actor_id, sum(costs) + COMPLETION_RESERVE)
         try:
             async with _provider_boundary("model"):
                 response = await self._call_model(model_request, on_event)
@@ -1280,12 +1282,6 @@ def read_bound(policy: HistoryPolicy) -> ReadBound | None:
         return bound
     legacy = getattr(policy, "max_messages", None)
     return ReadBound(messages=max(1, legacy)) if isinstance(legacy, int) else None
-
-
-def _reservation(messages: Sequence[ChatMessage]) -> int:
-    """What a model call holds of the quota while in flight: its prompt, by the estimate, and
-    `COMPLETION_RESERVE` for its answer."""
-    return sum(estimate_message_tokens(m) for m in messages) + COMPLETION_RESERVE
 
 
 def _nesting_depth(value: Any) -> int:

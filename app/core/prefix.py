@@ -56,9 +56,12 @@ def prompt_digest(messages: Sequence[ChatMessage]) -> str:
     return "".join(out)
 
 
-def prefix_reuse(previous: str | None, messages: Sequence[ChatMessage]) -> tuple[PrefixReuse, str]:
+def prefix_reuse(
+    previous: str | None, messages: Sequence[ChatMessage], costs: Sequence[int] | None = None
+) -> tuple[PrefixReuse, str]:
     """How much of `messages` repeats the prompt `previous` is the digest of, and the digest
-    of `messages` (what the next call compares with)."""
+    of `messages` (what the next call compares with). `costs`: each message's token estimate,
+    when the caller has them already (estimating a message encodes its tool calls as JSON)."""
     digest = prompt_digest(messages)
     if previous is None:
         return PrefixReuse(), digest
@@ -72,7 +75,11 @@ def prefix_reuse(previous: str | None, messages: Sequence[ChatMessage]) -> tuple
     return (
         PrefixReuse(
             messages=reused,
-            tokens=sum(estimate_message_tokens(m) for m in messages[:reused]),
+            tokens=sum(
+                costs[:reused]
+                if costs is not None
+                else (estimate_message_tokens(m) for m in messages[:reused])
+            ),
             previous_messages=len(previous) // DIGEST_CHARS,
         ),
         digest,

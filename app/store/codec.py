@@ -31,16 +31,25 @@ def to_row(thread_id: str, seq: int, message: Message) -> dict[str, Any]:
     }
 
 
+def token_costs(messages: Sequence[Message]) -> list[int]:
+    """Each message's stored token estimate: the one place it is computed."""
+    return [estimate_message_tokens(m) for m in messages]
+
+
 def to_rows(
-    thread_id: str, first_seq: int, tokens_before: int, messages: Sequence[Message]
+    thread_id: str,
+    first_seq: int,
+    tokens_before: int,
+    messages: Sequence[Message],
+    costs: Sequence[int] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Rows for `messages` stored from `first_seq` on, each with its token estimate and the
     running sum before it (starting at `tokens_before`, the thread's total so far); returns the
-    rows and the tokens they add. The one place a message's stored estimate is computed."""
+    rows and the tokens they add. `costs`: `token_costs(messages)` when the caller has it
+    already (an estimate JSON-encodes the message's tool results: 8 KB for a page read)."""
     rows: list[dict[str, Any]] = []
     running = tokens_before
-    for i, m in enumerate(messages):
-        cost = estimate_message_tokens(m)
+    for i, (m, cost) in enumerate(zip(messages, costs or token_costs(messages), strict=True)):
         rows.append(
             {**to_row(thread_id, first_seq + i, m), "tokens": cost, "tokens_before": running}
         )

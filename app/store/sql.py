@@ -27,10 +27,9 @@ from app.core.ports import (
     ThreadTurnQuery,
     Transaction,
 )
-from app.core.tokens import estimate_message_tokens
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import migrate
-from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows
+from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows, token_costs
 from app.store.engine import (
     autocommit,
     behind_pgbouncer,
@@ -366,6 +365,7 @@ class SqlAgentStore:
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs."""
+
         async def read(conn: AsyncConnection) -> Any:
             return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
 
@@ -441,7 +441,8 @@ class SqlAgentStore:
     ) -> list[Message]:
         """`last_prompt`: the answer's prompt digest and the provider's count, or None."""
         n = len(messages_)
-        added = sum(estimate_message_tokens(m) for m in messages_)
+        costs = token_costs(messages_)
+        added = sum(costs)
         params: dict[str, Any] = {
             "tid": thread_id,
             "n": n,
@@ -462,7 +463,7 @@ class SqlAgentStore:
                 raise ThreadNotFound(thread_id)
             last, total = bumped
             first = last - n + 1
-            rows, _ = to_rows(thread_id, first, total - added, messages_)
+            rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
             await conn.execute(_INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
 
