@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test lint typecheck bench bench-quick bench-throughput screenshot clean
+.PHONY: install install-run run migrate test lint typecheck bench bench-quick bench-throughput bench-profile screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,10 @@ bench-throughput: install
 
 bench-quick: install
 	$(BIN)/python -m bench --quick
+
+## cProfile of 200 window-10 turns per backend: the top Python items of a turn
+bench-profile: install
+	$(BIN)/python -m bench --profile
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.cache import cache_main
+from bench.profile import profile_main
 from bench.report import render, targets, write_chart, write_json
 from bench.run import BACKENDS, Config, run_benchmark
 from bench.throughput import throughput_main
@@ -48,6 +49,11 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         action="store_true",
         help="only turns/s with 1, 2 and 4 app processes on PostgreSQL (bench/throughput.py)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="only cProfile of 200 turns per backend (bench/profile.py)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
     args = parser.parse_args(argv)
@@ -64,7 +70,15 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         config.conversation_turns = args.turns
     if args.postgres_url:
         config.postgres_url = args.postgres_url
-    only = "cache" if args.cache else "throughput" if args.throughput else ""
+    only = (
+        "cache"
+        if args.cache
+        else "throughput"
+        if args.throughput
+        else "profile"
+        if args.profile
+        else ""
+    )
     return config, args.json, args.chart, only
 
 
@@ -72,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     config, json_path, chart_path, only = parse_args(sys.argv[1:] if argv is None else argv)
     if only == "cache":
         return cache_main(RESULTS / "cache.json")
+    if only == "profile":
+        return profile_main(config)
     if only == "throughput":
         return throughput_main(RESULTS / "throughput.json", config)
     results = asyncio.run(run_benchmark(config))
