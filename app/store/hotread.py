@@ -107,7 +107,7 @@ class HotReader:
             rows: Rows = await driver.fetch(sql, *args)
             return rows
         if isinstance(driver, OneHopConnection):
-            found: Rows = await driver.run(_fetchall, sql, args)
+            found: Rows = await driver.call(_fetchall, sql, args)
             return found
         return None
 

@@ -17,7 +17,7 @@ the number of thread hand-overs changes. SQLAlchemy gets it through `create_asyn
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -37,6 +37,14 @@ class BufferedCursor:
         self.lastrowid: int | None = None
         self.arraysize = 1
 
+    def __await__(self) -> Generator[Any, None, BufferedCursor]:
+        """SQLAlchemy 2.0's adapter awaits `connection.cursor()` (aiosqlite's is awaitable);
+        2.1's uses it as it comes. Both get this cursor."""
+        return self._itself().__await__()
+
+    async def _itself(self) -> BufferedCursor:
+        return self
+
     async def __aenter__(self) -> BufferedCursor:
         return self
 
@@ -44,11 +52,11 @@ class BufferedCursor:
         return None
 
     async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> BufferedCursor:
-        self._take(await self._conn.run(_execute, sql, () if parameters is None else parameters))
+        self._take(await self._conn.call(_execute, sql, () if parameters is None else parameters))
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> BufferedCursor:
-        self._take(await self._conn.run(_executemany, sql, parameters))
+        self._take(await self._conn.call(_executemany, sql, parameters))
         return self
 
     def _take(self, outcome: tuple[Any, list[Any], int, int | None]) -> None:
@@ -112,8 +120,9 @@ class OneHopConnection(aiosqlite.Connection):
         inner: Any = super()._execute  # untyped in aiosqlite
         return await inner(_tracked, self, partial(fn, *args, **kwargs))
 
-    async def run(self, fn: Any, *args: Any) -> Any:
-        """`fn(sqlite3_connection, *args)` in the worker thread: one hop."""
+    async def call(self, fn: Any, *args: Any) -> Any:
+        """`fn(sqlite3_connection, *args)` in the worker thread: one hop. (Not named `run`: up
+        to aiosqlite 0.21 the connection is the worker `Thread`, whose `run` is its loop.)"""
         return await self._execute(_on_connection, self, fn, *args)
 
     def cursor(self) -> Any:
