@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from app.errors import ConfigError
 from app.redact import redacted_url
 from app.settings import get_settings
 
@@ -29,6 +30,10 @@ def _migrate() -> int:
     from app.store import SqlAgentStore
 
     settings = get_settings()
+    problem = asyncio.run(database_problem(settings.database_url))
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
 
     async def run() -> None:
         store = SqlAgentStore.from_url(settings.database_url, pgbouncer=settings.db_pgbouncer)
@@ -43,16 +48,50 @@ def _migrate() -> int:
 
 
 def _serve(host: str | None, port: int | None) -> int:
+    """Settings, the app and the database are checked before uvicorn starts, so what an
+    operator got wrong is one line, not uvicorn's start-up traceback."""
     import uvicorn
 
+    from app.main import create_app
+
     settings = get_settings()
+    problem = asyncio.run(database_problem(settings.database_url))
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+    application = create_app(settings)
     uvicorn.run(
-        "app.main:app",
+        application,
         host=host or settings.host,
         port=port or settings.port,
         log_config=_log_config(settings.log_level),
     )
     return 0
+
+
+async def database_problem(url: str) -> str | None:
+    """Why the database at `url` cannot be reached (one line, password masked), or None."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    try:
+        engine = create_async_engine(url)
+    except Exception as exc:  # a URL SQLAlchemy cannot use: no driver, bad options
+        return f"cannot use AGENT_DATABASE_URL {redacted_url(url)}: {type(exc).__name__}"
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # whatever the driver raises: the operator needs its words
+        cause = getattr(exc, "orig", None) or exc
+        detail = (str(cause).strip().splitlines() or [""])[0]
+        password = make_url(url).password
+        if password:
+            detail = detail.replace(str(password), "***")
+        return f"cannot reach the database at {redacted_url(url)}: {type(cause).__name__}: {detail}"
+    finally:
+        await engine.dispose()
+    return None
 
 
 def _log_config(level: str) -> dict[str, Any]:
@@ -251,6 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _command(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130

@@ -228,6 +228,8 @@ class AgentModule:
             )
         owns_store = store is None
         if store is None:
+            if settings.db_pgbouncer and not settings.database_url.startswith("postgresql"):
+                log.warning("AGENT_DB_PGBOUNCER is ignored: AGENT_DATABASE_URL is not PostgreSQL")
             store = SqlAgentStore.from_url(
                 settings.database_url,
                 pool_size=settings.db_pool_size,

@@ -106,14 +106,16 @@ class Settings(BaseSettings):
     dbos_application_version: str | None = None
     """The DBOS application version (recovery only resumes workflows of the same version);
     unset pins `bounded-agents`, code changes being met by the loop's patch markers."""
-    run_lease_seconds: float = Field(default=120.0, gt=0, le=7 * 86_400)
+    run_lease_seconds: float = Field(default=120.0, ge=1, le=7 * 86_400)
     """Lease of a running run on its thread; renewed every third of it while the run works, so
-    a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses."""
+    a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses.
+    At least 1 s: a lease a database round trip can outlast is taken from live runs."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Level of the app's own log lines under `python -m app serve` (uvicorn's format)."""
-    sweep_seconds: float | None = Field(default=None, ge=0.1)
+    sweep_seconds: float | None = Field(default=None, ge=0.1, le=86_400)
     """How often each process looks for runs whose lease lapsed (another process died); unset:
-    once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's."""
+    once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's.
+    At most a day: a sweep that never comes would leave a dead process's runs unanswered."""
     sweep_max_resumes: int = Field(default=8, ge=1)
     """Runs of dead processes one process resumes at a time: a sweep claims only as many as
     it has room for, and other processes' sweeps take the rest."""
@@ -167,6 +169,7 @@ class Settings(BaseSettings):
         "history_fold_max_tokens",
         "token_quota",
         "openai_max_tokens",
+        "sweep_seconds",
         mode="before",
     )
     @classmethod
@@ -221,4 +224,21 @@ class Settings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise settings_error(exc) from None
+
+
+def settings_error(exc: ValidationError) -> ConfigError:
+    """One line per bad setting, named by its environment variable. Never pydantic's own
+    text: it quotes the input, and the input holds every setting given, passwords included."""
+    problems = []
+    for err in exc.errors(include_input=False, include_url=False):
+        message = err["msg"].removeprefix("Value error, ")
+        if err["loc"]:
+            problems.append(f"AGENT_{str(err['loc'][0]).upper()}: {message}")
+        else:  # a cross-field rule (the history settings): its message names the variable
+            problems.append(message)
+    return ConfigError("invalid settings: " + "; ".join(problems))

@@ -190,3 +190,63 @@ def test_ctrl_c_exits_without_a_traceback(
     monkeypatch.setattr(cli, "_command", interrupted)
     assert cli.main(["chat"]) == 130
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _serve_once(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m app serve` with `env` on top of the test environment, expected to stop."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(_free_port())],
+        cwd=ROOT,
+        env={**_env(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) -> None:
+    """Found by attack: every bad setting stopped start-up with a 27-line traceback ending in
+    pydantic's text, which named the Python field and quoted other settings' values."""
+    done = _serve_once(
+        tmp_path,
+        AGENT_SWEEP_SECONDS="garbage",
+        AGENT_DBOS_SYSTEM_DATABASE_URL="postgresql://app:s3cr3t@db/x",
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: invalid settings: AGENT_SWEEP_SECONDS: Input should be a valid number, "
+        "unable to parse string as a number"
+    ]
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
+def test_an_unreachable_database_is_one_line_without_its_password(
+    tmp_path: Path, command: str
+) -> None:
+    """Found by attack: 143 lines of uvicorn's start-up traceback."""
+    url = f"postgresql+asyncpg://app:s3cr3t-pw@127.0.0.1:{_free_port()}/nowhere"
+    args = [sys.executable, "-m", "app", command]
+    done = subprocess.run(
+        args + (["--port", str(_free_port())] if command == "serve" else []),
+        cwd=ROOT,
+        env={**_env(tmp_path), "AGENT_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: cannot reach the database at postgresql+asyncpg://app:***@")
+    assert "s3cr3t" not in done.stdout + done.stderr
+
+
+def test_pgbouncer_on_sqlite_is_said_not_silently_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from app.main import create_app
+    from app.settings import Settings
+
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'b.db'}", db_pgbouncer=True)
+    with caplog.at_level("WARNING", logger="app"):
+        create_app(settings)
+    assert "AGENT_DB_PGBOUNCER is ignored" in caplog.text

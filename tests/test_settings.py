@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from app.core.history import HistoryConfig, WindowHistory, policy_from_config
+from app.errors import ConfigError
 from app.providers.echo import EchoModel
-from app.settings import Settings
+from app.settings import Settings, get_settings
 
 
 def test_settings_read_the_agent_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,6 +81,13 @@ def test_malformed_api_keys_name_the_expected_shape() -> None:
         ("journal_retention_seconds", -1),
         ("sweep_seconds", 0.001),  # a sweep a millisecond would hammer the database
         ("sweep_max_resumes", 0),
+        # Found by attack: a lease of 1e-300 s (or 0.01) had two processes take live runs from
+        # each other (3 turns, 34 model calls, 409 lease_lost) and one idle process sweep
+        # 800 times a second; a sweep of inf never resumed a dead process's runs.
+        ("run_lease_seconds", 1e-300),
+        ("run_lease_seconds", 0.5),
+        ("sweep_seconds", float("inf")),
+        ("sweep_seconds", 1e300),
     ],
 )
 def test_lease_sweep_and_retention_settings_refuse_values_the_database_cannot_take(
@@ -87,3 +95,46 @@ def test_lease_sweep_and_retention_settings_refuse_values_the_database_cannot_ta
 ) -> None:
     with pytest.raises(ValidationError):
         Settings(**{name: value})
+
+
+def test_an_empty_sweep_setting_means_unset_like_the_others() -> None:
+    assert Settings(sweep_seconds="").sweep_seconds is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("AGENT_SWEEP_SECONDS", "garbage"),
+        ("AGENT_RUN_LEASE_SECONDS", "nan"),
+        ("AGENT_DURABLE", "SQL"),
+        ("AGENT_DB_PGBOUNCER", "maybe"),
+        ("AGENT_JOURNAL_RETENTION_SECONDS", "-1"),
+    ],
+)
+def test_a_bad_environment_variable_is_one_config_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=f"^invalid settings: {variable}: ") as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert "\n" not in str(caught.value)
+
+
+def test_a_settings_error_never_quotes_a_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by attack: pydantic's message quoted the tail of every setting given, so a bad
+    history setting printed the DBOS system database's password beside it."""
+    monkeypatch.setenv("AGENT_HISTORY_MAX_MESSAGES", "-3")
+    monkeypatch.setenv("AGENT_DATABASE_URL", "postgresql+asyncpg://app:s3cr3t-db@db/x")
+    monkeypatch.setenv("AGENT_DBOS_SYSTEM_DATABASE_URL", "postgresql://app:s3cr3t-dbos@db/x")
+    monkeypatch.setenv("AGENT_OPENAI_API_KEY", "sk-s3cr3t-key")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="AGENT_HISTORY_MAX_MESSAGES") as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert "s3cr3t" not in str(caught.value)
