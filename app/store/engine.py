@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import event, exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import Pool
 
@@ -95,7 +96,24 @@ def make_engine(
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
         event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
+        event.listen(engine.sync_engine, "handle_error", _left_mid_state_is_dead)
     return engine
+
+
+def _left_mid_state_is_dead(context: ExceptionContext) -> BaseException | None:
+    """asyncpg's `InternalClientError` ("cannot switch to state 12; another operation is in
+    progress") comes from a connection whose server ended it while it sat idle, when asyncpg
+    read the goodbye at the wrong moment. It is a dead connection, but SQLAlchemy takes it for
+    none: up to 2.0 it is not even a DBAPI error, so it was neither invalidated nor wrapped, and
+    callers that retry a dead connection's first statement did not retry. Mark it a disconnect
+    (the connection and the pool's older ones are replaced) and hand callers a `DBAPIError`."""
+    error = context.original_exception
+    if not any(isinstance(e, asyncpg.InternalClientError) for e in (error, error.__cause__)):
+        return None
+    context.is_disconnect = True
+    if context.sqlalchemy_exception is not None:
+        return None  # wrapped already (SQLAlchemy 2.1); it now says connection_invalidated
+    return exc.DBAPIError(context.statement, context.parameters, error, connection_invalidated=True)
 
 
 def behind_pgbouncer(engine: AsyncEngine) -> bool:

@@ -137,3 +137,37 @@ async def test_checkouts_without_a_ping_retry_a_dead_connection_once(
     finally:
         event.remove(pg_store.engine.sync_engine, "handle_error", on_error)
     assert len(failures) <= 1, failures
+
+
+async def test_a_connection_asyncpg_left_mid_state_is_retried_like_a_dead_one(
+    pg_store: SqlAgentStore,
+) -> None:
+    """The test above failed once on SQLAlchemy 2.0: the killed backend's goodbye reached asyncpg
+    at the wrong moment and the first statement raised `InternalClientError` ("cannot switch to
+    state 12"), which SQLAlchemy 2.0 neither wraps nor takes for a disconnect, so it escaped the
+    retry. Here every first statement of a read and of a write transaction raises it once."""
+    from sqlalchemy import event
+
+    from app.core.ports import RunRequest
+
+    tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
+    journal = SqlJournal(pg_store.engine)
+    raised: list[str] = []
+
+    def left_mid_state(_cursor: object, statement: str, *_args: object) -> None:
+        """Fail, once each, the first statement (the read) and the first on `runs` (begin)."""
+        if not raised or ("runs" in statement and all("runs" not in s for s in raised)):
+            raised.append(statement)
+            raise asyncpg.InternalClientError("cannot switch to state 12")
+
+    event.listen(pg_store.engine.sync_engine, "do_execute", left_mid_state)
+    try:
+        assert await pg_store.get_thread_info(tid) is not None
+        request = RunRequest(
+            run_id=str(uuid.uuid4()), thread_id=tid, actor_id="alice", agent="helper", content="x"
+        )
+        await journal.begin(request)
+    finally:
+        event.remove(pg_store.engine.sync_engine, "do_execute", left_mid_state)
+    assert len(raised) == 2, raised
+    assert (await journal.get_run(request.run_id)) is not None
