@@ -35,6 +35,7 @@ from app.core.ports import (
     DurableRuntime,
     Ledger,
     ModelProvider,
+    PrunedStatus,
     Thread,
     supports_pruning,
 )
@@ -346,20 +347,28 @@ class AgentModule:
             self._resuming.discard(run_id)
 
     async def prune_journal(self) -> int:
-        """Delete the journals of runs completed more than AGENT_JOURNAL_RETENTION_SECONDS ago,
-        in batches, at most `PRUNE_BATCHES` of them per call; returns the runs pruned."""
+        """Delete the journals of runs completed more than AGENT_JOURNAL_RETENTION_SECONDS ago
+        and of runs failed more than AGENT_FAILED_RUN_RETENTION_SECONDS ago, in batches, at most
+        `PRUNE_BATCHES` of them per call and status; returns the runs pruned."""
         runtime = self.loop.runtime
         if not supports_pruning(runtime):
             return 0
-        pruned = 0
-        for _ in range(PRUNE_BATCHES):
-            batch = await runtime.prune_steps(self.settings.journal_retention_seconds, PRUNE_BATCH)
-            pruned += batch
-            if batch < PRUNE_BATCH:
-                break
-        if pruned:
-            log.info("pruned the journals of %d completed runs", pruned)
-        return pruned
+        total = 0
+        retention: dict[PrunedStatus, float] = {
+            "completed": self.settings.journal_retention_seconds,
+            "failed": self.settings.failed_run_retention_seconds,
+        }
+        for status, seconds in retention.items():
+            pruned = 0
+            for _ in range(PRUNE_BATCHES):
+                batch = await runtime.prune_steps(seconds, PRUNE_BATCH, status=status)
+                pruned += batch
+                if batch < PRUNE_BATCH:
+                    break
+            if pruned:
+                log.info("pruned the journals of %d %s runs", pruned, status)
+            total += pruned
+        return total
 
     async def _sweep_forever(self) -> None:
         """Resume runs whose lease expires while this process is up (another replica died),

@@ -123,6 +123,10 @@ class Settings(BaseSettings):
     """A completed run's journal (`run_steps`, ~50 KB a turn with tool calls) is deleted this
     long after it ended; its answer, report and ledger rows stay. Failed runs keep theirs
     until resumed. 0 prunes at the next sweep."""
+    failed_run_retention_seconds: float = Field(default=7 * 86_400.0, ge=0, le=100 * 365 * 86_400)
+    """A failed run's journal is kept this long after it failed, so it can be resumed
+    (`POST /runs/{id}/resume`); then it is deleted like a completed run's, and resuming the run
+    is refused (410)."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every

@@ -79,6 +79,8 @@ def test_malformed_api_keys_name_the_expected_shape() -> None:
         ("run_lease_seconds", 1e300),  # would overflow the database's interval on every turn
         ("journal_retention_seconds", 1e300),
         ("journal_retention_seconds", -1),
+        ("failed_run_retention_seconds", -1),
+        ("failed_run_retention_seconds", 1e300),
         ("sweep_seconds", 0.001),  # a sweep a millisecond would hammer the database
         ("sweep_max_resumes", 0),
         # Found by attack: a lease of 1e-300 s (or 0.01) had two processes take live runs from

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -588,13 +588,19 @@ def supports_run_timeline(runtime: object) -> TypeGuard[RunTimelineReader]:
     return isinstance(runtime, RunTimelineReader)
 
 
+PrunedStatus = Literal["completed", "failed"]
+"""The ends of a run whose journal retention deletes: each has its own retention."""
+
+
 @runtime_checkable
 class JournalPruner(Protocol):
     """Optional: a durable runtime whose finished runs' journals can be deleted (`SqlJournal`)."""
 
-    async def prune_steps(self, older_than_seconds: float, limit: int) -> int:
-        """Delete the journals of up to `limit` runs completed at least that long ago; returns
-        how many runs were pruned (fewer than `limit`: none are left to prune now)."""
+    async def prune_steps(
+        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
+    ) -> int:
+        """Delete the journals of up to `limit` runs that ended with `status` at least that
+        long ago; returns how many runs were pruned (fewer than `limit`: none are left now)."""
         ...
 
 
@@ -692,6 +698,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "PromptDigestStore",
+    "PrunedStatus",
     "QuotaReserver",
     "ReadBound",
     "RunExecutor",

@@ -24,7 +24,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from app.core.ports import DurableContext, RunRecord, RunRequest, RunTrace, Transaction
+from app.core.ports import (
+    DurableContext,
+    PrunedStatus,
+    RunRecord,
+    RunRequest,
+    RunTrace,
+    Transaction,
+)
 from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import JournalPruned, LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
 from app.store.clock import db_now
@@ -455,19 +462,23 @@ class SqlJournal:
             self._swept.add(run.id)
         return [run.id for run in claimed]
 
-    async def prune_steps(self, older_than_seconds: float, limit: int) -> int:
-        """Delete the journals of up to `limit` runs that completed at least
+    async def prune_steps(
+        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
+    ) -> int:
+        """Delete the journals of up to `limit` runs that ended with `status` at least
         `older_than_seconds` ago (by the database's clock); returns how many runs were pruned.
 
         A completed run's answer, report and ledger rows are elsewhere and stay; its steps are
         only what a replay would need, and a completed run never replays a model call again.
-        Failed and running runs keep theirs: they may still be resumed. Each batch takes its
-        runs with `SKIP LOCKED`, so processes pruning at once take different runs.
+        A failed run's journal is what a resume replays, so the caller gives failed runs a
+        longer retention; once pruned, resuming one is refused (`JournalPruned`). Running runs
+        keep theirs. Each batch takes its runs with `SKIP LOCKED`, so processes pruning at once
+        take different runs.
         """
         picked = (
             sa.select(runs.c.id)
             .where(
-                runs.c.status == "completed",
+                runs.c.status == status,
                 runs.c.steps_pruned_at.is_(None),
                 runs.c.updated_at < db_now(-older_than_seconds),
             )

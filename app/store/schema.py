@@ -29,6 +29,7 @@ metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
 _PRUNABLE = "status = 'completed' AND steps_pruned_at IS NULL"
+_PRUNABLE_FAILED = "status = 'failed' AND steps_pruned_at IS NULL"
 
 threads = sa.Table(
     "threads",
@@ -147,6 +148,13 @@ runs = sa.Table(
         "updated_at",
         postgresql_where=sa.text(_PRUNABLE),
         sqlite_where=sa.text(_PRUNABLE),
+    ),
+    # Its other queue: failed runs nobody resumed, whose journals expire later.
+    sa.Index(
+        "ix_runs_prunable_failed",
+        "updated_at",
+        postgresql_where=sa.text(_PRUNABLE_FAILED),
+        sqlite_where=sa.text(_PRUNABLE_FAILED),
     ),
 )
 

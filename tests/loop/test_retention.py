@@ -201,3 +201,24 @@ async def test_resuming_a_completed_run_whose_journal_was_pruned_calls_no_model(
     thread = await env.store.get_thread(tid)
     assert thread is not None
     assert [m.content for m in thread.messages] == ["q0", "a0"]
+
+
+async def test_a_failed_run_nobody_resumed_expires_after_its_own_retention(env: LoopEnv) -> None:
+    """A failed run keeps its journal "until resumed or expired": past its own retention it is
+    pruned like a completed run, and a resume then refuses instead of paying for the turn."""
+    tid = await env.thread()
+    failed_id = str(uuid.uuid4())
+    failing = ScriptedProvider([ProviderError("down")])
+    with pytest.raises(RunFailed):
+        await env.loop(failing, POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="again?", run_id=failed_id
+        )
+    await _age(env, [failed_id], 60)
+    assert await env.journal.prune_steps(3600, limit=10, status="failed") == 0  # not yet
+    assert await env.journal.prune_steps(0, limit=10) == 0  # the completed queue: not this one
+    assert await env.journal.prune_steps(30, limit=10, status="failed") == 1
+    assert (await _steps_by_run(env))[failed_id] == 0
+    model = ScriptedProvider([reply("paid")])
+    with pytest.raises(JournalPruned):
+        await env.loop(model, POLICY).resume(failed_id)
+    assert model.calls == []
