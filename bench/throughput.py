@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import time
@@ -31,9 +30,8 @@ import sqlalchemy as sa
 
 from app.durable import SqlJournal
 from app.store import SqlAgentStore, migrate
-from app.store.engine import make_engine
 from bench.run import Config, _database, machine_info
-from tests.reliability.processes import App
+from tests.reliability.processes import App, app_env
 
 PROCESSES = (1, 2, 4)
 WORKERS = 16
@@ -42,20 +40,11 @@ MEASURE_S = 12.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def _migrate(url: str) -> None:
-    engine = make_engine(url)
-    try:
-        await migrate.upgrade(engine)
-    finally:
-        await engine.dispose()
-
-
 async def _round(
     url: str, processes: int, log_dir: Path, warmup_s: float, measure_s: float
 ) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(
-        AGENT_DATABASE_URL=url,
+    env = app_env(
+        url,
         AGENT_MODEL="echo",
         AGENT_HISTORY_MAX_MESSAGES="10",
         AGENT_MIGRATE_ON_START="false",
@@ -155,7 +144,7 @@ async def run_throughput(
 ) -> dict[str, Any]:
     rounds = []
     async with _database("postgres", config.postgres_url) as url:
-        await _migrate(url)
+        await migrate.upgrade_url(url)
         for n in processes:
             print(f"throughput: {n} process(es)...", file=sys.stderr, flush=True)
             rounds.append(await _round(url, n, log_dir, warmup_s, measure_s))

@@ -24,7 +24,6 @@ from hypothesis import settings
 from sqlalchemy.engine import make_url
 
 from app.store import migrate
-from app.store.engine import make_engine
 from app.store.schema import metadata
 from app.store.sql import SqlAgentStore
 
@@ -73,19 +72,11 @@ def drop_pg_database(url: str) -> None:
     asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-async def _migrate(url: str) -> None:
-    engine = make_engine(url)
-    try:
-        await migrate.upgrade(engine)
-    finally:
-        await engine.dispose()
-
-
 @pytest.fixture(scope="session")
 def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path: Path = tmp_path_factory.mktemp("db") / "agent.db"
     url = f"sqlite+aiosqlite:///{path}"
-    asyncio.run(_migrate(url))
+    asyncio.run(migrate.upgrade_url(url))
     return url
 
 
@@ -93,7 +84,7 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def postgres_url() -> Iterator[str]:
     url = create_pg_database()
     try:
-        asyncio.run(_migrate(url))
+        asyncio.run(migrate.upgrade_url(url))
         yield url
     finally:
         drop_pg_database(url)

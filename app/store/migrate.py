@@ -18,6 +18,8 @@ from alembic.config import Config
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.store.engine import make_engine
+
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "migrations"
 
@@ -35,6 +37,16 @@ def alembic_config(url: str | None = None) -> Config:
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     async with _sqlite_file_lock(engine), engine.begin() as conn:
         await conn.run_sync(_run, "upgrade", revision)
+
+
+async def upgrade_url(url: str, revision: str = "head") -> None:
+    """`upgrade` on an engine of its own for `url`, disposed afterwards: for callers that
+    migrate a database they do not otherwise hold (test fixtures, the benchmark)."""
+    engine = make_engine(url)
+    try:
+        await upgrade(engine, revision)
+    finally:
+        await engine.dispose()
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:

@@ -13,7 +13,46 @@ from pathlib import Path
 
 import httpx
 
+from tests.providers.fake_openai import FakeOpenAI
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def app_env(database_url: str, **settings: str) -> dict[str, str]:
+    """An app process's environment: this one's without any AGENT_ variable (so the caller's
+    shell cannot leak settings in), then the database and `settings` (AGENT_* names)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env.update(AGENT_DATABASE_URL=database_url, **settings)
+    return env
+
+
+def fake_model_env(database_url: str, model_url: str, key: str, **settings: str) -> dict[str, str]:
+    """`app_env` whose model is the fake OpenAI server at `model_url`, and whose one API key,
+    `key`, is alice's."""
+    return app_env(
+        database_url,
+        AGENT_MODEL="openai",
+        AGENT_OPENAI_BASE_URL=model_url,
+        AGENT_OPENAI_MODEL="fake-model",
+        AGENT_API_KEYS=f"{key}=alice",
+        **settings,
+    )
+
+
+async def turn_in_flight(
+    client: httpx.AsyncClient, thread_id: str, content: str, model: FakeOpenAI
+) -> asyncio.Task[httpx.Response]:
+    """POST a turn and return it (still running) once its model call has reached `model`, when
+    the run's `load:thread` checkpoint is written; give up waiting after 10 s (the caller
+    asserts on `model.requests`)."""
+    turn = asyncio.create_task(
+        client.post(f"/agents/assistant/threads/{thread_id}/messages", json={"content": content})
+    )
+    for _ in range(400):
+        if model.requests:
+            break
+        await asyncio.sleep(0.025)
+    return turn
 
 
 def free_port() -> int:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from pathlib import Path
 
 import httpx
 
-from tests.reliability.processes import App
+from tests.reliability.processes import App, app_env
 
 KEY = "body-key"
 ATTEMPT_BYTES = 150 * 1024 * 1024
@@ -56,11 +55,7 @@ async def _smuggle(app: App, path: str) -> tuple[bytes, int]:
 async def test_a_150_mb_body_behind_a_lying_content_length_is_refused_in_flat_memory(
     tmp_path: Path,
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(
-        AGENT_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'body.db'}",
-        AGENT_API_KEYS=f"{KEY}=alice",
-    )
+    env = app_env(f"sqlite+aiosqlite:///{tmp_path / 'body.db'}", AGENT_API_KEYS=f"{KEY}=alice")
     app = App(env, tmp_path / "server.log")
     await app.start()
     try:

@@ -7,7 +7,6 @@ The answer is stored exactly once, and the model is sent the same prompt both ti
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from app.store import SqlAgentStore
 from app.store.schema import ledger, run_steps, runs, thread_summaries
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
-from tests.reliability.processes import App
+from tests.reliability.processes import App, fake_model_env, turn_in_flight
 
 pytestmark = pytest.mark.postgres
 
@@ -45,16 +44,13 @@ async def test_a_killed_run_resumes_at_start_up_and_answers_exactly_once(
     tmp_path: Path,
 ) -> None:
     fake_openai.enqueue(Reply(delay=60), Reply.json(completion("recovered answer")))
-    env = {
-        **os.environ,
-        "AGENT_DATABASE_URL": postgres_url,
-        "AGENT_MODEL": "openai",
-        "AGENT_OPENAI_BASE_URL": fake_openai.base_url,
-        "AGENT_OPENAI_MODEL": "fake-model",
-        "AGENT_API_KEYS": f"{KEY}=alice",
-        "AGENT_RUN_LEASE_SECONDS": "1",
-        "AGENT_HISTORY_MAX_MESSAGES": "6",
-    }
+    env = fake_model_env(
+        postgres_url,
+        fake_openai.base_url,
+        KEY,
+        AGENT_RUN_LEASE_SECONDS="1",
+        AGENT_HISTORY_MAX_MESSAGES="6",
+    )
     headers = {"Authorization": f"Bearer {KEY}"}
     first = App(env, tmp_path / "first.log")
     second = App(env, tmp_path / "second.log")
@@ -66,16 +62,7 @@ async def test_a_killed_run_resumes_at_start_up_and_answers_exactly_once(
             created = await client.post("/agents/assistant/threads", json={"title": "crash"})
             assert created.status_code == 201, created.text
             thread_id = created.json()["id"]
-            turn = asyncio.create_task(
-                client.post(
-                    f"/agents/assistant/threads/{thread_id}/messages",
-                    json={"content": "survive this"},
-                )
-            )
-            for _ in range(400):  # the model call is in flight: load:thread was journaled
-                if fake_openai.requests:
-                    break
-                await asyncio.sleep(0.025)
+            turn = await turn_in_flight(client, thread_id, "survive this", fake_openai)
             assert len(fake_openai.requests) == 1, first.log.read_text()
             assert "load:thread" in await _steps(pg_store)
             await first.kill_9()
@@ -131,17 +118,14 @@ async def test_killed_between_summarizing_and_storing_the_summary_neither_loses_
         Reply.json(completion("the user asked six questions", model="fake-model")),
         Reply.json(completion("recovered answer")),
     )
-    env = {
-        **os.environ,
-        "AGENT_DATABASE_URL": postgres_url,
-        "AGENT_MODEL": "openai",
-        "AGENT_OPENAI_BASE_URL": fake_openai.base_url,
-        "AGENT_OPENAI_MODEL": "fake-model",
-        "AGENT_API_KEYS": f"{KEY}=alice",
-        "AGENT_RUN_LEASE_SECONDS": "1",
-        "AGENT_HISTORY_MAX_MESSAGES": "2",
-        "AGENT_HISTORY_SUMMARIZE": "true",
-    }
+    env = fake_model_env(
+        postgres_url,
+        fake_openai.base_url,
+        KEY,
+        AGENT_RUN_LEASE_SECONDS="1",
+        AGENT_HISTORY_MAX_MESSAGES="2",
+        AGENT_HISTORY_SUMMARIZE="true",
+    )
     thread = await pg_store.create_thread(actor_id="alice", agent="assistant", title="fold")
     from tests.factories import assistant, user
 

@@ -11,7 +11,6 @@ prompt and stores one answer. While the run is live, a second turn on its thread
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from app.store import SqlAgentStore
 from app.store.schema import messages, run_steps, runs
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
-from tests.reliability.processes import App
+from tests.reliability.processes import App, fake_model_env, turn_in_flight
 
 pytestmark = [pytest.mark.postgres]
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
@@ -78,18 +77,15 @@ async def test_a_killed_dbos_run_is_recovered_by_dbos_at_restart_and_answers_onc
     tmp_path: Path,
 ) -> None:
     fake_openai.enqueue(Reply(delay=60), Reply.json(completion("recovered answer")))
-    env = {
-        **os.environ,
-        "AGENT_DATABASE_URL": postgres_url,
-        "AGENT_DURABLE": "dbos",
-        "AGENT_DBOS_EXECUTOR_ID": f"crash-test-{uuid.uuid4().hex[:8]}",
-        "AGENT_MODEL": "openai",
-        "AGENT_OPENAI_BASE_URL": fake_openai.base_url,
-        "AGENT_OPENAI_MODEL": "fake-model",
-        "AGENT_API_KEYS": f"{KEY}=alice",
-        "AGENT_RUN_LEASE_SECONDS": "60",
-        "AGENT_HISTORY_MAX_MESSAGES": "6",
-    }
+    env = fake_model_env(
+        postgres_url,
+        fake_openai.base_url,
+        KEY,
+        AGENT_DURABLE="dbos",
+        AGENT_DBOS_EXECUTOR_ID=f"crash-test-{uuid.uuid4().hex[:8]}",
+        AGENT_RUN_LEASE_SECONDS="60",
+        AGENT_HISTORY_MAX_MESSAGES="6",
+    )
     headers = {"Authorization": f"Bearer {KEY}"}
     first = App(env, tmp_path / "first.log")
     second = App(env, tmp_path / "second.log")
@@ -101,16 +97,7 @@ async def test_a_killed_dbos_run_is_recovered_by_dbos_at_restart_and_answers_onc
             created = await client.post("/agents/assistant/threads", json={"title": "dbos"})
             assert created.status_code == 201, created.text
             thread_id = created.json()["id"]
-            turn = asyncio.create_task(
-                client.post(
-                    f"/agents/assistant/threads/{thread_id}/messages",
-                    json={"content": "survive this"},
-                )
-            )
-            for _ in range(400):  # the model call is in flight: load:thread was checkpointed
-                if fake_openai.requests:
-                    break
-                await asyncio.sleep(0.025)
+            turn = await turn_in_flight(client, thread_id, "survive this", fake_openai)
             assert len(fake_openai.requests) == 1, first.log.read_text()
 
             # The lease is the thread's lock under DBOS too: a second turn is refused.

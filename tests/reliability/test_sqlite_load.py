@@ -12,7 +12,6 @@ rest get 409, nothing else; `/healthz` never waits for the busy timeout.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,7 +21,7 @@ import sqlalchemy as sa
 
 from app.store.engine import make_engine
 from app.store.schema import messages, runs
-from tests.reliability.processes import App
+from tests.reliability.processes import App, app_env
 
 ROUNDS = 10
 CONCURRENT = 20
@@ -45,8 +44,7 @@ async def _poll_health(url: str, stop: asyncio.Event, latencies: list[float]) ->
 
 async def test_twenty_concurrent_posts_on_sqlite_never_stall_the_server(tmp_path: Path) -> None:
     db = f"sqlite+aiosqlite:///{tmp_path / 'load.db'}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(AGENT_DATABASE_URL=db, AGENT_API_KEYS=f"{KEY}=alice")
+    env = app_env(db, AGENT_API_KEYS=f"{KEY}=alice")
     app = App(env, tmp_path / "server.log")
     await app.start()
     headers = {"Authorization": f"Bearer {KEY}"}

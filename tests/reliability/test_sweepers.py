@@ -26,7 +26,7 @@ from app.store.clock import db_now
 from app.store.schema import ledger, messages, runs
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, RecordedRequest, Reply, completion
-from tests.reliability.processes import App
+from tests.reliability.processes import App, fake_model_env
 
 pytestmark = pytest.mark.postgres
 
@@ -72,19 +72,16 @@ async def test_one_survivor_takes_the_dead_run_when_its_lease_lapses_by_the_data
     await victim_model.start()
     victim_model.responder = answering(lambda: 3600.0)  # thinks until killed
     fake_openai.responder = answering(lambda: 0.0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(
-        AGENT_DATABASE_URL=postgres_url,
-        AGENT_MODEL="openai",
-        AGENT_OPENAI_MODEL="fake-model",
-        AGENT_API_KEYS=f"{KEY}=alice",
+    env = fake_model_env(
+        postgres_url,
+        fake_openai.base_url,
+        KEY,
         AGENT_RUN_LEASE_SECONDS=str(LEASE_SECONDS),
         AGENT_SWEEP_SECONDS="0.25",
     )
-    survivors_env = {**env, "AGENT_OPENAI_BASE_URL": fake_openai.base_url}
     victim = App({**env, "AGENT_OPENAI_BASE_URL": victim_model.base_url}, tmp_path / "v.log")
-    steady = App(survivors_env, tmp_path / "steady.log")
-    fast = App({**survivors_env, **shifted}, tmp_path / "fast.log")
+    steady = App(env, tmp_path / "steady.log")
+    fast = App({**env, **shifted}, tmp_path / "fast.log")
     options = {"headers": {"Authorization": f"Bearer {KEY}"}, "trust_env": False}
     async with emptied_store(postgres_url) as store:
         try:

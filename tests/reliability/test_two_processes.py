@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
-import os
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -27,7 +26,7 @@ from app.store import SqlAgentStore
 from app.store.schema import ledger, messages, runs
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, RecordedRequest, Reply, completion
-from tests.reliability.processes import App
+from tests.reliability.processes import App, fake_model_env
 
 pytestmark = pytest.mark.postgres
 
@@ -81,12 +80,10 @@ async def test_a_killed_process_runs_are_resumed_by_the_other_with_nothing_lost_
     a_thinks: dict[str, float] = {"seconds": 0.0}
     model_a.responder = answering(lambda: a_thinks["seconds"])
     fake_openai.responder = answering(lambda: 0.0)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(
-        AGENT_DATABASE_URL=postgres_url,
-        AGENT_MODEL="openai",
-        AGENT_OPENAI_MODEL="fake-model",
-        AGENT_API_KEYS=f"{KEY}=alice",
+    env = fake_model_env(
+        postgres_url,
+        fake_openai.base_url,
+        KEY,
         AGENT_RUN_LEASE_SECONDS=str(LEASE_SECONDS),
         AGENT_HISTORY_MAX_MESSAGES="6",
         AGENT_DURABLE=durable,

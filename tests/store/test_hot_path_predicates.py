@@ -30,16 +30,9 @@ from app.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import CountingSummarizer, LoopEnv
 from tests.store.test_store import captured_sql
+from tests.store.test_thread_keys import DISTRIBUTED_BY
 
-KEYS = {
-    "threads": "id",
-    "messages": "thread_id",
-    "runs": "thread_id",
-    "run_steps": "thread_id",
-    "thread_summaries": "thread_id",
-    "ledger": "actor_id",
-    "actor_usage": "actor_id",
-}
+KEYS = {"threads": "id", **DISTRIBUTED_BY}
 """Each distributed table and the column a statement on it must name."""
 
 _TABLE = re.compile(r'\b(FROM|JOIN|UPDATE|INTO)\s+"?(\w+)"?(?:\s+AS\s+(\w+))?', re.IGNORECASE)
