@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from app.core.ports import (
@@ -274,6 +274,10 @@ class SqlJournal:
                         runs.c.thread_id == request.thread_id,
                         runs.c.id == request.run_id,
                         sa.or_(runs.c.status == "failed", _LAPSED),
+                        # Pruned between `reopen`'s read of the journal and this claim: the
+                        # attempt would run on from steps that are gone, and a crash of it
+                        # would find nothing to replay.
+                        runs.c.steps_pruned_at.is_(None),
                     )
                     .values(
                         status="running",
@@ -284,12 +288,23 @@ class SqlJournal:
                     )
                 )
                 if claimed.rowcount == 0:
+                    if await self._pruned(conn, request):
+                        raise JournalPruned(request.run_id)
                     raise ThreadBusy(request.thread_id)  # the run is alive in another process
         except sa_exc.IntegrityError as exc:
             raise ThreadBusy(request.thread_id) from exc
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
         self._unended.pop(request.run_id, None)  # this attempt ends it now
+
+    @staticmethod
+    async def _pruned(conn: AsyncConnection, request: RunRequest) -> bool:
+        found = await conn.execute(
+            sa.select(runs.c.steps_pruned_at).where(
+                runs.c.thread_id == request.thread_id, runs.c.id == request.run_id
+            )
+        )
+        return found.scalar() is not None
 
     def _held(self, run_id: str) -> dict[str, Any]:
         return {"tid": self._threads.get(run_id), "rid": run_id, "holder": self._owners.get(run_id)}

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.core.history import window_history
-from app.core.ports import ModelRequest, ModelResponse
+from app.core.ports import ModelRequest, ModelResponse, RunRequest
 from app.durable import SqlJournal
 from app.errors import JournalPruned, ProviderError, RunFailed
 from app.store.clock import db_now
@@ -222,3 +222,33 @@ async def test_a_failed_run_nobody_resumed_expires_after_its_own_retention(env: 
     with pytest.raises(JournalPruned):
         await env.loop(model, POLICY).resume(failed_id)
     assert model.calls == []
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_failed_run_pruned_while_its_resume_reads_it_is_not_claimed(
+    env: LoopEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: `reopen` reads the journal, the sweep prunes the failed run, then `reopen`
+    claims it. The attempt would run on from steps that are gone; the claim refuses instead."""
+    tid = await env.thread()
+    failed_id = str(uuid.uuid4())
+    with pytest.raises(RunFailed):
+        await env.loop(ScriptedProvider([ProviderError("down")]), POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="again?", run_id=failed_id
+        )
+    await _age(env, [failed_id], 60)
+    journal = env.journal
+    assert isinstance(journal, SqlJournal)
+    claim = journal._claim
+
+    async def pruned_first(request: RunRequest) -> None:
+        assert await SqlJournal(env.store.engine).prune_steps(0, 10, status="failed") == 1
+        await claim(request)
+
+    monkeypatch.setattr(journal, "_claim", pruned_first)
+    model = ScriptedProvider([reply("paid")])
+    with pytest.raises(JournalPruned):
+        await env.loop(model, POLICY).resume(failed_id)
+    assert model.calls == []
+    record = await journal.get_run(failed_id)
+    assert record is not None and record.status == "failed"
