@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 Role = Literal["system", "user", "assistant"]
 ChatRole = Literal["system", "user", "assistant", "tool"]
@@ -54,10 +54,10 @@ class Message(_Frozen):
 
     role: Role
     content: str
-    tool_calls: list[ToolCall] = []
-    tool_results: list[ToolResult] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list)
     """Results of `tool_calls`, on the same message so a cut can never split the pair."""
-    attachments: list[Attachment] = []
+    attachments: list[Attachment] = Field(default_factory=list)
     run_id: str | None = None
     """The run that wrote it: a user message and everything the agent did for it share one."""
     seq: int | None = None
@@ -69,7 +69,7 @@ class ChatMessage(_Frozen):
 
     role: ChatRole
     content: str
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     """For `role="tool"`: the call this message answers."""
 

@@ -54,14 +54,14 @@ class ToolSpec(_Frozen):
 
 class ModelRequest(_Frozen):
     messages: list[ChatMessage]
-    tools: list[ToolSpec] = []
+    tools: list[ToolSpec] = Field(default_factory=list)
     purpose: str = "chat"
     """`chat` for agent steps, `history_summary` for the summarizer (kept in the ledger)."""
 
 
 class ModelResponse(_Frozen):
     content: str
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Usage()
     model: str = ""
 
@@ -96,7 +96,7 @@ class Thread(_Frozen):
     actor_id: str
     agent: str
     title: str | None = None
-    messages: list[Message] = []
+    messages: list[Message] = Field(default_factory=list)
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
