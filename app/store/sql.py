@@ -39,6 +39,7 @@ from app.store.engine import (
 )
 from app.store.errors import wrap_db_errors
 from app.store.hotread import HotReader
+from app.store.message_cache import MessageCache
 from app.store.schema import messages, thread_summaries, threads
 from app.store.tx import joined, writing
 
@@ -321,6 +322,8 @@ class SqlAgentStore:
         self._engine = engine
         self._reader = autocommit(engine)
         self._hot = HotReader(engine, enabled=not behind_pgbouncer(engine))
+        self.message_cache = MessageCache()
+        """Messages the turn read rebuilt, handed back when the next turn reads the same rows."""
 
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
@@ -338,6 +341,7 @@ class SqlAgentStore:
 
     async def dispose(self) -> None:
         await self._hot.close()
+        self.message_cache.clear()
         await self._engine.dispose()
 
     # --- AgentStore ------------------------------------------------------------------------
@@ -494,7 +498,8 @@ class SqlAgentStore:
         at = _positions(stmt)
         first = rows[0]
         offset = PAGE_AT + (len(_SUMMARY_COLS) if query.after_summary else 0)
-        page = [from_row(r, offset) for r in rows if r[offset] is not None]
+        rebuild, tid = self.message_cache.message, query.thread_id
+        page = [rebuild(tid, r, offset) for r in rows if r[offset] is not None]
         summary = None
         if query.after_summary and first[at["summary_covers_through_seq"]] is not None:
             summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in _SUMMARY_COLS})

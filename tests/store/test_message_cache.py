@@ -1,0 +1,118 @@
+"""The turn read keeps the messages it rebuilt (`app.store.message_cache`): the next turn of a
+thread rebuilds only its new rows, a row that changed is rebuilt, never served stale, and the
+cache stays within its bounds."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from app.core.messages import Message, ToolCall, ToolResult
+from app.core.ports import ThreadTurnQuery
+from app.store import SqlAgentStore
+from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
+from app.store.hotread import HotReader
+from app.store.message_cache import MessageCache
+from app.store.schema import messages
+from tests.factories import tool_answer, user
+
+
+def _twin(store: SqlAgentStore) -> SqlAgentStore:
+    """The same database through a store with an empty cache and SQLAlchemy reads only."""
+    twin = SqlAgentStore(store.engine)
+    twin._hot = HotReader(store.engine, enabled=False)
+    return twin
+
+
+async def test_the_next_turn_read_rebuilds_only_the_rows_it_did_not_read_before(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    history = [m for i in range(10) for m in (user(f"q{i}"), tool_answer(i, 2000))]
+    await sql_store.append_messages(thread.id, history)
+    query = ThreadTurnQuery(thread_id=thread.id, message_limit=10)
+    cache = sql_store.message_cache
+
+    await sql_store.load_thread_for_turn(query)
+    assert (cache.hits, cache.misses) == (0, 10)
+
+    await sql_store.append_messages(thread.id, [user("q10"), tool_answer(10, 2000)])
+    page = await sql_store.load_thread_for_turn(query)
+    assert (cache.hits, cache.misses) == (8, 12), "8 rows were read last turn, 2 are new"
+    assert page == await _twin(sql_store).load_thread_for_turn(query)
+
+
+async def test_a_row_changed_under_the_cache_is_rebuilt_not_served_stale(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    await sql_store.append_messages(thread.id, [user("before"), tool_answer(1, 500)])
+    query = ThreadTurnQuery(thread_id=thread.id, message_limit=10)
+    first = await sql_store.load_thread_for_turn(query)
+    assert first is not None and first.messages[0].content == "before"
+
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(
+            messages.update()
+            .where(messages.c.thread_id == thread.id, messages.c.seq == 1)
+            .values(content="after")
+        )
+        await conn.execute(
+            messages.update()
+            .where(messages.c.thread_id == thread.id, messages.c.seq == 2)
+            .values(tool_results=sa.null(), tool_calls=sa.null())
+        )
+    again = await sql_store.load_thread_for_turn(query)
+    assert again is not None
+    assert again.messages[0].content == "after"
+    assert again.messages[1].tool_results == [] and again.messages[1].tool_calls == []
+    assert again == await _twin(sql_store).load_thread_for_turn(query)
+
+
+def _row(seq: int, content: str, thread_id: str = "t") -> tuple[object, ...]:
+    row = to_row(thread_id, seq, Message(role="user", content=content, run_id="r"))
+    return tuple(row[c] for c in MESSAGE_COLUMNS)
+
+
+def test_an_equal_row_gets_the_same_message_and_equals_a_fresh_rebuild() -> None:
+    cache = MessageCache()
+    call = ToolCall(id="c1", name="read", arguments={"page": 1})
+    message = Message(
+        role="assistant",
+        content="done",
+        tool_calls=[call],
+        tool_results=[ToolResult(call_id="c1", content="x" * 100)],
+        run_id="r1",
+    )
+    stored = to_row("t", 7, message)
+    row = tuple(stored[c] for c in MESSAGE_COLUMNS)
+    first = cache.message("t", row)
+    assert first == from_row(row) == message.model_copy(update={"seq": 7})
+    assert cache.message("t", tuple(row)) is first
+    assert cache.message("other thread", row) is not first, "threads do not share entries"
+
+
+def test_the_cache_keeps_at_most_its_message_count_dropping_the_least_recently_used() -> None:
+    cache = MessageCache(max_messages=3)
+    for seq in (1, 2, 3):
+        cache.message("t", _row(seq, f"m{seq}"))
+    cache.message("t", _row(1, "m1"))  # used again: now the most recent
+    cache.message("t", _row(4, "m4"))  # evicts seq 2, the least recently used
+    assert len(cache) == 3
+    hits = cache.hits
+    cache.message("t", _row(1, "m1"))
+    assert cache.hits == hits + 1
+    cache.message("t", _row(2, "m2"))
+    assert cache.hits == hits + 1, "seq 2 was evicted and had to be rebuilt"
+
+
+def test_the_cache_keeps_at_most_its_character_budget_and_never_a_huge_message() -> None:
+    cache = MessageCache(max_chars=4000)
+    cache.message("t", _row(1, "a" * 1001))  # over a quarter of the budget: not kept
+    assert len(cache) == 0 and cache.chars == 0
+    for seq in range(2, 7):
+        cache.message("t", _row(seq, "b" * 900))
+    assert cache.chars <= 4000 and len(cache) == 4
+    cache.message("t", _row(6, "changed"))  # a changed row replaces its entry
+    assert cache.chars == 3 * 900 + len("changed")
+    cache.clear()
+    assert len(cache) == 0 and cache.chars == 0
