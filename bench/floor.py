@@ -4,6 +4,12 @@ pydantic: just the round trip and the driver's row decoding, fetching the same c
 
 The SQL text is the store's statement compiled once, up front, with the engine's own dialect,
 so both sides send the same single statement (same placeholders, same casts).
+
+Beside it, the commit floor: the least a committed write costs through the same connection,
+one transaction holding one UPDATE of one small row (BEGIN, UPDATE, COMMIT: three round trips
+on asyncpg; on SQLite two worker-thread calls, the UPDATE opening the transaction, with the
+app's `synchronous=NORMAL`). A turn that commits N transactions cannot cost less than N of
+these, whatever its Python does: the figure the turn's overhead target is checked against.
 """
 
 from __future__ import annotations
@@ -18,6 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.sql import TURN_READ_LIMITED
 
+COMMIT_TABLE = "bench_commit_floor"
+_CREATE = f"CREATE TABLE IF NOT EXISTS {COMMIT_TABLE} (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)"
+
 
 class Floor(Protocol):
     """One open driver connection that sends the bounded read."""
@@ -27,6 +36,9 @@ class Floor(Protocol):
     def args(self, thread_id: str, limit: int) -> list[Any]: ...
 
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]: ...
+
+    async def commit_one(self) -> None:
+        """One committed transaction of one UPDATE (the commit floor)."""
 
     async def close(self) -> None: ...
 
@@ -55,7 +67,14 @@ class AsyncpgFloor:
     @classmethod
     async def open(cls, url: str, engine: AsyncEngine) -> AsyncpgFloor:
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        return cls(await asyncpg.connect(dsn), engine)
+        conn = await asyncpg.connect(dsn)
+        await conn.execute(_CREATE)
+        await conn.execute(f"INSERT INTO {COMMIT_TABLE} VALUES (1, 0) ON CONFLICT DO NOTHING")
+        return cls(conn, engine)
+
+    async def commit_one(self) -> None:
+        async with self.connection.transaction():
+            await self.connection.execute(f"UPDATE {COMMIT_TABLE} SET n = n + $1 WHERE id = 1", 1)
 
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
         # conn.fetch caches the prepared statement, as SQLAlchemy's asyncpg adapter does.
@@ -78,7 +97,16 @@ class AiosqliteFloor:
         path = make_url(url).database
         if not path:
             raise ValueError(f"not a file SQLite URL: {url}")
-        return cls(await aiosqlite.connect(path), engine)
+        conn = await aiosqlite.connect(path)
+        await conn.execute("PRAGMA synchronous=NORMAL")  # as the app's engine sets it
+        await conn.execute(_CREATE)
+        await conn.execute(f"INSERT OR IGNORE INTO {COMMIT_TABLE} VALUES (1, 0)")
+        await conn.commit()
+        return cls(conn, engine)
+
+    async def commit_one(self) -> None:
+        await self._conn.execute(f"UPDATE {COMMIT_TABLE} SET n = n + ? WHERE id = 1", (1,))
+        await self._conn.commit()
 
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
         return list(await self._conn.execute_fetchall(self.sql, self.args(thread_id, limit)))

@@ -87,6 +87,15 @@ async def bounded_reads(
     return out
 
 
+async def commit_floor(floor: Floor, thread_id: str, *, window: int, reps: int) -> dict[str, float]:
+    """The commit floor (one committed one-UPDATE transaction, `bench.floor`) and the read
+    floor, interleaved on the floor's connection: medians in ms."""
+    timed = await _interleaved(
+        {"read": lambda: floor.read(thread_id, window), "commit": floor.commit_one}, reps
+    )
+    return {"read_ms": timed["read"] / 1e3, "commit_ms": timed["commit"] / 1e3}
+
+
 async def full_read(
     store: SqlAgentStore, thread_id: str, *, reps: int, budget_s: float, cap: int | None
 ) -> dict[str, Any]:
@@ -148,6 +157,8 @@ async def bounded_read_breakdown(
     """Where the bounded read's time goes, each part timed on its own (medians, microseconds;
     the async parts interleaved round-robin):
 
+    - total_cold: the same with the store's message cache emptied first, so every row of the
+      page is rebuilt (`total` repeats one read: every row is kept from the read before);
     - pool: check a connection out of the store's pool and return it, no statement (on
       PostgreSQL this includes `pool_pre_ping`'s round trip);
     - sa_read: pool + SQLAlchemy Core execute + fetch, as the store does it (autobegin and the
@@ -192,6 +203,10 @@ async def bounded_read_breakdown(
                 got = await driver.fetch(floor.sql, *args)
         return [from_row(r, PAGE_AT) for r in got if r[PAGE_AT] is not None]
 
+    async def cold_read() -> Any:
+        store.message_cache.clear()  # every row rebuilt, as on a thread's first turn
+        return await store.load_thread_for_turn(query)
+
     variant = lean_store(url)
     try:
         async with engine.connect() as held:
@@ -202,6 +217,7 @@ async def bounded_read_breakdown(
             timed = await _interleaved(
                 {
                     "total": lambda: store.load_thread_for_turn(query),
+                    "total_cold": cold_read,
                     "floor": lambda: floor.read(thread_id, window),
                     "pool": pool_only,
                     "sa_read": sa_read,

@@ -15,6 +15,12 @@ BYTES_LIMIT = 1.2
 FLAT_TURN_LIMIT = 1.5
 OVERHEAD_LIMIT_MS = 5.0
 """"A few ms" of loop overhead, made a number."""
+TURN_FLOOR_LIMIT = 8.0
+"""Issue 11: a turn's overhead within 8x the raw read floor, at every length."""
+READ_FLOOR_LIMITS = {"postgres": 1.3, "sqlite": 1.5}
+"""Issue 11: the bounded read within these of the raw floor, per backend."""
+TOOL_TURN_TRANSACTIONS = 5
+"""Issue 11: 4 committed transactions on the common path, plus one per tool step (one here)."""
 
 
 def _lengths(backend: dict[str, Any]) -> list[int]:
@@ -144,6 +150,45 @@ def turns_table(results: dict[str, Any]) -> str:
     return _table(header, rows)
 
 
+def commit_floor_table(results: dict[str, Any]) -> str:
+    header = [
+        "backend",
+        "read floor ms",
+        "commit ms",
+        "x read floor",
+        "turn tx",
+        "tx x commit ms",
+        "x read floor",
+        "turn overhead ms",
+        "x read floor",
+        "overhead / (tx x commit)",
+    ]
+    rows = []
+    for name, backend in results["backends"].items():
+        cf = backend.get("commit_floor")
+        if cf is None:
+            continue
+        first = backend["lengths"][str(_lengths(backend)[0])]["turn_window"]
+        tx = first.get("transactions", 0)
+        least = tx * cf["commit_ms"]
+        overhead = first["overhead"]["median_ms"]
+        rows.append(
+            [
+                name,
+                f"{cf['read_ms']:.3f}",
+                f"{cf['commit_ms']:.3f}",
+                _x(ratio(cf["commit_ms"], cf["read_ms"])),
+                str(tx),
+                _ms(least),
+                _x(ratio(least, cf["read_ms"])),
+                _ms(overhead),
+                _x(ratio(overhead, cf["read_ms"])),
+                _x(ratio(overhead, least)),
+            ]
+        )
+    return _table(header, rows)
+
+
 def bytes_table(results: dict[str, Any]) -> str:
     header = [
         "backend",
@@ -186,6 +231,7 @@ def bytes_table(results: dict[str, Any]) -> str:
 BREAKDOWN_PARTS = [
     ("floor_us", "raw driver floor (one open connection)"),
     ("total_us", "load_thread_for_turn (the store)"),
+    ("total_cold_us", "  the same, every row rebuilt (cache emptied)"),
     ("pool_us", "  pool checkout + return, no statement"),
     ("sa_read_us", "  pool + Core execute + fetch (store's way)"),
     ("sa_execute_held_us", "  Core execute + fetch, connection held"),
@@ -376,7 +422,68 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 kind="ms",
             )
         )
+        out.extend(_issue_11_targets(name, b, at))
     return out + policy_targets(results)
+
+
+def _issue_11_targets(
+    name: str, b: dict[str, Any], at: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The turn-cost goals: the bounded read per backend, the turn's overhead in floors (with
+    what its commits alone cost, in the same unit), and its transactions."""
+    out = []
+    reads = {
+        n: ratio(e["reads"]["bounded"]["median_ms"], e["reads"]["floor"]["median_ms"])
+        for n, e in at.items()
+    }
+    worst = max(reads, key=lambda n: reads[n])
+    limit = READ_FLOOR_LIMITS.get(name)
+    out.append(
+        _target(
+            f"bounded read <= {limit}x raw floor (turn-cost goal)",
+            name,
+            reads[worst],
+            limit,
+            f"worst at {worst:,}; " + ", ".join(f"{n:,}: {v:.2f}x" for n, v in reads.items()),
+        )
+    )
+    turns = {
+        n: ratio(e["turn_window"]["overhead"]["median_ms"], e["reads"]["floor"]["median_ms"])
+        for n, e in at.items()
+    }
+    worst = max(turns, key=lambda n: turns[n])
+    cf = b.get("commit_floor")
+    tx = at[worst]["turn_window"].get("transactions", 0)
+    least = (
+        f"; its {tx} commits alone, at the commit floor ({cf['commit_ms']:.3f} ms each): "
+        f"{ratio(tx * cf['commit_ms'], cf['read_ms']):.1f}x the read floor"
+        if cf
+        else ""
+    )
+    out.append(
+        _target(
+            f"turn overhead <= {TURN_FLOOR_LIMIT:.0f}x raw read floor (turn-cost goal)",
+            name,
+            turns[worst],
+            TURN_FLOOR_LIMIT,
+            f"worst at {worst:,}; "
+            + ", ".join(f"{n:,}: {v:.1f}x" for n, v in turns.items())
+            + least,
+        )
+    )
+    txs = {n: e["turn_window"].get("transactions", 0) for n, e in at.items()}
+    most = max(txs, key=lambda n: txs[n])
+    out.append(
+        _target(
+            f"committed transactions per one-tool turn <= {TOOL_TURN_TRANSACTIONS}",
+            name,
+            txs[most],
+            TOOL_TURN_TRANSACTIONS,
+            ", ".join(f"{n:,}: {v}" for n, v in txs.items()),
+            kind="n",
+        )
+    )
+    return out
 
 
 def targets_table(items: list[dict[str, Any]]) -> str:
@@ -415,6 +522,9 @@ def render(results: dict[str, Any]) -> str:
             "READS (per call)\n" + reads_table(results),
             "TURNS (module.run_turn with EchoModel, one tool call, two model calls)\n"
             + turns_table(results),
+            "COMMIT FLOOR: THE LEAST A TURN'S TRANSACTIONS COST (one committed one-row UPDATE "
+            "per transaction, raw driver, interleaved with the read floor; turn at the shortest "
+            "thread)\n" + commit_floor_table(results),
             "TURNS: WHAT THEY READ AND JOURNAL (last measured turn)\n" + bytes_table(results),
             "WHERE THE BOUNDED READ'S TIME GOES (medians, microseconds)\n"
             + breakdown_table(results),

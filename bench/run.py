@@ -26,7 +26,7 @@ from bench.data import TOOL_BYTES, analyze, build_thread
 from bench.floor import open_floor
 from bench.plans import turn_plans
 from bench.policies import AGENTS, CountingStore, policy_turns
-from bench.reads import bounded_read_breakdown, bounded_reads, full_read
+from bench.reads import bounded_read_breakdown, bounded_reads, commit_floor, full_read
 from bench.trips import DriverClock, clock_aiosqlite, count_engine_asyncpg
 from bench.turns import nowindow_turns, window_turns
 
@@ -153,6 +153,12 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                 reps=config.reps * config.read_factor,
             )
             log(f"[{backend}] bounded reads and floor x{config.reps * config.read_factor} done")
+            out["commit_floor"] = await commit_floor(
+                floor,
+                threads[lengths[0]],
+                window=config.window,
+                reps=config.reps * config.read_factor,
+            )
             for length in lengths:
                 capped = length >= config.cap_from
                 reads[length].update(
