@@ -34,6 +34,7 @@ from app.core.ports import (
 )
 from app.durable.context import JournaledContext, Unit, encode_payload
 from app.errors import JournalPruned, LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.store import direct
 from app.store.clock import db_now
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
@@ -110,9 +111,8 @@ class _SqlUnit:
     async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
         try:
             async with wrap_db_errors("journal_unit"):
-                if steps:
-                    rows = _step_rows(self.thread_id, self.run_id, steps)
-                    await self._tx.connection.execute(_INSERT_STEP, rows)
+                rows = _step_rows(self.thread_id, self.run_id, steps)
+                await direct.write_many(self._tx.connection, _INSERT_STEP, rows, "journal_unit")
         except BaseException:
             await self._tx.close(commit=False)
             raise
@@ -368,7 +368,7 @@ class SqlJournal:
             # With the answer, in its unit: the run is let go of only once that commits, so a
             # unit that fails leaves it ours to fail.
             async with wrap_db_errors("end_run"):
-                ended = await shared.execute(_END_RUN, params)
+                ended = await direct.write(shared, _END_RUN, params, "end_run")
             assert isinstance(tx, SqlTransaction)
             tx.after_commit.append(lambda: self._let_go(run_id))
             self._warn_if_taken(ended.rowcount, run_id)

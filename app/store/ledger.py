@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry, Transaction
+from app.store import direct
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import actor_usage, ledger
@@ -74,8 +75,11 @@ class SqlLedger:
     ) -> None:
         tokens = entry.prompt_tokens + entry.completion_tokens - reserved
         async with writing(self._engine, tx, "ledger_record") as conn:
-            bumped = await conn.execute(_BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens})
-            await conn.execute(_INSERT, {**entry.model_dump(), "id": bumped.scalar_one()})
+            bumped = await direct.write(
+                conn, _BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens}, "ledger_record"
+            )
+            row = {**entry.model_dump(), "id": bumped.scalar_one()}
+            await direct.write(conn, _INSERT, row, "ledger_record")
 
     async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
         async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:

@@ -28,7 +28,7 @@ from app.core.ports import (
     Transaction,
 )
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
-from app.store import migrate
+from app.store import direct, migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows, token_costs
 from app.store.engine import (
     autocommit,
@@ -460,7 +460,7 @@ class SqlAgentStore:
             params["last_prompt"], params["reported"] = last_prompt
         bump = _BUMPS[(only is not None, last_prompt is not None)]
         async with writing(self._engine, tx, "append_messages") as conn:
-            bumped = (await conn.execute(bump, params)).one_or_none()
+            bumped = (await direct.write(conn, bump, params, "append_messages")).one_or_none()
             if bumped is None:
                 if only is not None and await self._exists(conn, thread_id):
                     raise DuplicateMessage(only.run_id or "", only.role)

@@ -1,0 +1,173 @@
+"""A unit of work's later writes through the driver (`app.store.direct`): SQLAlchemy's own SQL,
+seen by the engine's listeners, taken only inside a transaction the driver says is open, and a
+failure that rolls the unit back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from app.core.ports import LedgerEntry
+from app.errors import StoreError
+from app.store import SqlAgentStore, direct
+from app.store.ledger import _INSERT, SqlLedger
+from app.store.schema import actor_usage, ledger, threads
+from app.store.tx import SqlTransaction, open_write
+
+
+@contextmanager
+def announced(store: SqlAgentStore) -> Iterator[list[tuple[str, bool]]]:
+    """(statement, sent by the driver's way) for every statement announced to the engine:
+    SQLAlchemy hands its listeners a cursor, the driver's way hands them none."""
+    seen: list[tuple[str, bool]] = []
+
+    def before(_conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append((statement, cursor is None))
+
+    event.listen(store.engine.sync_engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine.sync_engine, "before_cursor_execute", before)
+
+
+def _entry(thread_id: str, run_id: str = "run-1") -> LedgerEntry:
+    return LedgerEntry(
+        run_id=run_id,
+        thread_id=thread_id,
+        actor_id="alice",
+        agent="helper",
+        purpose="chat",
+        model="m",
+        prompt_tokens=10,
+        completion_tokens=5,
+    )
+
+
+async def _unit(store: SqlAgentStore, thread_id: str) -> SqlTransaction:
+    """A shared transaction whose first statement (SQLAlchemy's) wrote, as a lease check does."""
+    return await open_write(
+        store.engine,
+        "test",
+        lambda conn: conn.execute(
+            threads.update().where(threads.c.id == thread_id).values(title="in a unit")
+        ),
+    )
+
+
+async def _ledger_rows(store: SqlAgentStore) -> list[tuple[Any, ...]]:
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(ledger.c.actor_id, ledger.c.id, ledger.c.prompt_tokens).order_by(ledger.c.id)
+        )
+        return [tuple(r) for r in rows]
+
+
+async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    book = SqlLedger(sql_store.engine)
+
+    tx = await _unit(sql_store, thread.id)
+    with announced(sql_store) as driver_way:
+        await book.record(_entry(thread.id), tx=tx)
+    await tx.close(commit=True)
+
+    async def no_driver(_conn: Any) -> None:
+        return None
+
+    monkeypatch.setattr(direct, "_open_driver", no_driver)
+    tx = await _unit(sql_store, thread.id)
+    with announced(sql_store) as sqlalchemy_way:
+        await book.record(_entry(thread.id, "run-2"), tx=tx)
+    await tx.close(commit=True)
+
+    assert [by_driver for _, by_driver in driver_way] == [True, True]
+    assert [by_driver for _, by_driver in sqlalchemy_way] == [False, False]
+    assert [sql for sql, _ in driver_way] == [sql for sql, _ in sqlalchemy_way]
+    assert await _ledger_rows(sql_store) == [("alice", 1, 10), ("alice", 2, 10)]
+    assert await book.tokens_used("alice") == 30
+
+
+async def test_with_no_transaction_open_at_the_driver_the_write_is_sqlalchemys(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    with announced(sql_store) as seen:
+        # No shared unit: the ledger's own transaction opens with its first write, which must
+        # go through SQLAlchemy; the second then finds the transaction open.
+        await SqlLedger(sql_store.engine).record(_entry(thread.id))
+    assert [by_driver for _, by_driver in seen] == [False, True]
+    assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
+
+
+async def test_a_driver_error_is_a_store_error_naming_the_operation_and_the_unit_rolls_back(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    row = {**_entry(thread.id).model_dump(), "id": 1}
+    tx = await _unit(sql_store, thread.id)
+    try:
+        await direct.write(tx.connection, _INSERT, row, "ledger_record")
+        with pytest.raises(StoreError, match=r"^ledger_record: database error \(\w+\)$"):
+            await direct.write(tx.connection, _INSERT, row, "ledger_record")  # same key
+    finally:
+        await tx.close(commit=False)
+    assert await _ledger_rows(sql_store) == []
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
+
+
+async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_sent(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+
+    def refuse(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("INSERT INTO ledger"):
+            raise RuntimeError("injected")
+
+    event.listen(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
+    tx = await _unit(sql_store, thread.id)
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+    finally:
+        event.remove(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
+        await tx.close(commit=False)
+    async with sql_store.engine.connect() as conn:
+        assert (
+            await conn.execute(sa.select(sa.func.count()).select_from(actor_usage))
+        ).scalar() == 0
+    assert await _ledger_rows(sql_store) == []
+
+
+def test_an_outcome_gives_its_one_row_or_says_what_is_wrong() -> None:
+    assert direct.Outcome([(7, 8)], 1).scalar_one() == 7
+    assert direct.Outcome([], 0).one_or_none() is None
+    with pytest.raises(StoreError, match="no row"):
+        direct.Outcome([], 0).scalar_one()
+    with pytest.raises(StoreError, match="more than one row"):
+        direct.Outcome([(1,), (2,)], 2).one_or_none()
+
+
+async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_write_them(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    rows = [{**_entry(thread.id).model_dump(), "id": n} for n in (1, 2, 3)]
+    tx = await _unit(sql_store, thread.id)
+    try:
+        with announced(sql_store) as seen:
+            await direct.write_many(tx.connection, _INSERT, rows, "ledger_record")
+            await direct.write_many(tx.connection, _INSERT, [], "ledger_record")  # nothing sent
+    finally:
+        await tx.close(commit=True)
+    assert len(seen) == 1 and seen[0][1], "one statement, by the driver's way"
+    assert await _ledger_rows(sql_store) == [("alice", n, 10) for n in (1, 2, 3)]
