@@ -328,7 +328,7 @@ class SqlJournal:
     async def _check_lease(self, conn: Any, run_id: str) -> None:
         """Still ours? The first statement of every journal transaction: it renews the lease
         and takes the run row's lock, so a takeover and this transaction cannot interleave."""
-        if (await conn.execute(self._hold, self._held(run_id))).rowcount == 0:
+        if (await direct.write(conn, self._hold, self._held(run_id), "journal_unit")).rowcount == 0:
             raise LeaseLost(run_id)
 
     async def complete(

@@ -7,10 +7,11 @@ and 176 us against 76 us on asyncpg), and a one-tool turn sends a dozen writes a
 first statements. Those writes go this way.
 
 What stays SQLAlchemy's:
-- The transaction. BEGIN, COMMIT and ROLLBACK are SQLAlchemy's, and so is a unit's FIRST
-  statement (the lease check or the run's insert), which opens the transaction at the driver.
-  A write here only takes the driver's way when the driver says a transaction is open on the
-  connection (asyncpg's `is_in_transaction`, sqlite3's `in_transaction`); otherwise, and
+- The transaction: BEGIN, COMMIT and ROLLBACK. On PostgreSQL a unit's FIRST statement (the
+  lease check) also goes through SQLAlchemy, because its asyncpg adapter sends BEGIN just
+  before it: a write here takes the driver's way only when asyncpg says a transaction is open.
+  On SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
+  at the first write), so once SQLAlchemy has begun, the first write may go too. Otherwise, and
   behind PgBouncer, and on SQLite engines that are not `OneHopConnection`'s, it is SQLAlchemy's
   `execute`, with the same outcome.
 - Every write whose failure means something to its caller: the message insert, whose unique
@@ -189,7 +190,9 @@ async def _open_driver(conn: AsyncConnection) -> Any:
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection
     if isinstance(driver, OneHopConnection):
-        return driver if driver.in_transaction else None
+        # SQLAlchemy's BEGIN on SQLite is sqlite3's own implicit one, made at the first write:
+        # once SQLAlchemy has begun, a write sent here opens the transaction just the same.
+        return driver if driver.in_transaction or conn.in_transaction() else None
     if isinstance(driver, asyncpg.Connection) and driver.is_in_transaction():
         return driver
     return None

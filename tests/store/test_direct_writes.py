@@ -95,15 +95,17 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     assert await book.tokens_used("alice") == 30
 
 
-async def test_with_no_transaction_open_at_the_driver_the_write_is_sqlalchemys(
+async def test_on_postgresql_a_write_before_begin_reached_the_driver_is_sqlalchemys(
     sql_store: SqlAgentStore,
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    sqlite = sql_store.engine.dialect.name == "sqlite"
     with announced(sql_store) as seen:
-        # No shared unit: the ledger's own transaction opens with its first write, which must
-        # go through SQLAlchemy; the second then finds the transaction open.
+        # No shared unit: the ledger's own transaction opens with its first write. On
+        # PostgreSQL that one goes through SQLAlchemy (its asyncpg adapter sends the BEGIN);
+        # the second then finds the transaction open at the driver. On SQLite both go.
         await SqlLedger(sql_store.engine).record(_entry(thread.id))
-    assert [by_driver for _, by_driver in seen] == [False, True]
+    assert [by_driver for _, by_driver in seen] == [sqlite, True]
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
 
 
@@ -171,3 +173,37 @@ async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_writ
         await tx.close(commit=True)
     assert len(seen) == 1 and seen[0][1], "one statement, by the driver's way"
     assert await _ledger_rows(sql_store) == [("alice", n, 10) for n in (1, 2, 3)]
+
+
+_RETITLE = (
+    threads.update().where(threads.c.id == sa.bindparam("tid")).values(title=sa.bindparam("t"))
+)
+
+
+async def test_a_units_first_write_opens_the_transaction_it_rolls_back_or_commits_with(
+    sql_store: SqlAgentStore,
+) -> None:
+    """On SQLite the first write of a unit takes the driver's way (sqlite3's implicit BEGIN
+    is SQLAlchemy's BEGIN there); on PostgreSQL it is SQLAlchemy's, whose adapter sends BEGIN.
+    Either way it is inside the unit: a rollback undoes it, a commit keeps it."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper", title="before")
+    sqlite = sql_store.engine.dialect.name == "sqlite"
+
+    async def retitle(title: str) -> SqlTransaction:
+        return await open_write(
+            sql_store.engine,
+            "test",
+            lambda conn: direct.write(conn, _RETITLE, {"tid": thread.id, "t": title}, "test"),
+        )
+
+    with announced(sql_store) as seen:
+        tx = await retitle("rolled back")
+    await tx.close(commit=False)
+    assert [by_driver for _, by_driver in seen] == [sqlite]
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "before"
+
+    tx = await retitle("committed")
+    await tx.close(commit=True)
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "committed"
