@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import uuid
@@ -60,8 +61,11 @@ _END_RUN = (
 )
 
 
+@functools.cache
 def _hold(lease_seconds: float) -> sa.Update:
-    """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease."""
+    """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease.
+    One statement per lease length, shared by every journal (`app.store.direct` keeps each
+    statement's compiled form for the life of the process)."""
     return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
 
 

@@ -1,30 +1,37 @@
-"""A unit of work's later writes straight through the driver, inside the transaction SQLAlchemy
-opened: one asyncpg call or one aiosqlite worker-thread call, no Core execute.
+"""A unit of work's writes straight through the driver, inside the transaction SQLAlchemy
+opened: one asyncpg call or one aiosqlite worker-thread call, no Core execute. Also the pieces
+the per-turn read shares (`app.store.hotread`): the compiled statement, the listener call, the
+error translation, and when the driver's way may be taken at all.
 
 Why: SQLAlchemy's Core execute costs about 100 us of Python per statement (an UPDATE measured
 at 141 us through `AsyncConnection.execute` against 40 us as one aiosqlite worker-thread call,
-and 176 us against 76 us on asyncpg), and a one-tool turn sends a dozen writes after its units'
-first statements. Those writes go this way.
+and 176 us against 76 us on asyncpg), and a one-tool turn sends a dozen writes inside its units.
 
 What stays SQLAlchemy's:
 - The transaction: BEGIN, COMMIT and ROLLBACK. On PostgreSQL a unit's FIRST statement (the
-  lease check) also goes through SQLAlchemy, because its asyncpg adapter sends BEGIN just
+  lease check) goes through SQLAlchemy too, because its asyncpg adapter sends BEGIN just
   before it: a write here takes the driver's way only when asyncpg says a transaction is open.
   On SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
-  at the first write), so once SQLAlchemy has begun, the first write may go too. Otherwise, and
-  behind PgBouncer, and on SQLite engines that are not `OneHopConnection`'s, it is SQLAlchemy's
-  `execute`, with the same outcome.
+  at the first write), so once SQLAlchemy has begun, the first write may go too.
 - Every write whose failure means something to its caller: the message insert, whose unique
-  violation the store turns into `DuplicateMessage`, is not sent this way. A driver error here
-  becomes `StoreError` naming the operation and the driver's error class, as `wrap_db_errors`
-  words it; the unit then rolls back.
+  violation the store turns into `DuplicateMessage`, and the run's insert (`ThreadBusy`).
+- Everything, on an engine with `after_cursor_execute` listeners: instrumentation that needs
+  SQLAlchemy's cursor and execution context (OpenTelemetry's, Sentry's, a timing recipe) listens
+  after execution too, to close what it opened, so there the driver's way is never taken.
+  Likewise behind PgBouncer, and on SQLite engines that are not `OneHopConnection`'s.
 
 Same statement, seen the same way: each statement is compiled once per (statement, parameter
 names, dialect), with `column_keys` as SQLAlchemy compiles an insert or update for the keys it
-is given, so the SQL text is byte for byte SQLAlchemy's; before it goes out the engine's
-`before_cursor_execute` listeners are called with it and its parameters (statement capture and
-fault injection in the tests see it, and an injected failure fails it). Only module-level
-statements are sent this way: the compiled forms are kept for the life of the process.
+is given, and its parameters go through the dialect's own bind processors, so the SQL and the
+values are SQLAlchemy's; a parameter the statement needs and was not given is refused, as
+SQLAlchemy refuses it. Before it goes out, the engine's `before_cursor_execute` listeners are
+called with it (cursor and context None), so statement capture and fault injection see it.
+A driver error becomes the error `wrap_db_errors` makes of it (`InvalidContent` for refused
+data, else `StoreError` naming the operation and the driver's error class); a cancellation
+while the driver call is in flight invalidates the connection, as SQLAlchemy does, so a
+statement still queued in the SQLite worker thread cannot leave a transaction open on a pooled
+connection. Only module-level statements (or one per journal lease length) are sent this way:
+the compiled forms are kept for the life of the process.
 """
 
 from __future__ import annotations
@@ -34,13 +41,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy.engine import Dialect
+import sqlalchemy.exc as sa_exc
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from app.errors import StoreError
+from app.errors import AgentError, InvalidContent, StoreError
 from app.store.engine import behind_pgbouncer
 from app.store.onehop import OneHopConnection
 from app.store.onehop import _execute as _onehop_execute
@@ -49,18 +57,42 @@ from app.store.onehop import _executemany as _onehop_executemany
 DRIVER_ERRORS = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    # Raised by a connection whose server ended it (pg_terminate_backend, a failover) while it
+    # sat idle: the protocol is left mid-state, so the connection cannot be used again.
     asyncpg.InternalClientError,
     sqlite3.Error,
-    OSError,
 )
 """What a driver call may raise that means the database (or the connection to it) failed."""
 
+_DATA_ERRORS = (asyncpg.DataError, sqlite3.DataError)
+
+
+def driver_error(operation: str, exc: BaseException) -> AgentError:
+    """The error `wrap_db_errors` makes of the same failure through SQLAlchemy."""
+    if isinstance(exc, _DATA_ERRORS):
+        return InvalidContent(f"{operation}: the database refused the data ({type(exc).__name__})")
+    return StoreError(f"{operation}: database error ({type(exc).__name__})")
+
+
+def driver_way_open(engine: Engine) -> bool:
+    """Whether statements on `engine` may skip SQLAlchemy at all (see the module docstring)."""
+    return not engine.dispatch.after_cursor_execute
+
+
+def announce(
+    engine: Engine, conn: Connection | Engine | None, sql: str, args: Any, *, many: bool = False
+) -> None:
+    """The engine's `before_cursor_execute` listeners, called as SQLAlchemy calls them."""
+    listeners = engine.dispatch.before_cursor_execute
+    if listeners:
+        listeners(conn, None, sql, args, None, many)
+
 
 class Compiled:
-    """A statement as the dialect renders it, its positional parameter names, their defaults
-    (literal binds), and the bind processors SQLAlchemy would apply."""
+    """A statement as the dialect renders it, its positional parameter names, their literal
+    values, the binds that need a value, and the dialect's bind processors."""
 
-    __slots__ = ("names", "processors", "returns_rows", "sql", "values")
+    __slots__ = ("names", "processors", "required", "returns_rows", "sql", "values")
 
     def __init__(
         self, stmt: ClauseElement, dialect: Dialect, column_keys: Sequence[str] | None = None
@@ -70,12 +102,18 @@ class Compiled:
         self.sql = str(compiled)
         self.names = list(compiled.positiontup or [])
         self.values = dict(compiled.params)
+        self.required = frozenset(n for n in self.names if compiled.binds[n].required)
+        # The dialect's own type's processor (a DateTime on SQLite renders as SQLAlchemy's
+        # string, not sqlite3's default adapter's), as SQLAlchemy's execute applies it.
         self.processors: list[Callable[[Any], Any] | None] = [
-            compiled.binds[name].type.bind_processor(dialect) for name in self.names
+            compiled.binds[n].type._cached_bind_processor(dialect) for n in self.names
         ]
         self.returns_rows = bool(getattr(compiled, "returning", None)) or "RETURNING" in self.sql
 
     def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        if not self.required <= params.keys():
+            missing = sorted(self.required - params.keys())
+            raise sa_exc.InvalidRequestError(f"A value is required for bind parameter {missing}")
         values = {**self.values, **params}
         return tuple(
             value if proc is None else proc(value)
@@ -104,15 +142,16 @@ class Outcome:
         return row[0]
 
 
-_COMPILED: dict[tuple[int, tuple[str, ...], str, str], tuple[ClauseElement, Compiled]] = {}
+_COMPILED: dict[tuple[int, tuple[str, ...], int], tuple[ClauseElement, Dialect, Compiled]] = {}
 
 
-def _compiled(stmt: ClauseElement, dialect: Dialect, keys: tuple[str, ...]) -> Compiled:
-    key = (id(stmt), keys, dialect.name, str(dialect.driver))
+def compiled(stmt: ClauseElement, dialect: Dialect, keys: tuple[str, ...] | None) -> Compiled:
+    """`stmt` compiled for `dialect` (the engine's own instance) and parameter names `keys`."""
+    key = (id(stmt), keys or (), id(dialect))
     hit = _COMPILED.get(key)
-    if hit is None or hit[0] is not stmt:
-        hit = _COMPILED[key] = (stmt, Compiled(stmt, dialect, keys))
-    return hit[1]
+    if hit is None or hit[0] is not stmt or hit[1] is not dialect:
+        hit = _COMPILED[key] = (stmt, dialect, Compiled(stmt, dialect, keys))
+    return hit[2]
 
 
 def _status_count(status: str) -> int:
@@ -121,40 +160,43 @@ def _status_count(status: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-async def _driver_call(
-    driver: Any, postgres: bool, compiled: Compiled, args: tuple[Any, ...]
-) -> Outcome:
+async def _send(driver: Any, postgres: bool, stmt: Compiled, args: tuple[Any, ...]) -> Outcome:
     if postgres:
-        if compiled.returns_rows:
-            rows = await driver.fetch(compiled.sql, *args)
+        if stmt.returns_rows:
+            rows = await driver.fetch(stmt.sql, *args)
             return Outcome(rows, len(rows))
-        return Outcome([], _status_count(await driver.execute(compiled.sql, *args)))
-    _description, rows, rowcount, _lastrowid = await driver.call(
-        _onehop_execute, compiled.sql, args
-    )
+        return Outcome([], _status_count(await driver.execute(stmt.sql, *args)))
+    _description, rows, rowcount, _lastrowid = await driver.call(_onehop_execute, stmt.sql, args)
     return Outcome(rows, rowcount)
+
+
+async def _guarded(conn: AsyncConnection, operation: str, call: Any) -> Any:
+    """Await the driver `call`: its errors translated, a cancellation invalidating `conn`."""
+    try:
+        return await call
+    except (*DRIVER_ERRORS, OSError) as exc:
+        raise driver_error(operation, exc) from exc
+    except BaseException:
+        await conn.invalidate()
+        raise
 
 
 async def write(
     conn: AsyncConnection, stmt: Executable, params: dict[str, Any], operation: str
 ) -> Outcome:
-    """`stmt` with `params` on `conn`, inside the transaction already open there."""
+    """`stmt` with `params` on `conn`, inside the transaction open (or opening) there."""
     driver = await _open_driver(conn)
     if driver is None:
         result = await conn.execute(stmt, params)
         rows = result.all() if result.returns_rows else []
         return Outcome(rows, result.rowcount)
-    postgres = conn.dialect.name == "postgresql"
     assert isinstance(stmt, ClauseElement)
-    compiled = _compiled(stmt, conn.dialect, tuple(sorted(params)))
-    args = compiled.args(params)
-    listeners = conn.sync_engine.dispatch.before_cursor_execute
-    if listeners:
-        listeners(conn.sync_connection, None, compiled.sql, args, None, False)
-    try:
-        return await _driver_call(driver, postgres, compiled, args)
-    except DRIVER_ERRORS as exc:
-        raise StoreError(f"{operation}: database error ({type(exc).__name__})") from exc
+    form = compiled(stmt, conn.dialect, tuple(sorted(params)))
+    args = form.args(params)
+    announce(conn.sync_engine, conn.sync_connection, form.sql, args)
+    postgres = conn.dialect.name == "postgresql"
+    outcome: Outcome = await _guarded(conn, operation, _send(driver, postgres, form, args))
+    return outcome
 
 
 async def write_many(
@@ -162,30 +204,28 @@ async def write_many(
 ) -> None:
     """`stmt` once per row of `rows` (all with the same keys), as one driver call (asyncpg's
     `executemany`, sqlite3's `executemany` in one worker-thread call)."""
-    driver = await _open_driver(conn) if rows else None
+    if not rows:
+        return
+    driver = await _open_driver(conn)
     if driver is None:
-        if rows:
-            await conn.execute(stmt, list(rows))
+        await conn.execute(stmt, list(rows))
         return
     assert isinstance(stmt, ClauseElement)
-    compiled = _compiled(stmt, conn.dialect, tuple(sorted(rows[0])))
-    args = [compiled.args(row) for row in rows]
-    listeners = conn.sync_engine.dispatch.before_cursor_execute
-    if listeners:
-        listeners(conn.sync_connection, None, compiled.sql, args, None, True)
-    try:
-        if conn.dialect.name == "postgresql":
-            await driver.executemany(compiled.sql, args)
-        else:
-            await driver.call(_onehop_executemany, compiled.sql, args)
-    except DRIVER_ERRORS as exc:
-        raise StoreError(f"{operation}: database error ({type(exc).__name__})") from exc
+    form = compiled(stmt, conn.dialect, tuple(sorted(rows[0])))
+    args = [form.args(row) for row in rows]
+    announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
+    if conn.dialect.name == "postgresql":
+        await _guarded(conn, operation, driver.executemany(form.sql, args))
+    else:
+        await _guarded(conn, operation, driver.call(_onehop_executemany, form.sql, args))
 
 
 async def _open_driver(conn: AsyncConnection) -> Any:
-    """The driver connection under `conn` when a driver transaction is open on it and the
-    driver's way is taken for this engine; None otherwise (SQLAlchemy's way)."""
+    """The driver connection under `conn` when the driver's way is taken for this engine and a
+    transaction is open (or, on SQLite, begun) on it; None otherwise (SQLAlchemy's way)."""
     if conn.dialect.driver not in ("asyncpg", "aiosqlite") or behind_pgbouncer(conn.engine):
+        return None
+    if not driver_way_open(conn.sync_engine):
         return None
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection

@@ -5,7 +5,9 @@ The statement is the store's own (`turn_read`), compiled once per shape with the
 dialect, so the SQL text is byte for byte what SQLAlchemy would send. Before it goes out the
 engine's `before_cursor_execute` listeners are called with it and its parameters, as SQLAlchemy
 calls them, so whatever watches the engine's statements (the tests that check every statement
-of a turn names its thread, fault injection) still sees it, and may still make it fail.
+of a turn names its thread, fault injection) still sees it, and may still make it fail. On an
+engine with `after_cursor_execute` listeners (tracing that needs SQLAlchemy's cursor) the read
+is SQLAlchemy's (`app.store.direct.driver_way_open`).
 
 Two ways in:
 - `fetch_on(conn, ...)`: on a connection the caller holds (the turn's unit of work), through its
@@ -23,7 +25,7 @@ Two ways in:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -31,41 +33,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.errors import StoreError
+from app.store.direct import DRIVER_ERRORS, Compiled, announce, compiled, driver_way_open
 from app.store.onehop import OneHopConnection
 
 DEDICATED = 2
 """Driver connections a reader keeps for reads of its own, at most."""
 
 Rows = Sequence[Sequence[Any]]
-
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    # Raised by a connection whose server ended it (pg_terminate_backend, a failover) while it
-    # sat idle: the protocol is left mid-state, so the connection cannot be used again.
-    asyncpg.InternalClientError,
-    sqlite3.Error,
-)
-
-
-class _Compiled:
-    __slots__ = ("names", "processors", "sql", "values")
-
-    def __init__(self, stmt: sa.Select[Any], engine: AsyncEngine) -> None:
-        compiled = stmt.compile(dialect=engine.dialect)
-        self.sql = str(compiled)
-        self.names = list(compiled.positiontup or [])
-        self.values = dict(compiled.params)
-        self.processors: list[Callable[[Any], Any] | None] = [
-            compiled.binds[name].type.bind_processor(engine.dialect) for name in self.names
-        ]
-
-    def args(self, params: dict[str, Any]) -> tuple[Any, ...]:
-        values = {**self.values, **params}
-        return tuple(
-            value if proc is None else proc(value)
-            for value, proc in zip((values[n] for n in self.names), self.processors, strict=True)
-        )
 
 
 def _fetchall(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[Any]:
@@ -85,22 +59,12 @@ class HotReader:
         self._engine = engine
         self._sync = engine.sync_engine
         self._postgres = engine.dialect.name == "postgresql"
-        self._compiled: dict[int, tuple[sa.Select[Any], _Compiled]] = {}
         self._idle: list[Any] = []
         self._open = 0
         self.enabled = enabled and engine.dialect.driver in ("asyncpg", "aiosqlite")
 
-    def _compile(self, stmt: sa.Select[Any]) -> _Compiled:
-        hit = self._compiled.get(id(stmt))
-        if hit is None or hit[0] is not stmt:
-            hit = self._compiled[id(stmt)] = (stmt, _Compiled(stmt, self._engine))
-        return hit[1]
-
-    def _announce(self, conn: Any, sql: str, args: tuple[Any, ...]) -> None:
-        """The engine's `before_cursor_execute` listeners, called as SQLAlchemy calls them."""
-        listeners = self._sync.dispatch.before_cursor_execute
-        if listeners:
-            listeners(conn, None, sql, args, None, False)
+    def _compile(self, stmt: sa.Select[Any]) -> Compiled:
+        return compiled(stmt, self._engine.dialect, None)
 
     async def _driver_fetch(self, driver: Any, sql: str, args: tuple[Any, ...]) -> Rows | None:
         if self._postgres:
@@ -115,16 +79,16 @@ class HotReader:
         self, conn: AsyncConnection, stmt: sa.Select[Any], params: dict[str, Any]
     ) -> Rows:
         """`stmt` on the caller's connection, inside its open transaction."""
-        if self.enabled:
+        if self.enabled and driver_way_open(self._sync):
             raw = await conn.get_raw_connection()
             driver = raw.driver_connection
             if driver is not None and (not self._postgres or driver.is_in_transaction()):
-                compiled = self._compile(stmt)
-                args = compiled.args(params)
-                self._announce(conn.sync_connection, compiled.sql, args)
+                form = self._compile(stmt)
+                args = form.args(params)
+                announce(self._sync, conn.sync_connection, form.sql, args)
                 try:
-                    rows = await self._driver_fetch(driver, compiled.sql, args)
-                except _DRIVER_ERRORS as exc:
+                    rows = await self._driver_fetch(driver, form.sql, args)
+                except DRIVER_ERRORS as exc:
                     raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
                 if rows is not None:
                     return rows
@@ -133,18 +97,18 @@ class HotReader:
 
     async def fetch(self, stmt: sa.Select[Any], params: dict[str, Any]) -> Rows | None:
         """`stmt` on a dedicated connection; None when there is none free (use the pool)."""
-        if not self.enabled:
+        if not self.enabled or not driver_way_open(self._sync):
             return None
-        compiled = self._compile(stmt)
-        args = compiled.args(params)
+        form = self._compile(stmt)
+        args = form.args(params)
         for attempt in range(2):
             driver = await self._take(fresh=attempt > 0)
             if driver is None:
                 return None
-            self._announce(self._sync, compiled.sql, args)
+            announce(self._sync, self._sync, form.sql, args)
             try:
-                rows = await self._driver_fetch(driver, compiled.sql, args)
-            except (*_DRIVER_ERRORS, OSError) as exc:
+                rows = await self._driver_fetch(driver, form.sql, args)
+            except (*DRIVER_ERRORS, OSError) as exc:
                 dead = self._postgres and (
                     driver.is_closed() or isinstance(exc, asyncpg.InternalClientError)
                 )

@@ -11,9 +11,12 @@ whole). A message is a pure function of its row, so an equal row gives an equal 
 that changed (or a thread deleted and its id reused) simply misses. The `Message` handed out is
 shared between reads: it is frozen, and nothing in the project mutates a message's lists.
 
-Bounded two ways, least recently used first out: a count of messages and a count of characters
-(content plus JSON text), so one thread of huge attachments cannot pin memory. A message larger
-than a quarter of the character budget is never kept.
+Bounded two ways, least recently used first out: a count of messages and an estimate of the
+bytes they hold, so one thread of huge attachments cannot pin memory. The estimate counts the
+content once and the JSON text twice (the text kept for the comparison, and the strings decoded
+from it), at one byte a character for ASCII text and four otherwise (CPython's widest string
+form): an upper bound on the text, not counting the objects' own small overhead. A message
+estimated at more than a quarter of the budget is never kept.
 """
 
 from __future__ import annotations
@@ -28,25 +31,29 @@ WIDTH = len(MESSAGE_COLUMNS)
 
 MAX_MESSAGES = 4096
 """Messages kept per store: a window of 10 in about 400 active threads."""
-MAX_CHARS = 32 * 1024 * 1024
-"""Characters of content and JSON text kept per store (about 32 MB of ASCII text)."""
+MAX_BYTES = 64 * 1024 * 1024
+"""Estimated bytes of text kept per store (see the module docstring)."""
 
 
-def _chars(row: tuple[Any, ...]) -> int:
+def _width(text: str) -> int:
+    return len(text) if text.isascii() else 4 * len(text)
+
+
+def _bytes(row: tuple[Any, ...]) -> int:
     _seq, _role, content, calls, results, attachments, _run = row
-    return len(content) + sum(len(t) for t in (calls, results, attachments) if t is not None)
+    return _width(content) + sum(2 * _width(t) for t in (calls, results, attachments) if t)
 
 
 class MessageCache:
     """See the module docstring. One per store; used from the store's event loop only."""
 
-    def __init__(self, *, max_messages: int = MAX_MESSAGES, max_chars: int = MAX_CHARS) -> None:
+    def __init__(self, *, max_messages: int = MAX_MESSAGES, max_bytes: int = MAX_BYTES) -> None:
         self._entries: OrderedDict[tuple[str, int], tuple[tuple[Any, ...], Message, int]] = (
             OrderedDict()
         )
         self._max_messages = max_messages
-        self._max_chars = max_chars
-        self._chars = 0
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self.hits = 0
         self.misses = 0
 
@@ -54,8 +61,9 @@ class MessageCache:
         return len(self._entries)
 
     @property
-    def chars(self) -> int:
-        return self._chars
+    def bytes(self) -> int:
+        """The estimated bytes of text kept now."""
+        return self._bytes
 
     def message(self, thread_id: str, row: Any, offset: int = 0) -> Message:
         """The message of the MESSAGE_COLUMNS at `row[offset:]`, rebuilt only if not kept."""
@@ -71,17 +79,17 @@ class MessageCache:
         message = from_row(columns)
         if kept is not None:
             self._forget(key)
-        size = _chars(columns)
-        if size <= self._max_chars // 4:
+        size = _bytes(columns)
+        if size <= self._max_bytes // 4:
             entries[key] = (columns, message, size)
-            self._chars += size
-            while len(entries) > self._max_messages or self._chars > self._max_chars:
+            self._bytes += size
+            while len(entries) > self._max_messages or self._bytes > self._max_bytes:
                 self._forget(next(iter(entries)))
         return message
 
     def _forget(self, key: tuple[str, int]) -> None:
-        self._chars -= self._entries.pop(key)[2]
+        self._bytes -= self._entries.pop(key)[2]
 
     def clear(self) -> None:
         self._entries.clear()
-        self._chars = 0
+        self._bytes = 0

@@ -4,20 +4,23 @@ failure that rolls the unit back."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from app.core.ports import LedgerEntry
-from app.errors import StoreError
+from app.core.ports import LedgerEntry, ThreadTurnQuery
+from app.errors import InvalidContent, StoreError
 from app.store import SqlAgentStore, direct
 from app.store.ledger import _INSERT, SqlLedger
 from app.store.schema import actor_usage, ledger, threads
 from app.store.tx import SqlTransaction, open_write
+from tests.factories import tool_answer, user
 
 
 @contextmanager
@@ -207,3 +210,123 @@ async def test_a_units_first_write_opens_the_transaction_it_rolls_back_or_commit
     await tx.close(commit=True)
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.title == "committed"
+
+
+async def test_an_engine_with_after_execute_listeners_keeps_every_statement_sqlalchemys(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Instrumentation that needs SQLAlchemy's cursor and context (OpenTelemetry's, Sentry's)
+    listens after execution too: with such a listener, nothing takes the driver's way."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    await sql_store.append_messages(thread.id, [user("q"), tool_answer(1, 100)])
+    after: list[str] = []
+
+    def on_after(_conn: Any, cursor: Any, statement: str, *_args: Any) -> None:
+        assert cursor is not None
+        after.append(statement)
+
+    event.listen(sql_store.engine.sync_engine, "after_cursor_execute", on_after)
+    try:
+        with announced(sql_store) as seen:
+            tx = await _unit(sql_store, thread.id)
+            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            page = await sql_store.load_thread_for_turn(
+                ThreadTurnQuery(thread_id=thread.id, message_limit=10), tx=tx
+            )
+            await tx.close(commit=True)
+        await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=thread.id, message_limit=5))
+    finally:
+        event.remove(sql_store.engine.sync_engine, "after_cursor_execute", on_after)
+    assert page is not None and len(page.messages) == 2
+    assert seen and not [sql for sql, by_driver in seen if by_driver]
+    assert len(after) == len(seen) + 1
+
+
+async def test_data_the_database_refuses_is_invalid_content_as_through_sqlalchemy(
+    sql_store: SqlAgentStore,
+) -> None:
+    """PostgreSQL enforces `ledger.model`'s 200 characters (SQLite stores any length)."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    entry = _entry(thread.id).model_copy(update={"model": "m" * 300})
+    tx = await _unit(sql_store, thread.id)
+    try:
+        if sql_store.engine.dialect.name == "postgresql":
+            with pytest.raises(InvalidContent, match=r"^ledger_record: the database refused"):
+                await SqlLedger(sql_store.engine).record(entry, tx=tx)
+        else:
+            await SqlLedger(sql_store.engine).record(entry, tx=tx)
+    finally:
+        await tx.close(commit=False)
+
+
+async def test_a_missing_parameter_is_refused_not_sent_as_null(sql_store: SqlAgentStore) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await _unit(sql_store, thread.id)
+    try:
+        with pytest.raises(sa.exc.InvalidRequestError, match="required"):
+            await direct.write(tx.connection, _RETITLE_BY_ID, {"t": "no id"}, "test")
+    finally:
+        await tx.close(commit=False)
+
+
+_RETITLE_BY_ID = threads.update().where(threads.c.id == sa.bindparam("tid", type_=sa.String))
+_TOUCH = (
+    threads.update()
+    .where(threads.c.id == sa.bindparam("tid"))
+    .values(updated_at=sa.bindparam("at", type_=sa.DateTime(timezone=True)))
+)
+
+
+async def test_parameters_go_through_the_dialects_own_bind_processors(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A datetime reaches SQLite as SQLAlchemy's own string, not sqlite3's default adapter's."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    at = datetime(2026, 12, 1, 8, 0, 0, tzinfo=UTC)
+
+    async def touch() -> list[Any]:
+        sent: list[Any] = []
+
+        def before(_conn: Any, _cursor: Any, _sql: str, params: Any, *_args: Any) -> None:
+            sent.append(params)
+
+        event.listen(sql_store.engine.sync_engine, "before_cursor_execute", before)
+        tx = await _unit(sql_store, thread.id)
+        try:
+            sent.clear()
+            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": at}, "test")
+        finally:
+            event.remove(sql_store.engine.sync_engine, "before_cursor_execute", before)
+            await tx.close(commit=True)
+        return [tuple(p) if not isinstance(p, dict) else p for p in sent]
+
+    by_driver = await touch()
+
+    async def no_driver(_conn: Any) -> None:
+        return None
+
+    monkeypatch.setattr(direct, "_open_driver", no_driver)
+    assert by_driver == await touch()
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.updated_at == at
+
+
+async def test_a_cancelled_driver_call_invalidates_its_connection(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As SQLAlchemy does: a statement still queued in the SQLite worker thread must not leave
+    a transaction open on a connection that goes back to the pool."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+
+    async def cancelled(*_args: Any) -> direct.Outcome:
+        raise asyncio.CancelledError
+
+    tx = await _unit(sql_store, thread.id)
+    monkeypatch.setattr(direct, "_send", cancelled)
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        assert tx.connection.invalidated
+    finally:
+        await tx.close(commit=False)
+    assert await _ledger_rows(sql_store) == []

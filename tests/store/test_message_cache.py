@@ -105,14 +105,29 @@ def test_the_cache_keeps_at_most_its_message_count_dropping_the_least_recently_u
     assert cache.hits == hits + 1, "seq 2 was evicted and had to be rebuilt"
 
 
-def test_the_cache_keeps_at_most_its_character_budget_and_never_a_huge_message() -> None:
-    cache = MessageCache(max_chars=4000)
+def test_the_cache_keeps_at_most_its_byte_budget_and_never_a_huge_message() -> None:
+    cache = MessageCache(max_bytes=4000)
     cache.message("t", _row(1, "a" * 1001))  # over a quarter of the budget: not kept
-    assert len(cache) == 0 and cache.chars == 0
+    cache.message("t", _row(1, "\u00e9" * 300))  # 300 characters, but up to 1,200 bytes
+    assert len(cache) == 0 and cache.bytes == 0
     for seq in range(2, 7):
         cache.message("t", _row(seq, "b" * 900))
-    assert cache.chars <= 4000 and len(cache) == 4
+    assert cache.bytes <= 4000 and len(cache) == 4
     cache.message("t", _row(6, "changed"))  # a changed row replaces its entry
-    assert cache.chars == 3 * 900 + len("changed")
+    assert cache.bytes == 3 * 900 + len("changed")
     cache.clear()
-    assert len(cache) == 0 and cache.chars == 0
+    assert len(cache) == 0 and cache.bytes == 0
+
+
+def test_json_text_counts_twice_kept_and_decoded() -> None:
+    cache = MessageCache()
+    message = Message(
+        role="assistant",
+        content="ok",
+        tool_calls=[ToolCall(id="c", name="n", arguments={})],
+        tool_results=[ToolResult(call_id="c", content="r" * 50)],
+    )
+    stored = to_row("t", 1, message)
+    cache.message("t", tuple(stored[c] for c in MESSAGE_COLUMNS))
+    json_text = len(stored["tool_calls"]) + len(stored["tool_results"])
+    assert cache.bytes == len("ok") + 2 * json_text
