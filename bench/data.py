@@ -92,6 +92,18 @@ async def _insert(engine: AsyncEngine, rows: list[dict[str, object]]) -> None:
         await conn.execute(messages.insert(), rows)
 
 
+async def settle(engine: AsyncEngine) -> None:
+    """Write out what was just written in bulk before the next figures are timed: PostgreSQL's
+    `CHECKPOINT` (the no-window turns at 100,000 messages journal about 1.3 GB, whose
+    write-back otherwise lands on the window turns timed next: 72 ms turns at 100,000 against
+    31 ms at 10,000 in one run, 23 ms at every length later in the same run); SQLite's
+    `wal_checkpoint`."""
+    statement = "CHECKPOINT" if engine.dialect.name == "postgresql" else "PRAGMA wal_checkpoint"
+    async with engine.connect() as conn:
+        await conn.execute(sa.text(statement))
+        await conn.commit()
+
+
 async def analyze(engine: AsyncEngine) -> None:
     """Fresh planner statistics, as autovacuum (PostgreSQL) or `PRAGMA optimize` would leave."""
     async with engine.begin() as conn:

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from app.store.sql import SqlAgentStore
 from bench.conversation import scripted_conversation
-from bench.data import TOOL_BYTES, analyze, build_thread
+from bench.data import TOOL_BYTES, analyze, build_thread, settle
 from bench.floor import open_floor
 from bench.plans import turn_plans
 from bench.policies import AGENTS, CountingStore, policy_turns
@@ -190,6 +190,7 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                         f"[{backend}] {length:,}: no-window turns "
                         f"x{nowindow[length]['time']['n']} in {time.perf_counter() - start:.1f} s"
                     )
+                await settle(turn_store.engine)
                 window = await window_turns(
                     turn_store,
                     threads,
