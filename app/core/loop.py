@@ -46,6 +46,7 @@ from app.core.messages import (
     to_chat_messages,
 )
 from app.core.ports import (
+    MODEL_NAME_CHARS,
     AgentStore,
     DurableContext,
     DurableRuntime,
@@ -745,7 +746,7 @@ class AgentLoop:
         return {
             "text": text,
             "usage": usage.model_dump(mode="json"),
-            "model": storable_text(made.model or _model_name(self.model)),
+            "model": _booked_model(made.model, self.model),
             "covers_through_seq": chunk[-1].seq,
             "input_messages": len(chunk),
             "input_tokens": tokens,
@@ -825,7 +826,7 @@ class AgentLoop:
                         request,
                         report,
                         "history_summary",
-                        _model_name(self.model),
+                        _booked_model(None, self.model),
                         usage,
                         made.get("reserved", 0),
                     ),
@@ -1071,7 +1072,7 @@ class AgentLoop:
         except BaseException:
             await self._release(request.actor_id, reserved)
             raise
-        model = storable_text(response.model or _model_name(self.model))
+        model = _booked_model(response.model, self.model)
         usage = response.usage
         for call in response.tool_calls:
             if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
@@ -1391,3 +1392,10 @@ def _apply_middleware(
 def _model_name(model: ModelProvider) -> str:
     name = getattr(model, "model", None) or getattr(model, "name", None)
     return name if isinstance(name, str) else type(model).__name__
+
+
+def _booked_model(reported: str | None, model: ModelProvider) -> str:
+    """The model name a call is booked under: the one the provider reported (else the
+    provider's own), made storable and cut to `MODEL_NAME_CHARS`. A provider that reports a
+    300-character name must not fail every turn on PostgreSQL, whose column refuses it."""
+    return storable_text(reported or _model_name(model))[:MODEL_NAME_CHARS]

@@ -611,6 +611,11 @@ def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
 # --- ledger --------------------------------------------------------------------------------
 
 
+MODEL_NAME_CHARS = 200
+"""The longest model name a ledger row or a summary row keeps. The name comes from the
+provider's response, so the loop cuts it to this rather than fail a turn over it."""
+
+
 class LedgerEntry(_Frozen):
     run_id: str
     thread_id: str
@@ -683,6 +688,7 @@ def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
 
 __all__ = [
     "MAX_CALL_TOKENS",
+    "MODEL_NAME_CHARS",
     "AgentStore",
     "DurableContext",
     "DurableRuntime",

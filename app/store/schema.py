@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from app.core.ports import MODEL_NAME_CHARS
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -102,7 +104,7 @@ thread_summaries = sa.Table(
     # wrote, and the insert that finds it is a no-op. The newest boundary is the live summary.
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("run_id", _ID, nullable=True),
-    sa.Column("model", sa.String(200), nullable=False, server_default=""),
+    sa.Column("model", sa.String(MODEL_NAME_CHARS), nullable=False, server_default=""),
     sa.Column("prompt_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("completion_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
@@ -189,7 +191,7 @@ ledger = sa.Table(
     sa.Column("actor_id", sa.String(200), nullable=False),
     sa.Column("agent", sa.String(200), nullable=False),
     sa.Column("purpose", sa.String(32), nullable=False),
-    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("model", sa.String(MODEL_NAME_CHARS), nullable=False),
     # BIGINT: a call may report up to `MAX_CALL_TOKENS` per field, and sums of them must fit.
     sa.Column("prompt_tokens", sa.BigInteger, nullable=False),
     sa.Column("completion_tokens", sa.BigInteger, nullable=False),
