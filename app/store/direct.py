@@ -43,16 +43,14 @@ from typing import Any, cast
 import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy.exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from app.errors import AgentError, InvalidContent, StoreError
 from app.store.engine import behind_pgbouncer
-from app.store.onehop import OneHopConnection
-from app.store.onehop import _execute as _onehop_execute
-from app.store.onehop import _executemany as _onehop_executemany
+from app.store.onehop import OneHopConnection, run_many, run_statement
 
 DRIVER_ERRORS = (
     asyncpg.PostgresError,
@@ -74,9 +72,15 @@ def driver_error(operation: str, exc: BaseException) -> AgentError:
     return StoreError(f"{operation}: database error ({type(exc).__name__})")
 
 
-def driver_way_open(engine: Engine) -> bool:
-    """Whether statements on `engine` may skip SQLAlchemy at all (see the module docstring)."""
-    return not engine.dispatch.after_cursor_execute
+def driver_way_open(engine: AsyncEngine) -> bool:
+    """Whether statements on `engine` may skip SQLAlchemy at all (see the module docstring):
+    asyncpg or aiosqlite, not behind PgBouncer, no `after_cursor_execute` listeners. Asked on
+    every statement: a host may instrument the engine after the store was built."""
+    return (
+        engine.dialect.driver in ("asyncpg", "aiosqlite")
+        and not behind_pgbouncer(engine)
+        and not engine.sync_engine.dispatch.after_cursor_execute
+    )
 
 
 def announce(
@@ -166,11 +170,11 @@ async def _send(driver: Any, postgres: bool, stmt: Compiled, args: tuple[Any, ..
             rows = await driver.fetch(stmt.sql, *args)
             return Outcome(rows, len(rows))
         return Outcome([], _status_count(await driver.execute(stmt.sql, *args)))
-    _description, rows, rowcount, _lastrowid = await driver.call(_onehop_execute, stmt.sql, args)
+    _description, rows, rowcount, _lastrowid = await driver.call(run_statement, stmt.sql, args)
     return Outcome(rows, rowcount)
 
 
-async def _guarded(conn: AsyncConnection, operation: str, call: Any) -> Any:
+async def guarded(conn: AsyncConnection, operation: str, call: Any) -> Any:
     """Await the driver `call`: its errors translated, a cancellation invalidating `conn`."""
     try:
         return await call
@@ -195,7 +199,7 @@ async def write(
     args = form.args(params)
     announce(conn.sync_engine, conn.sync_connection, form.sql, args)
     postgres = conn.dialect.name == "postgresql"
-    outcome: Outcome = await _guarded(conn, operation, _send(driver, postgres, form, args))
+    outcome: Outcome = await guarded(conn, operation, _send(driver, postgres, form, args))
     return outcome
 
 
@@ -215,17 +219,15 @@ async def write_many(
     args = [form.args(row) for row in rows]
     announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
     if conn.dialect.name == "postgresql":
-        await _guarded(conn, operation, driver.executemany(form.sql, args))
+        await guarded(conn, operation, driver.executemany(form.sql, args))
     else:
-        await _guarded(conn, operation, driver.call(_onehop_executemany, form.sql, args))
+        await guarded(conn, operation, driver.call(run_many, form.sql, args))
 
 
 async def _open_driver(conn: AsyncConnection) -> Any:
     """The driver connection under `conn` when the driver's way is taken for this engine and a
     transaction is open (or, on SQLite, begun) on it; None otherwise (SQLAlchemy's way)."""
-    if conn.dialect.driver not in ("asyncpg", "aiosqlite") or behind_pgbouncer(conn.engine):
-        return None
-    if not driver_way_open(conn.sync_engine):
+    if not driver_way_open(conn.engine):
         return None
     raw = await conn.get_raw_connection()
     driver = raw.driver_connection

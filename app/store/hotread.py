@@ -24,17 +24,23 @@ Two ways in:
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.errors import StoreError
-from app.store.direct import DRIVER_ERRORS, Compiled, announce, compiled, driver_way_open
-from app.store.onehop import OneHopConnection
+from app.store.direct import (
+    DRIVER_ERRORS,
+    Compiled,
+    announce,
+    compiled,
+    driver_error,
+    driver_way_open,
+    guarded,
+)
+from app.store.onehop import OneHopConnection, run_statement
 
 DEDICATED = 2
 """Driver connections a reader keeps for reads of its own, at most."""
@@ -42,18 +48,12 @@ DEDICATED = 2
 Rows = Sequence[Sequence[Any]]
 
 
-def _fetchall(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[Any]:
-    cursor = conn.execute(sql, args)
-    try:
-        return cursor.fetchall()
-    finally:
-        cursor.close()
-
-
 class HotReader:
-    """See the module docstring. `enabled` is False where the driver path is not taken: behind
-    PgBouncer (asyncpg's statement cache is off there), and on SQLite engines that are not
-    `OneHopConnection`'s (memory databases, URLs with options)."""
+    """See the module docstring. Whether the driver's way is taken is asked on every read
+    (`app.store.direct.driver_way_open`: not behind PgBouncer, whose pooling turns asyncpg's
+    statement cache off, nor with instrumentation listening after execution); on SQLite
+    engines that are not `OneHopConnection`'s (memory databases, URLs with options) the read
+    is SQLAlchemy's too. `enabled=False` turns it off altogether (tests' reference reads)."""
 
     def __init__(self, engine: AsyncEngine, *, enabled: bool = True) -> None:
         self._engine = engine
@@ -61,7 +61,7 @@ class HotReader:
         self._postgres = engine.dialect.name == "postgresql"
         self._idle: list[Any] = []
         self._open = 0
-        self.enabled = enabled and engine.dialect.driver in ("asyncpg", "aiosqlite")
+        self.enabled = enabled
 
     def _compile(self, stmt: sa.Select[Any]) -> Compiled:
         return compiled(stmt, self._engine.dialect, None)
@@ -71,25 +71,23 @@ class HotReader:
             rows: Rows = await driver.fetch(sql, *args)
             return rows
         if isinstance(driver, OneHopConnection):
-            found: Rows = await driver.call(_fetchall, sql, args)
-            return found
+            _description, found, _count, _rowid = await driver.call(run_statement, sql, args)
+            return cast(Rows, found)
         return None
 
     async def fetch_on(
         self, conn: AsyncConnection, stmt: sa.Select[Any], params: dict[str, Any]
     ) -> Rows:
         """`stmt` on the caller's connection, inside its open transaction."""
-        if self.enabled and driver_way_open(self._sync):
+        if self.enabled and driver_way_open(self._engine):
             raw = await conn.get_raw_connection()
             driver = raw.driver_connection
             if driver is not None and (not self._postgres or driver.is_in_transaction()):
                 form = self._compile(stmt)
                 args = form.args(params)
                 announce(self._sync, conn.sync_connection, form.sql, args)
-                try:
-                    rows = await self._driver_fetch(driver, form.sql, args)
-                except DRIVER_ERRORS as exc:
-                    raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
+                fetched = self._driver_fetch(driver, form.sql, args)
+                rows: Rows | None = await guarded(conn, "turn read", fetched)
                 if rows is not None:
                     return rows
         result: Rows = (await conn.execute(stmt, params)).all()
@@ -97,7 +95,7 @@ class HotReader:
 
     async def fetch(self, stmt: sa.Select[Any], params: dict[str, Any]) -> Rows | None:
         """`stmt` on a dedicated connection; None when there is none free (use the pool)."""
-        if not self.enabled or not driver_way_open(self._sync):
+        if not self.enabled or not driver_way_open(self._engine):
             return None
         form = self._compile(stmt)
         args = form.args(params)
@@ -115,7 +113,7 @@ class HotReader:
                 await self._drop(driver)
                 if dead and attempt == 0:
                     continue  # the connection died: nothing was read, read again on a new one
-                raise StoreError(f"turn read: database error ({type(exc).__name__})") from exc
+                raise driver_error("turn read", exc) from exc
             except BaseException:
                 await self._drop(driver)
                 raise

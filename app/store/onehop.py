@@ -52,11 +52,13 @@ class BufferedCursor:
         return None
 
     async def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> BufferedCursor:
-        self._take(await self._conn.call(_execute, sql, () if parameters is None else parameters))
+        self._take(
+            await self._conn.call(run_statement, sql, () if parameters is None else parameters)
+        )
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> BufferedCursor:
-        self._take(await self._conn.call(_executemany, sql, parameters))
+        self._take(await self._conn.call(run_many, sql, parameters))
         return self
 
     def _take(self, outcome: tuple[Any, list[Any], int, int | None]) -> None:
@@ -86,7 +88,7 @@ def _outcome(cursor: sqlite3.Cursor) -> tuple[Any, list[Any], int, int | None]:
     return outcome
 
 
-def _execute(
+def run_statement(
     conn: sqlite3.Connection, sql: str, parameters: Sequence[Any]
 ) -> tuple[Any, list[Any], int, int | None]:
     cursor = conn.cursor()
@@ -98,7 +100,7 @@ def _execute(
         raise
 
 
-def _executemany(
+def run_many(
     conn: sqlite3.Connection, sql: str, parameters: Iterable[Sequence[Any]]
 ) -> tuple[Any, list[Any], int, int | None]:
     cursor = conn.cursor()

@@ -32,7 +32,6 @@ from app.store import direct, migrate
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows, token_costs
 from app.store.engine import (
     autocommit,
-    behind_pgbouncer,
     make_engine,
     read_retrying,
     write_transaction,
@@ -321,7 +320,7 @@ class SqlAgentStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
-        self._hot = HotReader(engine, enabled=not behind_pgbouncer(engine))
+        self._hot = HotReader(engine)
         self.message_cache = MessageCache()
         """Messages the turn read rebuilt, handed back when the next turn reads the same rows."""
 

@@ -145,11 +145,11 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
             await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
     finally:
         event.remove(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
-        await tx.close(commit=False)
+        # Committed on purpose: had the refused insert reached the database, its row would stay.
+        await tx.close(commit=True)
     async with sql_store.engine.connect() as conn:
-        assert (
-            await conn.execute(sa.select(sa.func.count()).select_from(actor_usage))
-        ).scalar() == 0
+        usage = await conn.execute(sa.select(sa.func.count()).select_from(actor_usage))
+        assert usage.scalar() == 1, "the usage bump before it was sent and committed"
     assert await _ledger_rows(sql_store) == []
 
 
@@ -163,10 +163,18 @@ def test_an_outcome_gives_its_one_row_or_says_what_is_wrong() -> None:
 
 
 async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_write_them(
-    sql_store: SqlAgentStore,
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     rows = [{**_entry(thread.id).model_dump(), "id": n} for n in (1, 2, 3)]
+    calls: list[object] = []
+    real = direct.guarded
+
+    async def counting(conn: Any, operation: str, call: Any) -> Any:
+        calls.append(call)
+        return await real(conn, operation, call)
+
+    monkeypatch.setattr(direct, "guarded", counting)
     tx = await _unit(sql_store, thread.id)
     try:
         with announced(sql_store) as seen:
@@ -174,6 +182,7 @@ async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_writ
             await direct.write_many(tx.connection, _INSERT, [], "ledger_record")  # nothing sent
     finally:
         await tx.close(commit=True)
+    assert len(calls) == 1, "three rows, one driver call"
     assert len(seen) == 1 and seen[0][1], "one statement, by the driver's way"
     assert await _ledger_rows(sql_store) == [("alice", n, 10) for n in (1, 2, 3)]
 
@@ -264,12 +273,11 @@ async def test_a_missing_parameter_is_refused_not_sent_as_null(sql_store: SqlAge
     tx = await _unit(sql_store, thread.id)
     try:
         with pytest.raises(sa.exc.InvalidRequestError, match="required"):
-            await direct.write(tx.connection, _RETITLE_BY_ID, {"t": "no id"}, "test")
+            await direct.write(tx.connection, _RETITLE, {"t": "no id"}, "test")
     finally:
         await tx.close(commit=False)
 
 
-_RETITLE_BY_ID = threads.update().where(threads.c.id == sa.bindparam("tid", type_=sa.String))
 _TOUCH = (
     threads.update()
     .where(threads.c.id == sa.bindparam("tid"))

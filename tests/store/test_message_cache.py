@@ -10,17 +10,10 @@ from app.core.messages import Message, ToolCall, ToolResult
 from app.core.ports import ThreadTurnQuery
 from app.store import SqlAgentStore
 from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
-from app.store.hotread import HotReader
 from app.store.message_cache import MessageCache
 from app.store.schema import messages
 from tests.factories import tool_answer, user
-
-
-def _twin(store: SqlAgentStore) -> SqlAgentStore:
-    """The same database through a store with an empty cache and SQLAlchemy reads only."""
-    twin = SqlAgentStore(store.engine)
-    twin._hot = HotReader(store.engine, enabled=False)
-    return twin
+from tests.store.test_hot_read import _sqlalchemy_only
 
 
 async def test_the_next_turn_read_rebuilds_only_the_rows_it_did_not_read_before(
@@ -38,7 +31,7 @@ async def test_the_next_turn_read_rebuilds_only_the_rows_it_did_not_read_before(
     await sql_store.append_messages(thread.id, [user("q10"), tool_answer(10, 2000)])
     page = await sql_store.load_thread_for_turn(query)
     assert (cache.hits, cache.misses) == (8, 12), "8 rows were read last turn, 2 are new"
-    assert page == await _twin(sql_store).load_thread_for_turn(query)
+    assert page == await _sqlalchemy_only(sql_store).load_thread_for_turn(query)
 
 
 async def test_a_row_changed_under_the_cache_is_rebuilt_not_served_stale(
@@ -65,7 +58,7 @@ async def test_a_row_changed_under_the_cache_is_rebuilt_not_served_stale(
     assert again is not None
     assert again.messages[0].content == "after"
     assert again.messages[1].tool_results == [] and again.messages[1].tool_calls == []
-    assert again == await _twin(sql_store).load_thread_for_turn(query)
+    assert again == await _sqlalchemy_only(sql_store).load_thread_for_turn(query)
 
 
 def _row(seq: int, content: str, thread_id: str = "t") -> tuple[object, ...]:
