@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test lint typecheck bench bench-quick bench-throughput bench-profile screenshot clean
+.PHONY: install install-run run migrate test lint typecheck bench bench-quick bench-throughput bench-peers bench-profile screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ screenshot: install
 bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench --throughput
+	$(BIN)/python -m bench --peers
+
+## This project's turn beside LangGraph's (add_messages, DeltaChannel) on the same thread content
+bench-peers: install
+	$(BIN)/python -m bench --peers
 
 ## Turns/s with 1, 2 and 4 app processes on one PostgreSQL, and the journal before/after retention
 bench-throughput: install

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.cache import cache_main
+from bench.peers import peers_main
 from bench.profile import profile_main
 from bench.report import render, targets, write_chart, write_json
 from bench.run import BACKENDS, Config, run_benchmark
@@ -50,6 +51,11 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="only turns/s with 1, 2 and 4 app processes on PostgreSQL (bench/throughput.py)",
     )
     parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="only this project's turn beside LangGraph's, same thread, same run (bench/peers.py)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="only cProfile of 200 turns per backend (bench/profile.py)",
@@ -77,6 +83,8 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         if args.throughput
         else "profile"
         if args.profile
+        else "peers"
+        if args.peers
         else ""
     )
     return config, args.json, args.chart, only
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return cache_main(RESULTS / "cache.json")
     if only == "profile":
         return profile_main(config)
+    if only == "peers":
+        return peers_main(RESULTS / "peers.json", config)
     if only == "throughput":
         return throughput_main(RESULTS / "throughput.json", config)
     results = asyncio.run(run_benchmark(config))
