@@ -116,7 +116,9 @@ class _SqlUnit:
         try:
             async with wrap_db_errors("journal_unit"):
                 rows = _step_rows(self.thread_id, self.run_id, steps)
-                await direct.write_many(self._tx.connection, _INSERT_STEP, rows, "journal_unit")
+                await direct.write_many(
+                    self._tx.connection, _INSERT_STEP, rows, "journal_unit", last=True
+                )
         except BaseException:
             await self._tx.close(commit=False)
             raise

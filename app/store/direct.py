@@ -50,7 +50,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from app.errors import AgentError, InvalidContent, StoreError
 from app.store.engine import behind_pgbouncer
-from app.store.onehop import OneHopConnection, run_many, run_statement
+from app.store.onehop import OneHopConnection, run_many, run_many_and_commit, run_statement
 
 DRIVER_ERRORS = (
     asyncpg.PostgresError,
@@ -204,10 +204,20 @@ async def write(
 
 
 async def write_many(
-    conn: AsyncConnection, stmt: Executable, rows: Sequence[dict[str, Any]], operation: str
+    conn: AsyncConnection,
+    stmt: Executable,
+    rows: Sequence[dict[str, Any]],
+    operation: str,
+    *,
+    last: bool = False,
 ) -> None:
     """`stmt` once per row of `rows` (all with the same keys), as one driver call (asyncpg's
-    `executemany`, sqlite3's `executemany` in one worker-thread call)."""
+    `executemany`, sqlite3's `executemany` in one worker-thread call).
+
+    `last`: this is the transaction's last write, and its caller commits right after. On SQLite
+    the COMMIT then rides in the same worker-thread call (`run_many_and_commit`), and the
+    caller's SQLAlchemy commit finds nothing left to send: one hop per unit less. A failure of
+    either leaves the transaction open, for the caller's rollback, as before."""
     if not rows:
         return
     driver = await _open_driver(conn)
@@ -221,7 +231,8 @@ async def write_many(
     if conn.dialect.name == "postgresql":
         await guarded(conn, operation, driver.executemany(form.sql, args))
     else:
-        await guarded(conn, operation, driver.call(run_many, form.sql, args))
+        send = run_many_and_commit if last else run_many
+        await guarded(conn, operation, driver.call(send, form.sql, args))
 
 
 async def _open_driver(conn: AsyncConnection) -> Any:

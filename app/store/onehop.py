@@ -7,8 +7,9 @@ between the event loop and the thread (a queue put, a GIL hand-over, a wake-up):
 machine 50-100 us apiece, 77 of them per benchmark turn, more than the statements themselves.
 
 `OneHopConnection` is an `aiosqlite.Connection` whose cursors run execute + fetchall + close as
-one call and buffer the rows, and which skips the ROLLBACK call when sqlite3 says no transaction
-is open (it knows, since every statement reports `in_transaction` back from the thread). The
+one call and buffer the rows, and which skips the ROLLBACK (and COMMIT) call when sqlite3 says
+no transaction is open (it knows, since every statement reports `in_transaction` back from the
+thread). The
 statements, their order, their transactions and their errors are those of plain aiosqlite: only
 the number of thread hand-overs changes. SQLAlchemy gets it through `create_async_engine`'s
 `async_creator` (see `app.store.engine.make_engine`), so every engine event still fires.
@@ -112,6 +113,17 @@ def run_many(
         raise
 
 
+def run_many_and_commit(
+    conn: sqlite3.Connection, sql: str, parameters: Iterable[Sequence[Any]]
+) -> tuple[Any, list[Any], int, int | None]:
+    """`run_many`, then COMMIT, in the same worker-thread call: a unit's last write and its
+    commit in one hop. If either fails, the transaction is left open for the caller to roll
+    back, as a failed statement or a failed COMMIT of plain sqlite3 leaves it."""
+    outcome = run_many(conn, sql, parameters)
+    conn.commit()
+    return outcome
+
+
 class OneHopConnection(aiosqlite.Connection):
     """See the module docstring. `in_transaction` is sqlite3's, as of the end of the last call
     to the worker thread (every call reports it back, whichever method made it)."""
@@ -134,6 +146,13 @@ class OneHopConnection(aiosqlite.Connection):
         if self.in_transaction:
             await super().rollback()
         # else nothing to undo, and no call to the worker thread
+
+    async def commit(self) -> None:
+        if self.in_transaction:
+            await super().commit()
+        # else nothing to commit (sqlite3's own commit would do nothing): no call either. This
+        # is how a transaction whose last write committed in the same hop
+        # (`run_many_and_commit`) ends, SQLAlchemy's commit and its events included.
 
 
 def _tracked(owner: OneHopConnection, call: Any) -> Any:

@@ -3,7 +3,8 @@ SQLite and PostgreSQL. A count, not a timing, so a regression fails CI on any ma
 
 The budget: the common turn (no tool call, no summary) commits at most 4 transactions; each tool
 step adds one; a fold adds two per chunk. Statements are counted too, so a write that sneaks back
-into its own transaction, or a read that comes back, shows up.
+into its own transaction, or a read that comes back, shows up; and on SQLite the calls into the
+aiosqlite worker thread, each a thread hand-over.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from app.core.history import window_history
 from app.core.messages import ToolCall
 from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
+from app.store.onehop import OneHopConnection
 from app.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
@@ -28,6 +30,11 @@ COMMON_TURN_TRANSACTIONS = 4
 """Committed transactions of a turn with no tool call and no fold, at most."""
 COMMON_TURN_STATEMENTS = 16
 """Statements of that turn, at most (reads, writes and the lease checks, pings excluded)."""
+COMMON_TURN_SQLITE_WORKER_CALLS = 17
+"""On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
+on a 2-core machine) of that turn, at most: one per statement (`app.store.onehop`), one per
+COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`): 20 before
+that, 17 with it."""
 COMMON_TURN_SQLALCHEMY_STATEMENTS = 7
 """Of those, the ones sent through SQLAlchemy's Core execute, at most: the thread check, the
 run's insert, each unit's first statement (its lease check) and the two message inserts. The
@@ -38,6 +45,8 @@ rest (the turn read, and the writes after a unit's first) go through the driver
 @dataclass
 class Counts:
     commits: int = 0
+    worker_calls: int = 0
+    """SQLite only: calls into the aiosqlite worker thread."""
     statements: list[str] = field(default_factory=list)
     through_sqlalchemy: list[str] = field(default_factory=list)
     """Statements SQLAlchemy executed (its listeners get a cursor; the driver's way, none)."""
@@ -56,12 +65,20 @@ def counted(store: SqlAgentStore) -> Iterator[Counts]:
             if cursor is not None:
                 counts.through_sqlalchemy.append(statement)
 
+    original = OneHopConnection._execute
+
+    async def worker_call(self: OneHopConnection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        counts.worker_calls += 1
+        return await original(self, fn, *args, **kwargs)
+
     engine = store.engine.sync_engine
     event.listen(engine, "commit", on_commit)
     event.listen(engine, "before_cursor_execute", on_statement)
+    OneHopConnection._execute = worker_call  # type: ignore[method-assign]
     try:
         yield counts
     finally:
+        OneHopConnection._execute = original  # type: ignore[method-assign]
         event.remove(engine, "commit", on_commit)
         event.remove(engine, "before_cursor_execute", on_statement)
 
@@ -86,6 +103,10 @@ async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: Loop
     await _turn(env, loop, tid, "warm up")  # statement caches filled
     counts = await _turn(env, loop, tid, "and now?")
     assert counts.commits <= COMMON_TURN_TRANSACTIONS, counts
+    if env.store.engine.dialect.name == "sqlite":
+        assert counts.worker_calls <= COMMON_TURN_SQLITE_WORKER_CALLS, counts
+    else:
+        assert counts.worker_calls == 0, "asyncpg has no worker thread"
     assert len(counts.statements) <= COMMON_TURN_STATEMENTS, "\n".join(counts.statements)
     assert len(counts.through_sqlalchemy) <= COMMON_TURN_SQLALCHEMY_STATEMENTS, "\n".join(
         counts.through_sqlalchemy

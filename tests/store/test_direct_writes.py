@@ -18,6 +18,7 @@ from app.core.ports import LedgerEntry, ThreadTurnQuery
 from app.errors import InvalidContent, StoreError
 from app.store import SqlAgentStore, direct
 from app.store.ledger import _INSERT, SqlLedger
+from app.store.onehop import OneHopConnection, _on_connection
 from app.store.schema import actor_usage, ledger, threads
 from app.store.tx import SqlTransaction, open_write
 from tests.factories import tool_answer, user
@@ -338,3 +339,66 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
     finally:
         await tx.close(commit=False)
     assert await _ledger_rows(sql_store) == []
+
+
+@contextmanager
+def worker_calls(store: SqlAgentStore) -> Iterator[list[str]]:
+    """The names of the functions each SQLite worker-thread call ran (one entry per hop)."""
+    calls: list[str] = []
+    original = OneHopConnection._execute
+
+    async def counted(self: OneHopConnection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(args[1] if fn is _on_connection else fn, "__name__", repr(fn)))
+        return await original(self, fn, *args, **kwargs)
+
+    OneHopConnection._execute = counted  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        OneHopConnection._execute = original  # type: ignore[method-assign]
+
+
+def _ledger_rows_for(thread_id: str, *ids: int) -> list[dict[str, Any]]:
+    return [{**_entry(thread_id).model_dump(), "id": i} for i in ids]
+
+
+async def test_a_units_last_write_and_its_commit_are_one_worker_thread_call_on_sqlite(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    sqlite = sql_store.engine.dialect.name == "sqlite"
+    commits: list[int] = []
+    event.listen(sql_store.engine.sync_engine, "commit", lambda _c: commits.append(1))
+    tx = await _unit(sql_store, thread.id)
+    with worker_calls(sql_store) as calls:
+        rows = _ledger_rows_for(thread.id, 1, 2)
+        await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
+        await tx.close(commit=True)
+    assert commits == [1], "SQLAlchemy still commits, and its listeners see it"
+    if sqlite:
+        assert calls == ["run_many_and_commit"], "the commit rode with the write: no hop of its own"
+    assert await _ledger_rows(sql_store) == [("alice", 1, 10), ("alice", 2, 10)]
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "in a unit", "the unit's first write committed"
+
+
+async def test_a_failed_last_write_leaves_the_unit_to_roll_back_whole(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await _unit(sql_store, thread.id)
+    try:
+        with pytest.raises(StoreError, match=r"^test: database error"):
+            # The same id twice: the second row breaks the primary key, before the COMMIT.
+            rows = _ledger_rows_for(thread.id, 1, 1)
+            await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
+    finally:
+        await tx.close(commit=False)
+    assert await _ledger_rows(sql_store) == []
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
+    # The connection is clean for the next unit: nothing of that one is left open on it.
+    tx = await _unit(sql_store, thread.id)
+    await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
+    await tx.close(commit=True)
+    assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
