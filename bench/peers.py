@@ -62,6 +62,9 @@ OURS = "bounded-agents, window 10"
 LG_PLAIN = "LangGraph, add_messages"
 LG_DELTA = "LangGraph, DeltaChannel"
 SYSTEMS = (OURS, LG_PLAIN, LG_DELTA)
+PEER_MAX_LENGTH = 10_000
+"""The longest thread measured: LangGraph's `add_messages` turn at 100,000 messages would write
+its 420 MB state several times per turn (8 s per turn at 10,000 on PostgreSQL already)."""
 FLOOR_READS = 5
 """Floor reads per round; the round's floor is their median."""
 
@@ -253,7 +256,7 @@ async def _backend(backend: str, url: str, config: Config, log: Callable[[str], 
         floor = await open_floor(url, store.engine)
         stack.push_async_callback(floor.close)
         saver = await stack.enter_async_context(peer_saver(url))
-        for length in sorted(config.lengths):
+        for length in peer_lengths(config):
             thread_id, _ = await build_thread(store, length, tool_bytes=config.tool_bytes)
             plain_model, delta_model = EchoNode(), EchoNode()
             systems: dict[str, Series] = {
@@ -295,6 +298,10 @@ async def _backend(backend: str, url: str, config: Config, log: Callable[[str], 
                 figure["x_ours"] = figure["overhead"]["median_ms"] / ours
             out[str(length)] = figures
     return out
+
+
+def peer_lengths(config: Config) -> list[int]:
+    return sorted(n for n in config.lengths if n <= PEER_MAX_LENGTH)
 
 
 def _figures(samples: dict[str, list[float]]) -> dict[str, Any]:
