@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from bench.cache import cache_main
-from bench.peers import peers_main
 from bench.profile import profile_main
 from bench.report import render, targets, write_chart, write_json
 from bench.run import BACKENDS, Config, run_benchmark
@@ -97,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     if only == "profile":
         return profile_main(config)
     if only == "peers":
+        from bench.peers import peers_main  # LangGraph is imported only when it is measured
+
         return peers_main(RESULTS / "peers.json", config)
     if only == "throughput":
         return throughput_main(RESULTS / "throughput.json", config)

@@ -217,7 +217,10 @@ async def write_many(
     `last`: this is the transaction's last write, and its caller commits right after. On SQLite
     the COMMIT then rides in the same worker-thread call (`run_many_and_commit`), and the
     caller's SQLAlchemy commit finds nothing left to send: one hop per unit less. A failure of
-    either leaves the transaction open, for the caller's rollback, as before."""
+    either leaves the transaction open, for the caller's rollback, as before. A cancellation
+    while that call is in flight may find the unit committed (the worker thread finishes what
+    it started), as a cancellation during SQLAlchemy's own COMMIT call always could: the
+    database holds all of the unit or none of it, never a part."""
     if not rows:
         return
     driver = await _open_driver(conn)

@@ -15,11 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from app.core.ports import LedgerEntry, ThreadTurnQuery
+from app.durable.journal import _INSERT_STEP
 from app.errors import InvalidContent, StoreError
 from app.store import SqlAgentStore, direct
 from app.store.ledger import _INSERT, SqlLedger
 from app.store.onehop import OneHopConnection, _on_connection
-from app.store.schema import actor_usage, ledger, threads
+from app.store.schema import actor_usage, ledger, run_steps, threads
 from app.store.tx import SqlTransaction, open_write
 from tests.factories import tool_answer, user
 
@@ -368,12 +369,19 @@ async def test_a_units_last_write_and_its_commit_are_one_worker_thread_call_on_s
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     sqlite = sql_store.engine.dialect.name == "sqlite"
     commits: list[int] = []
-    event.listen(sql_store.engine.sync_engine, "commit", lambda _c: commits.append(1))
-    tx = await _unit(sql_store, thread.id)
-    with worker_calls(sql_store) as calls:
-        rows = _ledger_rows_for(thread.id, 1, 2)
-        await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
-        await tx.close(commit=True)
+
+    def on_commit(_conn: Any) -> None:
+        commits.append(1)
+
+    event.listen(sql_store.engine.sync_engine, "commit", on_commit)
+    try:
+        tx = await _unit(sql_store, thread.id)
+        with worker_calls(sql_store) as calls:
+            rows = _ledger_rows_for(thread.id, 1, 2)
+            await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
+            await tx.close(commit=True)
+    finally:
+        event.remove(sql_store.engine.sync_engine, "commit", on_commit)
     assert commits == [1], "SQLAlchemy still commits, and its listeners see it"
     if sqlite:
         assert calls == ["run_many_and_commit"], "the commit rode with the write: no hop of its own"
@@ -399,6 +407,34 @@ async def test_a_failed_last_write_leaves_the_unit_to_roll_back_whole(
     assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
     # The connection is clean for the next unit: nothing of that one is left open on it.
     tx = await _unit(sql_store, thread.id)
+    await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
+    await tx.close(commit=True)
+    assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
+
+
+async def test_a_commit_that_fails_in_the_same_call_leaves_the_unit_to_roll_back_whole(
+    sql_store: SqlAgentStore,
+) -> None:
+    if sql_store.engine.dialect.name != "sqlite":
+        pytest.skip("only SQLite sends the COMMIT with the unit's last write")
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await _unit(sql_store, thread.id)
+    try:
+        # A foreign key checked at COMMIT: the rows go in, then the COMMIT itself fails.
+        await tx.connection.exec_driver_sql("PRAGMA defer_foreign_keys=ON")
+        step = {"thread_id": thread.id, "run_id": "no-such-run", "position": 0, "name": "x"}
+        with pytest.raises(StoreError, match=r"^test: database error \(IntegrityError\)$"):
+            await direct.write_many(
+                tx.connection, _INSERT_STEP, [{**step, "payload": "{}"}], "test", last=True
+            )
+    finally:
+        await tx.close(commit=False)
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
+    async with sql_store.engine.connect() as conn:
+        steps = await conn.execute(sa.select(sa.func.count()).select_from(run_steps))
+        assert steps.scalar() == 0
+    tx = await _unit(sql_store, thread.id)  # the connection is clean for the next unit
     await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
     await tx.close(commit=True)
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
