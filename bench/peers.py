@@ -381,7 +381,23 @@ def render_peers(results: dict[str, Any]) -> str:
         "overhead; x floor = overhead against the raw read measured beside bounded-agents' "
         "turns; block floor = the raw read measured beside that system's own turns"
     )
-    return title + "\n" + _table(header, rows, left=frozenset({0, 2}))
+    return "\n".join(
+        [title, _table(header, rows, left=frozenset({0, 2})), "", *peer_targets(results)]
+    )
+
+
+def peer_targets(results: dict[str, Any]) -> list[str]:
+    """PASS where this project's overhead is below every peer's, per backend and length."""
+    lines = []
+    for backend, lengths in results["backends"].items():
+        for length, figures in lengths.items():
+            best = min((n for n in SYSTEMS if n != OURS), key=lambda n: figures[n]["x_ours"])
+            ahead = figures[best]["x_ours"] > 1.0
+            lines.append(
+                f"{'PASS' if ahead else 'MISS'}  {backend:<8}  {int(length):>7,} messages: "
+                f"overhead below every peer's (nearest: {best}, {figures[best]['x_ours']:.2f}x)"
+            )
+    return lines
 
 
 def peers_main(json_path: Path, config: Config) -> int:

@@ -49,3 +49,5 @@ async def test_every_system_does_the_same_turns_on_the_same_thread(backend: str)
     assert lines, "progress is logged"
     table = render_peers(results)
     assert all(name in table for name in SYSTEMS)
+    verdicts = [line for line in table.splitlines() if line.startswith(("PASS", "MISS"))]
+    assert len(verdicts) == len(LENGTHS), "one verdict per length"

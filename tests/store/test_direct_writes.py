@@ -22,6 +22,7 @@ from app.store.ledger import _INSERT, SqlLedger
 from app.store.onehop import OneHopConnection, _on_connection
 from app.store.schema import actor_usage, ledger, run_steps, threads
 from app.store.tx import SqlTransaction, open_write
+from tests.conftest import emptied_store
 from tests.factories import tool_answer, user
 
 
@@ -413,10 +414,14 @@ async def test_a_failed_last_write_leaves_the_unit_to_roll_back_whole(
 
 
 async def test_a_commit_that_fails_in_the_same_call_leaves_the_unit_to_roll_back_whole(
-    sql_store: SqlAgentStore,
+    sqlite_url: str,
 ) -> None:
-    if sql_store.engine.dialect.name != "sqlite":
-        pytest.skip("only SQLite sends the COMMIT with the unit's last write")
+    """SQLite only: only there does the COMMIT ride with the unit's last write."""
+    async with emptied_store(sqlite_url) as sql_store:
+        await _a_failed_commit_rolls_back(sql_store)
+
+
+async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     tx = await _unit(sql_store, thread.id)
     try:
