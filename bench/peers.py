@@ -69,7 +69,7 @@ PEER_MAX_LENGTH = 10_000
 """The longest thread measured: LangGraph's `add_messages` turn at 100,000 messages would write
 its 420 MB state several times per turn (8 s per turn at 10,000 on PostgreSQL already)."""
 FLOOR_READS = 5
-"""Floor reads per round; the round's floor is their median."""
+"""Floor reads before each measured turn; that turn's floor is their median."""
 
 
 class _PlainState(TypedDict):
@@ -183,7 +183,7 @@ class PeerSeries:
 
 
 class OurSeries:
-    """`TurnSeries` behind the same two methods."""
+    """`TurnSeries` behind `PeerSeries`'s methods (`turn`, `once`, `outcome`, `samples`)."""
 
     def __init__(self, series: TurnSeries) -> None:
         self.series = series

@@ -13,7 +13,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from hypothesis import settings
 from sqlalchemy.engine import make_url
 
 from app.store import migrate
+from app.store.onehop import OneHopConnection, _on_connection
 from app.store.schema import metadata
 from app.store.sql import SqlAgentStore
 
@@ -107,6 +108,24 @@ async def empty_database(engine: sa.ext.asyncio.AsyncEngine) -> None:
         else:
             for table in reversed(metadata.sorted_tables):
                 await conn.execute(table.delete())
+
+
+@contextmanager
+def worker_calls() -> Iterator[list[str]]:
+    """The calls into an aiosqlite worker thread (one thread hand-over each) made while the block
+    runs, named by the function the thread ran. Empty on PostgreSQL, which has no such thread."""
+    calls: list[str] = []
+    original = OneHopConnection._execute
+
+    async def counted(self: OneHopConnection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(args[1] if fn is _on_connection else fn, "__name__", repr(fn)))
+        return await original(self, fn, *args, **kwargs)
+
+    OneHopConnection._execute = counted  # type: ignore[method-assign]
+    try:
+        yield calls
+    finally:
+        OneHopConnection._execute = original  # type: ignore[method-assign]
 
 
 @asynccontextmanager

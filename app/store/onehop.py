@@ -9,10 +9,10 @@ machine 50-100 us apiece, 77 of them per benchmark turn, more than the statement
 `OneHopConnection` is an `aiosqlite.Connection` whose cursors run execute + fetchall + close as
 one call and buffer the rows, and which skips the ROLLBACK (and COMMIT) call when sqlite3 says
 no transaction is open (it knows, since every statement reports `in_transaction` back from the
-thread). The
-statements, their order, their transactions and their errors are those of plain aiosqlite: only
-the number of thread hand-overs changes. SQLAlchemy gets it through `create_async_engine`'s
-`async_creator` (see `app.store.engine.make_engine`), so every engine event still fires.
+thread). The statements, their order, their transactions and their errors are those of plain
+aiosqlite: only the number of thread hand-overs changes. SQLAlchemy gets it through
+`create_async_engine`'s `async_creator` (see `app.store.engine.make_engine`), so every engine
+event still fires.
 """
 
 from __future__ import annotations

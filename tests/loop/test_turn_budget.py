@@ -21,8 +21,8 @@ from app.core.history import window_history
 from app.core.messages import ToolCall
 from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
-from app.store.onehop import OneHopConnection
 from app.testing import FunctionTool, ScriptedProvider, reply
+from tests.conftest import worker_calls
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
@@ -45,8 +45,8 @@ rest (the turn read, and the writes after a unit's first) go through the driver
 @dataclass
 class Counts:
     commits: int = 0
-    worker_calls: int = 0
-    """SQLite only: calls into the aiosqlite worker thread."""
+    worker_calls: list[str] = field(default_factory=list)
+    """SQLite only: calls into the aiosqlite worker thread, by the function each ran."""
     statements: list[str] = field(default_factory=list)
     through_sqlalchemy: list[str] = field(default_factory=list)
     """Statements SQLAlchemy executed (its listeners get a cursor; the driver's way, none)."""
@@ -65,20 +65,13 @@ def counted(store: SqlAgentStore) -> Iterator[Counts]:
             if cursor is not None:
                 counts.through_sqlalchemy.append(statement)
 
-    original = OneHopConnection._execute
-
-    async def worker_call(self: OneHopConnection, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        counts.worker_calls += 1
-        return await original(self, fn, *args, **kwargs)
-
     engine = store.engine.sync_engine
     event.listen(engine, "commit", on_commit)
     event.listen(engine, "before_cursor_execute", on_statement)
-    OneHopConnection._execute = worker_call  # type: ignore[method-assign]
     try:
-        yield counts
+        with worker_calls() as counts.worker_calls:
+            yield counts
     finally:
-        OneHopConnection._execute = original  # type: ignore[method-assign]
         event.remove(engine, "commit", on_commit)
         event.remove(engine, "before_cursor_execute", on_statement)
 
@@ -104,9 +97,9 @@ async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: Loop
     counts = await _turn(env, loop, tid, "and now?")
     assert counts.commits <= COMMON_TURN_TRANSACTIONS, counts
     if env.store.engine.dialect.name == "sqlite":
-        assert counts.worker_calls <= COMMON_TURN_SQLITE_WORKER_CALLS, counts
+        assert len(counts.worker_calls) <= COMMON_TURN_SQLITE_WORKER_CALLS, counts
     else:
-        assert counts.worker_calls == 0, "asyncpg has no worker thread"
+        assert counts.worker_calls == [], "asyncpg has no worker thread"
     assert len(counts.statements) <= COMMON_TURN_STATEMENTS, "\n".join(counts.statements)
     assert len(counts.through_sqlalchemy) <= COMMON_TURN_SQLALCHEMY_STATEMENTS, "\n".join(
         counts.through_sqlalchemy

@@ -19,10 +19,9 @@ from app.durable.journal import _INSERT_STEP
 from app.errors import InvalidContent, StoreError
 from app.store import SqlAgentStore, direct
 from app.store.ledger import _INSERT, SqlLedger
-from app.store.onehop import OneHopConnection, _on_connection
 from app.store.schema import actor_usage, ledger, run_steps, threads
 from app.store.tx import SqlTransaction, open_write
-from tests.conftest import emptied_store
+from tests.conftest import emptied_store, worker_calls
 from tests.factories import tool_answer, user
 
 
@@ -343,23 +342,6 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
     assert await _ledger_rows(sql_store) == []
 
 
-@contextmanager
-def worker_calls(store: SqlAgentStore) -> Iterator[list[str]]:
-    """The names of the functions each SQLite worker-thread call ran (one entry per hop)."""
-    calls: list[str] = []
-    original = OneHopConnection._execute
-
-    async def counted(self: OneHopConnection, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(getattr(args[1] if fn is _on_connection else fn, "__name__", repr(fn)))
-        return await original(self, fn, *args, **kwargs)
-
-    OneHopConnection._execute = counted  # type: ignore[method-assign]
-    try:
-        yield calls
-    finally:
-        OneHopConnection._execute = original  # type: ignore[method-assign]
-
-
 def _ledger_rows_for(thread_id: str, *ids: int) -> list[dict[str, Any]]:
     return [{**_entry(thread_id).model_dump(), "id": i} for i in ids]
 
@@ -377,7 +359,7 @@ async def test_a_units_last_write_and_its_commit_are_one_worker_thread_call_on_s
     event.listen(sql_store.engine.sync_engine, "commit", on_commit)
     try:
         tx = await _unit(sql_store, thread.id)
-        with worker_calls(sql_store) as calls:
+        with worker_calls() as calls:
             rows = _ledger_rows_for(thread.id, 1, 2)
             await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
             await tx.close(commit=True)
