@@ -91,7 +91,12 @@ from app.core.report import (
     SummaryReport,
     prompt_cache_report,
 )
-from app.core.summary import DEFAULT_FOLD_MAX_TOKENS, render_history_summary
+from app.core.summary import (
+    DEFAULT_FOLD_MAX_TOKENS,
+    clip_summary,
+    render_history_summary,
+    summary_token_cap,
+)
 from app.core.tokens import estimate_message_tokens
 from app.errors import (
     AgentError,
@@ -629,12 +634,13 @@ class AgentLoop:
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
         budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
         previous = summary.covers_through_seq if summary is not None else None
-        folds, input_messages, input_tokens = made_before, 0, 0
+        folds, input_messages, input_tokens, clipped = made_before, 0, 0, 0
         if report.summary is not None and report.summary.made:
             previous = report.summary.previous_covers_through_seq
-            input_messages, input_tokens = (
+            input_messages, input_tokens, clipped = (
                 report.summary.input_messages,
                 report.summary.input_tokens,
+                report.summary.clipped,
             )
         while summary is None or summary.covers_through_seq < through:
             folds += 1
@@ -691,6 +697,7 @@ class AgentLoop:
             )
             input_messages += made["input_messages"]
             input_tokens += made["input_tokens"]
+            clipped += 1 if made.get("clipped") else 0
         report.summary = SummaryReport(
             made=True,
             covers_through_seq=summary.covers_through_seq,
@@ -698,6 +705,7 @@ class AgentLoop:
             folds=folds,
             input_messages=input_messages,
             input_tokens=input_tokens,
+            clipped=clipped,
         )
         return summary, folds
 
@@ -730,10 +738,13 @@ class AgentLoop:
             chunk.append(message)
             tokens += cost
             seq += 1
+        cap = summary_token_cap(budget)
         reserved = await self._reserve(request.actor_id, tokens + COMPLETION_RESERVE)
         try:
             async with _provider_boundary("history summary"):
-                made = await summarizer(chunk, hctx.model_copy(update={"summary": summary}))
+                made = await summarizer(
+                    chunk, hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
+                )
         except BaseException:
             await self._release(request.actor_id, reserved)
             raise
@@ -743,8 +754,19 @@ class AgentLoop:
             prompt_tokens=tokens,
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
         )
-        return {
-            "text": text,
+        kept = clip_summary(text, cap)
+        if kept != text:
+            # Booked as made (the provider billed all of it); only the head is kept.
+            log.warning(
+                "run %s: the summarizer returned %d characters, more than the summary's cap of "
+                "%d estimated tokens; kept the first %d",
+                request.run_id,
+                len(text),
+                cap,
+                len(kept),
+            )
+        recorded: dict[str, Any] = {
+            "text": kept,
             "usage": usage.model_dump(mode="json"),
             "model": _booked_model(made.model, self.model),
             "covers_through_seq": chunk[-1].seq,
@@ -752,6 +774,9 @@ class AgentLoop:
             "input_tokens": tokens,
             "reserved": reserved,
         }
+        if kept != text:
+            recorded["clipped"] = len(text) - len(kept)
+        return recorded
 
     async def _fetch_backlog(
         self, thread_id: str, after_seq: int, through: int, known: dict[int | None, Message]

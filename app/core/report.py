@@ -113,6 +113,9 @@ class SummaryReport(BaseModel):
     input_messages: int = 0
     input_tokens: int = 0
     """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""
+    clipped: int = 0
+    """Folds whose summary came back longer than its cap (half of `fold_max_tokens`) and was
+    cut to it: a summarizer that does not honor `summary_max_tokens`."""
 
 
 class RunReport(BaseModel):

@@ -21,6 +21,7 @@ from app.core.ports import (
     ModelRequest,
     Summarizer,
 )
+from app.core.tokens import MESSAGE_ALLOWANCE
 
 DEFAULT_HISTORY_SUMMARY_INSTRUCTION = (
     "Summarize this conversation for an assistant that will continue it without seeing these "
@@ -40,6 +41,9 @@ DEFAULT_FOLD_MAX_TOKENS = 8000
 Well inside the context window of any model one would summarize with; a longer backlog is
 folded in several calls, each extending the summary of the one before."""
 
+SUMMARY_SHARE = 2
+"""A summary may take 1/SUMMARY_SHARE of the fold budget (`summary_token_cap`)."""
+
 PREVIOUS_SUMMARY_HEADING = "Summary of the conversation so far:"
 NEW_MESSAGES_HEADING = "Messages since then:"
 
@@ -57,6 +61,33 @@ def render_history_summary(text: str) -> str:
         "Earlier messages in this thread are no longer included verbatim. "
         "Treat the summary above as an accurate record of them."
     )
+
+
+def summary_token_cap(fold_max_tokens: int) -> int:
+    """The estimated tokens a summary may have: half the fold budget (4,000 by default).
+
+    Every fold hands the summarizer the summary so far plus new messages within
+    `fold_max_tokens`, and every later prompt carries the summary. A summary allowed to grow
+    with the thread would make both O(thread) again; held to half the budget, each fold still
+    takes at least half a budget of new messages. Raise `fold_max_tokens` for longer summaries.
+    """
+    return max(MESSAGE_ALLOWANCE + 1, fold_max_tokens // SUMMARY_SHARE)
+
+
+def clip_summary(text: str, cap: int) -> str:
+    """`text` cut to at most `cap` estimated tokens (as `estimate_message_tokens` counts a
+    message holding it), at a word break when one is near the end; unchanged when it fits.
+
+    The backstop for a summarizer that ignores `summary_max_tokens`: its head is kept, which is
+    where a summary that extends the previous one keeps the older facts."""
+    limit = max(0, (cap - MESSAGE_ALLOWANCE) * 4)
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    if space >= limit * 4 // 5:
+        cut = cut[:space]
+    return cut.rstrip()
 
 
 def _render_transcript(messages: Sequence[Message]) -> str:
@@ -96,8 +127,9 @@ def summarize_with_model(
     The returned coroutine function takes `(messages, ctx)` and makes exactly ONE
     `model.complete(...)` call: a system message holding `instruction`, then a user message
     holding the summary so far (`ctx.summary`, when there is one) and a transcript of `messages`;
-    no tools (a summary must not act), and `purpose="history_summary"` so the call gets a ledger
-    row of its own. It returns the response's text, usage and model name. `complete` rather than
+    no tools (a summary must not act), `purpose="history_summary"` so the call gets a ledger
+    row of its own, and `max_tokens` from `ctx.summary_max_tokens` so the model stops where the
+    loop would clip. It returns the response's text, usage and model name. `complete` rather than
     `stream` keeps the summary's tokens out of the user's live stream.
 
     The loop runs it inside a `history:summarize` checkpoint, so it may do I/O: a replay reads
@@ -112,6 +144,7 @@ def summarize_with_model(
             ],
             tools=[],
             purpose="history_summary",
+            max_tokens=ctx.summary_max_tokens,
         )
         response = await model.complete(request)
         return HistorySummary(
@@ -124,7 +157,9 @@ def summarize_with_model(
 __all__ = [
     "DEFAULT_FOLD_MAX_TOKENS",
     "DEFAULT_HISTORY_SUMMARY_INSTRUCTION",
+    "clip_summary",
     "fold_input",
     "render_history_summary",
     "summarize_with_model",
+    "summary_token_cap",
 ]

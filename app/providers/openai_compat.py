@@ -80,7 +80,8 @@ class OpenAICompatibleProvider:
         sleep: How waits are spent; injectable so tests can record them without waiting.
         max_tokens: Cap on the tokens of each answer, sent as ``max_tokens``; ``None`` sends
             none and leaves the length to the server (a small local model may then ramble
-            until its context is full).
+            until its context is full). A request's own ``max_tokens`` (the summarizer's)
+            lowers it for that call.
     """
 
     def __init__(
@@ -257,8 +258,9 @@ class OpenAICompatibleProvider:
         }
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
-        if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+        caps = [c for c in (self.max_tokens, request.max_tokens) if c is not None]
+        if caps:
+            body["max_tokens"] = min(caps)
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body

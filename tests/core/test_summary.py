@@ -13,9 +13,12 @@ from app.core.messages import Message, ToolCall, ToolResult
 from app.core.ports import ModelRequest, ModelResponse, TextDelta, ThreadSummary, Usage
 from app.core.summary import (
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
+    clip_summary,
     render_history_summary,
     summarize_with_model,
+    summary_token_cap,
 )
+from app.core.tokens import estimate_message_tokens
 
 CTX = HistoryPolicyContext(thread_id="t1", agent="helper", actor_id="u1", run_id="r1")
 
@@ -136,3 +139,34 @@ async def test_a_fold_hands_the_model_the_summary_so_far_and_only_the_new_messag
 async def test_a_summarizer_may_return_no_usage_and_no_model() -> None:
     summary = HistorySummary(text="short")
     assert (summary.usage, summary.model) == (None, None)
+
+
+async def test_summarize_with_model_asks_for_no_more_than_the_summary_cap() -> None:
+    model = CountingModel()
+    await summarize_with_model(model)(DROPPED, CTX.model_copy(update={"summary_max_tokens": 300}))
+    await summarize_with_model(model)(DROPPED, CTX)
+    assert [r.max_tokens for r in model.requests] == [300, None]
+
+
+def test_the_summary_cap_is_half_the_fold_budget() -> None:
+    assert summary_token_cap(8000) == 4000
+    assert summary_token_cap(401) == 200
+    assert summary_token_cap(1) == 5, "never below one character's worth"
+
+
+def test_clip_summary_keeps_a_summary_that_fits_unchanged() -> None:
+    text = "x" * ((100 - 4) * 4)  # exactly 100 estimated tokens
+    assert clip_summary(text, 100) == text
+
+
+def test_clip_summary_cuts_to_the_cap_at_a_word_break() -> None:
+    text = " ".join(f"word{i}" for i in range(1000))
+    clipped = clip_summary(text, 100)
+    assert estimate_message_tokens(Message(role="system", content=clipped)) <= 100
+    assert text.startswith(clipped) and text[len(clipped)] == " ", "ends on a whole word"
+    assert len(clipped) > 300, "the word break is near the limit, not far before it"
+
+
+def test_clip_summary_cuts_text_without_breaks_at_the_limit() -> None:
+    assert clip_summary("y" * 10_000, 10) == "y" * 24
+    assert clip_summary("abc", 4) == "", "a cap below the per-message allowance keeps nothing"

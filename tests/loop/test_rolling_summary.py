@@ -456,3 +456,48 @@ async def test_the_threshold_prefers_the_providers_count_of_the_last_call(env: L
     echo = env.loop(EchoModel(), summarizing_runs_window(quiet, token_threshold=1000))
     await _turns(env, echo, tid2, 3)
     assert quiet.folds == [], "an estimated count is not a report: the estimate decides"
+
+
+async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays_bounded(
+    env: LoopEnv,
+) -> None:
+    """A summarizer (a model that rambles, or lies) returning far more than the summary's cap:
+    each summary kept is cut to half the fold budget, so every later prompt and fold stays
+    bounded however long the thread gets; the ledger still books what the provider billed."""
+    budget = 400
+    cap = budget // 2
+    seen_caps: list[int | None] = []
+
+    async def rambling(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        seen_caps.append(ctx.summary_max_tokens)
+        return HistorySummary(
+            text=" ".join(f"fact{i}" for i in range(20_000)),  # ~ 35,000 estimated tokens
+            usage=Usage(prompt_tokens=100, completion_tokens=40_000),
+        )
+
+    tid = await env.thread([m for i in range(6) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+    model = ScriptedProvider([reply(f"answer {i}") for i in range(12)])
+    loop = env.loop(
+        model, window_history(max_messages=4, summarize=rambling, fold_max_tokens=budget)
+    )
+    reports, run_ids = [], [rid() for _ in range(12)]
+    for i, run_id in enumerate(run_ids):
+        result = await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content=f"turn {i}", run_id=run_id
+        )
+        reports.append(result.report)
+    assert seen_caps and set(seen_caps) == {cap}, "the summarizer is told its cap"
+    for _, text in await _summary_rows(env.store, tid):
+        assert estimate_message_tokens(Message(role="system", content=text)) <= cap
+        assert text.startswith("fact0 fact1") and not text.endswith(" "), "the head, at a word"
+    sizes = [sum(estimate_message_tokens(m) for m in call.messages) for call in model.calls]
+    assert max(sizes) <= cap + 200, f"every prompt is the capped summary plus the window: {sizes}"
+    folded = [r.summary for r in reports if r.summary is not None and r.summary.made]
+    assert len(folded) >= 3 and all(s.clipped == s.folds for s in folded)
+    ledger = [
+        e
+        for run_id in run_ids
+        for e in await env.ledger.entries_for_run(run_id)
+        if e.purpose == "history_summary"
+    ]
+    assert ledger and {e.completion_tokens for e in ledger} == {40_000}, "booked as billed"

@@ -137,6 +137,21 @@ async def test_max_tokens_is_sent_only_when_set(
         make_provider(max_tokens=0)
 
 
+async def test_a_requests_own_max_tokens_lowers_the_providers_cap(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """The summarizer's call carries its summary cap: the lower of the two caps is sent."""
+    for _ in range(3):
+        fake_openai.enqueue(Reply.json(completion("Hi")))
+    capped = ask().model_copy(update={"max_tokens": 20})
+
+    await make_provider(max_tokens=32).complete(capped)
+    await make_provider(max_tokens=8).complete(capped)
+    await make_provider().complete(capped)
+
+    assert [r.json()["max_tokens"] for r in fake_openai.requests] == [20, 8, 20]
+
+
 async def test_request_body_carries_tools_and_the_tool_exchange(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
