@@ -61,7 +61,7 @@ SYSTEM_PROMPT = "You answer from the pages you read."
 PEER_WINDOW_FACTOR = 2
 """LangChain messages the model node sees per message of this project's window (see the module
 docstring): 20 for a window of 10."""
-OURS = "bounded-agents, window 10"
+OURS = "bounded-agents"
 LG_PLAIN = "LangGraph, add_messages"
 LG_DELTA = "LangGraph, DeltaChannel"
 SYSTEMS = (OURS, LG_PLAIN, LG_DELTA)
@@ -377,9 +377,11 @@ def render_peers(results: dict[str, Any]) -> str:
     ]
     title = (
         "PEERS: ONE TURN (one tool call, two model calls) ON THE SAME THREAD CONTENT, ONE RUN\n"
-        "medians; overhead = turn minus model time; x ours = against bounded-agents' turn and "
-        "overhead; x floor = overhead against the raw read measured beside bounded-agents' "
-        "turns; block floor = the raw read measured beside that system's own turns"
+        f"bounded-agents with a window of {results['window']} messages, LangGraph with "
+        f"{results['peer_window']} LangChain messages; medians; overhead = turn minus model time;"
+        " x ours = against bounded-agents' turn and overhead; x floor = overhead against the raw"
+        " read measured beside bounded-agents' turns; block floor = the raw read measured"
+        " beside that system's own turns"
     )
     return "\n".join(
         [title, _table(header, rows, left=frozenset({0, 2})), "", *peer_targets(results)]
