@@ -219,6 +219,48 @@ async def test_postgres_plans_every_read_shape_as_an_index_range_not_a_scan(
             assert "pk_messages" in text, text  # the (thread_id, seq) key
 
 
+@pytest.mark.postgres
+async def test_postgres_keeps_the_index_range_when_one_long_thread_fills_the_table(
+    postgres_url: str,
+) -> None:
+    """The plan must not hinge on the planner's guess at the page's size. The floor comes from
+    the thread row, a value the planner cannot see: it used to guess a third of the thread,
+    and for a thread holding most of the table (one user's long thread, a new deployment) a
+    third of the thread cost more by index than reading the table, so every turn read the
+    whole thread (25 ms against 0.07 at 100,000 messages in the bench; 2 ms here at 10,000).
+    Seeded as the bench seeds (8 KB tool results stored out of line, so the rows are narrow and
+    the table looks cheap to read)."""
+    from bench.data import build_thread
+    from tests.conftest import emptied_store
+
+    async with emptied_store(postgres_url) as store:
+        for length in (100, 1_000):
+            await build_thread(store, length)
+        tid, _ = await build_thread(store, 10_000)
+        await store.save_summary(tid, ThreadSummary(text="s", covers_through_seq=9_990))
+        async with store.engine.begin() as conn:
+            await conn.exec_driver_sql("ANALYZE")
+        shapes = [
+            ThreadTurnQuery(thread_id=tid, message_limit=10),
+            ThreadTurnQuery(thread_id=tid, token_limit=2000),
+            ThreadTurnQuery(thread_id=tid, run_limit=3),
+            ThreadTurnQuery(thread_id=tid, message_limit=15, after_summary=True),
+            ThreadTurnQuery(thread_id=tid, token_limit=3000, run_limit=5, widest=True),
+            ThreadTurnQuery(thread_id=tid, message_limit=10, token_limit=3000),
+        ]
+        for query in shapes:
+            stmt, params = turn_read(query)
+            sql = stmt.params(**params).compile(
+                dialect=store.engine.dialect, compile_kwargs={"literal_binds": True}
+            )
+            async with store.engine.connect() as conn:
+                plan = [r[0] for r in await conn.exec_driver_sql(f"EXPLAIN ANALYZE {sql}")]
+            text = "\n".join(plan)
+            assert "Seq Scan on messages" not in text, text
+            removed = sum(int(line.rsplit(":", 1)[1]) for line in plan if "Rows Removed" in line)
+            assert removed < 100, text  # no part of the thread read only to be thrown away
+
+
 @pytest.mark.parametrize("seed", range(3))
 async def test_a_hysteresis_window_over_the_bounded_read_cuts_where_the_whole_thread_does(
     sql_store: SqlAgentStore, seed: int

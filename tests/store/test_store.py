@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -79,8 +80,13 @@ async def test_bounded_read_returns_newest_n_in_order_with_the_bound_in_sql(
     assert [m.content for m in page.messages] == ["m16", "m17", "m18", "m19", "m20"]
     assert [m.seq for m in page.messages] == [16, 17, 18, 19, 20]
     assert len(statements) == 1, "page, title and answered flag come back in one round trip"
-    # The newest n are the seq range above last_seq - n: the database never walks older rows.
-    assert "PAGE.SEQ >= (THREADS.LAST_SEQ -" in " ".join(statements[0].upper().split())
+    # The newest n are the seq range from last_seq - n + 1 to last_seq, both ends read from the
+    # thread row in the statement: the database never walks older rows.
+    sql = re.sub(r"\$\d+(::\w+)?", "?", statements[0].upper())  # PostgreSQL's $1::VARCHAR
+    sql = " ".join(sql.replace("(", " ( ").replace(")", " ) ").split())
+    last_seq = "( SELECT THREADS.LAST_SEQ FROM THREADS WHERE THREADS.ID = ? )"
+    assert f"PAGE.SEQ >= ( {last_seq} - ? ) + ?" in sql
+    assert f"PAGE.SEQ <= {last_seq}" in sql
 
 
 async def test_bounded_read_without_limit_reads_whole_thread(sql_store: SqlAgentStore) -> None:
