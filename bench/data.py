@@ -95,9 +95,11 @@ async def _insert(engine: AsyncEngine, rows: list[dict[str, object]]) -> None:
 async def settle(engine: AsyncEngine) -> None:
     """Write out what was just written in bulk before the next figures are timed: PostgreSQL's
     `CHECKPOINT` (the no-window turns at 100,000 messages journal about 1.3 GB, whose
-    write-back otherwise lands on the window turns timed next: 72 ms turns at 100,000 against
-    31 ms at 10,000 in one run, 23 ms at every length later in the same run); SQLite's
-    `wal_checkpoint`."""
+    write-back would otherwise land on the window turns timed next); SQLite's `wal_checkpoint`.
+
+    It was once credited with the slow window turns at 100,000 messages on PostgreSQL (72 ms
+    against 31 at 10,000); they had another cause, a plan that read the whole thread when it
+    held most of the table (see `app.store.sql._turn_read`), and outlived it."""
     statement = "CHECKPOINT" if engine.dialect.name == "postgresql" else "PRAGMA wal_checkpoint"
     async with engine.connect() as conn:
         await conn.execute(sa.text(statement))
