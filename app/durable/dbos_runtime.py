@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import logging
 import uuid
@@ -73,8 +74,13 @@ with the SQL journal (this is what DBOS's deprecated `enable_patching` flag did)
 _DBOS_PATCH = "DBOS.patch-"
 
 
+_LATER_ATTEMPT = "#attempt-"
+"""Between a run's id and its attempt number in the workflow ids of its second and later
+attempts (the first attempt's workflow id is the run's)."""
+
+
 def attempt_workflow_id(run_id: str, attempt: int) -> str:
-    return run_id if attempt == 1 else f"{run_id}#attempt-{attempt}"
+    return run_id if attempt == 1 else f"{run_id}{_LATER_ATTEMPT}{attempt}"
 
 
 class StepFailed(Exception):
@@ -283,6 +289,21 @@ class DbosRuntime(SqlJournal):
                 trace.model_copy(update={"steps": [n for n, _ in steps], "payloads": payloads})
             )
         return filled
+
+    async def _forget(self, run_ids: Sequence[str]) -> None:
+        """Pruned runs: delete their DBOS workflows, every attempt's, whose checkpoints are the
+        journal here (the prompts' selections, model answers, tool results). Deleting a
+        workflow that is already gone does nothing, so a prune retried after a failure here
+        finishes the job."""
+        later = await _outside(
+            functools.partial(
+                DBOS.list_workflows,
+                workflow_id_prefix=[f"{run_id}{_LATER_ATTEMPT}" for run_id in run_ids],
+                load_input=False,
+                load_output=False,
+            )
+        )
+        await _outside(DBOS.delete_workflows, [*run_ids, *(w.workflow_id for w in later)])
 
     # --- RunExecutor ---------------------------------------------------------------------------
 

@@ -524,7 +524,13 @@ class SqlJournal:
                         sa.tuple_(run_steps.c.thread_id, run_steps.c.run_id).in_(keys)
                     )
                 )
+                await self._forget([run_id for _thread, run_id in keys])
         return len(keys)
+
+    async def _forget(self, run_ids: Sequence[str]) -> None:
+        """What else holds the pruned runs' journals, deleted inside the pruning transaction:
+        if this fails, nothing is marked and the next sweep takes the runs again. The SQL
+        journal has nothing else (`DbosRuntime` has its workflows' checkpoints)."""
 
     async def thread_runs(
         self, thread_id: str, *, limit: int, before_seq: int | None = None

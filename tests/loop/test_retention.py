@@ -55,8 +55,8 @@ async def _age(env: LoopEnv, run_ids: list[str], seconds: float) -> None:
         )
 
 
-# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
-# tables, and their retention is DBOS's own (docs/dbos.md).
+# SQL journal only: counts run_steps rows, which a DBOS run does not write (its checkpoints
+# are its workflows': test_pruning_a_dbos_run_deletes_its_workflows_every_attempt).
 @SQL_JOURNAL_ONLY
 async def test_completed_runs_lose_their_journal_once_old_enough_and_nothing_else(
     env: LoopEnv,
@@ -128,8 +128,8 @@ async def test_a_failed_run_is_resumed_from_its_journal_after_a_prune(env: LoopE
     assert "load:thread" in await env.step_names(failed_id)
 
 
-# SQL journal only: retention prunes run_steps rows; a DBOS run's checkpoints live in DBOS's
-# tables, and their retention is DBOS's own (docs/dbos.md).
+# SQL journal only: counts run_steps rows, which a DBOS run does not write (its checkpoints
+# are its workflows': test_pruning_a_dbos_run_deletes_its_workflows_every_attempt).
 @SQL_JOURNAL_ONLY
 async def test_a_running_run_keeps_its_journal(env: LoopEnv) -> None:
     tid = await env.thread()
@@ -252,3 +252,65 @@ async def test_a_failed_run_pruned_while_its_resume_reads_it_is_not_claimed(
     assert model.calls == []
     record = await journal.get_run(failed_id)
     assert record is not None and record.status == "failed"
+
+
+@pytest.mark.parametrize("runtime_name", ["dbos"])
+async def test_pruning_a_dbos_run_deletes_its_workflows_every_attempt(env: LoopEnv) -> None:
+    """Under DBOS a run's journal is its workflows' checkpoints: pruning the run deletes the
+    workflow of each attempt, so that journal is bounded by retention too. A run not old
+    enough keeps its workflow."""
+    from dbos import DBOS
+
+    from app.durable.dbos_runtime import attempt_workflow_id
+
+    tid = await env.thread()
+    done = await _turns(env, tid, 2)
+    failed_id = str(uuid.uuid4())
+    with pytest.raises(RunFailed):
+        await env.loop(ScriptedProvider([ProviderError("down")]), POLICY).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="fails", run_id=failed_id
+        )
+    await env.loop(ScriptedProvider([reply("at last")]), POLICY).resume(failed_id)
+    kept = await _turns(env, tid, 1)
+    workflows = [*done, attempt_workflow_id(failed_id, 1), attempt_workflow_id(failed_id, 2)]
+
+    def status(workflow_id: str) -> object:
+        return DBOS.get_workflow_status(workflow_id)
+
+    assert all([await asyncio.to_thread(status, w) for w in [*workflows, *kept]])
+    await _age(env, [*done, failed_id], 7200)
+
+    assert await env.journal.prune_steps(3600, limit=100) == 3
+
+    assert [await asyncio.to_thread(status, w) for w in workflows] == [None] * 4
+    assert await asyncio.to_thread(status, kept[0]) is not None
+    assert await env.journal.prune_steps(3600, limit=100) == 0
+
+
+@pytest.mark.parametrize("runtime_name", ["dbos"])
+async def test_a_dbos_prune_that_fails_to_delete_the_workflows_marks_nothing(
+    env: LoopEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workflows go inside the pruning transaction: if DBOS fails, the runs stay unmarked
+    and the next sweep prunes them, workflows included."""
+    from dbos import DBOS
+
+    tid = await env.thread()
+    done = await _turns(env, tid, 2)
+    await _age(env, done, 7200)
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("DBOS system database unreachable")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(DBOS, "delete_workflows", broken)
+        with pytest.raises(RuntimeError):
+            await env.journal.prune_steps(3600, limit=100)
+    async with env.store.engine.connect() as conn:
+        marked = await conn.execute(
+            sa.select(sa.func.count()).where(runs.c.steps_pruned_at.is_not(None))
+        )
+        assert marked.scalar() == 0
+
+    assert await env.journal.prune_steps(3600, limit=100) == 2
+    assert [await asyncio.to_thread(DBOS.get_workflow_status, r) for r in done] == [None, None]
