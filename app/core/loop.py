@@ -697,7 +697,7 @@ class AgentLoop:
             )
             input_messages += made["input_messages"]
             input_tokens += made["input_tokens"]
-            clipped += 1 if made.get("clipped") else 0
+            clipped += 1 if made.get("clipped_chars") else 0
         report.summary = SummaryReport(
             made=True,
             covers_through_seq=summary.covers_through_seq,
@@ -739,7 +739,9 @@ class AgentLoop:
             tokens += cost
             seq += 1
         cap = summary_token_cap(budget)
-        reserved = await self._reserve(request.actor_id, tokens + COMPLETION_RESERVE)
+        # The summary may be as long as its cap: that much is held for the answer, not the
+        # chat steps' `COMPLETION_RESERVE`.
+        reserved = await self._reserve(request.actor_id, tokens + cap)
         try:
             async with _provider_boundary("history summary"):
                 made = await summarizer(
@@ -755,11 +757,11 @@ class AgentLoop:
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
         )
         kept = clip_summary(text, cap)
-        if kept != text:
-            # Booked as made (the provider billed all of it); only the head is kept.
+        if kept != text.strip():
+            # Booked as made (the provider billed all of it); only the end is kept.
             log.warning(
                 "run %s: the summarizer returned %d characters, more than the summary's cap of "
-                "%d estimated tokens; kept the first %d",
+                "%d estimated tokens; kept the last %d",
                 request.run_id,
                 len(text),
                 cap,
@@ -774,8 +776,8 @@ class AgentLoop:
             "input_tokens": tokens,
             "reserved": reserved,
         }
-        if kept != text:
-            recorded["clipped"] = len(text) - len(kept)
+        if kept != text.strip():
+            recorded["clipped_chars"] = len(text) - len(kept)
         return recorded
 
     async def _fetch_backlog(

@@ -59,9 +59,9 @@ class ModelRequest(_Frozen):
     """`chat` for agent steps, `history_summary` for the summarizer (kept in the ledger)."""
     max_tokens: int | None = Field(default=None, ge=1)
     """At most this many tokens of answer, when the caller needs a bound (the summarizer's
-    call: a summary rides in every later prompt). A provider that can cap its answer should
-    (`OpenAICompatModel` sends the lower of this and its own cap); the caller still enforces it
-    on what comes back, so a provider that ignores it cannot grow the prompt."""
+    call: a summary rides in every later prompt). A provider may pass it on
+    (`OpenAICompatModel` lowers its own configured cap to it); the caller enforces its bound on
+    what comes back anyway, so a provider that ignores it cannot grow the prompt."""
 
 
 class ModelResponse(_Frozen):
@@ -397,10 +397,11 @@ class HistoryPolicyContext(_Frozen):
     reported_tokens: int | None = None
     """The provider's own count of the thread's last chat call (prompt plus completion), when
     it reported one: the history as the model saw it before this turn's message."""
-    summary_max_tokens: int | None = None
-    """Set for a summarizer call: the estimated tokens the summary it returns may have. A longer
-    one is clipped to it by the loop (see `app.core.summary.clip_summary`), so a summarizer
-    should ask its model for no more (`summarize_with_model` does)."""
+    summary_max_tokens: int | None = Field(default=None, ge=1)
+    """Set for a summarizer call: the estimated tokens (`estimate_message_tokens`) the summary
+    it returns may have. A longer one is clipped to it by the loop (see
+    `app.core.summary.clip_summary`), so a summarizer should ask for less (`summarize_with_model`
+    tells the model a word limit and asks for fewer model tokens)."""
 
 
 Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]

@@ -115,7 +115,9 @@ class SummaryReport(BaseModel):
     """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""
     clipped: int = 0
     """Folds whose summary came back longer than its cap (half of `fold_max_tokens`) and was
-    cut to it: a summarizer that does not honor `summary_max_tokens`."""
+    cut to its end (`app.core.summary.clip_summary`): a summarizer that does not honor
+    `summary_max_tokens`. The journal records each such fold's characters cut
+    (`clipped_chars`)."""
 
 
 class RunReport(BaseModel):

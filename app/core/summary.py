@@ -69,25 +69,51 @@ def summary_token_cap(fold_max_tokens: int) -> int:
     Every fold hands the summarizer the summary so far plus new messages within
     `fold_max_tokens`, and every later prompt carries the summary. A summary allowed to grow
     with the thread would make both O(thread) again; held to half the budget, each fold still
-    takes at least half a budget of new messages. Raise `fold_max_tokens` for longer summaries.
+    has half of it for new messages (a budget under 10 tokens leaves a summary of 5). Raise
+    `fold_max_tokens` for longer summaries.
     """
     return max(MESSAGE_ALLOWANCE + 1, fold_max_tokens // SUMMARY_SHARE)
 
 
 def clip_summary(text: str, cap: int) -> str:
     """`text` cut to at most `cap` estimated tokens (as `estimate_message_tokens` counts a
-    message holding it), at a word break when one is near the end; unchanged when it fits.
+    message holding it), keeping its END, from a word break when one is near; unchanged (but
+    for surrounding whitespace) when it fits.
 
-    The backstop for a summarizer that ignores `summary_max_tokens`: its head is kept, which is
-    where a summary that extends the previous one keeps the older facts."""
+    The backstop for a summarizer that ignores `summary_max_tokens`. What is cut is lost, so
+    the choice is which loss: a summary extends the previous one, so its newest facts tend to
+    come last, and a summary kept at its cap by its head would take in nothing new ever again.
+    Kept by its end, it forgets its oldest facts first, as the window itself does."""
+    text = text.strip()
     limit = max(0, (cap - MESSAGE_ALLOWANCE) * 4)
     if len(text) <= limit:
         return text
-    cut = text[:limit]
-    space = max(cut.rfind(" "), cut.rfind("\n"))
-    if space >= limit * 4 // 5:
-        cut = cut[:space]
-    return cut.rstrip()
+    cut = text[len(text) - limit :]
+    breaks = [i for i in (cut.find(" "), cut.find("\n")) if i >= 0]
+    if breaks and min(breaks) <= limit // 5:
+        cut = cut[min(breaks) :]
+    return cut.strip()
+
+
+SUMMARY_MODEL_TOKENS = 0.8
+"""The share of a summary's cap `summarize_with_model` asks the model for, in its own tokens:
+about 4.5 characters each in English prose, against the estimate's 4."""
+
+
+def _model_tokens(cap: int | None) -> int | None:
+    if cap is None:
+        return None
+    return max(1, int((cap - MESSAGE_ALLOWANCE) * SUMMARY_MODEL_TOKENS))
+
+
+def _limit(ctx: HistoryPolicyContext) -> str:
+    """The word limit that closes the summarizer's instruction: about three words per four
+    tokens."""
+    cap = ctx.summary_max_tokens
+    if cap is None:
+        return ""
+    words = max(1, (cap - MESSAGE_ALLOWANCE) * 3 // 4)
+    return f"\n\nKeep the summary under {words:,} words."
 
 
 def _render_transcript(messages: Sequence[Message]) -> str:
@@ -127,9 +153,11 @@ def summarize_with_model(
     The returned coroutine function takes `(messages, ctx)` and makes exactly ONE
     `model.complete(...)` call: a system message holding `instruction`, then a user message
     holding the summary so far (`ctx.summary`, when there is one) and a transcript of `messages`;
-    no tools (a summary must not act), `purpose="history_summary"` so the call gets a ledger
-    row of its own, and `max_tokens` from `ctx.summary_max_tokens` so the model stops where the
-    loop would clip. It returns the response's text, usage and model name. `complete` rather than
+    no tools (a summary must not act), and `purpose="history_summary"` so the call gets a ledger
+    row of its own. With `ctx.summary_max_tokens` set (the loop sets it) the instruction ends
+    with a word limit, and the request's `max_tokens` is `SUMMARY_MODEL_TOKENS` of the cap: a
+    model's tokens run longer than the estimate's four characters, so a model stopped by it
+    still fits. It returns the response's text, usage and model name. `complete` rather than
     `stream` keeps the summary's tokens out of the user's live stream.
 
     The loop runs it inside a `history:summarize` checkpoint, so it may do I/O: a replay reads
@@ -139,12 +167,12 @@ def summarize_with_model(
     async def summarize(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
         request = ModelRequest(
             messages=[
-                ChatMessage(role="system", content=instruction),
+                ChatMessage(role="system", content=instruction + _limit(ctx)),
                 ChatMessage(role="user", content=fold_input(messages, ctx)),
             ],
             tools=[],
             purpose="history_summary",
-            max_tokens=ctx.summary_max_tokens,
+            max_tokens=_model_tokens(ctx.summary_max_tokens),
         )
         response = await model.complete(request)
         return HistorySummary(

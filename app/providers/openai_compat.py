@@ -81,7 +81,7 @@ class OpenAICompatibleProvider:
         max_tokens: Cap on the tokens of each answer, sent as ``max_tokens``; ``None`` sends
             none and leaves the length to the server (a small local model may then ramble
             until its context is full). A request's own ``max_tokens`` (the summarizer's)
-            lowers it for that call.
+            lowers it for that call; with no cap set here, none is sent for any call.
     """
 
     def __init__(
@@ -258,9 +258,12 @@ class OpenAICompatibleProvider:
         }
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
-        caps = [c for c in (self.max_tokens, request.max_tokens) if c is not None]
-        if caps:
-            body["max_tokens"] = min(caps)
+        if self.max_tokens is not None:
+            # A request's own cap (the summarizer's) only lowers one the deployment set: some
+            # servers refuse `max_tokens` (OpenAI's reasoning models want
+            # `max_completion_tokens`), so the field is never sent where it was not asked for.
+            # Without it the loop still clips what comes back.
+            body["max_tokens"] = min(self.max_tokens, request.max_tokens or self.max_tokens)
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body

@@ -141,11 +141,19 @@ async def test_a_summarizer_may_return_no_usage_and_no_model() -> None:
     assert (summary.usage, summary.model) == (None, None)
 
 
-async def test_summarize_with_model_asks_for_no_more_than_the_summary_cap() -> None:
+async def test_summarize_with_model_asks_for_less_than_the_summary_cap() -> None:
+    """A word limit in the instruction, and 80% of the cap in model tokens (which run longer
+    than the estimate's): a model that obeys either is not clipped. No cap, no limit."""
     model = CountingModel()
     await summarize_with_model(model)(DROPPED, CTX.model_copy(update={"summary_max_tokens": 300}))
     await summarize_with_model(model)(DROPPED, CTX)
-    assert [r.max_tokens for r in model.requests] == [300, None]
+    capped, free = model.requests
+    assert (capped.max_tokens, free.max_tokens) == (236, None)
+    assert capped.messages[0].content == (
+        DEFAULT_HISTORY_SUMMARY_INSTRUCTION + "\n\nKeep the summary under 222 words."
+    )
+    assert free.messages[0].content == DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+    assert capped.messages[1:] == free.messages[1:]
 
 
 def test_the_summary_cap_is_half_the_fold_budget() -> None:
@@ -159,14 +167,18 @@ def test_clip_summary_keeps_a_summary_that_fits_unchanged() -> None:
     assert clip_summary(text, 100) == text
 
 
-def test_clip_summary_cuts_to_the_cap_at_a_word_break() -> None:
+def test_clip_summary_keeps_the_end_from_a_word_break() -> None:
+    """The newest facts of a rolling summary come last: the end is kept, whole words only."""
     text = " ".join(f"word{i}" for i in range(1000))
     clipped = clip_summary(text, 100)
     assert estimate_message_tokens(Message(role="system", content=clipped)) <= 100
-    assert text.startswith(clipped) and text[len(clipped)] == " ", "ends on a whole word"
-    assert len(clipped) > 300, "the word break is near the limit, not far before it"
+    assert text.endswith(clipped) and text[-len(clipped) - 1] == " ", "starts on a whole word"
+    assert clipped.endswith("word999")
+    assert len(clipped) > 300, "the word break is near the limit, not far after it"
 
 
 def test_clip_summary_cuts_text_without_breaks_at_the_limit() -> None:
-    assert clip_summary("y" * 10_000, 10) == "y" * 24
+    assert clip_summary("x" + "y" * 10_000, 10) == "y" * 24
     assert clip_summary("abc", 4) == "", "a cap below the per-message allowance keeps nothing"
+    assert clip_summary("  short  ", 10) == "short", "surrounding whitespace never counts"
+    assert clip_summary("tail" + " " * 10_000, 10) == "tail", "nor is it what gets kept"
