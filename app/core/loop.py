@@ -278,7 +278,7 @@ class AgentLoop:
         request = RunRequest(
             run_id=run_id, thread_id=thread_id, actor_id=actor_id, agent=agent, content=content
         )
-        ctx = await self.runtime.begin(request)
+        ctx = await self.runtime.begin(request, shared_first_unit=self._shares_transactions)
         report = RunReport(run_id=run_id)
         return await self._drive(request, ctx, definition, on_event, report, fresh=True)
 

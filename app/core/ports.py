@@ -502,8 +502,15 @@ class RunRecord(_Frozen):
 class DurableRuntime(Protocol):
     """Where runs live: it hands out a `DurableContext` per run and holds the thread lease."""
 
-    async def begin(self, request: RunRequest) -> DurableContext:
-        """Start a new run; `ThreadBusy` while another run holds the thread."""
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
+        """Start a new run; `ThreadBusy` while another run holds the thread.
+
+        `shared_first_unit`: every write of the run's first unit of work joins that unit's
+        transaction, so the runtime may record the run in it (one commit less per turn)
+        instead of committing it here. The caller promises no write of its own in between:
+        on SQLite such a write would wait for the very transaction it sits in."""
         ...
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:

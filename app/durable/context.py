@@ -93,11 +93,15 @@ class JournaledContext(Replay):
         history: list[StepRecord],
         write: StepWriter,
         open_unit: UnitOpener | None = None,
+        first_unit: Unit | None = None,
     ) -> None:
         self.run_id = run_id
         self._history = history
         self._write = write
         self._open_unit = open_unit
+        self._first = first_unit
+        """A unit the runtime opened already (the SQL journal's run insert, left uncommitted):
+        the first commit of this context goes through it, so the run row commits with it."""
         self._position = 0
         self._pending: list[tuple[int, str, str]] = []
         """Rows not yet written: patch markers ride with the next step's commit, and inside a
@@ -117,7 +121,11 @@ class JournaledContext(Replay):
         payload = encode_payload(value)
         self._pending.append((self._position, name, payload))
         if not self._depth:
-            await self._write(self._pending)
+            first = self._take_first()
+            if first is not None:
+                await first.commit(self._pending)
+            else:
+                await self._write(self._pending)
             self._pending.clear()
         self._position += 1
         self.journal_bytes[name] = len(payload.encode())
@@ -139,7 +147,7 @@ class JournaledContext(Replay):
         except BaseException:
             self._depth -= 1
             if not self._depth:
-                unit, self._unit = self._unit, None
+                unit, self._unit = self._unit or self._take_first(), None
                 self._position, pending, self.journal_bytes = self._start
                 del self._pending[pending:]
                 if unit is not None:
@@ -148,7 +156,7 @@ class JournaledContext(Replay):
         self._depth -= 1
         if self._depth:
             return
-        unit, self._unit = self._unit, None
+        unit, self._unit = self._unit or self._take_first(), None
         steps = list(self._pending)
         self._pending.clear()
         if unit is not None:
@@ -157,11 +165,20 @@ class JournaledContext(Replay):
             await self._write(steps)
 
     async def transaction(self) -> Transaction | None:
-        if not self._depth or self._open_unit is None:
+        if not self._depth or (self._open_unit is None and self._first is None):
             return None
         if self._unit is None:
-            self._unit = await self._open_unit()
+            first = self._take_first()
+            if first is not None:
+                self._unit = first
+            else:
+                assert self._open_unit is not None
+                self._unit = await self._open_unit()
         return self._unit.transaction
+
+    def _take_first(self) -> Unit | None:
+        first, self._first = self._first, None
+        return first
 
     async def patched(self, marker: str) -> bool:
         name = PATCH_PREFIX + marker

@@ -207,6 +207,9 @@ class DbosRuntime(SqlJournal):
     """`DurableRuntime` + `RunExecutor`: runs as DBOS workflows, the thread lease as `SqlJournal`
     keeps it. Needs `launch()` (DBOS is launched once per process) before the first run."""
 
+    joins_first_unit = False
+    """A DBOS step commits on its own: the run's row is committed at `begin`."""
+
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         super().__init__(engine, lease_seconds=lease_seconds)
         self._contexts: dict[str, DbosContext] = {}
@@ -228,8 +231,10 @@ class DbosRuntime(SqlJournal):
         self._contexts[run_id] = ctx
         return ctx
 
-    async def begin(self, request: RunRequest) -> DurableContext:
-        ctx = await super().begin(request)
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
+        ctx = await super().begin(request)  # its steps commit one by one: none is shared
         self._fresh.add(request.run_id)
         return ctx
 

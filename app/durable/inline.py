@@ -22,7 +22,9 @@ class InlineRuntime:
         self._runs: dict[str, RunRecord] = {}
         self._busy: set[str] = set()
 
-    async def begin(self, request: RunRequest) -> DurableContext:
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
         if request.thread_id in self._busy:
             raise ThreadBusy(request.thread_id)
         self._busy.add(request.thread_id)

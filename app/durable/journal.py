@@ -129,7 +129,17 @@ class _SqlUnit:
 
 
 class SqlJournal:
-    """`DurableRuntime` on the `runs` and `run_steps` tables."""
+    """`DurableRuntime` on the `runs` and `run_steps` tables.
+
+    A fresh run's row is inserted in its first unit of work's transaction (`begin` leaves it
+    open and the run's context commits it with the user's message and `load:thread`): one
+    commit less per turn. Until that commit nothing of the run exists for anyone else; if the
+    attempt fails first, `fail` records the run as failed in a transaction of its own (so it
+    can be resumed, as any failed run), and if it is cancelled first, nothing of it remains."""
+
+    joins_first_unit = True
+    """Whether `begin` leaves the run's insert for its first unit to commit (DBOS's runtime,
+    whose steps commit one by one, commits it at once)."""
 
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         self._engine = engine
@@ -143,16 +153,20 @@ class SqlJournal:
         """run id -> its thread, for the runs in `_owners`."""
         self._swept: set[str] = set()
         """Runs `claim_expired` took for this process that `reopen` has not taken up yet."""
+        self._first_units: dict[str, tuple[_SqlUnit, RunRequest]] = {}
+        """Runs whose row waits, uncommitted, in their first unit of work (see the class)."""
         self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
         """run id -> (thread id, the end's parameters): runs whose end could not be recorded
         (the database failed through every retry). Retried before a new turn on the thread is
         refused as busy, so a database blip at the end of a turn does not lock its thread for
         a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
 
-    async def begin(self, request: RunRequest) -> DurableContext:
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
         token = str(uuid.uuid4())
         try:
-            await self._insert_run(request, token)
+            tx = await self._insert_run(request, token)
         except ThreadBusy:
             # Only now look for a holder that is done or dead: the common turn pays one round
             # trip, not two.
@@ -161,12 +175,30 @@ class SqlJournal:
                 or await self._release_expired(request.thread_id)
             ):
                 raise
-            await self._insert_run(request, token)
+            tx = await self._insert_run(request, token)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
-        return self._context(request.thread_id, request.run_id, [])
+        if not (self.joins_first_unit and shared_first_unit):
+            await tx.close(commit=True)
+            return self._context(request.thread_id, request.run_id, [])
+        first = _SqlUnit(request.thread_id, request.run_id, tx)
+        self._first_units[request.run_id] = (first, request)
+        tx.after_commit.append(functools.partial(self._first_committed, request.run_id))
+        return self._context(request.thread_id, request.run_id, [], first)
 
-    async def _insert_run(self, request: RunRequest, token: str) -> None:
+    def _first_committed(self, run_id: str) -> None:
+        self._first_units.pop(run_id, None)
+
+    async def _let_go_of_first(self, run_id: str) -> bool:
+        """Roll back the run's first unit if it never committed; True when it had not (the run
+        has no row then)."""
+        held = self._first_units.pop(run_id, None)
+        if held is None:
+            return False
+        await held[0].rollback()
+        return True
+
+    async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
         try:
             values = {
                 "id": request.run_id,
@@ -179,12 +211,11 @@ class SqlJournal:
             }
             # The insert opens the transaction: retried on a fresh connection if the pooled one
             # was dead (nothing was written), so the checkout skips its ping.
-            tx = await open_write(
+            return await open_write(
                 self._engine,
                 "begin_run",
                 lambda conn: conn.execute(self._insert_run_statement, values),
             )
-            await tx.close(commit=True)
         except sa_exc.IntegrityError as exc:
             text = str(exc.orig).lower()
             if "foreign" in text:
@@ -235,6 +266,12 @@ class SqlJournal:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            # An attempt that ends (cancelled, or failed) before its first unit committed
+            # leaves it open: roll it back, so its connection (and on SQLite the writer turn)
+            # is given back. `fail` then records the run on its own.
+            first = self._first_units.get(run_id)
+            if first is not None:
+                await first[0].rollback()
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         """Claim an unfinished run (running with an expired lease, or failed) and replay it.
@@ -315,7 +352,13 @@ class SqlJournal:
     def _held(self, run_id: str) -> dict[str, Any]:
         return {"tid": self._threads.get(run_id), "rid": run_id, "holder": self._owners.get(run_id)}
 
-    def _context(self, thread_id: str, run_id: str, history: list[_Step]) -> JournaledContext:
+    def _context(
+        self,
+        thread_id: str,
+        run_id: str,
+        history: list[_Step],
+        first: _SqlUnit | None = None,
+    ) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
             async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
@@ -329,7 +372,7 @@ class SqlJournal:
             )
             return _SqlUnit(thread_id, run_id, tx)
 
-        return JournaledContext(run_id, list(history), write, open_unit)
+        return JournaledContext(run_id, list(history), write, open_unit, first)
 
     async def _check_lease(self, conn: Any, run_id: str) -> None:
         """Still ours? The first statement of every journal transaction: it renews the lease
@@ -360,6 +403,13 @@ class SqlJournal:
         thread_id = self._threads.get(run_id, "")
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
+        first = self._first_units.get(run_id)
+        if first is not None and await self._let_go_of_first(run_id):
+            # Failed before its first unit committed: the run has no row yet. It gets one, as
+            # failed, so it is listed, counted and can be resumed like any failed run.
+            self._let_go(run_id)
+            await self._record_unbegun(first[1], status, code, message, report)
+            return
         params = {
             "tid": thread_id,
             "rid": run_id,
@@ -392,6 +442,34 @@ class SqlJournal:
         except StoreError:
             self._unended[run_id] = (thread_id, params)
             raise
+
+    async def _record_unbegun(
+        self,
+        request: RunRequest,
+        status: str,
+        code: str | None,
+        message: str | None,
+        report: dict[str, Any],
+    ) -> None:
+        values = {
+            "id": request.run_id,
+            "thread_id": request.thread_id,
+            "actor_id": request.actor_id,
+            "agent": request.agent,
+            "status": status,
+            "request": request.model_dump_json(),
+            "error_code": code,
+            "error_message": message,
+            "report": encode_payload(report),
+            "lease_expires_at": None,
+        }
+        try:
+            async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
+                await conn.execute(runs.insert(), values)
+        except sa_exc.IntegrityError:
+            # Its first unit did commit after all (the acknowledgement was lost): the row is
+            # there, and another attempt's record is not this one's to overwrite.
+            log.warning("run %s: found stored while recording its failure", request.run_id)
 
     def _let_go(self, run_id: str) -> None:
         self._owners.pop(run_id, None)

@@ -81,9 +81,11 @@ class ObservedRuntime:
 
     # --- DurableRuntime ----------------------------------------------------------------------
 
-    async def begin(self, request: RunRequest) -> DurableContext:
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
         try:
-            ctx = await self.inner.begin(request)
+            ctx = await self.inner.begin(request, shared_first_unit=shared_first_unit)
         except ThreadBusy:
             if self.metrics is not None:
                 self.metrics.child(self.metrics.busy, request.agent).inc()

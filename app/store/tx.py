@@ -35,7 +35,7 @@ class SqlTransaction:
     open to close, so no other writer of the process waits for the file's lock in a thread.
     """
 
-    __slots__ = ("_writer", "after_commit", "connection", "engine")
+    __slots__ = ("_writer", "after_commit", "closed", "connection", "engine")
 
     def __init__(
         self, engine: AsyncEngine, connection: AsyncConnection, writer: asyncio.Lock | None
@@ -46,9 +46,14 @@ class SqlTransaction:
         self.after_commit: list[Callable[[], None]] = []
         """What a participant does once its writes are durable (the journal lets go of a run
         whose end committed)."""
+        self.closed = False
 
     async def close(self, *, commit: bool) -> None:
-        """Commit (or roll back) and give the connection and the writer turn back."""
+        """Commit (or roll back) and give the connection and the writer turn back. Once only:
+        closing a closed transaction does nothing (a first unit may be let go of twice)."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             async with wrap_db_errors("commit" if commit else "rollback"):
                 if commit:

@@ -81,10 +81,10 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     assert whole["200"] > whole["20"]
 
     # The commit floor: one committed write, measured beside the read floor; a turn commits
-    # 5 transactions (4 + its tool step), so it can never cost less than 5 of them.
+    # 4 transactions (3 + its tool step), so it can never cost less than 4 of them.
     floor = sqlite["commit_floor"]
     assert floor["commit_ms"] > 0 and floor["read_ms"] > 0
-    assert {sqlite["lengths"][n]["turn_window"]["transactions"] for n in ("20", "200")} == {5}
+    assert {sqlite["lengths"][n]["turn_window"]["transactions"] for n in ("20", "200")} == {4}
     assert "total_cold_us" in sqlite["breakdown"]["20"]
 
     calls = sqlite["breakdown"]["20"]["driver_calls"]
@@ -101,7 +101,7 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     journal_target = next(t for name, t in by_name.items() if name.startswith("load:thread"))
     assert bytes_target["status"] == journal_target["status"] == "PASS"
     tx_target = next(t for name, t in by_name.items() if name.startswith("committed transactions"))
-    assert tx_target["status"] == "PASS" and tx_target["value"] == 5
+    assert tx_target["status"] == "PASS" and tx_target["value"] == 4
     turn_target = next(t for name, t in by_name.items() if name.startswith("turn overhead"))
     assert "commits alone" in turn_target["detail"]
 

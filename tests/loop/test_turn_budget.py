@@ -1,7 +1,7 @@
 """What one turn costs the database, counted: committed transactions and statements sent, on
 SQLite and PostgreSQL. A count, not a timing, so a regression fails CI on any machine.
 
-The budget: the common turn (no tool call, no summary) commits at most 4 transactions; each tool
+The budget: the common turn (no tool call, no summary) commits at most 3 transactions; each tool
 step adds one; a fold adds two per chunk. Statements are counted too, so a write that sneaks back
 into its own transaction, or a read that comes back, shows up; and on SQLite the calls into the
 aiosqlite worker thread, each a thread hand-over.
@@ -26,18 +26,22 @@ from tests.conftest import worker_calls
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
-COMMON_TURN_TRANSACTIONS = 4
-"""Committed transactions of a turn with no tool call and no fold, at most."""
-COMMON_TURN_STATEMENTS = 16
+COMMON_TURN_TRANSACTIONS = 3
+"""Committed transactions of a turn with no tool call and no fold, at most: the run's row with
+the user's message and `load:thread`, the model step with its ledger row, the answer with the
+run's end (4 before the run's row joined the first unit)."""
+COMMON_TURN_STATEMENTS = 15
 """Statements of that turn, at most (reads, writes and the lease checks, pings excluded)."""
-COMMON_TURN_SQLITE_WORKER_CALLS = 17
+COMMON_TURN_SQLITE_WORKER_CALLS = 15
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`app.store.onehop`), one per
 COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`): 20 before
-that, 17 with it."""
-COMMON_TURN_SQLALCHEMY_STATEMENTS = 7
+that, 17 with it, 15 since the run's row joined the first unit (its COMMIT and that unit's
+lease check are gone)."""
+COMMON_TURN_SQLALCHEMY_STATEMENTS = 6
 """Of those, the ones sent through SQLAlchemy's Core execute, at most: the thread check, the
-run's insert, each unit's first statement (its lease check) and the two message inserts. The
+run's insert (the first unit's first statement), the later units' first statements (their
+lease checks) and the two message inserts. The
 rest (the turn read, and the writes after a unit's first) go through the driver
 (`app.store.hotread`, `app.store.direct`) at about 100 us less Python each."""
 
