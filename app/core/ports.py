@@ -509,8 +509,11 @@ class DurableRuntime(Protocol):
 
         `shared_first_unit`: every write of the run's first unit of work joins that unit's
         transaction, so the runtime may record the run in it (one commit less per turn)
-        instead of committing it here. The caller promises no write of its own in between:
-        on SQLite such a write would wait for the very transaction it sits in."""
+        instead of committing it here. The caller promises no write of its own in between
+        (on SQLite such a write would wait for the very transaction it sits in), to enter
+        `keep_alive(run_id)` at once (leaving it rolls back a first unit never taken up,
+        and a cancellation leaves nothing of the run) and to call `fail` if the attempt
+        fails."""
         ...
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:

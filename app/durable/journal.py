@@ -189,14 +189,20 @@ class SqlJournal:
     def _first_committed(self, run_id: str) -> None:
         self._first_units.pop(run_id, None)
 
-    async def _let_go_of_first(self, run_id: str) -> bool:
-        """Roll back the run's first unit if it never committed; True when it had not (the run
-        has no row then)."""
-        held = self._first_units.pop(run_id, None)
+    async def _abandon_first(self, run_id: str, *, forget: bool = False) -> RunRequest | None:
+        """Roll back the run's first unit if it never committed (a no-op if it was rolled back
+        already); its request when it had not (the run has no row then), else None. `forget`:
+        drop it from `_first_units` too. A failed rollback is logged, not raised: the
+        connection and the writer turn are given back anyway, and the attempt's own error is
+        the one to report."""
+        held = self._first_units.pop(run_id, None) if forget else self._first_units.get(run_id)
         if held is None:
-            return False
-        await held[0].rollback()
-        return True
+            return None
+        try:
+            await held[0].rollback()
+        except Exception:
+            log.warning("run %s: its first unit did not roll back cleanly", run_id, exc_info=True)
+        return held[1]
 
     async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
         try:
@@ -262,16 +268,21 @@ class SqlJournal:
         task = asyncio.create_task(beat())
         try:
             yield
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # Cancelled (or the process is exiting): `fail` is not called for it, so
+                # nothing of the attempt may stay behind, an unbegun run least of all.
+                await self._abandon_first(run_id, forget=True)
+                self._let_go(run_id)
+            raise
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            # An attempt that ends (cancelled, or failed) before its first unit committed
-            # leaves it open: roll it back, so its connection (and on SQLite the writer turn)
-            # is given back. `fail` then records the run on its own.
-            first = self._first_units.get(run_id)
-            if first is not None:
-                await first[0].rollback()
+            # An attempt that failed before its first unit committed may leave it open (if it
+            # failed before the unit took it over): roll it back, so its connection and, on
+            # SQLite, the writer turn are given back. `fail` then records the run on its own.
+            await self._abandon_first(run_id)
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         """Claim an unfinished run (running with an expired lease, or failed) and replay it.
@@ -403,13 +414,16 @@ class SqlJournal:
         thread_id = self._threads.get(run_id, "")
         if holder is None:
             return  # a finished run that was only replayed: its record stays as it was
-        first = self._first_units.get(run_id)
-        if first is not None and await self._let_go_of_first(run_id):
-            # Failed before its first unit committed: the run has no row yet. It gets one, as
-            # failed, so it is listed, counted and can be resumed like any failed run.
+        unbegun = await self._abandon_first(run_id, forget=True)
+        if unbegun is not None and await self._record_unbegun(
+            unbegun, status, code, message, report
+        ):
+            # Failed before its first unit committed: the run had no row. It has one now, as
+            # failed, so `GET /runs/{id}` shows it and it can be resumed like any failed run.
             self._let_go(run_id)
-            await self._record_unbegun(first[1], status, code, message, report)
             return
+        # Else the insert found the row: the first unit committed after all (its
+        # acknowledgement was lost). It is this attempt's run: ended as any other.
         params = {
             "tid": thread_id,
             "rid": run_id,
@@ -450,7 +464,10 @@ class SqlJournal:
         code: str | None,
         message: str | None,
         report: dict[str, Any],
-    ) -> None:
+    ) -> bool:
+        """Insert the run row of a run whose first unit never committed, as ended; False when
+        a row is there already. Retried as `_end` retries: a database fault that sank the
+        first unit may well still be there, and without the row the run is gone."""
         values = {
             "id": request.run_id,
             "thread_id": request.thread_id,
@@ -464,12 +481,22 @@ class SqlJournal:
             "lease_expires_at": None,
         }
         try:
-            async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
-                await conn.execute(runs.insert(), values)
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(END_ATTEMPTS),
+                wait=wait_exponential(multiplier=0.1, max=1.0),
+                retry=retry_if_exception_type(StoreError),
+                reraise=True,
+            ):
+                with attempt:
+                    await self._insert_ended_run(values)
         except sa_exc.IntegrityError:
-            # Its first unit did commit after all (the acknowledgement was lost): the row is
-            # there, and another attempt's record is not this one's to overwrite.
-            log.warning("run %s: found stored while recording its failure", request.run_id)
+            log.warning("run %s: its row was stored after all; ending it", request.run_id)
+            return False
+        return True
+
+    async def _insert_ended_run(self, values: dict[str, Any]) -> None:
+        async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
+            await conn.execute(runs.insert(), values)
 
     def _let_go(self, run_id: str) -> None:
         self._owners.pop(run_id, None)

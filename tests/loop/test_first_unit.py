@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.core.history import window_history
-from app.core.ports import ThreadTurnPage, ThreadTurnQuery
+from app.core.ports import RunRequest, ThreadTurnPage, ThreadTurnQuery
 from app.errors import RunFailed, StoreError, ThreadBusy
 from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
@@ -151,3 +151,99 @@ async def test_a_second_turn_while_the_first_unit_is_open_is_refused_as_busy(
         await asyncio.wait_for(second, 10)
     assert "first" in (await asyncio.wait_for(first, 10)).message.content
     assert await _user_messages(env, tid) == ["first"]
+
+
+def _request(tid: str, content: str = "hello") -> RunRequest:
+    return RunRequest(
+        run_id=rid(), thread_id=tid, actor_id="alice", agent="helper", content=content
+    )
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_cancel_before_the_first_unit_takes_over_leaves_nothing(env: LoopEnv) -> None:
+    """The journal on its own: begun with a shared first unit, cancelled inside `keep_alive`
+    before any unit took it over. The transaction is rolled back, the journal forgets the run,
+    and the thread and (on SQLite) the write turn are free at once."""
+    journal = env.journal
+    tid = await env.thread()
+    request = _request(tid)
+    await journal.begin(request, shared_first_unit=True)
+    with pytest.raises(asyncio.CancelledError):
+        async with journal.keep_alive(request.run_id):
+            raise asyncio.CancelledError
+
+    assert await _run_rows(env, request.run_id) == []
+    assert await journal.get_run(request.run_id) is None
+    assert request.run_id not in journal._first_units and request.run_id not in journal._owners
+    other = _request(tid)
+    await asyncio.wait_for(journal.begin(other), 10)  # committed at once: the thread was free
+    assert await _run_rows(env, other.run_id) == [("running", None)]
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_failure_before_the_first_unit_takes_over_is_recorded_by_fail(
+    env: LoopEnv,
+) -> None:
+    journal = env.journal
+    tid = await env.thread()
+    request = _request(tid, "kept")
+    await journal.begin(request, shared_first_unit=True)
+    with pytest.raises(RuntimeError):
+        async with journal.keep_alive(request.run_id):
+            raise RuntimeError("before the first unit")
+    await journal.fail(request.run_id, "internal", "before the first unit", {})
+
+    assert await _run_rows(env, request.run_id) == [("failed", "internal")]
+    record = await journal.get_run(request.run_id)
+    assert record is not None and record.request.content == "kept"
+    assert request.run_id not in journal._first_units and request.run_id not in journal._owners
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_first_unit_committed_without_its_acknowledgement_is_still_ended(
+    env: LoopEnv,
+) -> None:
+    """The first unit's COMMIT landed but the journal never heard (its after-commit hook did
+    not run): `fail` finds the row where it meant to insert one, and ends it as any run, so the
+    thread is not held for a whole lease."""
+    journal = env.journal
+    tid = await env.thread()
+    request = _request(tid)
+    await journal.begin(request, shared_first_unit=True)
+    unit = journal._first_units[request.run_id][0]
+    unit._tx.after_commit.clear()  # the acknowledgement that never came
+    await unit._tx.close(commit=True)
+    assert await _run_rows(env, request.run_id) == [("running", None)]
+
+    await journal.fail(request.run_id, "internal", "lost ack", {})
+
+    assert await _run_rows(env, request.run_id) == [("failed", "internal")]
+    await asyncio.wait_for(journal.begin(_request(tid)), 10)  # not busy
+
+
+@SQL_JOURNAL_ONLY
+async def test_recording_an_unbegun_failure_is_retried(
+    env: LoopEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database fault that sank the first unit may still be there when `fail` records the
+    run: it is retried, as recording any run's end is, rather than losing the run."""
+    journal = env.journal
+    tid = await env.thread()
+    request = _request(tid)
+    await journal.begin(request, shared_first_unit=True)
+    async with journal.keep_alive(request.run_id):
+        pass
+    insert = journal._insert_ended_run
+    calls = []
+
+    async def flaky(values: dict[str, Any]) -> None:
+        calls.append(values["id"])
+        if len(calls) == 1:
+            raise StoreError("end_run: database error (OperationalError)")
+        await insert(values)
+
+    monkeypatch.setattr(journal, "_insert_ended_run", flaky)
+    await journal.fail(request.run_id, "store_error", "down", {})
+
+    assert calls == [request.run_id, request.run_id]
+    assert await _run_rows(env, request.run_id) == [("failed", "store_error")]
