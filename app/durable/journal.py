@@ -15,7 +15,7 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import Any
@@ -98,6 +98,19 @@ def _step_rows(
         }
         for position, name, payload in steps
     ]
+
+
+async def _retried(write: Callable[[], Awaitable[None]]) -> None:
+    """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
+    fails; the last failure is raised."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(END_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.1, max=1.0),
+        retry=retry_if_exception_type(StoreError),
+        reraise=True,
+    ):
+        with attempt:
+            await write()
 
 
 class _SqlUnit:
@@ -445,14 +458,7 @@ class SqlJournal:
             return
         self._let_go(run_id)
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(END_ATTEMPTS),
-                wait=wait_exponential(multiplier=0.1, max=1.0),
-                retry=retry_if_exception_type(StoreError),
-                reraise=True,
-            ):
-                with attempt:
-                    await self._record_end(params)
+            await _retried(functools.partial(self._record_end, params))
         except StoreError:
             self._unended[run_id] = (thread_id, params)
             raise
@@ -481,14 +487,7 @@ class SqlJournal:
             "lease_expires_at": None,
         }
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(END_ATTEMPTS),
-                wait=wait_exponential(multiplier=0.1, max=1.0),
-                retry=retry_if_exception_type(StoreError),
-                reraise=True,
-            ):
-                with attempt:
-                    await self._insert_ended_run(values)
+            await _retried(functools.partial(self._insert_ended_run, values))
         except sa_exc.IntegrityError:
             log.warning("run %s: its row was stored after all; ending it", request.run_id)
             return False

@@ -187,6 +187,20 @@ async def test_messages_after_pages_a_backlog_oldest_first(sql_store: SqlAgentSt
     assert await sql_store.messages_after(tid, 10, 4) == []
 
 
+def _every_shape(tid: str, *, tokens: int) -> list[ThreadTurnQuery]:
+    """One query of each shape a policy reads with: count, tokens, runs, after a summary (with
+    a count and alone), any-limit (`widest`) and every-limit combinations."""
+    return [
+        ThreadTurnQuery(thread_id=tid, message_limit=10),
+        ThreadTurnQuery(thread_id=tid, token_limit=tokens),
+        ThreadTurnQuery(thread_id=tid, run_limit=3),
+        ThreadTurnQuery(thread_id=tid, message_limit=15, after_summary=True),
+        ThreadTurnQuery(thread_id=tid, after_summary=True),
+        ThreadTurnQuery(thread_id=tid, token_limit=tokens * 3 // 2, run_limit=5, widest=True),
+        ThreadTurnQuery(thread_id=tid, message_limit=10, token_limit=tokens * 3 // 2),
+    ]
+
+
 @pytest.mark.postgres
 async def test_postgres_plans_every_read_shape_as_an_index_range_not_a_scan(
     postgres_url: str,
@@ -200,14 +214,7 @@ async def test_postgres_plans_every_read_shape_as_an_index_range_not_a_scan(
         await store.save_summary(tid, ThreadSummary(text="s", covers_through_seq=2990))
         async with store.engine.begin() as conn:
             await conn.exec_driver_sql("ANALYZE")
-        shapes = [
-            ThreadTurnQuery(thread_id=tid, message_limit=10),
-            ThreadTurnQuery(thread_id=tid, token_limit=200),
-            ThreadTurnQuery(thread_id=tid, run_limit=3),
-            ThreadTurnQuery(thread_id=tid, message_limit=15, after_summary=True),
-            ThreadTurnQuery(thread_id=tid, token_limit=300, run_limit=5, widest=True),
-        ]
-        for query in shapes:
+        for query in _every_shape(tid, tokens=200):
             stmt, params = turn_read(query)
             sql = stmt.params(**params).compile(
                 dialect=store.engine.dialect, compile_kwargs={"literal_binds": True}
@@ -240,15 +247,7 @@ async def test_postgres_keeps_the_index_range_when_one_long_thread_fills_the_tab
         await store.save_summary(tid, ThreadSummary(text="s", covers_through_seq=9_990))
         async with store.engine.begin() as conn:
             await conn.exec_driver_sql("ANALYZE")
-        shapes = [
-            ThreadTurnQuery(thread_id=tid, message_limit=10),
-            ThreadTurnQuery(thread_id=tid, token_limit=2000),
-            ThreadTurnQuery(thread_id=tid, run_limit=3),
-            ThreadTurnQuery(thread_id=tid, message_limit=15, after_summary=True),
-            ThreadTurnQuery(thread_id=tid, after_summary=True),
-            ThreadTurnQuery(thread_id=tid, token_limit=3000, run_limit=5, widest=True),
-            ThreadTurnQuery(thread_id=tid, message_limit=10, token_limit=3000),
-        ]
+        shapes = _every_shape(tid, tokens=2000)
         # The statement as asyncpg prepares it, planned both ways: a custom plan knows the
         # thread id, the generic one (what a prepared statement settles on) does not.
         async with store.engine.connect() as conn:
