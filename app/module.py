@@ -226,6 +226,7 @@ class AgentModule:
                 settings.openai_model,
                 settings.model_timeout,
                 settings.openai_max_tokens,
+                settings.openai_max_tokens_field,
             )
         owns_store = store is None
         if store is None:

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     """Seconds per provider request before it is retried (then fails with a 502)."""
     openai_max_tokens: int | None = Field(default=None, ge=1)
     """Cap on the tokens of each answer (`max_tokens`); unset leaves the length to the server."""
+    openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field that cap is sent in: `max_completion_tokens` for OpenAI's reasoning
+    models, which refuse `max_tokens`."""
 
     history_enabled: bool = True
     """False: the model sees only the current user message (no history at all)."""

@@ -140,3 +140,25 @@ def test_a_settings_error_never_quotes_a_password(monkeypatch: pytest.MonkeyPatc
     finally:
         get_settings.cache_clear()
     assert "s3cr3t" not in str(caught.value)
+
+
+def test_the_cap_field_is_a_setting_that_reaches_the_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AGENT_OPENAI_MAX_TOKENS_FIELD picks the request field of AGENT_OPENAI_MAX_TOKENS, for
+    servers that refuse `max_tokens`; any other value is refused at start-up."""
+    from app.module import AgentModule
+    from app.providers import OpenAICompatibleProvider
+
+    monkeypatch.setenv("AGENT_MODEL", "openai")
+    monkeypatch.setenv("AGENT_OPENAI_MODEL", "o3-mini")
+    monkeypatch.setenv("AGENT_OPENAI_MAX_TOKENS", "500")
+    monkeypatch.setenv("AGENT_OPENAI_MAX_TOKENS_FIELD", "max_completion_tokens")
+    settings = Settings(database_url="sqlite+aiosqlite:///:memory:", migrate_on_start=False)
+    model = AgentModule.for_root(agents=[], settings=settings).loop.model
+    assert isinstance(model, OpenAICompatibleProvider)
+    assert (model.max_tokens, model.max_tokens_field) == (500, "max_completion_tokens")
+    assert Settings().openai_max_tokens_field == "max_completion_tokens"
+    monkeypatch.setenv("AGENT_OPENAI_MAX_TOKENS_FIELD", "max_output_tokens")
+    with pytest.raises(ValidationError, match="max_completion_tokens"):
+        Settings()

@@ -22,6 +22,7 @@ def provider_from_settings(
     model: str | None,
     timeout: float,
     max_tokens: int | None = None,
+    max_tokens_field: str = "max_tokens",
 ) -> ModelProvider:
     """Build the configured provider: ``"echo"`` or ``"openai"`` (any OpenAI-compatible server).
 
@@ -43,6 +44,7 @@ def provider_from_settings(
             model=model,
             timeout=timeout,
             max_tokens=max_tokens,
+            max_tokens_field=max_tokens_field,
         )
     raise ConfigError(f"unknown model kind {kind!r}: expected 'echo' or 'openai'")
 

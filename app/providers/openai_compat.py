@@ -51,6 +51,11 @@ _ERROR_TEXT_LIMIT = 500
 """How much of an unparseable error body goes into an error message."""
 
 
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")
+"""Where a server takes the answer's token cap: most take `max_tokens`; OpenAI's reasoning
+models refuse it and want `max_completion_tokens`."""
+
+
 class _Transient(Exception):
     """An attempt failed in a way worth retrying; carries the error to raise if retries run out."""
 
@@ -82,6 +87,9 @@ class OpenAICompatibleProvider:
             none and leaves the length to the server (a small local model may then ramble
             until its context is full). A request's own ``max_tokens`` (the summarizer's)
             lowers it for that call; with no cap set here, none is sent for any call.
+        max_tokens_field: The request field the cap goes in: ``max_tokens`` (most servers:
+            llama.cpp, vLLM, Ollama, older OpenAI models) or ``max_completion_tokens``
+            (OpenAI's reasoning models refuse ``max_tokens``).
     """
 
     def __init__(
@@ -97,12 +105,19 @@ class OpenAICompatibleProvider:
         max_retry_wait: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         max_tokens: int | None = None,
+        max_tokens_field: str = "max_tokens",
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
+        if max_tokens_field not in MAX_TOKENS_FIELDS:
+            raise ValueError(
+                f"max_tokens_field must be one of {', '.join(MAX_TOKENS_FIELDS)}, "
+                f"got {max_tokens_field!r}"
+            )
         self.max_tokens = max_tokens
+        self.max_tokens_field = max_tokens_field
         self.model = model
         url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
         self._auth: httpx.Auth | None = None
@@ -263,7 +278,9 @@ class OpenAICompatibleProvider:
             # servers refuse `max_tokens` (OpenAI's reasoning models want
             # `max_completion_tokens`), so the field is never sent where it was not asked for.
             # Without it the loop still clips what comes back.
-            body["max_tokens"] = min(self.max_tokens, request.max_tokens or self.max_tokens)
+            body[self.max_tokens_field] = min(
+                self.max_tokens, request.max_tokens or self.max_tokens
+            )
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body

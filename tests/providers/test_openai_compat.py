@@ -658,3 +658,22 @@ async def test_abandoned_stream_closes_its_response(
     assert await anext(stream) == TextDelta(text="a")
     await stream.aclose()  # type: ignore[attr-defined]
     assert (await provider.complete(ask())).content == "x"
+
+
+async def test_the_cap_goes_in_max_completion_tokens_when_asked(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """OpenAI's reasoning models refuse `max_tokens`: with `max_completion_tokens` chosen the
+    cap (and the summarizer's lower one) goes there, and `max_tokens` is never sent."""
+    fake_openai.enqueue(Reply.json(completion("Hi")))
+    fake_openai.enqueue(Reply.json(completion("Hi")))
+    provider = make_provider(max_tokens=32, max_tokens_field="max_completion_tokens")
+
+    await provider.complete(ask())
+    await provider.complete(ask().model_copy(update={"max_tokens": 20}))
+
+    sent = [r.json() for r in fake_openai.requests]
+    assert [body["max_completion_tokens"] for body in sent] == [32, 20]
+    assert all("max_tokens" not in body for body in sent)
+    with pytest.raises(ValueError, match="max_tokens_field must be one of"):
+        make_provider(max_tokens_field="max_output_tokens")
