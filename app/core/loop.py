@@ -757,7 +757,8 @@ class AgentLoop:
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
         )
         kept = clip_summary(text, cap)
-        if kept != text.strip():
+        cut = len(text.strip()) - len(kept)
+        if cut:
             # Booked as made (the provider billed all of it); only the end is kept.
             log.warning(
                 "run %s: the summarizer returned %d characters, more than the summary's cap of "
@@ -776,8 +777,8 @@ class AgentLoop:
             "input_tokens": tokens,
             "reserved": reserved,
         }
-        if kept != text.strip():
-            recorded["clipped_chars"] = len(text) - len(kept)
+        if cut:
+            recorded["clipped_chars"] = cut
         return recorded
 
     async def _fetch_backlog(

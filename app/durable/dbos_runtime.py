@@ -207,9 +207,6 @@ class DbosRuntime(SqlJournal):
     """`DurableRuntime` + `RunExecutor`: runs as DBOS workflows, the thread lease as `SqlJournal`
     keeps it. Needs `launch()` (DBOS is launched once per process) before the first run."""
 
-    joins_first_unit = False
-    """A DBOS step commits on its own: the run's row is committed at `begin`."""
-
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         super().__init__(engine, lease_seconds=lease_seconds)
         self._contexts: dict[str, DbosContext] = {}

@@ -148,11 +148,9 @@ class SqlJournal:
     open and the run's context commits it with the user's message and `load:thread`): one
     commit less per turn. Until that commit nothing of the run exists for anyone else; if the
     attempt fails first, `fail` records the run as failed in a transaction of its own (so it
-    can be resumed, as any failed run), and if it is cancelled first, nothing of it remains."""
-
-    joins_first_unit = True
-    """Whether `begin` leaves the run's insert for its first unit to commit (DBOS's runtime,
-    whose steps commit one by one, commits it at once)."""
+    can be resumed, as any failed run), and if it is cancelled first, nothing of it remains.
+    Only when the caller says every write of that unit joins it (`shared_first_unit`); DBOS's
+    runtime, whose steps commit one by one, never does."""
 
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         self._engine = engine
@@ -191,7 +189,7 @@ class SqlJournal:
             tx = await self._insert_run(request, token)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
-        if not (self.joins_first_unit and shared_first_unit):
+        if not shared_first_unit:
             await tx.close(commit=True)
             return self._context(request.thread_id, request.run_id, [])
         first = _SqlUnit(request.thread_id, request.run_id, tx)

@@ -106,14 +106,19 @@ def _newest_summary() -> sa.Select[Any]:
     primary key rather than ORDER BY ... LIMIT. A LIMIT sent as a parameter lets PostgreSQL's
     generic plan guess a tenth of a long summary history and then scan the thread; max() is
     one index probe whatever the history holds."""
-    newest_boundary = (
+    return sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS]).where(
+        thread_summaries.c.thread_id == _TID,
+        thread_summaries.c.covers_through_seq == _summary_boundary(),
+    )
+
+
+def _summary_boundary() -> sa.ScalarSelect[Any]:
+    """The thread's newest summary boundary (None without a summary): one max() probe of the
+    primary key, uncorrelated."""
+    return (
         sa.select(sa.func.max(thread_summaries.c.covers_through_seq))
         .where(thread_summaries.c.thread_id == _TID)
         .scalar_subquery()
-    )
-    return sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS]).where(
-        thread_summaries.c.thread_id == _TID,
-        thread_summaries.c.covers_through_seq == newest_boundary,
     )
 
 
@@ -181,12 +186,7 @@ def _turn_read(
         newest = _newest_summary().subquery("summary")
         source = source.outerjoin(newest, sa.true())
         columns += [newest.c[c].label(f"summary_{c}") for c in _SUMMARY_COLS]
-        boundary = (
-            sa.select(sa.func.max(thread_summaries.c.covers_through_seq))
-            .where(thread_summaries.c.thread_id == _TID)
-            .scalar_subquery()
-        )
-        start = sa.func.coalesce(boundary, 0) + 1
+        start = sa.func.coalesce(_summary_boundary(), 0) + 1
         floor = start if floor is None else _Greatest(start, floor)
     page = messages.alias("page")
     on = page.c.thread_id == _TID
