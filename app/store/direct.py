@@ -13,8 +13,10 @@ What stays SQLAlchemy's:
   before it: a write here takes the driver's way only when asyncpg says a transaction is open.
   On SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
   at the first write), so once SQLAlchemy has begun, the first write may go too.
-- Every write whose failure means something to its caller: the message insert, whose unique
-  violation the store turns into `DuplicateMessage`, and the run's insert (`ThreadBusy`).
+- The run's insert, whose unique violation the journal turns into `ThreadBusy` by reading
+  SQLAlchemy's error. (A message's insert goes the driver's way: its unique violation comes
+  back as `UniqueConflict`, with the driver's words, which the store turns into
+  `DuplicateMessage`.)
 - Everything, on an engine with `after_cursor_execute` listeners: instrumentation that needs
   SQLAlchemy's cursor and execution context (OpenTelemetry's, Sentry's, a timing recipe) listens
   after execution too, to close what it opened, so there the driver's way is never taken.
@@ -50,7 +52,13 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from app.errors import AgentError, InvalidContent, StoreError
 from app.store.engine import behind_pgbouncer
-from app.store.onehop import OneHopConnection, run_many, run_many_and_commit, run_statement
+from app.store.onehop import (
+    OneHopConnection,
+    run_if_found,
+    run_many,
+    run_many_and_commit,
+    run_statement,
+)
 
 DRIVER_ERRORS = (
     asyncpg.PostgresError,
@@ -65,11 +73,27 @@ DRIVER_ERRORS = (
 _DATA_ERRORS = (asyncpg.DataError, sqlite3.DataError)
 
 
+class UniqueConflict(StoreError):
+    """A unique index refused a write sent the driver's way. Still a `StoreError`, as through
+    SQLAlchemy, but it keeps the driver's words (`detail`: they name the index or its columns)
+    for a caller that turns a conflict it expects into its own error, as the store turns the
+    (thread, run, role) index's into `DuplicateMessage`."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 def driver_error(operation: str, exc: BaseException) -> AgentError:
     """The error `wrap_db_errors` makes of the same failure through SQLAlchemy."""
     if isinstance(exc, _DATA_ERRORS):
         return InvalidContent(f"{operation}: the database refused the data ({type(exc).__name__})")
-    return StoreError(f"{operation}: database error ({type(exc).__name__})")
+    message = f"{operation}: database error ({type(exc).__name__})"
+    if isinstance(exc, asyncpg.UniqueViolationError) or (
+        isinstance(exc, sqlite3.IntegrityError) and str(exc).startswith("UNIQUE")
+    ):
+        return UniqueConflict(message, str(exc))
+    return StoreError(message)
 
 
 def driver_way_open(engine: AsyncEngine) -> bool:
@@ -201,6 +225,61 @@ async def write(
     postgres = conn.dialect.name == "postgresql"
     outcome: Outcome = await guarded(conn, operation, _send(driver, postgres, form, args))
     return outcome
+
+
+async def write_if_found(
+    conn: AsyncConnection,
+    stmt: Executable,
+    then: Executable,
+    params: dict[str, Any],
+    operation: str,
+) -> Outcome:
+    """`stmt` (a write with RETURNING) and, when it returned a row, `then`, both with `params`:
+    what `stmt` returned. On SQLite both go in ONE worker-thread call (`run_if_found`), since
+    SQLite has no data-modifying CTE to make them one statement; elsewhere, two statements.
+
+    Both statements are announced to the engine's listeners before the call, so `then` is
+    announced even when `stmt` finds no row; a listener that refuses `then` refuses the pair
+    before anything is sent, as the failure of either leaves the caller's transaction to roll
+    back."""
+    driver = await _open_driver(conn)
+    if driver is None or not isinstance(driver, OneHopConnection):
+        outcome = await write(conn, stmt, params, operation)
+        if outcome.rows:
+            await write(conn, then, params, operation)
+        return outcome
+    assert isinstance(stmt, ClauseElement) and isinstance(then, ClauseElement)
+    keys = tuple(sorted(params))
+    first, second = compiled(stmt, conn.dialect, keys), compiled(then, conn.dialect, keys)
+    args, then_args = first.args(params), second.args(params)
+    announce(conn.sync_engine, conn.sync_connection, first.sql, args)
+    announce(conn.sync_engine, conn.sync_connection, second.sql, then_args)
+    call = driver.call(run_if_found, first.sql, args, second.sql, then_args)
+    _description, rows, rowcount, _lastrowid = await guarded(conn, operation, call)
+    return Outcome(rows, rowcount)
+
+
+async def write_bumped(
+    conn: AsyncConnection,
+    *,
+    combined: Executable,
+    bump: Executable,
+    then: Executable,
+    params: dict[str, Any],
+    operation: str,
+) -> Any | None:
+    """A counter bump and the row it numbers in one round trip; the first column of what came
+    back (the number), or None when the bump found no row.
+
+    On PostgreSQL, `combined`: the bump as a data-modifying CTE and the insert reading it, one
+    statement. SQLite has no data-modifying CTE: there `bump` (with RETURNING, the number
+    first) and `then` (which reads the bumped row itself) go in one worker-thread call
+    (`write_if_found`)."""
+    if conn.dialect.name == "postgresql":
+        found = (await write(conn, combined, params, operation)).one_or_none()
+    else:
+        found = (await write_if_found(conn, bump, then, params, operation)).one_or_none()
+    return None if found is None else found[0]
 
 
 async def write_many(

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import LedgerEntry, Transaction
+from app.errors import StoreError
 from app.store import direct
 from app.store.engine import autocommit, write_transaction
 from app.store.errors import wrap_db_errors
@@ -26,15 +27,20 @@ _FIELDS = (
 )
 
 
-_INSERT = ledger.insert()
 _USED = sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == sa.bindparam("actor"))
 
 
-_BUMP_USAGE = sa.text(
+_BUMP_USAGE_SQL = (
     "INSERT INTO actor_usage (actor_id, tokens, last_ledger_id) VALUES (:actor_id, :tokens, 1) "
     "ON CONFLICT (actor_id) DO UPDATE SET tokens = actor_usage.tokens + excluded.tokens, "
     "last_ledger_id = actor_usage.last_ledger_id + 1 "
     "RETURNING last_ledger_id"
+)
+_TOKENS = sa.bindparam("tokens", type_=sa.BigInteger)
+_TYPED = [_TOKENS, *(sa.bindparam(f, type_=ledger.c[f].type) for f in _FIELDS)]
+"""Every bind typed: PostgreSQL cannot infer a type for a parameter in a SELECT list."""
+_BUMP_USAGE = sa.text(_BUMP_USAGE_SQL).bindparams(
+    _TOKENS, sa.bindparam("actor_id", type_=ledger.c.actor_id.type)
 )
 """The actor's running total, created or bumped atomically, and the id of the ledger row that
 books it (the actor's next: ledger rows are keyed by (actor_id, id), see `app.store.schema`).
@@ -42,6 +48,18 @@ The row lock (PostgreSQL) or the write lock (SQLite) hands out each id once. Wri
 PostgreSQL and SQLite spell the upsert alike, and SQLAlchemy's dialect
 `insert().on_conflict_do_update()` has no cache key: it was compiled afresh on every model
 call."""
+_ENTRY = f"INSERT INTO ledger (id, {', '.join(_FIELDS)}) SELECT last_ledger_id, " + ", ".join(
+    f":{f}" for f in _FIELDS
+)
+_RECORD = sa.text(
+    f"WITH bumped AS ({_BUMP_USAGE_SQL}) {_ENTRY} FROM bumped RETURNING id"
+).bindparams(*_TYPED)
+"""PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE)."""
+_INSERT_AFTER_BUMP = sa.text(
+    f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor_id"
+).bindparams(*_TYPED[1:])
+"""SQLite: the ledger row, numbered from the bumped total's row, sent in the bump's own
+worker-thread call (SQLite has no data-modifying CTE)."""
 
 
 _RESERVE = sa.text(
@@ -75,11 +93,16 @@ class SqlLedger:
     ) -> None:
         tokens = entry.prompt_tokens + entry.completion_tokens - reserved
         async with writing(self._engine, tx, "ledger_record") as conn:
-            bumped = await direct.write(
-                conn, _BUMP_USAGE, {"actor_id": entry.actor_id, "tokens": tokens}, "ledger_record"
+            numbered = await direct.write_bumped(
+                conn,
+                combined=_RECORD,
+                bump=_BUMP_USAGE,
+                then=_INSERT_AFTER_BUMP,
+                params={**entry.model_dump(), "tokens": tokens},
+                operation="ledger_record",
             )
-            row = {**entry.model_dump(), "id": bumped.scalar_one()}
-            await direct.write(conn, _INSERT, row, "ledger_record")
+        if numbered is None:  # an upsert always returns its row
+            raise StoreError("ledger_record: the usage upsert returned no row")
 
     async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
         async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:

@@ -113,6 +113,22 @@ def run_many(
         raise
 
 
+def run_if_found(
+    conn: sqlite3.Connection,
+    sql: str,
+    parameters: Sequence[Any],
+    then_sql: str,
+    then_parameters: Sequence[Any],
+) -> tuple[Any, list[Any], int, int | None]:
+    """`sql`, then `then_sql` only if `sql` returned a row, in one worker-thread call; what
+    `sql` returned. A failure of `then_sql` leaves the transaction open for the caller to roll
+    back, as two separate calls would."""
+    outcome = run_statement(conn, sql, parameters)
+    if outcome[1]:
+        run_statement(conn, then_sql, then_parameters)
+    return outcome
+
+
 def run_many_and_commit(
     conn: sqlite3.Connection, sql: str, parameters: Iterable[Sequence[Any]]
 ) -> tuple[Any, list[Any], int, int | None]:

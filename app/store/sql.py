@@ -29,7 +29,7 @@ from app.core.ports import (
 )
 from app.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from app.store import direct, migrate
-from app.store.codec import MESSAGE_COLUMNS, from_row, to_rows, token_costs
+from app.store.codec import MESSAGE_COLUMNS, from_row, to_row, to_rows, token_costs
 from app.store.engine import (
     autocommit,
     make_engine,
@@ -314,6 +314,61 @@ _BUMPS = {
     (True, True): _BUMP_SEQ_ONCE.values(**_LAST_PROMPT_VALUES),
 }
 """The seq bump by (one run message, with the last prompt digest)."""
+
+
+def _typed(name: str, column: str) -> sa.BindParameter[Any]:
+    return sa.bindparam(name, type_=messages.c[column].type)
+
+
+def _one_message_from(source: Any) -> sa.Select[Any]:
+    """The row of a run's one message, its `seq` and `tokens_before` taken from `source` (the
+    bumped thread row): it needs nothing the bump returns, so both may go out together."""
+    return sa.select(
+        _TID,
+        source.c.last_seq,
+        _typed("role", "role"),
+        _typed("content", "content"),
+        _typed("tool_calls", "tool_calls"),
+        _typed("tool_results", "tool_results"),
+        _typed("attachments", "attachments"),
+        _typed("rid", "run_id"),
+        _TOKENS,
+        source.c.total_tokens - _TOKENS,
+    )
+
+
+_ONE_MESSAGE_COLS = [
+    "thread_id",
+    "seq",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_results",
+    "attachments",
+    "run_id",
+    "tokens",
+    "tokens_before",
+]
+
+
+def _append_one_statement(bump: sa.Update) -> sa.Insert:
+    """PostgreSQL: a run's one message and its seq bump as ONE statement, the bump a
+    data-modifying CTE. No row back means the bump found no row (message stored already, or
+    no thread), as for the two statements."""
+    bumped = bump.cte("bumped")
+    insert = messages.insert().from_select(_ONE_MESSAGE_COLS, _one_message_from(bumped))
+    return insert.add_cte(bumped).returning(messages.c.seq)
+
+
+_ENCODED = ("content", "tool_calls", "tool_results", "attachments")
+"""A message's stored columns beyond what the bump already binds (`tid`, `rid`, `role`)."""
+_APPEND_ONE = {prompt: _append_one_statement(_BUMPS[(True, prompt)]) for prompt in (False, True)}
+"""PostgreSQL's one-statement append of a run's one message, by (with the last prompt)."""
+_INSERT_ONE_AFTER_BUMP = messages.insert().from_select(
+    _ONE_MESSAGE_COLS, _one_message_from(threads).where(threads.c.id == _TID)
+)
+"""SQLite's second statement, sent in the bump's own worker-thread call when the bump found
+its row (`direct.write_if_found`): SQLite has no data-modifying CTE."""
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 _LATEST_SUMMARY = _newest_summary()
@@ -443,9 +498,13 @@ class SqlAgentStore:
                 raise InvalidContent(reason)
         try:
             return await self._append(thread_id, messages_, last_prompt, tx)
-        except sa_exc.IntegrityError as exc:
-            if "run_id" not in str(exc.orig):
-                raise StoreError(f"append_messages: {type(exc.orig).__name__}") from exc
+        except (sa_exc.IntegrityError, direct.UniqueConflict) as exc:
+            if isinstance(exc, direct.UniqueConflict):
+                detail, name = exc.detail, exc.message
+            else:
+                detail, name = str(exc.orig), f"append_messages: {type(exc.orig).__name__}"
+            if "run_id" not in detail:
+                raise StoreError(name) from exc
             dup = next((m for m in messages_ if m.run_id is not None), messages_[0])
             raise DuplicateMessage(dup.run_id or "", dup.role) from exc
 
@@ -471,18 +530,42 @@ class SqlAgentStore:
             params.update(rid=only.run_id, role=only.role)
         if last_prompt is not None:
             params["last_prompt"], params["reported"] = last_prompt
-        bump = _BUMPS[(only is not None, last_prompt is not None)]
         async with writing(self._engine, tx, "append_messages") as conn:
+            if only is not None:
+                row = to_row(thread_id, 0, only)
+                params.update({k: row[k] for k in _ENCODED})
+                stored = await self._append_one(conn, params, last_prompt is not None)
+                if stored is None:
+                    if await self._exists(conn, thread_id):
+                        raise DuplicateMessage(only.run_id or "", only.role)
+                    raise ThreadNotFound(thread_id)
+                return [only.model_copy(update={"seq": stored})]
+            bump = _BUMPS[(False, last_prompt is not None)]
             bumped = (await direct.write(conn, bump, params, "append_messages")).one_or_none()
             if bumped is None:
-                if only is not None and await self._exists(conn, thread_id):
-                    raise DuplicateMessage(only.run_id or "", only.role)
                 raise ThreadNotFound(thread_id)
             last, total = bumped
             first = last - n + 1
             rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
             await conn.execute(_INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
+
+    @staticmethod
+    async def _append_one(
+        conn: AsyncConnection, params: dict[str, Any], prompt: bool
+    ) -> int | None:
+        """A run's one message and its seq bump in one round trip (`direct.write_bumped`): its
+        `seq`, or None when the bump found no row (the message is stored already, or no
+        thread)."""
+        seq = await direct.write_bumped(
+            conn,
+            combined=_APPEND_ONE[prompt],
+            bump=_BUMPS[(True, prompt)],
+            then=_INSERT_ONE_AFTER_BUMP,
+            params=params,
+            operation="append_messages",
+        )
+        return None if seq is None else int(seq)
 
     async def _exists(self, conn: AsyncConnection, thread_id: str) -> bool:
         return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).first() is not None

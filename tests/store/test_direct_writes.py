@@ -18,11 +18,14 @@ from app.core.ports import LedgerEntry, ThreadTurnQuery
 from app.durable.journal import _INSERT_STEP
 from app.errors import InvalidContent, StoreError
 from app.store import SqlAgentStore, direct
-from app.store.ledger import _INSERT, SqlLedger
+from app.store.ledger import SqlLedger
+from app.store.onehop import OneHopConnection
 from app.store.schema import actor_usage, ledger, run_steps, threads
 from app.store.tx import SqlTransaction, open_write
 from tests.conftest import emptied_store, worker_calls
 from tests.factories import tool_answer, user
+
+_INSERT = ledger.insert()
 
 
 @contextmanager
@@ -93,8 +96,11 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
         await book.record(_entry(thread.id, "run-2"), tx=tx)
     await tx.close(commit=True)
 
-    assert [by_driver for _, by_driver in driver_way] == [True, True]
-    assert [by_driver for _, by_driver in sqlalchemy_way] == [False, False]
+    # The usage bump and the ledger row: one statement on PostgreSQL (a data-modifying CTE),
+    # two in one worker-thread call on SQLite.
+    n = 2 if sql_store.engine.dialect.name == "sqlite" else 1
+    assert [by_driver for _, by_driver in driver_way] == [True] * n
+    assert [by_driver for _, by_driver in sqlalchemy_way] == [False] * n
     assert [sql for sql, _ in driver_way] == [sql for sql, _ in sqlalchemy_way]
     assert await _ledger_rows(sql_store) == [("alice", 1, 10), ("alice", 2, 10)]
     assert await book.tokens_used("alice") == 30
@@ -107,10 +113,10 @@ async def test_on_postgresql_a_write_before_begin_reached_the_driver_is_sqlalche
     sqlite = sql_store.engine.dialect.name == "sqlite"
     with announced(sql_store) as seen:
         # No shared unit: the ledger's own transaction opens with its first write. On
-        # PostgreSQL that one goes through SQLAlchemy (its asyncpg adapter sends the BEGIN);
-        # the second then finds the transaction open at the driver. On SQLite both go.
+        # PostgreSQL that one (its only one) goes through SQLAlchemy (its asyncpg adapter
+        # sends the BEGIN). On SQLite both of its statements go the driver's way.
         await SqlLedger(sql_store.engine).record(_entry(thread.id))
-    assert [by_driver for _, by_driver in seen] == [sqlite, True]
+    assert [by_driver for _, by_driver in seen] == ([True, True] if sqlite else [False])
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
 
 
@@ -137,7 +143,7 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
 
     def refuse(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.startswith("INSERT INTO ledger"):
+        if "INSERT INTO ledger" in statement:
             raise RuntimeError("injected")
 
     event.listen(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
@@ -147,11 +153,13 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
             await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
     finally:
         event.remove(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
-        # Committed on purpose: had the refused insert reached the database, its row would stay.
+        # Committed on purpose: had the refused write reached the database, its rows would stay.
         await tx.close(commit=True)
     async with sql_store.engine.connect() as conn:
         usage = await conn.execute(sa.select(sa.func.count()).select_from(actor_usage))
-        assert usage.scalar() == 1, "the usage bump before it was sent and committed"
+        # The bump goes out with the row it numbers (one statement on PostgreSQL, one
+        # worker-thread call on SQLite, both statements announced first): neither was sent.
+        assert usage.scalar() == 0, "the usage bump was sent without its ledger row"
     assert await _ledger_rows(sql_store) == []
 
 
@@ -332,10 +340,14 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
         raise asyncio.CancelledError
 
     tx = await _unit(sql_store, thread.id)
-    monkeypatch.setattr(direct, "_send", cancelled)
     try:
-        with pytest.raises(asyncio.CancelledError):
-            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        with monkeypatch.context() as patched:
+            if sql_store.engine.dialect.name == "sqlite":  # every worker-thread call, pairs too
+                patched.setattr(OneHopConnection, "call", cancelled)
+            else:
+                patched.setattr(direct, "_send", cancelled)
+            with pytest.raises(asyncio.CancelledError):
+                await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
         assert tx.connection.invalidated
     finally:
         await tx.close(commit=False)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import sqlalchemy as sa
 
 from app.core.ports import LedgerEntry
 from app.store import SqlAgentStore
 from app.store.ledger import MemoryLedger, SqlLedger
+from app.store.schema import ledger as ledger_table
 from tests.store.test_store import captured_sql
 
 
@@ -58,3 +60,31 @@ async def test_reservations_check_and_bump_the_total_atomically(
     assert await ledger.tokens_used("alice") == 15
     assert await ledger.reserve("alice", 1000, 50)  # 15 < 50: a large call may still start
     assert not await ledger.reserve("alice", 1, 50)
+
+
+async def test_rows_recorded_at_once_from_several_engines_are_numbered_one_to_n_per_actor(
+    sql_store: SqlAgentStore, db_url: str
+) -> None:
+    """The usage bump numbers the ledger row it goes out with (one statement on PostgreSQL, one
+    worker-thread call on SQLite): racing engines (processes) never share or skip a number."""
+    stores = [SqlAgentStore.from_url(db_url) for _ in range(4)]
+    try:
+        ledgers = [SqlLedger(s.engine) for s in stores]
+        await asyncio.gather(
+            *[
+                ledgers[i % 4].record(_entry(actor, 1, 1, run=f"{actor}-{i}"))
+                for i in range(24)
+                for actor in ("alice", "bob")
+            ]
+        )
+    finally:
+        await asyncio.gather(*[s.dispose() for s in stores])
+    async with sql_store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(ledger_table.c.actor_id, ledger_table.c.id).order_by(
+                ledger_table.c.actor_id, ledger_table.c.id
+            )
+        )
+        ids = [tuple(r) for r in rows]
+    assert ids == [("alice", i) for i in range(1, 25)] + [("bob", i) for i in range(1, 25)]
+    assert await SqlLedger(sql_store.engine).tokens_used("alice") == 48
