@@ -660,6 +660,10 @@ AGENT_LABELS = {
     "summarize": "window 10 + summarize",
     "tokens": "max_tokens only",
 }
+DOMINANT = ", one thread filling the table"
+"""Suffix of an agent's key in `plans` for the plans read on the TURNS part's threads, where
+the longest is most of the table (the POLICIES part has two long threads)."""
+AGENT_LABELS.update({f"{k}{DOMINANT}": f"{v}{DOMINANT}" for k, v in list(AGENT_LABELS.items())})
 
 
 def _policy_lengths(backend: dict[str, Any], agent: str) -> list[int]:

@@ -27,6 +27,7 @@ from bench.floor import open_floor
 from bench.plans import turn_plans
 from bench.policies import AGENTS, CountingStore, policy_turns
 from bench.reads import bounded_read_breakdown, bounded_reads, commit_floor, full_read
+from bench.report import DOMINANT
 from bench.trips import DriverClock, clock_aiosqlite, count_engine_asyncpg
 from bench.turns import nowindow_turns, window_turns
 
@@ -200,6 +201,16 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                     warmup=config.turn_warmup,
                 )
                 log(f"[{backend}] window turns x{config.reps} per length done")
+            # The read plans here, where the longest thread is most of the table, as well as
+            # in the POLICIES part (two long threads): one dominant thread is the layout that
+            # once made PostgreSQL scan the whole table (docs in bench/README.md).
+            dominant = await turn_plans(
+                store,
+                {
+                    f"{name}{DOMINANT}": (AGENTS[name](config.window, config.token_budget), threads)
+                    for name in AGENTS
+                },
+            )
             for length in lengths:
                 out["lengths"][str(length)] = {
                     "reads": reads[length],
@@ -209,6 +220,7 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
             out["policies"], out["plans"], out["conversation"] = await _policies(
                 backend, url, store, threads, config, log
             )
+            out["plans"].update(dominant)
             for length in sorted({lengths[0], lengths[-1]}):
                 out["breakdown"][str(length)] = await bounded_read_breakdown(
                     store,
