@@ -14,6 +14,7 @@ these, whatever its Python does: the figure the turn's overhead target is checke
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -22,6 +23,7 @@ import asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.store import onehop
 from app.store.sql import TURN_READ_LIMITED
 
 COMMIT_TABLE = "bench_commit_floor"
@@ -39,6 +41,9 @@ class Floor(Protocol):
 
     async def commit_one(self) -> None:
         """One committed transaction of one UPDATE (the commit floor)."""
+
+    async def replay(self, units: Sequence[Any]) -> None:
+        """`bench.turnsql` units sent as recorded, each unit one committed transaction."""
 
     async def close(self) -> None: ...
 
@@ -76,6 +81,16 @@ class AsyncpgFloor:
         async with self.connection.transaction():
             await self.connection.execute(f"UPDATE {COMMIT_TABLE} SET n = n + $1 WHERE id = 1", 1)
 
+    async def replay(self, units: Sequence[Any]) -> None:
+        """One round trip per statement (asyncpg has no pipelining), BEGIN and COMMIT too."""
+        for unit in units:
+            async with self.connection.transaction():
+                for s in unit.statements:
+                    if s.many:
+                        await self.connection.executemany(s.sql, s.args)
+                    else:
+                        await self.connection.fetch(s.sql, *s.args)
+
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
         # conn.fetch caches the prepared statement, as SQLAlchemy's asyncpg adapter does.
         return await self.connection.fetch(self.sql, *self.args(thread_id, limit))
@@ -84,9 +99,20 @@ class AsyncpgFloor:
         await self.connection.close()
 
 
+def _run_unit(conn: sqlite3.Connection, statements: Sequence[Any]) -> None:
+    for s in statements:
+        if s.many:
+            conn.executemany(s.sql, s.args)
+        else:
+            conn.execute(s.sql, s.args).fetchall()
+    conn.commit()
+
+
 class AiosqliteFloor:
-    def __init__(self, conn: aiosqlite.Connection, engine: AsyncEngine) -> None:
+    def __init__(self, conn: aiosqlite.Connection, engine: AsyncEngine, path: str) -> None:
         self._conn = conn
+        self._path = path
+        self._replayer: onehop.OneHopConnection | None = None
         self.sql, self._names, self._defaults = compiled_turn_read(engine)
 
     def args(self, thread_id: str, limit: int) -> list[Any]:
@@ -102,16 +128,27 @@ class AiosqliteFloor:
         await conn.execute(_CREATE)
         await conn.execute(f"INSERT OR IGNORE INTO {COMMIT_TABLE} VALUES (1, 0)")
         await conn.commit()
-        return cls(conn, engine)
+        return cls(conn, engine, path)
 
     async def commit_one(self) -> None:
         await self._conn.execute(f"UPDATE {COMMIT_TABLE} SET n = n + ? WHERE id = 1", (1,))
         await self._conn.commit()
 
+    async def replay(self, units: Sequence[Any]) -> None:
+        """Each unit in ONE worker-thread call on a connection of its own, statements and
+        COMMIT: fewer hand-overs than any way the app could send them, so a lower bound."""
+        if self._replayer is None:
+            self._replayer = await onehop.connect(self._path)
+            await self._replayer.execute("PRAGMA synchronous=NORMAL")
+        for unit in units:
+            await self._replayer.call(_run_unit, unit.statements)
+
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
         return list(await self._conn.execute_fetchall(self.sql, self.args(thread_id, limit)))
 
     async def close(self) -> None:
+        if self._replayer is not None:
+            await self._replayer.close()
         await self._conn.close()
 
 

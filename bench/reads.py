@@ -90,7 +90,7 @@ async def bounded_reads(
 async def commit_floor(floor: Floor, thread_id: str, *, window: int, reps: int) -> dict[str, float]:
     """The commit floor (one committed one-UPDATE transaction, `bench.floor`) and the read
     floor, interleaved on the floor's connection: medians in ms."""
-    timed = await _interleaved(
+    timed = await interleaved(
         {"read": lambda: floor.read(thread_id, window), "commit": floor.commit_one}, reps
     )
     return {"read_ms": timed["read"] / 1e3, "commit_ms": timed["commit"] / 1e3}
@@ -132,7 +132,7 @@ def _sync_us(fn: Callable[[], Any], reps: int) -> float:
     return summarize(samples)["median_ms"] * 1e3
 
 
-async def _interleaved(
+async def interleaved(
     series: dict[str, Callable[[], Awaitable[Any]]], reps: int
 ) -> dict[str, float]:
     """Median microseconds of each async `fn`, taken round-robin (the starting one rotating) so
@@ -214,7 +214,7 @@ async def bounded_read_breakdown(
             async def sa_held() -> Any:
                 return (await held.execute(TURN_READ_LIMITED, params)).all()
 
-            timed = await _interleaved(
+            timed = await interleaved(
                 {
                     "total": lambda: store.load_thread_for_turn(query),
                     "total_cold": cold_read,

@@ -164,6 +164,7 @@ def commit_floor_table(results: dict[str, Any]) -> str:
         "overhead / (tx x commit)",
     ]
     rows = []
+    sql_rows = []
     for name, backend in results["backends"].items():
         cf = backend.get("commit_floor")
         if cf is None:
@@ -186,7 +187,37 @@ def commit_floor_table(results: dict[str, Any]) -> str:
                 _x(ratio(overhead, least)),
             ]
         )
-    return _table(header, rows)
+        ts = backend.get("turn_sql_floor")
+        if ts is not None:
+            sql_rows.append(
+                [
+                    name,
+                    str(ts["statements"]),
+                    str(ts["commits"]),
+                    f"{ts['read_ms']:.3f}",
+                    _ms(ts["turn_sql_ms"]),
+                    _x(ratio(ts["turn_sql_ms"], ts["read_ms"])),
+                    _x(ratio(overhead, cf["read_ms"])),
+                ]
+            )
+    table = _table(header, rows)
+    if not sql_rows:
+        return table
+    sql_header = [
+        "backend",
+        "statements",
+        "commits",
+        "read floor ms",
+        "turn SQL raw ms",
+        "x read floor",
+        "turn overhead x read floor",
+    ]
+    return (
+        table + "\n\nThe turn's own statements and commits, recorded and replayed through the raw "
+        "driver with no Python around them (bench/turnsql.py; PostgreSQL one round trip per "
+        "statement, BEGIN and COMMIT; SQLite each transaction in one worker-thread call):\n"
+        + _table(sql_header, sql_rows)
+    )
 
 
 def bytes_table(results: dict[str, Any]) -> str:
@@ -460,6 +491,12 @@ def _issue_11_targets(
         if cf
         else ""
     )
+    ts = b.get("turn_sql_floor")
+    if ts:
+        least += (
+            f"; its own SQL replayed raw, no Python: "
+            f"{ratio(ts['turn_sql_ms'], ts['read_ms']):.1f}x the read floor"
+        )
     out.append(
         _target(
             f"turn overhead <= {TURN_FLOOR_LIMIT:.0f}x raw read floor (turn-cost goal)",

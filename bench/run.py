@@ -29,7 +29,8 @@ from bench.policies import AGENTS, CountingStore, policy_turns
 from bench.reads import bounded_read_breakdown, bounded_reads, commit_floor, full_read
 from bench.report import DOMINANT
 from bench.trips import DriverClock, clock_aiosqlite, count_engine_asyncpg
-from bench.turns import nowindow_turns, window_turns
+from bench.turns import TurnSeries, nowindow_turns, window_turns
+from bench.turnsql import turn_sql_floor
 
 BACKENDS = ("sqlite", "postgres")
 FULL_LENGTHS = (100, 1_000, 10_000, 100_000)
@@ -201,6 +202,12 @@ async def _run_backend(backend: str, url: str, config: Config, log: Log) -> dict
                     warmup=config.turn_warmup,
                 )
                 log(f"[{backend}] window turns x{config.reps} per length done")
+            shortest = TurnSeries(turn_store, threads[lengths[0]], config.window, clock)
+            await shortest.warm(config.turn_warmup)
+            out["turn_sql_floor"] = await turn_sql_floor(
+                floor, shortest, reps=config.reps * config.read_factor
+            )
+            log(f"[{backend}] the turn's own SQL replayed raw, done")
             # The read plans here, where the longest thread is most of the table, as well as
             # in the POLICIES part (two long threads): one dominant thread is the layout that
             # once made PostgreSQL scan the whole table (docs in bench/README.md).

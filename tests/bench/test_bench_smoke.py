@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.report import render, targets, write_chart, write_json
+from bench.report import DOMINANT, render, targets, write_chart, write_json
 from bench.run import Config, run_benchmark
 
 WINDOW = 10
@@ -86,6 +86,12 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     assert floor["commit_ms"] > 0 and floor["read_ms"] > 0
     assert {sqlite["lengths"][n]["turn_window"]["transactions"] for n in ("20", "200")} == {4}
     assert "total_cold_us" in sqlite["breakdown"]["20"]
+    # The turn's own SQL, recorded and replayed raw: the same transactions as the turn, and
+    # every statement of them (a turn sends more statements than it commits transactions).
+    own = sqlite["turn_sql_floor"]
+    assert own["commits"] == sqlite["lengths"]["20"]["turn_window"]["transactions"] == 4
+    assert own["statements"] > own["commits"]
+    assert own["turn_sql_ms"] > 0 and own["read_ms"] > 0
 
     calls = sqlite["breakdown"]["20"]["driver_calls"]
     assert set(calls) == {"store", "floor", "lean"}
@@ -168,7 +174,11 @@ def _check_policies(sqlite: dict[str, Any]) -> None:
     assert summarize["200"]["input_tokens_per_turn"] > 0
     assert summarize["200"]["first_turn"]["folds"] > summarize["20"]["first_turn"]["folds"]
 
-    # SQLite: every part of every turn read is an index search, never a scan of messages.
+    # SQLite: every part of every turn read is an index search, never a scan of messages; on
+    # both layouts: two long threads (POLICIES) and one filling the table (TURNS).
+    assert {a for a in sqlite["plans"] if a.endswith(DOMINANT)} == {
+        f"{a}{DOMINANT}" for a in ("window", "summarize", "tokens")
+    }
     for agent, by_length in sqlite["plans"].items():
         for length, plan in by_length.items():
             details = plan["plan"]
