@@ -46,6 +46,7 @@ import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy.exc as sa_exc
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
@@ -317,13 +318,22 @@ async def write_many(
         await guarded(conn, operation, driver.call(send, form.sql, args))
 
 
+async def raw_connection(conn: AsyncConnection) -> PoolProxiedConnection:
+    """`conn.get_raw_connection()`, without its greenlet hand-over when the connection is
+    plainly there: SQLAlchemy then returns an attribute it holds (it does I/O only to
+    reconnect an invalidated connection), and a turn asked it a dozen times."""
+    sync = conn.sync_connection
+    if sync is not None and not sync.closed and not sync.invalidated:
+        return sync.connection
+    return await conn.get_raw_connection()
+
+
 async def _open_driver(conn: AsyncConnection) -> Any:
     """The driver connection under `conn` when the driver's way is taken for this engine and a
     transaction is open (or, on SQLite, begun) on it; None otherwise (SQLAlchemy's way)."""
     if not driver_way_open(conn.engine):
         return None
-    raw = await conn.get_raw_connection()
-    driver = raw.driver_connection
+    driver = (await raw_connection(conn)).driver_connection
     if isinstance(driver, OneHopConnection):
         # SQLAlchemy's BEGIN on SQLite is sqlite3's own implicit one, made at the first write:
         # once SQLAlchemy has begun, a write sent here opens the transaction just the same.

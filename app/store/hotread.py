@@ -39,6 +39,7 @@ from app.store.direct import (
     driver_error,
     driver_way_open,
     guarded,
+    raw_connection,
 )
 from app.store.onehop import OneHopConnection, run_statement
 
@@ -80,8 +81,7 @@ class HotReader:
     ) -> Rows:
         """`stmt` on the caller's connection, inside its open transaction."""
         if self.enabled and driver_way_open(self._engine):
-            raw = await conn.get_raw_connection()
-            driver = raw.driver_connection
+            driver = (await raw_connection(conn)).driver_connection
             if driver is not None and (not self._postgres or driver.is_in_transaction()):
                 form = self._compile(stmt)
                 args = form.args(params)

@@ -55,9 +55,9 @@ _RECORD = sa.text(
     f"WITH bumped AS ({_BUMP_USAGE_SQL}) {_ENTRY} FROM bumped RETURNING id"
 ).bindparams(*_TYPED)
 """PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE)."""
-_INSERT_AFTER_BUMP = sa.text(
-    f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor_id"
-).bindparams(*_TYPED[1:])
+_INSERT_AFTER_BUMP = sa.text(f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor_id").bindparams(
+    *_TYPED[1:]
+)
 """SQLite: the ledger row, numbered from the bumped total's row, sent in the bump's own
 worker-thread call (SQLite has no data-modifying CTE)."""
 

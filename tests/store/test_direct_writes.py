@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ports import LedgerEntry, ThreadTurnQuery
 from app.durable.journal import _INSERT_STEP
@@ -437,3 +438,28 @@ async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
     await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
     await tx.close(commit=True)
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
+
+
+async def test_the_raw_connection_is_read_without_a_greenlet_until_the_connection_is_invalid(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`direct.raw_connection` skips `get_raw_connection`'s greenlet hand-over while SQLAlchemy
+    holds the connection, and asks it (which reconnects) once the connection was invalidated."""
+    asked: list[int] = []
+    original = AsyncConnection.get_raw_connection
+
+    async def counted(self: AsyncConnection) -> Any:
+        asked.append(1)
+        return await original(self)
+
+    monkeypatch.setattr(AsyncConnection, "get_raw_connection", counted)
+    async with sql_store.engine.connect() as conn:
+        await conn.execute(sa.select(1))
+        held = await direct.raw_connection(conn)
+        assert asked == [] and held is conn.sync_connection.connection  # type: ignore[union-attr]
+        assert held.driver_connection is not None
+        await conn.invalidate()
+        await conn.rollback()  # as SQLAlchemy requires before it reconnects
+        again = await direct.raw_connection(conn)
+        assert asked == [1]
+        assert again.driver_connection is not None and again is not held
