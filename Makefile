@@ -48,6 +48,7 @@ test: install lint typecheck
 
 lint: install
 	$(BIN)/ruff check app tests bench migrations scripts .ci/lowest_constraints.py
+	$(BIN)/ruff format --check app tests bench migrations scripts .ci/lowest_constraints.py
 
 typecheck: install
 	$(BIN)/mypy --strict app scripts

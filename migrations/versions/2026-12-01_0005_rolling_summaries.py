@@ -66,9 +66,7 @@ def upgrade() -> None:
         )
         batch_op.drop_index("ix_messages_thread_id_role")
         batch_op.create_index("ix_messages_thread_id_role_seq", ["thread_id", "role", "seq"])
-        batch_op.create_index(
-            "ix_messages_thread_id_tokens_before", ["thread_id", "tokens_before"]
-        )
+        batch_op.create_index("ix_messages_thread_id_tokens_before", ["thread_id", "tokens_before"])
     _backfill_token_estimates(op.get_bind())
     op.execute(
         "UPDATE threads SET answered = EXISTS (SELECT 1 FROM messages "
