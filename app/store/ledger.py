@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import LedgerEntry, Transaction
+from app.core.ports import LedgerEntry, QuotaReserver, Transaction
 from app.errors import StoreError
 from app.store import direct
 from app.store.engine import autocommit, write_transaction
@@ -141,7 +143,12 @@ class MemoryLedger:
     async def record(self, entry: LedgerEntry) -> None:
         self.entries.append(entry)
 
-    async def record_reserved(self, entry: LedgerEntry, reserved: int) -> None:
+    async def record_reserved(
+        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
+    ) -> None:
+        """`tx` is accepted as `QuotaReserver` says (the loop passes it to every ledger) and
+        unused: nothing in memory is shared with a transaction."""
+        del tx
         self.entries.append(entry)
         await self.release(entry.actor_id, reserved)
 
@@ -163,3 +170,8 @@ class MemoryLedger:
 
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
         return [e for e in self.entries if e.run_id == run_id]
+
+
+if TYPE_CHECKING:  # mypy holds both ledgers to the ports the loop calls them through
+    _SQL_RESERVES: QuotaReserver = SqlLedger(cast(AsyncEngine, None))
+    _MEMORY_RESERVES: QuotaReserver = MemoryLedger()

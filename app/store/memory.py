@@ -12,9 +12,19 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from app.core.messages import Message
-from app.core.ports import Thread, ThreadListing, ThreadSummary
+from app.core.ports import (
+    AgentStore,
+    PromptDigestStore,
+    RunMessagesReader,
+    SummaryStore,
+    Thread,
+    ThreadLister,
+    ThreadListing,
+    ThreadSummary,
+)
 from app.errors import DuplicateMessage, ThreadNotFound
 
 
@@ -125,3 +135,11 @@ class MemoryStore:
     async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
         thread = self._threads.get(thread_id)
         return [m for m in thread.messages if m.run_id == run_id] if thread else []
+
+
+if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for at run time
+    _AS_STORE: AgentStore = MemoryStore()
+    _AS_DIGESTS: PromptDigestStore = MemoryStore()
+    _AS_SUMMARIES: SummaryStore = MemoryStore()
+    _AS_RUN_MESSAGES: RunMessagesReader = MemoryStore()
+    _AS_LISTER: ThreadLister = MemoryStore()

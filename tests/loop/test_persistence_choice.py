@@ -147,3 +147,23 @@ def test_the_dbos_system_database_follows_the_app_database() -> None:
     assert dbos_system_url("sqlite+aiosqlite:///./agent.db") == "sqlite:///./agent.db"
     with pytest.raises(ConfigError, match="in-memory"):
         dbos_system_url("sqlite+aiosqlite:///:memory:")
+
+
+async def test_a_memory_store_with_a_token_quota_answers_and_books_the_spend() -> None:
+    """The in-process ledger reserves quota like the SQL one; the loop hands every ledger the
+    same `record_reserved(..., tx=...)` call (None here: nothing is shared in memory)."""
+    settings = Settings(migrate_on_start=False, token_quota=100_000)
+    module = AgentModule.for_root(
+        model=ScriptedProvider(default=reply("ok")),
+        store=MemoryStore(),
+        agents=[Plain],
+        settings=settings,
+    )
+    thread = await module.store.create_thread(actor_id="a", agent="plain")
+    result = await module.run_turn(agent="plain", thread_id=thread.id, actor_id="a", content="hi")
+    assert result.message.content == "ok"
+    ledger = module.loop.ledger
+    assert isinstance(ledger, MemoryLedger)
+    spent = sum(e.prompt_tokens + e.completion_tokens for e in ledger.entries)
+    assert spent > 0
+    assert await ledger.tokens_used("a") == spent, "the reservation became the spend, no more"
