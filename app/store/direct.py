@@ -55,10 +55,10 @@ from app.errors import AgentError, InvalidContent, StoreError
 from app.store.engine import behind_pgbouncer
 from app.store.onehop import (
     OneHopConnection,
-    run_if_found,
     run_many,
     run_many_and_commit,
     run_statement,
+    run_together,
 )
 
 DRIVER_ERRORS = (
@@ -228,26 +228,26 @@ async def write(
     return outcome
 
 
-async def write_if_found(
+async def write_together(
     conn: AsyncConnection,
     stmt: Executable,
     then: Executable,
     params: dict[str, Any],
     operation: str,
 ) -> Outcome:
-    """`stmt` (a write with RETURNING) and, when it returned a row, `then`, both with `params`:
-    what `stmt` returned. On SQLite both go in ONE worker-thread call (`run_if_found`), since
-    SQLite has no data-modifying CTE to make them one statement; elsewhere, two statements.
+    """`stmt` (a write with RETURNING), then `then`, both with `params`: what `stmt` returned.
+    On SQLite both go in ONE worker-thread call (`run_together`), since SQLite has no
+    data-modifying CTE to make them one statement; elsewhere, two statements.
 
-    Both statements are announced to the engine's listeners before the call, so `then` is
-    announced even when `stmt` finds no row; a listener that refuses `then` refuses the pair
-    before anything is sent, as the failure of either leaves the caller's transaction to roll
-    back."""
+    `then` is always sent, so it must itself do nothing when `stmt` changed no row (the
+    store's message insert checks SQLite's `changes()`): every statement announced to the
+    engine's listeners is one the database ran. Both are announced before the call, so a
+    listener that refuses `then` refuses the pair before anything is sent; the failure of
+    either leaves the caller's transaction to roll back."""
     driver = await _open_driver(conn)
     if driver is None or not isinstance(driver, OneHopConnection):
         outcome = await write(conn, stmt, params, operation)
-        if outcome.rows:
-            await write(conn, then, params, operation)
+        await write(conn, then, params, operation)
         return outcome
     assert isinstance(stmt, ClauseElement) and isinstance(then, ClauseElement)
     keys = tuple(sorted(params))
@@ -255,7 +255,7 @@ async def write_if_found(
     args, then_args = first.args(params), second.args(params)
     announce(conn.sync_engine, conn.sync_connection, first.sql, args)
     announce(conn.sync_engine, conn.sync_connection, second.sql, then_args)
-    call = driver.call(run_if_found, first.sql, args, second.sql, then_args)
+    call = driver.call(run_together, first.sql, args, second.sql, then_args)
     _description, rows, rowcount, _lastrowid = await guarded(conn, operation, call)
     return Outcome(rows, rowcount)
 
@@ -274,12 +274,12 @@ async def write_bumped(
 
     On PostgreSQL, `combined`: the bump as a data-modifying CTE and the insert reading it, one
     statement. SQLite has no data-modifying CTE: there `bump` (with RETURNING, the number
-    first) and `then` (which reads the bumped row itself) go in one worker-thread call
-    (`write_if_found`)."""
+    first) and `then` (which reads the bumped row itself, and inserts nothing when the bump
+    changed no row) go in one worker-thread call (`write_together`)."""
     if conn.dialect.name == "postgresql":
         found = (await write(conn, combined, params, operation)).one_or_none()
     else:
-        found = (await write_if_found(conn, bump, then, params, operation)).one_or_none()
+        found = (await write_together(conn, bump, then, params, operation)).one_or_none()
     return None if found is None else found[0]
 
 

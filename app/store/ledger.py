@@ -61,7 +61,8 @@ _INSERT_AFTER_BUMP = sa.text(f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor
     *_TYPED[1:]
 )
 """SQLite: the ledger row, numbered from the bumped total's row, sent in the bump's own
-worker-thread call (SQLite has no data-modifying CTE)."""
+worker-thread call (SQLite has no data-modifying CTE). The bump is an upsert, so it always
+has its row to number from."""
 
 
 _RESERVE = sa.text(

@@ -113,19 +113,17 @@ def run_many(
         raise
 
 
-def run_if_found(
+def run_together(
     conn: sqlite3.Connection,
     sql: str,
     parameters: Sequence[Any],
     then_sql: str,
     then_parameters: Sequence[Any],
 ) -> tuple[Any, list[Any], int, int | None]:
-    """`sql`, then `then_sql` only if `sql` returned a row, in one worker-thread call; what
-    `sql` returned. A failure of `then_sql` leaves the transaction open for the caller to roll
-    back, as two separate calls would."""
+    """`sql`, then `then_sql`, in one worker-thread call; what `sql` returned. A failure of
+    either leaves the transaction open for the caller to roll back, as two calls would."""
     outcome = run_statement(conn, sql, parameters)
-    if outcome[1]:
-        run_statement(conn, then_sql, then_parameters)
+    run_statement(conn, then_sql, then_parameters)
     return outcome
 
 

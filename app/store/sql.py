@@ -365,10 +365,13 @@ _ENCODED = ("content", "tool_calls", "tool_results", "attachments")
 _APPEND_ONE = {prompt: _append_one_statement(_BUMPS[(True, prompt)]) for prompt in (False, True)}
 """PostgreSQL's one-statement append of a run's one message, by (with the last prompt)."""
 _INSERT_ONE_AFTER_BUMP = messages.insert().from_select(
-    _ONE_MESSAGE_COLS, _one_message_from(threads).where(threads.c.id == _TID)
+    _ONE_MESSAGE_COLS,
+    _one_message_from(threads).where(threads.c.id == _TID, sa.func.changes() == 1),
 )
-"""SQLite's second statement, sent in the bump's own worker-thread call when the bump found
-its row (`direct.write_if_found`): SQLite has no data-modifying CTE."""
+"""SQLite's second statement, sent in the bump's own worker-thread call
+(`direct.write_together`): SQLite has no data-modifying CTE. `changes()` is the row count of
+the connection's last completed write, the bump: when the bump found no row (the message is
+stored already, or no thread) this inserts nothing."""
 _INSERT_MESSAGES = messages.insert()
 _ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
 _LATEST_SUMMARY = _newest_summary()

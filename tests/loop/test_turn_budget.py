@@ -38,7 +38,7 @@ COMMON_TURN_SQLITE_WORKER_CALLS = 13
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`app.store.onehop`), one per
 COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`), and one per
-appended message for its bump and its insert (`direct.write_if_found`): 20 before the first of
+appended message for its bump and its insert (`direct.write_together`): 20 before the first of
 those, 17 with it, 15 since the run's row joined the first unit (its COMMIT and that unit's
 lease check are gone), 13 since each message's two statements share a call."""
 COMMON_TURN_SQLALCHEMY_STATEMENTS = 4

@@ -17,10 +17,10 @@ from sqlalchemy import event
 
 from app.core.messages import Message
 from app.errors import DuplicateMessage, ThreadNotFound
-from app.store import SqlAgentStore
+from app.store import SqlAgentStore, direct
 from app.store.schema import messages, threads
 from app.store.tx import SqlTransaction, open_write
-from tests.conftest import worker_calls
+from tests.conftest import emptied_store, worker_calls
 from tests.factories import assistant, tool_answer, user
 
 WAYS = ["driver", "sqlalchemy"]
@@ -189,7 +189,38 @@ async def test_a_runs_message_is_one_round_trip(sql_store: SqlAgentStore) -> Non
         event.remove(sql_store.engine.sync_engine, "before_cursor_execute", before)
         await tx.close(commit=True)
     if sql_store.engine.dialect.name == "sqlite":
-        assert calls == ["run_if_found"], calls
+        assert calls == ["run_together"], calls
         assert len(sent) == 2, sent
     else:
         assert len(sent) == 1 and sent[0].startswith("WITH bumped AS"), sent
+
+
+async def test_on_sqlite_every_statement_announced_is_one_the_database_ran(
+    sqlite_url: str,
+) -> None:
+    """A message's bump and insert go in one worker-thread call, both announced first. The
+    insert runs even when the bump found no row (it then inserts nothing, by `changes()`), so
+    a listener that logs, counts or replays statements never sees one that did not run."""
+    async with emptied_store(sqlite_url) as store:
+        thread = await store.create_thread(actor_id="alice", agent="helper")
+        await _append_in_unit(store, thread.id, assistant("first", run_id="r1"))
+        tx = await _unit(store, thread.id)
+        announced: list[str] = []
+        ran: list[str] = []
+
+        def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+            announced.append(statement)
+
+        driver = (await direct.raw_connection(tx.connection)).driver_connection
+        await driver.set_trace_callback(ran.append)
+        event.listen(store.engine.sync_engine, "before_cursor_execute", before)
+        try:
+            with pytest.raises(DuplicateMessage):
+                await store.append_messages(thread.id, [assistant("again", run_id="r1")], tx=tx)
+        finally:
+            event.remove(store.engine.sync_engine, "before_cursor_execute", before)
+            await driver.set_trace_callback(None)
+            await tx.close(commit=False)
+        assert [s.split()[0] for s in announced] == ["UPDATE", "INSERT", "SELECT"]
+        assert [s.split()[0] for s in ran] == ["UPDATE", "INSERT", "SELECT"], ran
+        assert [r[2] for r in await _rows(store, thread.id)] == ["first"]
