@@ -104,8 +104,8 @@ class SqlLedger:
                 params={**entry.model_dump(), "tokens": tokens},
                 operation="ledger_record",
             )
-        if numbered is None:  # an upsert always returns its row
-            raise StoreError("ledger_record: the usage upsert returned no row")
+            if numbered is None:  # an upsert always returns its row; if not, roll back
+                raise StoreError("ledger_record: the usage upsert returned no row")
 
     async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
         async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:
