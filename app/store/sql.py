@@ -505,7 +505,8 @@ class SqlAgentStore:
             if isinstance(exc, direct.UniqueConflict):
                 detail, name = exc.detail, exc.message
             else:
-                detail, name = str(exc.orig), f"append_messages: {type(exc.orig).__name__}"
+                detail = str(exc.orig)
+                name = f"append_messages: database error ({type(exc.orig).__name__})"
             if "run_id" not in detail:
                 raise StoreError(name) from exc
             dup = next((m for m in messages_ if m.run_id is not None), messages_[0])
