@@ -35,11 +35,13 @@ from pydantic import BaseModel, ConfigDict
 from app.core.context_window import ChatMiddleware
 from app.core.history import split_runs
 from app.core.messages import (
+    MAX_TOOL_ARGUMENT_DEPTH,
     ChatMessage,
     Message,
     ToolCall,
     ToolResult,
     journal_form,
+    nesting_depth,
     payload_bytes,
     storable_json,
     storable_text,
@@ -133,10 +135,6 @@ COMPLETION_RESERVE = 1024
 unless calls in flight at that moment answer at greater length than this."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
-MAX_TOOL_ARGUMENT_DEPTH = 100
-"""How deeply a tool call's arguments may nest. Much deeper cannot be journaled or read back
-(pydantic's JSON limits are about 250 levels to write and 200 to read), so such an answer fails
-its model step as a bad provider response, before anything of it is recorded."""
 
 
 _READ_FIGURES = (
@@ -1118,7 +1116,7 @@ class AgentLoop:
         model = _booked_model(response.model, self.model)
         usage = response.usage
         for call in response.tool_calls:
-            if _nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
+            if nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
                 # The step fails, and its unit with it: the call's spend is booked on its own.
                 await self._record_usage(None, request, report, "chat", model, usage, reserved)
                 raise ProviderBadResponse(
@@ -1325,22 +1323,6 @@ def read_bound(policy: HistoryPolicy) -> ReadBound | None:
         return bound
     legacy = getattr(policy, "max_messages", None)
     return ReadBound(messages=max(1, legacy)) if isinstance(legacy, int) else None
-
-
-def _nesting_depth(value: Any) -> int:
-    """Levels of dicts and lists in a JSON-like value, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 def _ledger_row(entry: LedgerEntry) -> LedgerRow:

@@ -139,13 +139,43 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 it is an escaped backslash followed by the printable text `u0000`, which is storable."""
 
 
+MAX_TOOL_ARGUMENT_DEPTH = 100
+"""How deeply a tool call's arguments may nest. Much deeper cannot be journaled or read back
+(pydantic's JSON limits are about 250 levels to write and 200 to read): the loop fails a model
+step that asks for it as a bad provider response, and a store refuses to hold it
+(`unstorable_text`), since every later read of the thread would fail."""
+
+
+def nesting_depth(value: Any) -> int:
+    """Levels of dicts and lists in a JSON-like value, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def unstorable_text(message: Message) -> str | None:
     """Why a message cannot be stored as sent, or None if it can.
 
-    Two things no store here can hold: U+0000 (PostgreSQL text refuses it, and SQLite would
-    silently differ from PostgreSQL) and lone surrogates (not encodable as UTF-8 at all).
-    Checked before a write, so a refused batch writes nothing.
+    Three things no store here can hold: U+0000 (PostgreSQL text refuses it, and SQLite would
+    silently differ from PostgreSQL), lone surrogates (not encodable as UTF-8 at all), and tool
+    call arguments nested deeper than `MAX_TOOL_ARGUMENT_DEPTH` (written, they could not be
+    read back). Checked before a write, so a refused batch writes nothing.
     """
+    for call in message.tool_calls:
+        if nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
+            return (
+                f"the arguments of tool call {call.name[:64]!r} nest deeper than "
+                f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
+            )
     try:
         texts = [message.content]
         for items in (message.tool_calls, message.tool_results, message.attachments):

@@ -18,8 +18,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.core.loop import MAX_TOOL_ARGUMENT_DEPTH
-from app.core.messages import ToolCall
+from app.core.messages import MAX_TOOL_ARGUMENT_DEPTH, ToolCall
 from app.providers import OpenAICompatibleProvider
 from app.registry import agent, tool
 from app.store.schema import threads

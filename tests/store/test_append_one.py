@@ -15,8 +15,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from app.core.messages import Message
-from app.errors import DuplicateMessage, ThreadNotFound
+from app.core.messages import MAX_TOOL_ARGUMENT_DEPTH, Message, ToolCall
+from app.core.ports import ThreadTurnQuery
+from app.errors import DuplicateMessage, InvalidContent, ThreadNotFound
 from app.store import SqlAgentStore, direct
 from app.store.schema import messages, threads
 from app.store.tx import SqlTransaction, open_write
@@ -224,3 +225,34 @@ async def test_on_sqlite_every_statement_announced_is_one_the_database_ran(
         assert [s.split()[0] for s in announced] == ["UPDATE", "INSERT", "SELECT"]
         assert [s.split()[0] for s in ran] == ["UPDATE", "INSERT", "SELECT"], ran
         assert [r[2] for r in await _rows(store, thread.id)] == ["first"]
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"leaf": True}
+    for _ in range(depth):
+        doc = {"a": doc}
+    return doc
+
+
+@pytest.mark.parametrize("depth", [200, 1000])
+async def test_a_tool_call_nested_too_deep_to_read_back_is_refused_and_the_thread_stays_readable(
+    sql_store: SqlAgentStore, depth: int
+) -> None:
+    """pydantic writes JSON about 250 levels deep but reads back only about 200: stored, such a
+    message would make every later read of the thread fail. The store refuses it as the loop
+    refuses a model's (`MAX_TOOL_ARGUMENT_DEPTH`), naming the nesting, and writes nothing."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    deep = ToolCall(id="c", name="f", arguments={"data": _nested(depth)})
+    fine = ToolCall(id="c", name="f", arguments={"data": _nested(MAX_TOOL_ARGUMENT_DEPTH - 2)})
+    for batch in (
+        [assistant("run message", run_id="r1").model_copy(update={"tool_calls": [deep]})],
+        [user("q"), assistant("a").model_copy(update={"tool_calls": [deep]})],
+    ):
+        with pytest.raises(InvalidContent, match="nest deeper than"):
+            await sql_store.append_messages(thread.id, batch)
+    stored = await sql_store.append_messages(
+        thread.id, [assistant("ok", run_id="r2").model_copy(update={"tool_calls": [fine]})]
+    )
+    assert [m.seq for m in stored] == [1]
+    page = await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=thread.id))
+    assert page is not None and page.messages[0].tool_calls == [fine]
