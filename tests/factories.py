@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.core.history import HistoryPolicy
 from app.core.loop import AgentDefinition, AgentLoop
 from app.core.messages import Message, ToolCall, ToolResult
@@ -9,6 +11,8 @@ from app.core.ports import ModelProvider
 from app.durable import SqlJournal
 from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
+from app.store.schema import threads
+from app.store.tx import SqlTransaction, open_write
 
 
 def user(text: str, run_id: str | None = None) -> Message:
@@ -53,4 +57,24 @@ def sql_loop(
         ledger=SqlLedger(store.engine),
         model=model,
         agents={agent: definition},
+    )
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """A JSON object `depth` levels of {"a": ...} deep around {"leaf": true}."""
+    doc: dict[str, Any] = {"leaf": True}
+    for _ in range(depth):
+        doc = {"a": doc}
+    return doc
+
+
+async def open_unit(store: SqlAgentStore, thread_id: str) -> SqlTransaction:
+    """A unit of work whose first statement wrote through SQLAlchemy, as a lease check does (on
+    asyncpg, the driver's way opens only once SQLAlchemy's BEGIN went out)."""
+    return await open_write(
+        store.engine,
+        "test",
+        lambda conn: conn.execute(
+            threads.update().where(threads.c.id == thread_id).values(title="in a unit")
+        ),
     )

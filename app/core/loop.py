@@ -237,22 +237,20 @@ class AgentLoop:
                 )
         self.store = store
         self.runtime = runtime
-        self._shares_transactions = supports_transactions(store) and (
-            ledger_supports_transactions(ledger)
-        )
-        """Writes join a step's unit of work only when every writer can: one that wrote on a
-        connection of its own while the unit's transaction is open could wait for that very
-        transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
         self.ledger = ledger
         self.model = model
         # What the store and the ledger can do, probed once: a runtime-checkable protocol's
         # isinstance walks its members on every call (5-13 us each on CPython 3.11), and a turn
         # asked a dozen times of the same two objects.
-        self._tx_store: TransactionalStore | None = (
-            store if self._shares_transactions and supports_transactions(store) else None
-        )
+        tx_store = store if supports_transactions(store) else None
+        tx_ledger = ledger if ledger_supports_transactions(ledger) else None
+        self._shares_transactions = tx_store is not None and tx_ledger is not None
+        """Writes join a step's unit of work only when every writer can: one that wrote on a
+        connection of its own while the unit's transaction is open could wait for that very
+        transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
+        self._tx_store: TransactionalStore | None = tx_store if self._shares_transactions else None
         self._tx_ledger: TransactionalLedger | None = (
-            ledger if self._shares_transactions and ledger_supports_transactions(ledger) else None
+            tx_ledger if self._shares_transactions else None
         )
         self._bounded: ThreadTurnReader | None = store if supports_bounded_read(store) else None
         self._digests: PromptDigestStore | None = store if supports_prompt_digests(store) else None

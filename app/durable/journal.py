@@ -100,6 +100,18 @@ def _step_rows(
     ]
 
 
+def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
+    """The columns of a run's row that come from its request."""
+    return {
+        "id": request.run_id,
+        "thread_id": request.thread_id,
+        "actor_id": request.actor_id,
+        "agent": request.agent,
+        "status": status,
+        "request": request.model_dump_json(),
+    }
+
+
 async def _retried(write: Callable[[], Awaitable[None]]) -> None:
     """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
     fails; the last failure is raised."""
@@ -217,15 +229,7 @@ class SqlJournal:
 
     async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
         try:
-            values = {
-                "id": request.run_id,
-                "thread_id": request.thread_id,
-                "actor_id": request.actor_id,
-                "agent": request.agent,
-                "status": "running",
-                "request": request.model_dump_json(),
-                "owner": token,
-            }
+            values = {**_run_row(request, "running"), "owner": token}
             # The insert opens the transaction: retried on a fresh connection if the pooled one
             # was dead (nothing was written), so the checkout skips its ping.
             return await open_write(
@@ -473,12 +477,7 @@ class SqlJournal:
         a row is there already. Retried as `_end` retries: a database fault that sank the
         first unit may well still be there, and without the row the run is gone."""
         values = {
-            "id": request.run_id,
-            "thread_id": request.thread_id,
-            "actor_id": request.actor_id,
-            "agent": request.agent,
-            "status": status,
-            "request": request.model_dump_json(),
+            **_run_row(request, status),
             "error_code": code,
             "error_message": message,
             "report": encode_payload(report),

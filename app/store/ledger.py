@@ -39,7 +39,7 @@ _BUMP_USAGE_SQL = (
     "RETURNING last_ledger_id"
 )
 _TOKENS = sa.bindparam("tokens", type_=sa.BigInteger)
-_TYPED = [_TOKENS, *(sa.bindparam(f, type_=ledger.c[f].type) for f in _FIELDS)]
+_ENTRY_BINDS = [sa.bindparam(f, type_=ledger.c[f].type) for f in _FIELDS]
 """Every bind typed: PostgreSQL cannot infer a type for a parameter in a SELECT list."""
 _BUMP_USAGE = sa.text(_BUMP_USAGE_SQL).bindparams(
     _TOKENS, sa.bindparam("actor_id", type_=ledger.c.actor_id.type)
@@ -55,10 +55,10 @@ _ENTRY = f"INSERT INTO ledger (id, {', '.join(_FIELDS)}) SELECT last_ledger_id, 
 )
 _RECORD = sa.text(
     f"WITH bumped AS ({_BUMP_USAGE_SQL}) {_ENTRY} FROM bumped RETURNING id"
-).bindparams(*_TYPED)
+).bindparams(_TOKENS, *_ENTRY_BINDS)
 """PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE)."""
 _INSERT_AFTER_BUMP = sa.text(f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor_id").bindparams(
-    *_TYPED[1:]
+    *_ENTRY_BINDS
 )
 """SQLite: the ledger row, numbered from the bumped total's row, sent in the bump's own
 worker-thread call (SQLite has no data-modifying CTE). The bump is an upsert, so it always

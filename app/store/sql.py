@@ -337,18 +337,8 @@ def _one_message_from(source: Any) -> sa.Select[Any]:
     )
 
 
-_ONE_MESSAGE_COLS = [
-    "thread_id",
-    "seq",
-    "role",
-    "content",
-    "tool_calls",
-    "tool_results",
-    "attachments",
-    "run_id",
-    "tokens",
-    "tokens_before",
-]
+_ONE_MESSAGE_COLS = ["thread_id", *MESSAGE_COLUMNS, "tokens", "tokens_before"]
+"""The columns `_one_message_from` selects, in its order."""
 
 
 def _append_one_statement(bump: sa.Update) -> sa.Insert:

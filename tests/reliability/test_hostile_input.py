@@ -24,6 +24,7 @@ from app.registry import agent, tool
 from app.store.schema import threads
 from app.store.sql import SqlAgentStore
 from app.testing import ScriptedProvider, StreamingScriptedProvider, reply
+from tests.factories import nested
 from tests.http.conftest import (
     ALICE,
     SSE,
@@ -294,13 +295,6 @@ async def test_hundreds_of_calls_to_unknown_tools_are_tool_errors_not_a_500(
 # --- deep nesting ------------------------------------------------------------------------------
 
 
-def _nested(depth: int) -> dict[str, Any]:
-    doc: dict[str, Any] = {"leaf": True}
-    for _ in range(depth):
-        doc = {"a": doc}
-    return doc
-
-
 @pytest.mark.parametrize("depth", [50, MAX_TOOL_ARGUMENT_DEPTH - 2, 200, 1000, 5000])
 async def test_deeply_nested_tool_arguments_from_the_model_never_500(
     stack: AsyncExitStack, make_module: ModuleFactory, depth: int
@@ -308,7 +302,7 @@ async def test_deeply_nested_tool_arguments_from_the_model_never_500(
     """Up to the limit the arguments are stored and read back whole; beyond it the model's
     answer is a bad provider response (502), not an internal error, and not a stored message
     that no later read could decode (pydantic writes ~250 levels but reads only ~200)."""
-    call = ToolCall(id="deep", name="inspect", arguments={"data": _nested(depth)})
+    call = ToolCall(id="deep", name="inspect", arguments={"data": nested(depth)})
     provider = ScriptedProvider([reply(tool_calls=[call])], default=reply("fine"))
     client = await _hostile_client(stack, make_module, provider)
     thread_id = await new_thread(client, agent_name="hostile")
@@ -318,7 +312,7 @@ async def test_deeply_nested_tool_arguments_from_the_model_never_500(
     if depth + 2 <= MAX_TOOL_ARGUMENT_DEPTH:
         assert r.status_code == 200, r.text
         answer = messages[-1]
-        assert answer["tool_calls"][0]["arguments"] == {"data": _nested(depth)}
+        assert answer["tool_calls"][0]["arguments"] == {"data": nested(depth)}
         assert answer["tool_results"][0]["is_error"] is False
     else:
         error = assert_error(r, 502, "provider_bad_response")

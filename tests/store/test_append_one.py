@@ -20,9 +20,9 @@ from app.core.ports import ThreadTurnQuery
 from app.errors import DuplicateMessage, InvalidContent, ThreadNotFound
 from app.store import SqlAgentStore, direct
 from app.store.schema import messages, threads
-from app.store.tx import SqlTransaction, open_write
+from app.store.tx import open_write
 from tests.conftest import emptied_store, worker_calls
-from tests.factories import assistant, tool_answer, user
+from tests.factories import assistant, nested, open_unit, tool_answer, user
 
 WAYS = ["driver", "sqlalchemy"]
 
@@ -45,18 +45,6 @@ def _instrumented(store: SqlAgentStore, way: str) -> Iterator[None]:
         event.remove(store.engine.sync_engine, "after_cursor_execute", after)
 
 
-async def _unit(store: SqlAgentStore, thread_id: str) -> SqlTransaction:
-    """A unit of work whose first statement wrote through SQLAlchemy, as a lease check does (on
-    asyncpg, the driver's way opens only once SQLAlchemy's BEGIN went out)."""
-    return await open_write(
-        store.engine,
-        "test",
-        lambda conn: conn.execute(
-            threads.update().where(threads.c.id == thread_id).values(title="in a unit")
-        ),
-    )
-
-
 async def _append_in_unit(
     store: SqlAgentStore, thread_id: str, message: Message, *, touch_thread: bool = True
 ) -> list[Message]:
@@ -64,7 +52,7 @@ async def _append_in_unit(
     unit's first statement leaves the thread row alone, so the append's own statement is the
     one that waits for another transaction's lock on it."""
     if touch_thread:
-        tx = await _unit(store, thread_id)
+        tx = await open_unit(store, thread_id)
     else:
         tx = await open_write(store.engine, "test", lambda conn: conn.execute(sa.select(1)))
     try:
@@ -138,7 +126,7 @@ async def test_a_runs_message_for_an_unknown_thread_is_thread_not_found(
     sql_store: SqlAgentStore, way: str
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(ThreadNotFound):
             await sql_store.append_messages("no-such-thread", [user("q", run_id="r")], tx=tx)
@@ -156,7 +144,7 @@ async def test_racing_appends_of_one_runs_message_store_it_once(
     other = SqlAgentStore.from_url(db_url)  # another process's engine
     try:
         with _instrumented(other, way):
-            first = await _unit(sql_store, thread.id)
+            first = await open_unit(sql_store, thread.id)
             await sql_store.append_messages(thread.id, [assistant("a", run_id="r1")], tx=first)
             second = asyncio.create_task(
                 _append_in_unit(other, thread.id, assistant("b", run_id="r1"), touch_thread=False)
@@ -176,7 +164,7 @@ async def test_a_runs_message_is_one_round_trip(sql_store: SqlAgentStore) -> Non
     """Counted where it is cheap to count: statements sent on PostgreSQL, worker-thread calls
     on SQLite (where the bump and the insert are two statements in one call)."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     sent: list[str] = []
 
     def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -205,7 +193,7 @@ async def test_on_sqlite_every_statement_announced_is_one_the_database_ran(
     async with emptied_store(sqlite_url) as store:
         thread = await store.create_thread(actor_id="alice", agent="helper")
         await _append_in_unit(store, thread.id, assistant("first", run_id="r1"))
-        tx = await _unit(store, thread.id)
+        tx = await open_unit(store, thread.id)
         announced: list[str] = []
         ran: list[str] = []
 
@@ -227,13 +215,6 @@ async def test_on_sqlite_every_statement_announced_is_one_the_database_ran(
         assert [r[2] for r in await _rows(store, thread.id)] == ["first"]
 
 
-def _nested(depth: int) -> dict[str, Any]:
-    doc: dict[str, Any] = {"leaf": True}
-    for _ in range(depth):
-        doc = {"a": doc}
-    return doc
-
-
 @pytest.mark.parametrize("depth", [200, 1000])
 async def test_a_tool_call_nested_too_deep_to_read_back_is_refused_and_the_thread_stays_readable(
     sql_store: SqlAgentStore, depth: int
@@ -242,8 +223,8 @@ async def test_a_tool_call_nested_too_deep_to_read_back_is_refused_and_the_threa
     message would make every later read of the thread fail. The store refuses it as the loop
     refuses a model's (`MAX_TOOL_ARGUMENT_DEPTH`), naming the nesting, and writes nothing."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    deep = ToolCall(id="c", name="f", arguments={"data": _nested(depth)})
-    fine = ToolCall(id="c", name="f", arguments={"data": _nested(MAX_TOOL_ARGUMENT_DEPTH - 2)})
+    deep = ToolCall(id="c", name="f", arguments={"data": nested(depth)})
+    fine = ToolCall(id="c", name="f", arguments={"data": nested(MAX_TOOL_ARGUMENT_DEPTH - 2)})
     for batch in (
         [assistant("run message", run_id="r1").model_copy(update={"tool_calls": [deep]})],
         [user("q"), assistant("a").model_copy(update={"tool_calls": [deep]})],

@@ -24,7 +24,7 @@ from app.store.onehop import OneHopConnection
 from app.store.schema import actor_usage, ledger, run_steps, threads
 from app.store.tx import SqlTransaction, open_write
 from tests.conftest import emptied_store, worker_calls
-from tests.factories import tool_answer, user
+from tests.factories import open_unit, tool_answer, user
 
 _INSERT = ledger.insert()
 
@@ -58,17 +58,6 @@ def _entry(thread_id: str, run_id: str = "run-1") -> LedgerEntry:
     )
 
 
-async def _unit(store: SqlAgentStore, thread_id: str) -> SqlTransaction:
-    """A shared transaction whose first statement (SQLAlchemy's) wrote, as a lease check does."""
-    return await open_write(
-        store.engine,
-        "test",
-        lambda conn: conn.execute(
-            threads.update().where(threads.c.id == thread_id).values(title="in a unit")
-        ),
-    )
-
-
 async def _ledger_rows(store: SqlAgentStore) -> list[tuple[Any, ...]]:
     async with store.engine.connect() as conn:
         rows = await conn.execute(
@@ -83,7 +72,7 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     book = SqlLedger(sql_store.engine)
 
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as driver_way:
         await book.record(_entry(thread.id), tx=tx)
     await tx.close(commit=True)
@@ -92,7 +81,7 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
         return None
 
     monkeypatch.setattr(direct, "_open_driver", no_driver)
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as sqlalchemy_way:
         await book.record(_entry(thread.id, "run-2"), tx=tx)
     await tx.close(commit=True)
@@ -126,7 +115,7 @@ async def test_a_driver_error_is_a_store_error_naming_the_operation_and_the_unit
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     row = {**_entry(thread.id).model_dump(), "id": 1}
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         await direct.write(tx.connection, _INSERT, row, "ledger_record")
         with pytest.raises(StoreError, match=r"^ledger_record: database error \(\w+\)$"):
@@ -148,7 +137,7 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
             raise RuntimeError("injected")
 
     event.listen(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(RuntimeError, match="injected"):
             await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
@@ -186,7 +175,7 @@ async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_writ
         return await real(conn, operation, call)
 
     monkeypatch.setattr(direct, "guarded", counting)
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with announced(sql_store) as seen:
             await direct.write_many(tx.connection, _INSERT, rows, "ledger_record")
@@ -248,7 +237,7 @@ async def test_an_engine_with_after_execute_listeners_keeps_every_statement_sqla
     event.listen(sql_store.engine.sync_engine, "after_cursor_execute", on_after)
     try:
         with announced(sql_store) as seen:
-            tx = await _unit(sql_store, thread.id)
+            tx = await open_unit(sql_store, thread.id)
             await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
             page = await sql_store.load_thread_for_turn(
                 ThreadTurnQuery(thread_id=thread.id, message_limit=10), tx=tx
@@ -268,7 +257,7 @@ async def test_data_the_database_refuses_is_invalid_content_as_through_sqlalchem
     """PostgreSQL enforces `ledger.model`'s 200 characters (SQLite stores any length)."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     entry = _entry(thread.id).model_copy(update={"model": "m" * 300})
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         if sql_store.engine.dialect.name == "postgresql":
             with pytest.raises(InvalidContent, match=r"^ledger_record: the database refused"):
@@ -281,7 +270,7 @@ async def test_data_the_database_refuses_is_invalid_content_as_through_sqlalchem
 
 async def test_a_missing_parameter_is_refused_not_sent_as_null(sql_store: SqlAgentStore) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(sa.exc.InvalidRequestError, match="required"):
             await direct.write(tx.connection, _RETITLE, {"t": "no id"}, "test")
@@ -310,7 +299,7 @@ async def test_parameters_go_through_the_dialects_own_bind_processors(
             sent.append(params)
 
         event.listen(sql_store.engine.sync_engine, "before_cursor_execute", before)
-        tx = await _unit(sql_store, thread.id)
+        tx = await open_unit(sql_store, thread.id)
         try:
             sent.clear()
             await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": at}, "test")
@@ -340,7 +329,7 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
     async def cancelled(*_args: Any) -> direct.Outcome:
         raise asyncio.CancelledError
 
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with monkeypatch.context() as patched:
             if sql_store.engine.dialect.name == "sqlite":  # every worker-thread call, pairs too
@@ -371,7 +360,7 @@ async def test_a_units_last_write_and_its_commit_are_one_worker_thread_call_on_s
 
     event.listen(sql_store.engine.sync_engine, "commit", on_commit)
     try:
-        tx = await _unit(sql_store, thread.id)
+        tx = await open_unit(sql_store, thread.id)
         with worker_calls() as calls:
             rows = _ledger_rows_for(thread.id, 1, 2)
             await direct.write_many(tx.connection, _INSERT, rows, "test", last=True)
@@ -390,7 +379,7 @@ async def test_a_failed_last_write_leaves_the_unit_to_roll_back_whole(
     sql_store: SqlAgentStore,
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(StoreError, match=r"^test: database error"):
             # The same id twice: the second row breaks the primary key, before the COMMIT.
@@ -402,7 +391,7 @@ async def test_a_failed_last_write_leaves_the_unit_to_roll_back_whole(
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
     # The connection is clean for the next unit: nothing of that one is left open on it.
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
     await tx.close(commit=True)
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
@@ -418,7 +407,7 @@ async def test_a_commit_that_fails_in_the_same_call_leaves_the_unit_to_roll_back
 
 async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    tx = await _unit(sql_store, thread.id)
+    tx = await open_unit(sql_store, thread.id)
     try:
         # A foreign key checked at COMMIT: the rows go in, then the COMMIT itself fails.
         await tx.connection.exec_driver_sql("PRAGMA defer_foreign_keys=ON")
@@ -434,7 +423,7 @@ async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
     async with sql_store.engine.connect() as conn:
         steps = await conn.execute(sa.select(sa.func.count()).select_from(run_steps))
         assert steps.scalar() == 0
-    tx = await _unit(sql_store, thread.id)  # the connection is clean for the next unit
+    tx = await open_unit(sql_store, thread.id)  # the connection is clean for the next unit
     await direct.write_many(tx.connection, _INSERT, _ledger_rows_for(thread.id, 1), "t", last=True)
     await tx.close(commit=True)
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
