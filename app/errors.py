@@ -21,7 +21,8 @@
     ├── ProviderError               provider_error      502
     │   ├── ProviderTimeout         provider_timeout    502
     │   ├── ProviderRateLimited     provider_rate_limited 502
-    │   └── ProviderBadResponse     provider_bad_response 502
+    │   ├── ProviderBadResponse     provider_bad_response 502
+    │   └── ProviderContextExceeded provider_context_exceeded 502
     ├── RunFailed                   run_failed          the cause's code and status
     └── Unauthorized                unauthorized        401  (app/http/errors.py: HTTP only)
 
@@ -193,6 +194,13 @@ class ProviderRateLimited(ProviderError):
 
 class ProviderBadResponse(ProviderError):
     code = "provider_bad_response"
+
+
+class ProviderContextExceeded(ProviderError):
+    """The provider refused the request as longer than its model's context. Final (resending
+    it cannot succeed), so a fold splits its chunk and retries smaller instead."""
+
+    code = "provider_context_exceeded"
 
 
 class RunFailed(AgentError):

@@ -280,6 +280,8 @@ class AgentModule:
             model=model,
             agents=definitions,
             token_quota=quota if quota is not None else settings.token_quota,
+            fold_calls_per_turn=settings.history_fold_calls_per_turn,
+            fold_timeout=settings.history_fold_timeout_seconds,
         )
         return cls(
             settings=settings,

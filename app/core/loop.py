@@ -23,6 +23,7 @@ byte. `select` must therefore be pure; anything non-deterministic belongs in `su
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ from app.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
+    HistorySummary,
     JsonValue,
     Ledger,
     LedgerEntry,
@@ -101,10 +103,12 @@ from app.core.report import (
 from app.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
     clip_summary,
+    fold_rejection,
     render_history_summary,
+    summary_fits,
     summary_token_cap,
 )
-from app.core.tokens import estimate_message_tokens
+from app.core.tokens import MESSAGE_ALLOWANCE, estimate_message_tokens
 from app.errors import (
     AgentError,
     AgentNotFound,
@@ -113,6 +117,7 @@ from app.errors import (
     JournalMismatch,
     LeaseLost,
     ProviderBadResponse,
+    ProviderContextExceeded,
     ProviderError,
     QuotaExceeded,
     RunFailed,
@@ -133,6 +138,12 @@ COMPLETION_RESERVE = 1024
 """Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
 (see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,
 unless calls in flight at that moment answer at greater length than this."""
+DEFAULT_FOLD_CALLS_PER_TURN = 2
+"""Summarizer calls one run may make (`AGENT_HISTORY_FOLD_CALLS_PER_TURN`): a fold costs at most
+this many calls on top of the turn's own, however long the backlog."""
+DEFAULT_FOLD_TIMEOUT_SECONDS = 120.0
+"""How long one summarizer call may take (`AGENT_HISTORY_FOLD_TIMEOUT_SECONDS`) before the turn
+gives the fold up and answers without it."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 
@@ -227,7 +238,16 @@ class AgentLoop:
         model: ModelProvider,
         agents: Mapping[str, AgentDefinition],
         token_quota: int | None = None,
+        fold_calls_per_turn: int = DEFAULT_FOLD_CALLS_PER_TURN,
+        fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
     ) -> None:
+        """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
+        several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
+        call may take before the fold is given up for this turn (None: no limit)."""
+        if fold_calls_per_turn < 1:
+            raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
+        self.fold_calls_per_turn = fold_calls_per_turn
+        self.fold_timeout = fold_timeout
         for definition in agents.values():
             if _summarizer(definition.policy) is not None and not supports_summaries(store):
                 raise ConfigError(
@@ -536,15 +556,25 @@ class AgentLoop:
             ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
         )
         folds = 0
+        omitted = 0
         if "fold" in recorded and summarizer is not None:
             summary, folds = await self._fold(
                 request, ctx, policy, summarizer, hctx, summary, recorded["fold"], report
             )
+            covered = summary.covers_through_seq if summary is not None else 0
+            if covered < int(recorded["fold"]["through"]):
+                # The fold this turn owed is not (all) made: what the summary does not cover
+                # rides, up to the cap, so nothing is lost from the prompt that a fold would
+                # have kept; past the cap the oldest are left out, and the model is told.
+                unfolded, omitted = _degraded_history(recorded["fold"], covered, keep)
+                keep = [*unfolded, *keep]
+                assert report.summary is not None
+                report.summary.omitted = omitted
         elif summary is not None:
             report.summary = SummaryReport(
                 made=False, covers_through_seq=summary.covers_through_seq
             )
-        prompt = _history_prompt(definition, summary, keep)
+        prompt = _history_prompt(definition, summary, keep, omitted)
         window = None
         if getattr(policy, "refolds_mid_run", False) and user_seq is not None and keep:
             first = user_seq - len(keep) + 1  # the kept runs are the newest: contiguous to it
@@ -582,6 +612,11 @@ class AgentLoop:
         summary, window.folds = await self._fold(
             request, ctx, policy, summarizer, hctx, window.summary, fold, report, window.folds
         )
+        covered = summary.covers_through_seq if summary is not None else 0
+        if covered < through:
+            # Refused, failed or out of calls: the prompt stays as it was (it is the history
+            # the run started with, within the policy's read bound); a later turn folds.
+            return prompt
         rest = window.keep[len(older) :]
         head = _history_prompt(definition, summary, rest)
         in_run = prompt[window.head :]
@@ -637,25 +672,41 @@ class AgentLoop:
         fold: dict[str, Any],
         report: RunReport,
         made_before: int = 0,
-    ) -> tuple[ThreadSummary, int]:
-        """Fold the summary forward through `fold["through"]`, one bounded summarizer call per
-        chunk: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
+    ) -> tuple[ThreadSummary | None, int]:
+        """Fold the summary forward towards `fold["through"]`, one bounded summarizer chunk per
+        step: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
         chunks' names suffixed `:2`, `:3`... (numbered across the run: `made_before` chunks came
         first). Each chunk's summary is stored as it is made, so a run that dies in a long
-        backlog keeps every chunk it finished. Returns the summary and the run's chunk count."""
+        backlog keeps every chunk it finished.
+
+        It stops early, leaving the rest to later turns, when the run has spent its
+        `fold_calls_per_turn` summarizer calls (a backlog is folded in bounded work per turn),
+        or when a chunk is refused or its call fails (`fold_rejection`): a refused answer is
+        never stored, so the boundary and the previous summary stay. The caller then sends what
+        the summary does not cover, up to a cap (`_degraded_history`). Returns the summary (None
+        if there is still none) and the run's chunk count."""
         through = int(fold["through"])
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
         budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
-        previous = summary.covers_through_seq if summary is not None else None
-        folds, input_messages, input_tokens, clipped = made_before, 0, 0, 0
-        if report.summary is not None and report.summary.made:
-            previous = report.summary.previous_covers_through_seq
-            input_messages, input_tokens, clipped = (
-                report.summary.input_messages,
-                report.summary.input_tokens,
-                report.summary.clipped,
+        prior = report.summary
+        stats = (
+            prior.model_copy(deep=True)
+            if prior is not None
+            else SummaryReport(
+                made=False,
+                covers_through_seq=summary.covers_through_seq if summary is not None else 0,
             )
+        )
+        if not stats.made:
+            stats.previous_covers_through_seq = (
+                summary.covers_through_seq if summary is not None else None
+            )
+        folds = made_before
         while summary is None or summary.covers_through_seq < through:
+            calls_left = self.fold_calls_per_turn - stats.calls
+            if calls_left < 1:
+                stats.deferred = True
+                break
             folds += 1
             suffix = "" if folds == 1 else f":{folds}"
             # The summary commits with its ledger row, as a model step does; the summary row is
@@ -665,23 +716,61 @@ class AgentLoop:
                 made = await ctx.step(
                     "history:summarize" + suffix,
                     functools.partial(
-                        self._fold_chunk, request, hctx, summarizer, summary, through, known, budget
-                    ),
-                )
-                usage = Usage.model_validate(made["usage"])
-                await ctx.step(
-                    "persist:usage:history" + suffix,
-                    functools.partial(
-                        self._record_usage,
-                        ctx,
+                        self._fold_chunk,
                         request,
-                        report,
-                        "history_summary",
-                        made["model"],
-                        usage,
-                        made.get("reserved", 0),
+                        hctx,
+                        summarizer,
+                        summary,
+                        through,
+                        known,
+                        budget,
+                        calls_left,
                     ),
                 )
+                usage = Usage.model_validate(made["usage"]) if "usage" in made else None
+                if "fitted_tokens" in made:
+                    # The provider refused a larger chunk: the rest of this run's chunks start
+                    # at the size it took, instead of being refused (and paid for) again.
+                    budget = min(budget, int(made["fitted_tokens"]))
+                if usage is not None:
+                    await ctx.step(
+                        "persist:usage:history" + suffix,
+                        functools.partial(
+                            self._record_usage,
+                            ctx,
+                            request,
+                            report,
+                            "history_summary",
+                            made["model"],
+                            usage,
+                            made.get("reserved", 0),
+                        ),
+                    )
+            stats.calls += int(made.get("calls", 1))
+            stats.folds = folds
+            if usage is not None:
+                report.model_calls.append(
+                    ModelCallReport(
+                        purpose="history_summary",
+                        prompt_tokens=usage.prompt_tokens,
+                        completion_tokens=usage.completion_tokens,
+                        messages_sent=made["input_messages"],
+                        messages_original=made["input_messages"],
+                    )
+                )
+            if "rejected" in made:
+                stats.rejected += 1
+                stats.rejected_reasons.append(str(made["rejected"]))
+                log.warning(
+                    "run %s: fold of messages %d-%d refused (%s); the summary stays at %d",
+                    request.run_id,
+                    (summary.covers_through_seq if summary is not None else 0) + 1,
+                    made.get("last_seq", through),
+                    made["rejected"],
+                    summary.covers_through_seq if summary is not None else 0,
+                )
+                break
+            assert usage is not None  # an accepted fold always records what it cost
             # What the summary now covers is never needed again: a long backlog is held in
             # memory a read page at a time, not whole.
             for seen in [s for s in known if s is not None and s <= made["covers_through_seq"]]:
@@ -699,27 +788,14 @@ class AgentLoop:
                     "persist:summary" + suffix,
                     functools.partial(self._save_summary, ctx, request.thread_id, summary),
                 )
-            report.model_calls.append(
-                ModelCallReport(
-                    purpose="history_summary",
-                    prompt_tokens=usage.prompt_tokens,
-                    completion_tokens=usage.completion_tokens,
-                    messages_sent=made["input_messages"],
-                    messages_original=made["input_messages"],
-                )
-            )
-            input_messages += made["input_messages"]
-            input_tokens += made["input_tokens"]
-            clipped += 1 if made.get("clipped_chars") else 0
-        report.summary = SummaryReport(
-            made=True,
-            covers_through_seq=summary.covers_through_seq,
-            previous_covers_through_seq=previous,
-            folds=folds,
-            input_messages=input_messages,
-            input_tokens=input_tokens,
-            clipped=clipped,
-        )
+            stats.made = True
+            stats.covers_through_seq = summary.covers_through_seq
+            stats.input_messages += made["input_messages"]
+            stats.input_tokens += made["input_tokens"]
+            stats.compressed += int(made.get("compressed", 0))
+            stats.clipped += 1 if made.get("clipped_chars") else 0
+        stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
+        report.summary = stats
         return summary, folds
 
     async def _fold_chunk(
@@ -731,13 +807,22 @@ class AgentLoop:
         through: int,
         known: dict[int | None, Message],
         budget: int,
+        calls_left: int,
     ) -> JsonValue:
         """One `history:summarize` step: the messages after the summary's boundary, oldest
         first, while the summary so far and they fit `budget` (at least one message), handed to
-        the summarizer with that summary."""
+        the summarizer with that summary, in at most `calls_left` summarizer calls.
+
+        A chunk the provider refuses as too long (`ProviderContextExceeded`: its tokenizer
+        counts more than the estimate's four characters) is halved and sent again, never resent
+        as it was. A summary longer than its cap is asked to compress itself
+        (`fold_task="compress"`), and only clipped (`clip_summary`, reported) when that fails.
+        A refused answer or a failed call is journaled as `rejected`, with its cost if it had
+        one: a replay takes the same decision, and the turn goes on without it."""
         seq = (summary.covers_through_seq if summary is not None else 0) + 1
-        tokens = _summary_tokens(summary)
+        base = _summary_tokens(summary)
         chunk: list[Message] = []
+        tokens = base
         while seq <= through:
             message = known.get(seq)
             if message is None:
@@ -752,44 +837,59 @@ class AgentLoop:
             tokens += cost
             seq += 1
         cap = summary_token_cap(budget)
-        # The summary may be as long as its cap: that much is held for the answer, not the
-        # chat steps' `COMPLETION_RESERVE`.
-        reserved = await self._reserve(request.actor_id, tokens + cap)
+        fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
+        calls = _FoldCalls(self, request, summarizer)
+        halved = False
         try:
-            async with _provider_boundary("history summary"):
-                made = await summarizer(
-                    chunk, hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
-                )
-        except BaseException:
-            await self._release(request.actor_id, reserved)
-            raise
+            while True:
+                tokens = base + sum(estimate_message_tokens(m) for m in chunk)
+                try:
+                    made = await calls.call(chunk, fold_ctx, tokens + cap)
+                except ProviderContextExceeded:
+                    if len(chunk) < 2 or calls.count >= calls_left:
+                        return calls.rejected("too_long", chunk, tokens)
+                    chunk = chunk[: len(chunk) // 2]
+                    halved = True
+                    continue
+                break
+        except (ProviderError, TimeoutError) as exc:
+            reason = "timeout" if isinstance(exc, TimeoutError) else exc.code
+            return calls.rejected(f"failed:{reason}", chunk, tokens)
         text = storable_text(made.text)
-        usage = made.usage or Usage(
-            estimated=True,
-            prompt_tokens=tokens,
-            completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
-        )
+        refused = fold_rejection(made.model_copy(update={"text": text}))
+        if refused is not None:
+            return calls.rejected(refused, chunk, tokens)
+        compressed = 0
+        if not summary_fits(text, cap) and calls.count < calls_left:
+            shorter = await calls.compress(text, fold_ctx, cap)
+            if shorter is not None and len(shorter) < len(text.strip()):
+                text, compressed = shorter, 1
         kept = clip_summary(text, cap)
-        cut = len(text.strip()) - len(kept)
-        if cut:
-            # Booked as made (the provider billed all of it); only the end is kept.
+        cut = max(0, len(text.strip()) - len(kept)) if kept != text.strip() else 0
+        if kept != text.strip():
+            # Booked as made (the provider billed all of it); only the end is kept, and the
+            # summary says so (`CLIP_NOTE`).
             log.warning(
-                "run %s: the summarizer returned %d characters, more than the summary's cap of "
-                "%d estimated tokens; kept the last %d",
+                "run %s: the summary came back at %d characters, over its cap of %d estimated "
+                "tokens (compressed: %s); clipped to its last %d",
                 request.run_id,
                 len(text),
                 cap,
+                bool(compressed),
                 len(kept),
             )
+            cut = max(1, cut)
         recorded: dict[str, Any] = {
+            **calls.cost(),
             "text": kept,
-            "usage": usage.model_dump(mode="json"),
-            "model": _booked_model(made.model, self.model),
             "covers_through_seq": chunk[-1].seq,
             "input_messages": len(chunk),
             "input_tokens": tokens,
-            "reserved": reserved,
         }
+        if compressed:
+            recorded["compressed"] = compressed
+        if halved:
+            recorded["fitted_tokens"] = tokens
         if cut:
             recorded["clipped_chars"] = cut
         return recorded
@@ -1273,15 +1373,153 @@ class _Window:
     """Summarizer chunks this run made so far (their checkpoints are numbered on from it)."""
 
 
+class _FoldCalls:
+    """The summarizer calls of one `history:summarize` step, and what they cost together.
+
+    Each call holds its quota like a chat call (its input plus the summary's cap) and gives it
+    back if it fails; a call that answered is booked whatever becomes of its answer, since the
+    provider billed it. The step journals the sum (`cost`) and `persist:usage:history` books it
+    as one ledger row."""
+
+    def __init__(self, loop: AgentLoop, request: RunRequest, summarizer: Summarizer) -> None:
+        self.loop = loop
+        self.request = request
+        self.summarizer = summarizer
+        self.count = 0
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.reserved = 0
+
+    async def call(
+        self, chunk: list[Message], ctx: HistoryPolicyContext, hold: int
+    ) -> HistorySummary:
+        self.count += 1
+        reserved = await self.loop._reserve(self.request.actor_id, hold)
+        try:
+            # The timeout outside the boundary: a hang is `TimeoutError`, not a provider error.
+            async with (
+                asyncio.timeout(self.loop.fold_timeout),
+                _provider_boundary("history summary"),
+            ):
+                made = await self.summarizer(chunk, ctx)
+        except BaseException:
+            await self.loop._release(self.request.actor_id, reserved)
+            raise
+        self.reserved += reserved
+        usage = made.usage or Usage(
+            estimated=True,
+            prompt_tokens=hold,
+            completion_tokens=estimate_message_tokens(Message(role="assistant", content=made.text)),
+        )
+        self.usage = usage if self.usage is None else _added(self.usage, usage)
+        self.model = self.model or _booked_model(made.model, self.loop.model)
+        return made
+
+    async def compress(self, text: str, ctx: HistoryPolicyContext, cap: int) -> str | None:
+        """`text` folded into itself by one more call, or None if that call failed or its
+        answer is refused or no shorter. Asked for half the cap, so the next folds have room
+        before the summary needs compressing again."""
+        over = ThreadSummary(text=text, covers_through_seq=0)
+        target = max(MESSAGE_ALLOWANCE + 1, cap // 2)
+        task = ctx.model_copy(
+            update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
+        )
+        try:
+            made = await self.call([], task, _summary_tokens(over) + target)
+        except (ProviderError, TimeoutError):
+            log.warning("run %s: compressing the summary failed", self.request.run_id)
+            return None
+        shorter = storable_text(made.text).strip()
+        if fold_rejection(made.model_copy(update={"text": shorter})) is not None:
+            return None
+        return shorter if len(shorter) < len(text.strip()) else None
+
+    def cost(self) -> dict[str, Any]:
+        if self.usage is None:
+            return {"calls": self.count}
+        return {
+            "calls": self.count,
+            "usage": self.usage.model_dump(mode="json"),
+            "model": self.model or _booked_model(None, self.loop.model),
+            "reserved": self.reserved,
+        }
+
+    def rejected(self, reason: str, chunk: list[Message], tokens: int) -> dict[str, Any]:
+        return {
+            **self.cost(),
+            "rejected": reason,
+            "last_seq": chunk[-1].seq if chunk else None,
+            "input_messages": len(chunk),
+            "input_tokens": tokens,
+        }
+
+
+def _added(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
+        cached_tokens=(a.cached_tokens or 0) + (b.cached_tokens or 0) or None,
+        estimated=a.estimated or b.estimated,
+    )
+
+
 def _history_prompt(
-    definition: AgentDefinition, summary: ThreadSummary | None, keep: Sequence[Message]
+    definition: AgentDefinition,
+    summary: ThreadSummary | None,
+    keep: Sequence[Message],
+    omitted: int = 0,
 ) -> list[ChatMessage]:
-    """The system prompt, the summary (when there is one) and the kept messages."""
+    """The system prompt, the summary (when there is one), the note on what is left out (when
+    a fold is overdue and the cap left messages out) and the kept messages."""
     prompt = [ChatMessage(role="system", content=definition.system_prompt)]
     if summary is not None:
         prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
+    if omitted:
+        prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
     return prompt
+
+
+def omission_note(omitted: int) -> str:
+    """What the model is told when a fold is overdue (the summarizer failed, refused or ran out
+    of calls this turn) and `omitted` older messages are neither summarized nor sent."""
+    noun = "message" if omitted == 1 else "messages"
+    return (
+        f"{omitted:,} earlier {noun} of this thread are not included here and are not in any "
+        "summary yet. If the user refers to something you cannot see, say so rather than guess."
+    )
+
+
+DEGRADED_SHARE = 1
+"""While a fold is overdue, the unsummarized messages sent besides the kept window may be as
+many, and as many estimated tokens, as the kept window itself times this: the prompt holds at
+most twice the window, however long the summarizer stays down."""
+
+
+def _degraded_history(
+    fold: Mapping[str, Any], covered: int, keep: Sequence[Message]
+) -> tuple[list[Message], int]:
+    """(the newest messages the fold owed but did not cover, within the cap; how many it owed
+    and leaves out). Only messages the turn read (journaled with the fold) can ride, so a
+    replay builds the same prompt; older ones the read skipped are left out and counted."""
+    through = int(fold["through"])
+    owed = [
+        m
+        for m in (Message.model_validate(x) for x in fold["messages"])
+        if covered < (m.seq or 0) <= through
+    ]
+    budget_messages = max(1, len(keep)) * DEGRADED_SHARE
+    budget_tokens = max(1, sum(estimate_message_tokens(m) for m in keep)) * DEGRADED_SHARE
+    taken: list[Message] = []
+    tokens = 0
+    for message in reversed(owed):
+        cost = estimate_message_tokens(message)
+        if len(taken) >= budget_messages or tokens + cost > budget_tokens:
+            break
+        taken.append(message)
+        tokens += cost
+    taken.reverse()
+    return [m.model_copy(update={"seq": None}) for m in taken], through - covered - len(taken)
 
 
 def _fold_range(page: ThreadTurnPage, selection: HistorySelection) -> tuple[int, int]:

@@ -60,8 +60,9 @@ class ModelRequest(_Frozen):
     max_tokens: int | None = Field(default=None, ge=1)
     """At most this many tokens of answer, when the caller needs a bound (the summarizer's
     call: a summary rides in every later prompt). A provider may pass it on
-    (`OpenAICompatModel` lowers its own configured cap to it); the caller enforces its bound on
-    what comes back anyway, so a provider that ignores it cannot grow the prompt."""
+    (`OpenAICompatibleProvider` sends it in place of its own configured cap); the caller
+    enforces its bound on what comes back anyway, so a provider that ignores it cannot grow
+    the prompt."""
 
 
 class ModelResponse(_Frozen):
@@ -69,6 +70,10 @@ class ModelResponse(_Frozen):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Usage()
     model: str = ""
+    finish_reason: str | None = None
+    """Why the model stopped, as the provider said (`stop`, `length`, `tool_calls`,
+    `content_filter`), or None when it did not say. A fold refuses a `length` summary: it was
+    cut off, and would be stored as if it were whole."""
 
 
 class TextDelta(_Frozen):
@@ -373,6 +378,9 @@ class HistorySummary(_Frozen):
     text: str
     usage: Usage | None = None
     model: str | None = None
+    finish_reason: str | None = None
+    """The model's own reason for stopping, when the summarizer used one (`length` means the
+    summary was cut off and is refused; `tool_calls` that it acted instead of writing)."""
 
 
 class HistoryPolicyContext(_Frozen):
@@ -402,6 +410,11 @@ class HistoryPolicyContext(_Frozen):
     it returns may have. A longer one is clipped to it by the loop (see
     `app.core.summary.clip_summary`), so a summarizer should ask for less (`summarize_with_model`
     tells the model a word limit and asks for fewer model tokens)."""
+    fold_task: Literal["fold", "compress"] = "fold"
+    """What a summarizer call is asked for. `fold`: extend `summary` with `messages`.
+    `compress`: `messages` is empty and `summary` outgrew `summary_max_tokens`; return it
+    shorter, keeping every identifier, decision, constraint and current value. A summarizer
+    that ignores it and returns the summary unchanged gets it clipped, and the clip reported."""
 
 
 Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]

@@ -22,6 +22,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -41,7 +42,13 @@ from app.core.ports import (
     Usage,
 )
 from app.core.tokens import estimate_usage
-from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
+from app.errors import (
+    ProviderBadResponse,
+    ProviderContextExceeded,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderTimeout,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +93,8 @@ class OpenAICompatibleProvider:
         max_tokens: Cap on the tokens of each answer, sent as ``max_tokens``; ``None`` sends
             none and leaves the length to the server (a small local model may then ramble
             until its context is full). A request's own ``max_tokens`` (the summarizer's)
-            lowers it for that call; with no cap set here, none is sent for any call.
+            replaces it for that call (a summary's budget is its own, not the chat
+            answer's); with no cap set here, none is sent for any call.
         max_tokens_field: The request field the cap goes in: ``max_tokens`` (most servers:
             llama.cpp, vLLM, Ollama, older OpenAI models) or ``max_completion_tokens``
             (OpenAI's reasoning models refuse ``max_tokens``).
@@ -278,9 +286,9 @@ class OpenAICompatibleProvider:
             # servers refuse `max_tokens` (OpenAI's reasoning models want
             # `max_completion_tokens`), so the field is never sent where it was not asked for.
             # Without it the loop still clips what comes back.
-            body[self.max_tokens_field] = min(
-                self.max_tokens, request.max_tokens or self.max_tokens
-            )
+            # A request's own cap is its own budget, not lowered further by the chat answer's
+            # cap: a summary allowed 3,000 words must not be cut at the chat's 256 tokens.
+            body[self.max_tokens_field] = request.max_tokens or self.max_tokens
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body
@@ -358,7 +366,13 @@ class OpenAICompatibleProvider:
             ) from exc
         if usage is None:
             usage = estimate_usage(request, content, calls)
-        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=str(model))
+        return ModelResponse(
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            model=str(model),
+            finish_reason=_finish_reason(data["choices"][0]),
+        )
 
 
 class _StreamAssembly:
@@ -370,6 +384,7 @@ class _StreamAssembly:
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: Usage | None = None
+        self._finish_reason: str | None = None
 
     def feed(self, line: str) -> str:
         """Take one line; return the content it adds ("" for none)."""
@@ -399,6 +414,7 @@ class _StreamAssembly:
             self._usage = _usage(chunk["usage"], chunk.get("timings"))
         text = ""
         for choice in chunk.get("choices") or []:
+            self._finish_reason = _finish_reason(choice) or self._finish_reason
             delta = choice.get("delta") or {}
             piece = delta.get("content")
             if piece:
@@ -430,7 +446,13 @@ class _StreamAssembly:
             calls.append(_tool_call(slot["id"], slot["name"], "".join(slot["args"])))
         content = "".join(self._content)
         usage = self._usage or estimate_usage(request, content, calls)
-        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=self._model)
+        return ModelResponse(
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            model=self._model,
+            finish_reason=self._finish_reason,
+        )
 
 
 # --- wire shapes ---------------------------------------------------------------------------
@@ -529,13 +551,35 @@ def _count(name: str, value: Any) -> int:
 # --- errors --------------------------------------------------------------------------------
 
 
+def _finish_reason(choice: Any) -> str | None:
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return reason[:40] if isinstance(reason, str) and reason else None
+
+
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[_ ](length|window)|maximum context|too many tokens|prompt is too long|"
+    r"exceeds? (the )?(available )?context",
+    re.IGNORECASE,
+)
+"""How servers word "the prompt is longer than the model's context": OpenAI's code
+`context_length_exceeded`, llama.cpp's "exceed context window of 2048", vLLM's "maximum context
+length", Anthropic's "prompt is too long"."""
+
+
 def _status_failure(status: int, headers: httpx.Headers, content: bytes) -> Exception:
-    """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final."""
-    text = f"provider returned HTTP {status}: {_error_message_from_body(content)}"
+    """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final; a
+    400/413 that says the context was exceeded is `ProviderContextExceeded` (a fold splits its
+    chunk on it)."""
+    message = _error_message_from_body(content)
+    text = f"provider returned HTTP {status}: {message}"
     if status == 429:
         return _Transient(ProviderRateLimited(text), retry_after=_retry_after(headers))
     if status >= 500:
         return _Transient(ProviderError(text))
+    if status in (400, 413, 422) and (
+        _CONTEXT_EXCEEDED.search(message) or b"context_length_exceeded" in content[:4096]
+    ):
+        return ProviderContextExceeded(text)
     return ProviderError(text)
 
 
