@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     half the window, at least 4)."""
     history_fold_max_tokens: int | None = Field(default=None, ge=1)
     """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
-    history_fold_calls_per_turn: int = Field(default=2, ge=1, le=100)
+    history_fold_calls_per_turn: int = Field(default=2, ge=1)
     """Summarizer calls one turn may make: a long backlog is folded over several turns, the
     prompt bounded meanwhile (docs/history.md)."""
     history_fold_timeout_seconds: float = Field(default=120.0, gt=0)
