@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.errors import ConfigError
+from app.errors import ConfigError, StoreError
 from app.redact import redacted_url
 from app.settings import get_settings
 
@@ -42,7 +42,11 @@ def _migrate() -> int:
         finally:
             await store.dispose()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except StoreError as exc:  # a refused migration says why, in one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"database at head: {redacted_url(settings.database_url)}")
     return 0
 
