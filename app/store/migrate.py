@@ -53,10 +53,10 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         await conn.run_sync(_run, "upgrade", revision)
 
 
-async def upgrade_url(url: str, revision: str = "head") -> None:
+async def upgrade_url(url: str, revision: str = "head", *, pgbouncer: bool = False) -> None:
     """`upgrade` on an engine of its own for `url`, disposed afterwards: for callers that
     migrate a database they do not otherwise hold (test fixtures, the benchmark)."""
-    engine = make_engine(url)
+    engine = make_engine(url, pgbouncer=pgbouncer)
     try:
         await upgrade(engine, revision)
     finally:
