@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.errors import ConfigError
+from app.errors import ConfigError, StoreError
 from app.redact import redacted_url
 from app.settings import get_settings
 
@@ -30,7 +30,7 @@ def _migrate() -> int:
     from app.store import SqlAgentStore
 
     settings = get_settings()
-    problem = asyncio.run(database_problem(settings.database_url))
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -42,7 +42,11 @@ def _migrate() -> int:
         finally:
             await store.dispose()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except StoreError as exc:  # a refused migration says why, in one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"database at head: {redacted_url(settings.database_url)}")
     return 0
 
@@ -55,7 +59,7 @@ def _serve(host: str | None, port: int | None) -> int:
     from app.main import create_app
 
     settings = get_settings()
-    problem = asyncio.run(database_problem(settings.database_url))
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -69,14 +73,19 @@ def _serve(host: str | None, port: int | None) -> int:
     return 0
 
 
-async def database_problem(url: str) -> str | None:
-    """Why the database at `url` cannot be reached (one line, password masked), or None."""
+async def database_problem(url: str, pgbouncer: bool = False) -> str | None:
+    """Why the database at `url` cannot be reached (one line, password masked), or None.
+
+    The probe's engine is the app's (`make_engine`, `pgbouncer` as configured): behind PgBouncer
+    in transaction mode a plain one leaves its prepared statements on the server connection,
+    under names the next process's probe prepares again (`__asyncpg_stmt_1__ already exists`)."""
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
-    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from app.store.engine import make_engine
 
     try:
-        engine = create_async_engine(url)
+        engine = make_engine(url, pgbouncer=pgbouncer)
     except Exception as exc:  # a URL SQLAlchemy cannot use: no driver, bad options
         return f"cannot use AGENT_DATABASE_URL {redacted_url(url)}: {type(exc).__name__}"
     try:
