@@ -73,6 +73,14 @@ class TurnMetrics:
             ["agent"],
             registry=r,
         )
+        self.folds = Counter(
+            "agent_summary_folds",
+            "Summarizer steps by outcome: `stored`, `compressed` (stored after the summary was "
+            "folded into itself), `clipped` (stored cut to its cap: facts lost, the summary "
+            "says so), `rejected:<reason>` (nothing stored; the fold is owed to a later turn).",
+            ["agent", "outcome"],
+            registry=r,
+        )
         self.busy = Counter(
             "agent_thread_busy",
             "Turns refused because another run held the thread (HTTP 409 `thread_busy`).",

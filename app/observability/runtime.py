@@ -283,7 +283,10 @@ class ObservedRuntime:
         self.metrics.child(self.metrics.tokens, agent, purpose, "input").inc(usage[0])
         self.metrics.child(self.metrics.tokens, agent, purpose, "output").inc(usage[1])
         if purpose == "history_summary":
-            self.metrics.child(self.metrics.summaries, agent).inc()
+            outcome = fold_outcome(value)
+            if not outcome.startswith("rejected"):
+                self.metrics.child(self.metrics.summaries, agent).inc()
+            self.metrics.child(self.metrics.folds, agent, outcome).inc()
 
     def _model_attributes(self, name: str, value: JsonValue) -> Attributes:
         """A chat step (`model:n`) or a summarizer step (`history:summarize[:n]`)."""
@@ -305,9 +308,13 @@ class ObservedRuntime:
             out[NS + "messages_sent"] = int(metrics.get("messages_sent", 0))
             out[NS + "window_trimmed"] = bool(metrics.get("window_trimmed", False))
         else:
-            out[NS + "summary.covers_through_seq"] = int(value.get("covers_through_seq", 0))
+            out[NS + "summary.covers_through_seq"] = int(value.get("covers_through_seq") or 0)
             out[NS + "summary.input_messages"] = int(value.get("input_messages", 0))
             out[NS + "summary.input_tokens"] = int(value.get("input_tokens", 0))
+            out[NS + "summary.outcome"] = fold_outcome(value)
+            out[NS + "summary.calls"] = int(value.get("calls", 1))
+            if value.get("clipped_chars"):
+                out[NS + "summary.clipped_chars"] = int(value["clipped_chars"])
         return out
 
 
@@ -352,6 +359,21 @@ def _model_call(name: str, value: JsonValue) -> tuple[str, tuple[int, int], str]
     usage = carrier.get("usage") or {}
     tokens = (int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
     return purpose, tokens, str(carrier.get("model") or "")
+
+
+def fold_outcome(value: JsonValue) -> str:
+    """What a `history:summarize` step's journaled result says became of the fold: `stored`,
+    `compressed`, `clipped` or `rejected:<reason>` (a bounded set: the reasons are
+    `app.core.summary.fold_rejection`'s and the error codes of `app.errors`)."""
+    if not isinstance(value, dict):
+        return "stored"
+    if "rejected" in value:
+        return f"rejected:{str(value['rejected'])[:40]}"
+    if value.get("clipped_chars"):
+        return "clipped"
+    if value.get("compressed"):
+        return "compressed"
+    return "stored"
 
 
 def _load_attributes(value: JsonValue) -> Attributes:
@@ -421,6 +443,10 @@ def _run_attributes(report: RunReport) -> Attributes:
         out[NS + "summary.made"] = report.summary.made
         out[NS + "summary.covers_through_seq"] = report.summary.covers_through_seq
         out[NS + "summary.folds"] = report.summary.folds
+        out[NS + "summary.compressed"] = report.summary.compressed
+        out[NS + "summary.clipped"] = report.summary.clipped
+        out[NS + "summary.rejected"] = report.summary.rejected
+        out[NS + "summary.omitted"] = report.summary.omitted
     out[NS + "journal_bytes"] = sum(report.journal_bytes.values())
     return out
 
