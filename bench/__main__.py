@@ -73,6 +73,9 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="comma-separated: reference,verbose,llama,endpoint (llama needs `make llama`; "
         "endpoint reads AGENT_BENCH_SUMMARIZER_URL, _MODEL, _API_KEY)",
     )
+    parser.add_argument(
+        "--recall-seeds", type=_ints, default=(0,), help="conversation seeds (0; e.g. 0,1,2,3)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
     args = parser.parse_args(argv)
@@ -90,6 +93,7 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
     if args.postgres_url:
         config.postgres_url = args.postgres_url
     config.recall_turns = args.recall_turns
+    config.recall_seeds = args.recall_seeds
     config.recall_summarizers = tuple(
         n.strip() for n in args.recall_summarizers.split(",") if n.strip()
     )
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             RESULTS / f"recall-{suffix}.png",
             config.recall_turns,
             config.recall_summarizers,
+            config.recall_seeds,
         )
     if only == "cache":
         return cache_main(RESULTS / "cache.json")

@@ -664,10 +664,16 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
 
 
 def recall_main(
-    json_path: Path, chart_path: Path, turn_counts: Sequence[int], names: Sequence[str]
+    json_path: Path,
+    chart_path: Path,
+    turn_counts: Sequence[int],
+    names: Sequence[str],
+    seeds: Sequence[int] = (0,),
 ) -> int:
     offline = [n for n in names if n not in ("llama", "endpoint")]
-    results = asyncio.run(run_recall(turn_counts, offline)) if offline else {"runs": []}
+    results: dict[str, Any] = (
+        asyncio.run(run_recall(turn_counts, offline, seeds=seeds)) if offline else {"runs": []}
+    )
     for name in (n for n in names if n in ("llama", "endpoint")):
         results["runs"].extend(_model_runs(name, turn_counts))
     print(render(results))

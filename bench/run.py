@@ -73,6 +73,7 @@ class Config:
     recall_turns: tuple[int, ...] = (120, 500)
     """Conversation lengths of the recall benchmark (`--recall`)."""
     recall_summarizers: tuple[str, ...] = ("reference", "verbose")
+    recall_seeds: tuple[int, ...] = (0,)
     """Its summarizers: `reference`, `verbose` (offline), `llama`, `endpoint`."""
     postgres_url: str = field(
         default_factory=lambda: os.environ.get(
