@@ -4,6 +4,7 @@
     ├── ConfigError                 config_error        500
     ├── InvalidInput                invalid_input       422
     │   ├── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   ├── IdempotencyKeyReused    idempotency_key_reused 422  (same key, another request)
     │   └── InvalidParameter        invalid_parameter   400  (app/http/openai_api.py: /v1 only)
     │       └── UnsupportedParameter unsupported_parameter 400
     ├── ContentTooLarge             content_too_large   413
@@ -13,6 +14,7 @@
     │   └── RunNotFound             run_not_found       404
     │       └── PreviousResponseNotFound run_not_found  404  (app/http/openai_api.py)
     ├── ThreadBusy                  thread_busy         409
+    ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
@@ -24,6 +26,7 @@
     │   ├── ProviderBadResponse     provider_bad_response 502
     │   └── ProviderContextExceeded provider_context_exceeded 502
     ├── RunFailed                   run_failed          the cause's code and status
+    ├── RecordedFailure             the recorded code   its status (a stored run's failure)
     └── Unauthorized                unauthorized        401  (app/http/errors.py: HTTP only)
 
 The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
@@ -134,6 +137,38 @@ class ThreadBusy(AgentError):
         self.thread_id = thread_id
 
 
+class IdempotencyKeyReused(InvalidInput):
+    """The Idempotency-Key named an earlier turn of another request: answering that turn's
+    answer to this request would be wrong, and running this one would break the key's promise."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, run_id: str | None) -> None:
+        first = f" (run {run_id})" if run_id is not None else ""
+        super().__init__(
+            f"this Idempotency-Key was first sent with another request{first}; "
+            "send a new key for a new turn"
+        )
+        self.run_id = run_id
+
+
+class TurnInProgress(AgentError):
+    """A turn with this Idempotency-Key exists on the thread. A runtime's `begin` raises it when
+    the database's unique index refuses the run's row (so two concurrent requests with one key
+    cannot both start one), with the first run's id and request fingerprint; the module then
+    answers with that run's outcome. A client sees it only while that run still runs."""
+
+    code = "turn_in_progress"
+
+    def __init__(self, run_id: str, fingerprint: str | None = None) -> None:
+        super().__init__(
+            f"the turn with this Idempotency-Key (run {run_id}) is still running; retry the "
+            "same request to get its answer"
+        )
+        self.run_id = run_id
+        self.fingerprint = fingerprint
+
+
 class LeaseLost(AgentError):
     """This process stalled past its run's lease and another one took the run over."""
 
@@ -215,4 +250,18 @@ class RunFailed(AgentError):
 
     @property
     def cause_code(self) -> str:
+        if isinstance(self.cause, RecordedFailure):
+            return self.cause.recorded_code
         return self.cause.code if isinstance(self.cause, AgentError) else "internal_error"
+
+
+class RecordedFailure(AgentError):
+    """A run's failure as its record keeps it (code and message; the exception is long gone):
+    what a repeated request is answered when the turn it repeats failed. It answers with the
+    recorded code and that code's status, as the first request was answered."""
+
+    code = "run_failed"
+
+    def __init__(self, recorded_code: str, message: str) -> None:
+        super().__init__(message)
+        self.recorded_code = recorded_code

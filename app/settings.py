@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     """A failed run's journal is kept this long after it failed, so it can be resumed
     (`POST /runs/{id}/resume`); then it is deleted like a completed run's, and resuming the run
     is refused (410)."""
+    idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
+    """How long a request repeating an Idempotency-Key whose turn still runs (in this process
+    or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;
+    a client whose run another process took over (its lease lapsed) waits as long for it."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every

@@ -57,6 +57,7 @@ from app.core.ports import (
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
+    Idempotency,
     JsonValue,
     Ledger,
     LedgerEntry,
@@ -293,12 +294,15 @@ class AgentLoop:
         run_id: str,
         on_event: EventSink | None = None,
         thread: Thread | None = None,
+        idempotency: Idempotency | None = None,
     ) -> RunResult:
         """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
         thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started.
 
         `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
-        read: it is checked against `actor_id` and `agent` in memory instead."""
+        read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
+        records the run under its key; a run already under it raises `TurnInProgress` (the
+        module answers that run's outcome instead)."""
         definition = self.definition(agent)
         if thread is None or thread.id != thread_id:
             await self.owned_thread(thread_id, actor_id, agent)
@@ -309,7 +313,12 @@ class AgentLoop:
             if used >= self.token_quota:
                 raise QuotaExceeded(actor_id, used, self.token_quota)
         request = RunRequest(
-            run_id=run_id, thread_id=thread_id, actor_id=actor_id, agent=agent, content=content
+            run_id=run_id,
+            thread_id=thread_id,
+            actor_id=actor_id,
+            agent=agent,
+            content=content,
+            idempotency=idempotency,
         )
         ctx = await self.runtime.begin(request, shared_first_unit=self._shares_transactions)
         report = RunReport(run_id=run_id)

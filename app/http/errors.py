@@ -1,7 +1,8 @@
 """The one place that knows HTTP status codes: `AgentError.code` -> status, and the error body.
 
 Every error leaves as ``{"error": {"code": ..., "message": ...}}`` (a failed run adds a top-level
-``"run_id"``). Two layers apply it, on purpose:
+``"run_id"``, and so does `turn_in_progress`, naming the run still running). Two layers apply it,
+on purpose:
 
 - `AgentRoute`, the router's ``route_class``, catches what a route raises (domain errors,
   request validation, anything unexpected) and answers with the JSON body itself. So the routes
@@ -25,7 +26,14 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AgentError, ContentTooLarge, InvalidInput, RunFailed
+from app.errors import (
+    AgentError,
+    ContentTooLarge,
+    InvalidInput,
+    RecordedFailure,
+    RunFailed,
+    TurnInProgress,
+)
 
 if TYPE_CHECKING:
     from app.module import AgentModule
@@ -44,11 +52,13 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "journal_pruned": 410,
         "method_not_allowed": 405,
         "thread_busy": 409,
+        "turn_in_progress": 409,
         "lease_lost": 409,
         "duplicate_message": 409,
         "content_too_large": 413,
         "invalid_input": 422,
         "invalid_content": 422,
+        "idempotency_key_reused": 422,
         "invalid_parameter": 400,  # the /v1 API's: OpenAI answers a bad parameter with 400
         "unsupported_parameter": 400,
         "validation_error": 422,
@@ -100,6 +110,8 @@ def status_for(error: BaseException) -> int:
     """The status of an error; a failed run takes its cause's."""
     if isinstance(error, RunFailed):
         return status_for(error.cause)
+    if isinstance(error, RecordedFailure):
+        return STATUS_BY_CODE.get(error.recorded_code, 500)
     if not isinstance(error, AgentError):
         return 500
     for cls in type(error).__mro__:
@@ -129,8 +141,12 @@ def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
     cause: BaseException = error
     if isinstance(error, RunFailed):
         run_id, cause = error.run_id, error.cause
+    elif isinstance(error, TurnInProgress):
+        run_id = error.run_id  # the run to wait for (`GET /runs/{id}`), named as a failed one is
     status = status_for(cause)
-    if isinstance(cause, AgentError):
+    if isinstance(cause, RecordedFailure):
+        code, message = cause.recorded_code, cause.message
+    elif isinstance(cause, AgentError):
         code, message = cause.code, cause.message
     else:
         code, message = "internal_error", INTERNAL_MESSAGE
