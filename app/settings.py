@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     half the window, at least 4)."""
     history_fold_max_tokens: int | None = Field(default=None, ge=1)
     """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
+    history_summary_carry: Literal["rewrite", "append"] | None = None
+    """`rewrite` (default) or `append`: how the built-in summarizer carries the summary so far
+    forward (docs/history.md)."""
     history_fold_calls_per_turn: int = Field(default=2, ge=1)
     """Summarizer calls one turn may make: a long backlog is folded over several turns, the
     prompt bounded meanwhile (docs/history.md)."""
@@ -183,6 +186,7 @@ class Settings(BaseSettings):
         "history_keep_recent_runs",
         "history_fold_messages",
         "history_fold_max_tokens",
+        "history_summary_carry",
         "token_quota",
         "openai_max_tokens",
         "sweep_seconds",
@@ -208,6 +212,8 @@ class Settings(BaseSettings):
                 ("keep_recent_runs", self.history_keep_recent_runs),
                 ("fold_messages", self.history_fold_messages),
                 ("fold_max_tokens", self.history_fold_max_tokens),
+                # Only beside `summarize`: on its own it describes no history at all.
+                ("summary_carry", self.history_summary_carry if self.history_summarize else None),
             )
             if value is not None
         }

@@ -536,6 +536,7 @@ def model_summarizers(
         "prose (before)": summarize_with_model(provider, PROSE_SUMMARY_INSTRUCTION),
         "carry forward, prose": summarize_with_model(provider, CARRY_PROSE_INSTRUCTION),
         "fact list (default)": after,
+        "fact list, appended": summarize_with_model(provider, carry="append"),
     }
     return before, after, variants
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Literal
 
 from app.core.messages import ChatMessage, Message
 from app.core.ports import (
@@ -50,6 +51,17 @@ the UPDATED summary (carry every old fact forward, replace what changed) rather 
 the messages, and for a fact list, which keeps identifiers verbatim and compresses well. It
 measured best of the instructions compared in bench/README.md ("Recall").
 """
+
+APPEND_SUMMARY_INSTRUCTION = (
+    "Write notes on these new messages of a conversation for an assistant that will continue "
+    "it without seeing them. Note every name, identifier (order, ticket and tracking numbers), "
+    "date, amount, decision, constraint the user set and open question exactly as written; "
+    "for a value that changed, note its new value. Write one short fact per line, each "
+    'starting with "- ". Omit pleasantries and small talk. Reply with the notes only.'
+)
+"""What the summarizer is told for `carry="append"`: notes on the new messages alone, which the
+summarizer appends to the notes so far. Nothing then depends on the model copying the old
+facts forward (what a small model fails at); the notes grow until the loop compresses them."""
 
 COMPRESS_SUMMARY_INSTRUCTION = (
     "These are the running notes of a conversation, and they have grown too long. Rewrite them "
@@ -238,9 +250,20 @@ def fold_input(messages: Sequence[Message], ctx: HistoryPolicyContext) -> str:
 
 
 def summarize_with_model(
-    model: ModelProvider, instruction: str = DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+    model: ModelProvider,
+    instruction: str | None = None,
+    *,
+    carry: Literal["rewrite", "append"] = "rewrite",
 ) -> Summarizer:
     """A `HistoryPolicy.summarize` backed by one non-streamed call to `model`.
+
+    `carry` is how the summary so far reaches the next one. `rewrite` (the default instruction
+    `DEFAULT_HISTORY_SUMMARY_INSTRUCTION`): the model is handed the summary so far and the new
+    messages and writes the updated summary, deduplicated, updated values replaced. `append`
+    (`APPEND_SUMMARY_INSTRUCTION`): the model is handed the new messages alone, and its notes are
+    appended to the summary so far, so no old fact depends on the model copying it; the summary
+    then grows until it is compressed (`fold_task="compress"`). bench/README.md ("Recall")
+    measures both.
 
     The returned coroutine function takes `(messages, ctx)` and makes exactly ONE
     `model.complete(...)` call: a system message holding `instruction`, then a user message
@@ -258,12 +281,22 @@ def summarize_with_model(
     the journaled summary back instead of calling the model again.
     """
 
+    if carry not in ("rewrite", "append"):
+        raise ValueError(f"carry must be 'rewrite' or 'append', got {carry!r}")
+    appending = carry == "append"
+    told = instruction or (
+        APPEND_SUMMARY_INSTRUCTION if appending else DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+    )
+
     async def summarize(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        previous = ctx.summary.text.strip() if ctx.summary is not None else ""
+        extend = appending and ctx.fold_task == "fold" and bool(previous)
         if ctx.fold_task == "compress":
-            system = COMPRESS_SUMMARY_INSTRUCTION
-            user = ctx.summary.text if ctx.summary is not None else ""
+            system, user = COMPRESS_SUMMARY_INSTRUCTION, previous
+        elif appending:
+            system, user = told, _render_transcript(messages)
         else:
-            system, user = instruction, fold_input(messages, ctx)
+            system, user = told, fold_input(messages, ctx)
         request = ModelRequest(
             messages=[
                 ChatMessage(role="system", content=system + _limit(ctx)),
@@ -277,8 +310,13 @@ def summarize_with_model(
         finish = response.finish_reason
         if response.tool_calls and not response.content.strip():
             finish = "tool_calls"  # told to call none; whatever the provider named it
+        text = response.content
+        if extend and text.strip():
+            # An empty answer stays empty, so the loop refuses it rather than storing the old
+            # notes as if the new messages had been read.
+            text = f"{previous}\n{text.strip()}"
         return HistorySummary(
-            text=response.content,
+            text=text,
             usage=response.usage,
             model=response.model or None,
             finish_reason=finish,
@@ -288,6 +326,7 @@ def summarize_with_model(
 
 
 __all__ = [
+    "APPEND_SUMMARY_INSTRUCTION",
     "CLIP_NOTE",
     "COMPRESS_SUMMARY_INSTRUCTION",
     "DEFAULT_FOLD_MAX_TOKENS",

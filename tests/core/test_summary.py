@@ -14,6 +14,7 @@ from app.core.history import (
 from app.core.messages import Message, ToolCall, ToolResult
 from app.core.ports import ModelRequest, ModelResponse, TextDelta, ThreadSummary, Usage
 from app.core.summary import (
+    APPEND_SUMMARY_INSTRUCTION,
     CLIP_NOTE,
     COMPRESS_SUMMARY_INSTRUCTION,
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
@@ -262,3 +263,36 @@ async def test_a_compress_call_hands_the_model_the_summary_alone_with_its_own_in
     assert system.content.startswith(COMPRESS_SUMMARY_INSTRUCTION)
     assert "under 72 words" in system.content
     assert user.content == "- fact one\n- fact two"
+
+
+async def test_append_hands_the_model_only_the_new_messages_and_keeps_the_old_notes() -> None:
+    """`carry="append"`: no old fact depends on the model copying it forward."""
+    model = CountingModel()
+    so_far = ThreadSummary(text="- order ORD-1", covers_through_seq=4)
+    ctx = CTX.model_copy(update={"summary": so_far, "summary_max_tokens": 200})
+    made = await summarize_with_model(model, carry="append")(DROPPED, ctx)
+    system, user = model.requests[0].messages
+    assert system.content.startswith(APPEND_SUMMARY_INSTRUCTION)
+    assert "ORD-1" not in user.content and "BILL-42" in user.content
+    assert made.text == "- order ORD-1\nThe user wants Postgres."
+
+
+async def test_append_keeps_an_empty_answer_empty_so_the_fold_is_refused() -> None:
+    class Silent(CountingModel):
+        async def complete(self, request: ModelRequest) -> ModelResponse:
+            return ModelResponse(content="  ", finish_reason="stop")
+
+    so_far = ThreadSummary(text="- order ORD-1", covers_through_seq=4)
+    ctx = CTX.model_copy(update={"summary": so_far})
+    made = await summarize_with_model(Silent(), carry="append")(DROPPED, ctx)
+    assert fold_rejection(made) == "empty"
+
+
+async def test_summary_carry_reaches_the_built_in_summarizer_from_the_config() -> None:
+    with pytest.raises(ValueError):
+        summarize_with_model(CountingModel(), carry="sideways")  # type: ignore[arg-type]
+    model = CountingModel()
+    config = HistoryConfig(max_messages=4, summarize=True, summary_carry="append")
+    summarize = policy_from_config(config, model).summarize  # type: ignore[attr-defined]
+    await summarize(DROPPED, CTX)
+    assert model.requests[0].messages[0].content.startswith(APPEND_SUMMARY_INSTRUCTION)
