@@ -624,7 +624,9 @@ class AgentLoop:
         covered = summary.covers_through_seq if summary is not None else 0
         if covered < through:
             # Refused, failed or out of calls: the prompt stays as it was (it is the history
-            # the run started with, within the policy's read bound); a later turn folds.
+            # the run started with, within the policy's read bound); a later turn folds. A
+            # chunk it did store is where the next refold starts: none is summarized twice.
+            window.summary = summary
             return prompt
         rest = window.keep[len(older) :]
         head = _history_prompt(definition, summary, rest)
@@ -1372,8 +1374,9 @@ class _Digest:
 
 @dataclass
 class _Window:
-    """A run's history as sent, kept for a mid-run fold: the summary, the kept messages (with
-    their seqs) and how many prompt messages they fill after the system prompt."""
+    """A run's history as sent, kept for a mid-run fold: the summary (or the one a refold
+    stored since, which the next refold extends), the kept messages (with their seqs) and how
+    many prompt messages they fill after the system prompt."""
 
     summary: ThreadSummary | None
     keep: list[Message]
@@ -1435,7 +1438,9 @@ class _FoldCalls:
         )
         try:
             made = await self.call([], task, _summary_tokens(over) + target)
-        except (ProviderError, TimeoutError):
+        except (ProviderError, TimeoutError, QuotaExceeded):
+            # The quota too: the fold's own call was made and billed, and must be booked
+            # (with its reservation) by the step's `persist:usage:history`, not lost with it.
             log.warning("run %s: compressing the summary failed", self.request.run_id)
             return None
         shorter = storable_text(made.text).strip()

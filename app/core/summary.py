@@ -141,9 +141,11 @@ def clip_summary(text: str, cap: int) -> str:
         limit -= len(CLIP_NOTE) + 1
         if text.startswith(CLIP_NOTE):
             text = text[len(CLIP_NOTE) :].strip()
-    cut = text[len(text) - limit :] if limit else ""
+    # With the note set aside, what is left may fit already: then nothing of it is cut.
+    start = max(0, len(text) - limit)
+    cut = text[start:] if limit else ""
     breaks = [i for i in (cut.find(" "), cut.find("\n")) if i >= 0]
-    if breaks and min(breaks) <= limit // 5:
+    if start and breaks and min(breaks) <= limit // 5:
         cut = cut[min(breaks) :]
     body = cut.strip()
     return f"{CLIP_NOTE}\n{body}" if noted else body
