@@ -145,6 +145,8 @@ this many calls on top of the turn's own, however long the backlog."""
 DEFAULT_FOLD_TIMEOUT_SECONDS = 120.0
 """How long one summarizer call may take (`AGENT_HISTORY_FOLD_TIMEOUT_SECONDS`) before the turn
 gives the fold up and answers without it."""
+_UNBOUNDED_CALLS = 1_000_000
+"""The call budget of a run whose journal predates the budget: its replay is not cut short."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 
@@ -249,6 +251,9 @@ class AgentLoop:
             raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
         self.fold_calls_per_turn = fold_calls_per_turn
         self.fold_timeout = fold_timeout
+        self._chunk_cap: dict[str, int] = {}
+        """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
+        refused as over its context: where later chunks start (see `_fold_chunk`)."""
         for definition in agents.values():
             if _summarizer(definition.policy) is not None and not supports_summaries(store):
                 raise ConfigError(
@@ -714,7 +719,10 @@ class AgentLoop:
             )
         folds = made_before
         while summary is None or summary.covers_through_seq < through:
-            calls_left = self.fold_calls_per_turn - stats.calls
+            # The budget the run's first fold step journaled, once there is one: a resumed run
+            # follows its journal even where this process allows fewer calls.
+            call_budget = stats.call_budget or self.fold_calls_per_turn
+            calls_left = call_budget - stats.calls
             if calls_left < 1:
                 stats.deferred = True
                 break
@@ -736,6 +744,7 @@ class AgentLoop:
                         known,
                         budget,
                         calls_left,
+                        call_budget,
                     ),
                 )
                 usage = Usage.model_validate(made["usage"]) if "usage" in made else None
@@ -757,6 +766,11 @@ class AgentLoop:
                             made.get("reserved", 0),
                         ),
                     )
+            if "calls" not in made:
+                # Journaled before calls were counted, so before there was a budget: the run's
+                # replay follows its journal, however many chunks it holds.
+                stats.call_budget = stats.call_budget or _UNBOUNDED_CALLS
+            stats.call_budget = stats.call_budget or int(made.get("budget", 0)) or None
             stats.calls += int(made.get("calls", 1))
             stats.folds = folds
             if usage is not None:
@@ -819,6 +833,7 @@ class AgentLoop:
         known: dict[int | None, Message],
         budget: int,
         calls_left: int,
+        call_budget: int,
     ) -> JsonValue:
         """One `history:summarize` step: the messages after the summary's boundary, oldest
         first, while the summary so far and they fit `budget` (at least one message), handed to
@@ -834,6 +849,7 @@ class AgentLoop:
         base = _summary_tokens(summary)
         chunk: list[Message] = []
         tokens = base
+        budget = min(budget, self._chunk_cap.get(request.agent, budget))
         while seq <= through:
             message = known.get(seq)
             if message is None:
@@ -849,7 +865,7 @@ class AgentLoop:
             seq += 1
         cap = summary_token_cap(budget)
         fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
-        calls = _FoldCalls(self, request, summarizer)
+        calls = _FoldCalls(self, request, summarizer, call_budget)
         halved = False
         try:
             while True:
@@ -857,6 +873,12 @@ class AgentLoop:
                 try:
                     made = await calls.call(chunk, fold_ctx, tokens + cap)
                 except ProviderContextExceeded:
+                    # Remembered past this run (per agent, per process): the next chunk starts
+                    # at half the size refused, so a model that needs more halvings than one
+                    # turn's calls still gets its folds through, a turn or two later.
+                    self._chunk_cap[request.agent] = min(
+                        self._chunk_cap.get(request.agent, tokens), max(1, tokens // 2)
+                    )
                     if len(chunk) < 2 or calls.count >= calls_left:
                         return calls.rejected("too_long", chunk, tokens)
                     chunk = chunk[: len(chunk) // 2]
@@ -1393,10 +1415,14 @@ class _FoldCalls:
     provider billed it. The step journals the sum (`cost`) and `persist:usage:history` books it
     as one ledger row."""
 
-    def __init__(self, loop: AgentLoop, request: RunRequest, summarizer: Summarizer) -> None:
+    def __init__(
+        self, loop: AgentLoop, request: RunRequest, summarizer: Summarizer, budget: int
+    ) -> None:
         self.loop = loop
         self.request = request
         self.summarizer = summarizer
+        self.budget = budget
+        """The run's summarizer call budget, journaled so a resumed run keeps to it."""
         self.count = 0
         self.usage: Usage | None = None
         self.model: str | None = None
@@ -1450,9 +1476,10 @@ class _FoldCalls:
 
     def cost(self) -> dict[str, Any]:
         if self.usage is None:
-            return {"calls": self.count}
+            return {"calls": self.count, "budget": self.budget}
         return {
             "calls": self.count,
+            "budget": self.budget,
             "usage": self.usage.model_dump(mode="json"),
             "model": self.model or _booked_model(None, self.loop.model),
             "reserved": self.reserved,

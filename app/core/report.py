@@ -124,6 +124,9 @@ class SummaryReport(BaseModel):
     calls: int = 0
     """Summarizer calls this run made (chunks, a halved chunk's retry, compressions), at most
     the loop's `fold_calls_per_turn`."""
+    call_budget: int | None = Field(default=None, exclude=True)
+    """The budget `calls` is held to, as the run's first fold step journaled it (internal: a
+    resumed run keeps to its journal's budget, not the resuming process's)."""
     rejected: int = 0
     """Folds whose answer was refused (`app.core.summary.fold_rejection`) or whose call failed:
     nothing was stored, and the fold is owed to a later turn."""

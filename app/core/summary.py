@@ -11,6 +11,7 @@ default wording of the summary in the prompt.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -173,6 +174,17 @@ _ECHO_PROBES = tuple(
 )
 
 
+_REFUSAL = re.compile(
+    r"^\W*(i'?m sorry|i am sorry|sorry,|i can(?:no|')t|i cannot|i'?m (?:not able|unable)|"
+    r"i am (?:not able|unable)|as an ai\b|unfortunately,? i)",
+    re.IGNORECASE,
+)
+REFUSAL_CHARS = 400
+"""A refusal is short: only an answer under this many characters that OPENS like one
+("I'm sorry", "I can't", "As an AI") is taken for one; a long summary that mentions an apology
+further in is a summary."""
+
+
 def fold_rejection(made: HistorySummary) -> str | None:
     """Why a summarizer's answer must not become the thread's summary, or None to accept it.
 
@@ -180,7 +192,8 @@ def fold_rejection(made: HistorySummary) -> str | None:
     never sent again. So an answer that does not stand for them is refused, and the boundary and
     the previous summary stay: `truncated` (the model stopped at its token cap:
     `finish_reason: length`, also what a reasoning model returns with no text when it spent its
-    budget thinking), `tool_call` (it acted instead of writing), `refused` (a content filter),
+    budget thinking), `tool_call` (it acted instead of writing), `refused` (a content filter,
+    or a short answer that opens like a refusal: "I'm sorry, I can't help with that"),
     `empty` (nothing but whitespace), `echo` (the instruction or the fold's own input headings
     given back)."""
     reason = made.finish_reason
@@ -192,6 +205,8 @@ def fold_rejection(made: HistorySummary) -> str | None:
         return "refused"
     if not made.text.strip():
         return "empty"
+    if len(made.text.strip()) < REFUSAL_CHARS and _REFUSAL.match(made.text.strip()):
+        return "refused"
     normalized = _normalized(made.text)
     if any(probe in normalized for probe in _ECHO_PROBES) or (
         _normalized(NEW_MESSAGES_HEADING) in normalized

@@ -36,13 +36,15 @@ def test_a_clipped_summary_carried_forward_with_blank_lines_keeps_all_that_fits(
         "As an AI language model, I am unable to process this request.",
     ],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="a refusal written as text ends with finish_reason 'stop'; fold_rejection only "
-    "knows the content_filter reason, so the refusal replaces the whole summary",
-)
 def test_a_refusal_written_as_text_is_refused(text: str) -> None:
     """A safety-tuned model asked to summarize personal data often answers with a refusal
     sentence and `finish_reason: stop`. Stored, it REPLACES the previous summary and every
     message it stood for, the very loss the issue found for an empty answer."""
     assert fold_rejection(HistorySummary(text=text, finish_reason="stop")) == "refused"
+
+
+def test_a_summary_that_mentions_an_apology_later_is_a_summary() -> None:
+    text = "- the user asked for a refund\n- I'm sorry was said by support on 2027-01-02"
+    assert fold_rejection(HistorySummary(text=text, finish_reason="stop")) is None
+    long = "I'm sorry to hear about the delay; " + "- order ORD-1 delayed. " * 40
+    assert fold_rejection(HistorySummary(text=long, finish_reason="stop")) is None

@@ -71,12 +71,6 @@ def _through(messages: list[Message]) -> HistorySummary:
 
 
 @SQL_JOURNAL_ONLY
-@pytest.mark.xfail(
-    strict=True,
-    reason="the size a refused chunk fitted at is learned within one run only "
-    "(`fitted_tokens`), and only once a call was accepted: a summarizer that needs the "
-    "chunk halved more times than `fold_calls_per_turn` allows never gets a fold through",
-)
 async def test_a_chunk_the_summarizer_can_take_only_a_quarter_of_still_folds_over_turns(
     env: LoopEnv,
 ) -> None:
@@ -297,12 +291,6 @@ async def test_a_resumed_run_replays_its_partial_fold_and_sends_the_same_prompt(
 
 
 @SQL_JOURNAL_ONLY
-@pytest.mark.xfail(
-    strict=True,
-    raises=RunFailed,
-    reason="the call budget is the resuming process's, not journaled: `_fold` stops at it "
-    "and asks for `model:1` where the journal holds `history:summarize:3` (JournalMismatch)",
-)
 async def test_a_run_resumed_by_a_process_allowing_fewer_fold_calls_replays_its_journal(
     env: LoopEnv,
 ) -> None:
