@@ -168,18 +168,22 @@ def validation_error_response(error: RequestValidationError) -> JSONResponse:
                 "invalid_json",
                 f"request body is not valid JSON: {reason}{where}",
             )
+    return error_response(
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+    )
+
+
+def validation_message(error: RequestValidationError) -> str:
+    """Each bad field, named by where it is (`content`, `before`), and what is wrong with it;
+    never the value sent."""
     parts = []
-    for problem in problems:
+    for problem in error.errors():
         loc = [str(p) for p in problem.get("loc", ())]
         if len(loc) > 1 and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]  # "content", not "body.content"; a bad body as a whole stays "body"
         msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{'.'.join(loc) or 'request'}: {msg}")
-    return error_response(
-        STATUS_BY_CODE["validation_error"],
-        "validation_error",
-        "; ".join(parts) or "invalid request",
-    )
+    return "; ".join(parts) or "invalid request"
 
 
 _HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(

@@ -22,18 +22,20 @@ API.
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel
 
 from app.core.loop import read_bound
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import (
     RunTrace,
     supports_run_timeline,
@@ -43,7 +45,7 @@ from app.core.report import RunReport
 from app.core.tokens import estimate_message_tokens
 from app.errors import AgentError, RunNotFound, ThreadNotFound
 from app.http.deps import canonical_uuid
-from app.http.errors import public_message, status_for
+from app.http.errors import public_message, status_for, validation_message
 
 if TYPE_CHECKING:
     from app.module import Actor, AgentModule
@@ -65,6 +67,13 @@ SECURITY_HEADERS = {
 }
 UNAUTHORIZED_HEADERS = {**SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}
 """A 401 says what the API's 401 says: a bearer key is wanted (the page offers the form)."""
+
+MAX_PAGE = MAX_SEQ // THREADS_PER_PAGE
+"""The last page number accepted: its offset still fits any database's integer."""
+PageQuery = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page of the thread list.")]
+BeforeQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_SEQ, description="Only turns whose seq is below this.")
+]
 
 _templates = Environment(
     loader=PackageLoader("app.http", "templates"),
@@ -242,7 +251,26 @@ def _layout(segments: Iterable[tuple[str, int]], whole: int) -> list[tuple[str, 
 def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> APIRouter:
     """The inspector's routes, closed over `module`, at `prefix` (`module.router` includes
     them at `/inspect`; a host may build and include its own elsewhere)."""
-    router = APIRouter(prefix=prefix, include_in_schema=False)
+
+    class InspectorRoute(APIRoute):
+        """A parameter that does not validate (`?page=10**20`) is a page saying so, a 400:
+        the inspector answers a browser, and its values never reach the database."""
+
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                try:
+                    return await handler(request)
+                except RequestValidationError as exc:
+                    message = validation_message(exc)
+                    return render(
+                        request, "error.html", 400, status=400, message=message, actor=None
+                    )
+
+            return guarded
+
+    router = APIRouter(prefix=prefix, include_in_schema=False, route_class=InspectorRoute)
 
     def _base(request: Request) -> str:
         """Links and the cookie's path: the app's root path, then the prefix."""
@@ -271,22 +299,21 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         message = public_message(error.code, str(error))
         return render(request, "error.html", status, status=status, message=message, actor=actor)
 
-    async def threads(request: Request, page: int = 1) -> Response:
+    async def threads(request: Request, page: PageQuery = 1) -> Response:
         actor = await actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
-        page_no = max(1, page)
         listing = []
         store = module.store
         if supports_thread_listing(store):
-            offset = (page_no - 1) * THREADS_PER_PAGE
+            offset = (page - 1) * THREADS_PER_PAGE
             listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
         return render(
             request,
             "threads.html",
             actor=actor,
             threads=listing[:THREADS_PER_PAGE],
-            page_no=page_no,
+            page_no=page,
             more=len(listing) > THREADS_PER_PAGE,
             listable=supports_thread_listing(store),
         )
@@ -319,7 +346,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
             "running": any(t.status == "running" for t in turns),
         }
 
-    async def thread_page(request: Request, thread_id: str, before: int | None = None) -> Response:
+    async def thread_page(request: Request, thread_id: str, before: BeforeQuery = None) -> Response:
         actor = await actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
@@ -331,7 +358,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         return render(request, "thread.html", actor=actor, preview=preview, **values)
 
     async def timeline_fragment(
-        request: Request, thread_id: str, before: int | None = None
+        request: Request, thread_id: str, before: BeforeQuery = None
     ) -> Response:
         actor = await _actor(module, request)
         if actor is None:

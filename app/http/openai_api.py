@@ -38,7 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import Thread, supports_run_messages
 from app.core.report import RunReport
 from app.errors import (
@@ -358,7 +358,14 @@ async def list_items(
     actor: ActorDep,
     module: ModuleDep,
     limit: Annotated[int, Query(ge=1, le=100, description="Items per page.")] = 20,
-    after: Annotated[str | None, Query(description="An item id: list from after it.")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="An item id: list from after it (`msg_<seq>`, `fc_<seq>_<i>`, "
+            "`fco_<seq>_<i>`).",
+            examples=["msg_12", "fc_12_0", "fco_12_0"],
+        ),
+    ] = None,
     order: Annotated[Literal["asc", "desc"], Query(description="By position.")] = "desc",
     include: Annotated[list[str] | None, Query(description="Accepted, ignored.")] = None,
 ) -> ItemsPage:
@@ -385,7 +392,7 @@ async def _items_desc(
 ) -> list[Item]:
     """Newest first: pages of messages read backwards until `want` items are in hand."""
     out: list[Item] = []
-    before = cursor[0] + 1 if cursor is not None else None
+    before = _below(cursor[0] + 1) if cursor is not None else None
     while len(out) < want:
         messages = await transcript_page(module, thread_id, want, before)
         if not messages:
@@ -410,7 +417,7 @@ async def _items_asc(
     while len(out) < want:
         messages: list[Message] = [
             m
-            for m in await transcript_page(module, thread_id, want, start + want)
+            for m in await transcript_page(module, thread_id, want, _below(start + want))
             if (m.seq or 0) >= start
         ]
         if not messages:
@@ -421,6 +428,12 @@ async def _items_asc(
                     out.append(item)
         start = (messages[-1].seq or start) + 1
     return out[:want]
+
+
+def _below(seq: int) -> int | None:
+    """`seq` as a `before` bound for the store; None (no bound) past `MAX_SEQ`, which every
+    stored seq is below: the bound itself would overflow the database's integer."""
+    return seq if seq <= MAX_SEQ else None
 
 
 # --- responses -----------------------------------------------------------------------------

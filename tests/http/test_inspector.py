@@ -191,6 +191,27 @@ async def test_signing_in_keeps_the_key_in_a_cookie_the_resolver_reads(
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
+async def test_a_page_number_out_of_range_is_a_400_page_not_a_database_error(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """`?page=` and `?before=` past what the database holds used to reach the SQL (503 on
+    PostgreSQL, 500 on SQLite); now the inspector answers with a page of its own."""
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client)
+    urls = [
+        *(f"/inspect/?page={n}" for n in ("0", "-1", str(10**20), "two")),
+        *(f"/inspect/threads/{thread}?before={n}" for n in ("0", str(2**31), str(2**63))),
+        f"/inspect/threads/{thread}/timeline?before={2**31}",
+    ]
+    for url in urls:
+        r = await client.get(url, headers=ALICE)
+        assert r.status_code == 400, (url, r.text)
+        assert r.headers["content-type"].startswith("text/html"), url
+        assert r.headers["content-security-policy"].startswith("default-src 'none'"), url
+        assert "page:" in r.text or "before:" in r.text, (url, r.text)
+    assert (await client.get(f"/inspect/?page={2**31 // 25}", headers=ALICE)).status_code == 200
+
+
 async def test_a_turn_in_flight_is_on_the_timeline_with_its_checkpoints(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
