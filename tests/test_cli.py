@@ -222,6 +222,52 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("AGENT_API_KEYS", "s3cr3t", "AGENT_API_KEYS: pair 1 is not key=actor"),
+        ("AGENT_API_KEYS", "s3cr3t=alice,s3cr3t=bob", "AGENT_API_KEYS: pair 2 repeats"),
+        (
+            "AGENT_DATABASE_URL",
+            "postgresql://app:s3cr3t@127.0.0.1/x",
+            "AGENT_DATABASE_URL: postgresql:// lacks the app's driver: write postgresql+asyncpg://",
+        ),
+        (
+            "AGENT_DATABASE_URL",
+            "sqlite:///./nowhere.db",
+            "AGENT_DATABASE_URL: sqlite:// lacks the app's driver: write sqlite+aiosqlite://",
+        ),
+    ],
+    ids=[
+        "key-without-actor",
+        "repeated-key",
+        "postgresql-without-asyncpg",
+        "sqlite-without-driver",
+    ],
+)
+def test_a_bad_key_list_or_driver_stops_serve_and_migrate_with_one_line(
+    tmp_path: Path, command: str, variable: str, value: str, says: str
+) -> None:
+    """Found by attack: `AGENT_API_KEYS=key1` was a 24-line traceback, exit 1, from `serve`
+    (and `migrate` went on regardless); a repeated key was taken; `postgresql://` said only
+    `ModuleNotFoundError`. The README promises one line and exit 2 for a bad setting; the
+    line never shows the key."""
+    args = [sys.executable, "-m", "app", command]
+    done = subprocess.run(
+        args + (["--port", str(_free_port())] if command == "serve" else []),
+        cwd=ROOT,
+        env={**_env(tmp_path), variable: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: invalid settings: {says}"), line
+    assert "s3cr3t" not in line
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
 def test_an_unreachable_database_is_one_line_without_its_password(
     tmp_path: Path, command: str
 ) -> None:
