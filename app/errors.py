@@ -44,6 +44,24 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+ECHO_CHARS = 100
+"""At most this much of a caller's own value is quoted back in an error: enough to recognise a
+name or an id, never a 200 KB `model` echoed whole."""
+
+
+def clipped(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` as an error may show it: whole when short, else its start and its length."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… ({len(value):,} characters)"
+
+
+def echoed(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` quoted (its repr) as an error may show it; see `clipped`."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value):,} characters)"
+
 
 class AgentError(Exception):
     """Root of every error this project raises on purpose."""
@@ -90,7 +108,7 @@ class AgentNotFound(NotFound):
     code = "agent_not_found"
 
     def __init__(self, agent: str) -> None:
-        super().__init__(f"no agent named {agent!r}")
+        super().__init__(f"no agent named {echoed(agent)}")
         self.agent = agent
 
 
@@ -100,7 +118,7 @@ class ThreadNotFound(NotFound):
     code = "thread_not_found"
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(f"thread {thread_id!r} not found")
+        super().__init__(f"thread {echoed(thread_id)} not found")
         self.thread_id = thread_id
 
 
@@ -108,7 +126,7 @@ class RunNotFound(NotFound):
     code = "run_not_found"
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} not found")
+        super().__init__(f"run {echoed(run_id)} not found")
         self.run_id = run_id
 
 

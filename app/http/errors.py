@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AgentError, ContentTooLarge, InvalidInput, RunFailed
+from app.errors import AgentError, ContentTooLarge, InvalidInput, RunFailed, clipped, echoed
 
 if TYPE_CHECKING:
     from app.module import AgentModule
@@ -178,7 +178,7 @@ def validation_message(error: RequestValidationError) -> str:
     never the value sent."""
     parts = []
     for problem in error.errors():
-        loc = [str(p) for p in problem.get("loc", ())]
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if len(loc) > 1 and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]  # "content", not "body.content"; a bad body as a whole stays "body"
         msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
@@ -296,7 +296,7 @@ async def bounded_body(request: Request, limit: int, content_limit: int) -> Requ
         try:
             size = int(declared)
         except ValueError:
-            raise InvalidInput(f"Content-Length {declared!r} is not a number") from None
+            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
         if size > limit:
             raise BodyTooLarge(size, content_limit)
     chunks: list[bytes] = []

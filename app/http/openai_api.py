@@ -47,6 +47,8 @@ from app.errors import (
     InvalidInput,
     RunNotFound,
     ThreadNotFound,
+    clipped,
+    echoed,
 )
 from app.http.deps import ActorDep, ModuleDep, canonical_uuid
 from app.http.errors import (
@@ -150,11 +152,11 @@ def agent_error(error: AgentError) -> JSONResponse:
     status, code, message, run_id = error_payload(error)
     cause = getattr(error, "cause", error)
     if isinstance(cause, ThreadNotFound):
-        message = f"conversation {cause.thread_id!r} not found"
+        message = f"conversation {echoed(cause.thread_id)} not found"
     elif isinstance(cause, RunNotFound):
-        message = f"response {cause.run_id!r} not found"
+        message = f"response {echoed(cause.run_id)} not found"
     elif isinstance(cause, AgentNotFound):
-        message = f"no agent named {cause.agent!r} (a model here is an agent's name)"
+        message = f"no agent named {echoed(cause.agent)} (a model here is an agent's name)"
     param = getattr(cause, "param", None) or _PARAM_BY_CODE.get(code)
     retry = False if run_id is not None or code == "quota_exceeded" else None
     return openai_error(
@@ -170,7 +172,7 @@ def agent_error(error: AgentError) -> JSONResponse:
 def validation_error(error: RequestValidationError) -> JSONResponse:
     problems = list(error.errors())
     for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if loc and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]
         param = ".".join(loc) or None
@@ -314,7 +316,7 @@ async def create_conversation(
     title = metadata.pop("title", None)
     if metadata:
         raise UnsupportedParameter(
-            f"metadata.{sorted(metadata)[0]}", "only `agent` and `title` metadata are kept"
+            f"metadata.{clipped(sorted(metadata)[0])}", "only `agent` and `title` metadata are kept"
         )
     if title is not None and len(title) > TITLE_MAX_CHARS:
         raise InvalidParameter("metadata.title", f"at most {TITLE_MAX_CHARS} characters")
@@ -373,7 +375,7 @@ async def list_items(
     thread = await _owned_thread(module, conversation_id, actor)
     cursor = item_position(after) if after is not None else None
     if after is not None and cursor is None:
-        raise InvalidParameter("after", f"{after!r} is not an item id of this API")
+        raise InvalidParameter("after", f"{echoed(after)} is not an item id of this API")
     if order == "desc":
         items = await _items_desc(module, thread.id, limit + 1, cursor)
     else:
@@ -542,7 +544,8 @@ async def _thread_for(module: AgentModule, actor: Actor, body: CreateResponseIn)
         return await module.store.create_thread(actor_id=actor.id, agent=definition.name)
     if body.model is not None and body.model != thread.agent:
         raise InvalidParameter(
-            "model", f"this conversation belongs to agent {thread.agent!r}, not {body.model!r}"
+            "model",
+            f"this conversation belongs to agent {thread.agent!r}, not {echoed(body.model)}",
         )
     return thread
 
