@@ -14,6 +14,7 @@
     │       └── PreviousResponseNotFound run_not_found  404  (app/http/openai_api.py)
     ├── ThreadBusy                  thread_busy         409
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
+    ├── RunCompleted                run_completed       409  (resume of a completed run)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
     ├── StoreError                  store_error         503
@@ -158,6 +159,16 @@ class LeaseLost(AgentError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} was taken over by another process (its lease ran out)")
+        self.run_id = run_id
+
+
+class RunCompleted(AgentError):
+    """`resume` of a run that completed: its answer is stored, there is nothing to finish."""
+
+    code = "run_completed"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is already completed: nothing to resume")
         self.run_id = run_id
 
 

@@ -45,6 +45,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "method_not_allowed": 405,
         "thread_busy": 409,
         "lease_lost": 409,
+        "run_completed": 409,
         "duplicate_message": 409,
         "content_too_large": 413,
         "invalid_input": 422,
