@@ -16,7 +16,9 @@ Who is asking is the module's own actor resolver, exactly as for the API. A brow
 an `Authorization` header when following a link, so `/inspect/login` takes an API key once and
 keeps it in an HttpOnly, SameSite=Strict cookie scoped to `/inspect`; each request hands that
 key to the same resolver as a bearer header. Another actor's thread or run is a 404, as in the
-API.
+API. SameSite does not stop a cross-site POST from *setting* a cookie, so login and logout
+refuse a form posted from another site (`cross_site`: `Sec-Fetch-Site`, else `Origin`) with a
+403.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import importlib.resources
 from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -404,7 +406,16 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
     async def login_form(request: Request) -> Response:
         return render(request, "login.html", failed=False, actor=None)
 
+    def refused_cross_site(request: Request) -> HTMLResponse | None:
+        if not cross_site(request):
+            return None
+        message = "a form posted from another site is refused: sign in on this page"
+        return render(request, "error.html", 403, status=403, message=message, actor=None)
+
     async def login(request: Request) -> Response:
+        refused = refused_cross_site(request)
+        if refused is not None:
+            return refused
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         key = (form.get("key") or [""])[0].strip()
         actor = await module.actor_resolver(_with_key(request, key)) if key else None
@@ -422,6 +433,9 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         return response
 
     async def logout(request: Request) -> Response:
+        refused = refused_cross_site(request)
+        if refused is not None:
+            return refused
         response = RedirectResponse(_base(request) + "/login", status_code=303)
         response.delete_cookie(COOKIE, path=_base(request))
         return response
@@ -446,6 +460,25 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
     router.add_api_route("/logout", logout, methods=["POST"])
     router.add_api_route("/static/{name}", static, methods=["GET"])
     return router
+
+
+def cross_site(request: Request) -> bool:
+    """Whether a form POST came from another site's page: login CSRF, which signs the victim
+    in as the attacker (whose threads then collect what the victim types), or logs them out.
+
+    `Sec-Fetch-Site` decides when sent (a page cannot forge it): only `same-origin`, and
+    `none` (the user's own action), pass. Else `Origin` must name this host (a browser sends
+    it with every cross-site POST, and `null` from a sandboxed or redirected context is
+    refused). A request with neither is no browser's (curl, a script): it passes as it
+    always did, since login CSRF needs a browser to carry the cookie."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site.lower() not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    host = request.headers.get("host", "")
+    return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
 
 
 async def _actor(module: AgentModule, request: Request) -> Actor | None:
