@@ -298,15 +298,16 @@ class AgentLoop:
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
         """Finish a failed or interrupted run from its journal. A completed one is refused
-        with `RunCompleted`: its answer is stored, and replaying its end would fail as a lost
-        lease (the run is held by no one), which read as a takeover."""
+        with `RunCompleted` (`JournalPruned` once its journal is gone): its answer is stored,
+        and replaying its end would fail as a lost lease (the run is held by no one), which
+        read as a takeover."""
         record = await self.runtime.get_run(run_id)
         if record is None:
             raise RunNotFound(run_id)
+        definition = self.definition(record.request.agent)  # before the claim: never strand it
+        request, ctx = await self.runtime.reopen(run_id)  # a completed run is not claimed
         if record.status == "completed":
             raise RunCompleted(run_id)
-        definition = self.definition(record.request.agent)  # before the claim: never strand it
-        request, ctx = await self.runtime.reopen(run_id)
         report = RunReport(run_id=run_id)
         if record.report is not None:
             prior = RunReport.model_validate(record.report)
