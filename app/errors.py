@@ -16,6 +16,7 @@
     ├── ThreadBusy                  thread_busy         409
     ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
+    ├── RunCompleted                run_completed       409  (resume of a completed run)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
     ├── StoreError                  store_error         503
@@ -47,6 +48,24 @@ so nothing has to parse a message. This module is stdlib-only: ``app.core`` may 
 from __future__ import annotations
 
 from typing import ClassVar
+
+ECHO_CHARS = 100
+"""At most this much of a caller's own value is quoted back in an error: enough to recognise a
+name or an id, never a 200 KB `model` echoed whole."""
+
+
+def clipped(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` as an error may show it: whole when short, else its start and its length."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… ({len(value):,} characters)"
+
+
+def echoed(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` quoted (its repr) as an error may show it; see `clipped`."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value):,} characters)"
 
 
 class AgentError(Exception):
@@ -94,7 +113,7 @@ class AgentNotFound(NotFound):
     code = "agent_not_found"
 
     def __init__(self, agent: str) -> None:
-        super().__init__(f"no agent named {agent!r}")
+        super().__init__(f"no agent named {echoed(agent)}")
         self.agent = agent
 
 
@@ -104,7 +123,7 @@ class ThreadNotFound(NotFound):
     code = "thread_not_found"
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(f"thread {thread_id!r} not found")
+        super().__init__(f"thread {echoed(thread_id)} not found")
         self.thread_id = thread_id
 
 
@@ -112,7 +131,7 @@ class RunNotFound(NotFound):
     code = "run_not_found"
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} not found")
+        super().__init__(f"run {echoed(run_id)} not found")
         self.run_id = run_id
 
 
@@ -176,6 +195,16 @@ class LeaseLost(AgentError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} was taken over by another process (its lease ran out)")
+        self.run_id = run_id
+
+
+class RunCompleted(AgentError):
+    """`resume` of a run that completed: its answer is stored, there is nothing to finish."""
+
+    code = "run_completed"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is already completed: nothing to resume")
         self.run_id = run_id
 
 

@@ -121,6 +121,7 @@ from app.errors import (
     ProviderContextExceeded,
     ProviderError,
     QuotaExceeded,
+    RunCompleted,
     RunFailed,
     RunNotFound,
     StoreError,
@@ -330,12 +331,17 @@ class AgentLoop:
         return await self._drive(request, ctx, definition, on_event, report, fresh=True)
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
-        """Finish a failed or interrupted run from its journal (a finished one replays as is)."""
+        """Finish a failed or interrupted run from its journal. A completed one is refused
+        with `RunCompleted` (`JournalPruned` once its journal is gone): its answer is stored,
+        and replaying its end would fail as a lost lease (the run is held by no one), which
+        read as a takeover."""
         record = await self.runtime.get_run(run_id)
         if record is None:
             raise RunNotFound(run_id)
         definition = self.definition(record.request.agent)  # before the claim: never strand it
-        request, ctx = await self.runtime.reopen(run_id)
+        request, ctx = await self.runtime.reopen(run_id)  # a completed run is not claimed
+        if record.status == "completed":
+            raise RunCompleted(run_id)
         report = RunReport(run_id=run_id)
         if record.report is not None:
             prior = RunReport.model_validate(record.report)

@@ -33,6 +33,8 @@ from app.errors import (
     RecordedFailure,
     RunFailed,
     TurnInProgress,
+    clipped,
+    echoed,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "thread_busy": 409,
         "turn_in_progress": 409,
         "lease_lost": 409,
+        "run_completed": 409,
         "duplicate_message": 409,
         "content_too_large": 413,
         "invalid_input": 422,
@@ -184,18 +187,22 @@ def validation_error_response(error: RequestValidationError) -> JSONResponse:
                 "invalid_json",
                 f"request body is not valid JSON: {reason}{where}",
             )
+    return error_response(
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+    )
+
+
+def validation_message(error: RequestValidationError) -> str:
+    """Each bad field, named by where it is (`content`, `before`), and what is wrong with it;
+    never the value sent."""
     parts = []
-    for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
+    for problem in error.errors():
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if len(loc) > 1 and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]  # "content", not "body.content"; a bad body as a whole stays "body"
         msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{'.'.join(loc) or 'request'}: {msg}")
-    return error_response(
-        STATUS_BY_CODE["validation_error"],
-        "validation_error",
-        "; ".join(parts) or "invalid request",
-    )
+    return "; ".join(parts) or "invalid request"
 
 
 _HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(
@@ -308,7 +315,7 @@ async def bounded_body(request: Request, limit: int, content_limit: int) -> Requ
         try:
             size = int(declared)
         except ValueError:
-            raise InvalidInput(f"Content-Length {declared!r} is not a number") from None
+            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
         if size > limit:
             raise BodyTooLarge(size, content_limit)
     chunks: list[bytes] = []

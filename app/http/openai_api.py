@@ -38,7 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import Idempotency, Thread, supports_named_threads
 from app.core.report import RunReport
 from app.errors import (
@@ -48,6 +48,8 @@ from app.errors import (
     InvalidInput,
     RunNotFound,
     ThreadNotFound,
+    clipped,
+    echoed,
 )
 from app.http.deps import ActorDep, ModuleDep, canonical_uuid
 from app.http.errors import (
@@ -153,11 +155,11 @@ def agent_error(error: AgentError) -> JSONResponse:
     status, code, message, run_id = error_payload(error)
     cause = getattr(error, "cause", error)
     if isinstance(cause, ThreadNotFound):
-        message = f"conversation {cause.thread_id!r} not found"
+        message = f"conversation {echoed(cause.thread_id)} not found"
     elif isinstance(cause, RunNotFound):
-        message = f"response {cause.run_id!r} not found"
+        message = f"response {echoed(cause.run_id)} not found"
     elif isinstance(cause, AgentNotFound):
-        message = f"no agent named {cause.agent!r} (a model here is an agent's name)"
+        message = f"no agent named {echoed(cause.agent)} (a model here is an agent's name)"
     param = getattr(cause, "param", None) or _PARAM_BY_CODE.get(code)
     retry = False if run_id is not None or code == "quota_exceeded" else None
     if code == "turn_in_progress":
@@ -175,7 +177,7 @@ def agent_error(error: AgentError) -> JSONResponse:
 def validation_error(error: RequestValidationError) -> JSONResponse:
     problems = list(error.errors())
     for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if loc and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]
         param = ".".join(loc) or None
@@ -319,7 +321,7 @@ async def create_conversation(
     title = metadata.pop("title", None)
     if metadata:
         raise UnsupportedParameter(
-            f"metadata.{sorted(metadata)[0]}", "only `agent` and `title` metadata are kept"
+            f"metadata.{clipped(sorted(metadata)[0])}", "only `agent` and `title` metadata are kept"
         )
     if title is not None and len(title) > TITLE_MAX_CHARS:
         raise InvalidParameter("metadata.title", f"at most {TITLE_MAX_CHARS} characters")
@@ -363,7 +365,14 @@ async def list_items(
     actor: ActorDep,
     module: ModuleDep,
     limit: Annotated[int, Query(ge=1, le=100, description="Items per page.")] = 20,
-    after: Annotated[str | None, Query(description="An item id: list from after it.")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="An item id: list from after it (`msg_<seq>`, `fc_<seq>_<i>`, "
+            "`fco_<seq>_<i>`).",
+            examples=["msg_12", "fc_12_0", "fco_12_0"],
+        ),
+    ] = None,
     order: Annotated[Literal["asc", "desc"], Query(description="By position.")] = "desc",
     include: Annotated[list[str] | None, Query(description="Accepted, ignored.")] = None,
 ) -> ItemsPage:
@@ -371,7 +380,7 @@ async def list_items(
     thread = await _owned_thread(module, conversation_id, actor)
     cursor = item_position(after) if after is not None else None
     if after is not None and cursor is None:
-        raise InvalidParameter("after", f"{after!r} is not an item id of this API")
+        raise InvalidParameter("after", f"{echoed(after)} is not an item id of this API")
     if order == "desc":
         items = await _items_desc(module, thread.id, limit + 1, cursor)
     else:
@@ -390,7 +399,7 @@ async def _items_desc(
 ) -> list[Item]:
     """Newest first: pages of messages read backwards until `want` items are in hand."""
     out: list[Item] = []
-    before = cursor[0] + 1 if cursor is not None else None
+    before = _below(cursor[0] + 1) if cursor is not None else None
     while len(out) < want:
         messages = await transcript_page(module, thread_id, want, before)
         if not messages:
@@ -415,7 +424,7 @@ async def _items_asc(
     while len(out) < want:
         messages: list[Message] = [
             m
-            for m in await transcript_page(module, thread_id, want, start + want)
+            for m in await transcript_page(module, thread_id, want, _below(start + want))
             if (m.seq or 0) >= start
         ]
         if not messages:
@@ -426,6 +435,12 @@ async def _items_asc(
                     out.append(item)
         start = (messages[-1].seq or start) + 1
     return out[:want]
+
+
+def _below(seq: int) -> int | None:
+    """`seq` as a `before` bound for the store; None (no bound) past `MAX_SEQ`, which every
+    stored seq is below: the bound itself would overflow the database's integer."""
+    return seq if seq <= MAX_SEQ else None
 
 
 # --- responses -----------------------------------------------------------------------------
@@ -563,7 +578,8 @@ async def _thread_for(
         return await module.store.create_thread(actor_id=actor.id, agent=definition.name)
     if body.model is not None and body.model != thread.agent:
         raise InvalidParameter(
-            "model", f"this conversation belongs to agent {thread.agent!r}, not {body.model!r}"
+            "model",
+            f"this conversation belongs to agent {thread.agent!r}, not {echoed(body.model)}",
         )
     return thread
 

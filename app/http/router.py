@@ -26,7 +26,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import ThreadInfoReader
 from app.core.report import RunReport, RunResult
 from app.errors import (
@@ -208,7 +208,7 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=200, description="Messages per page.")] = 50,
     before: Annotated[
         int | None,
-        Query(ge=1, le=2**31 - 1, description="Only messages with `seq` below this."),
+        Query(ge=1, le=MAX_SEQ, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
     page = await transcript_page(module, thread.id, limit + 1, before)  # one extra: is there more?

@@ -10,7 +10,9 @@ Retries (tenacity): timeouts, transport errors, 429 and 5xx are retried with exp
 that arrived but cannot be understood. A stream is retried only until the server has accepted
 it (a 2xx status): once its body has begun, deltas may already be on the user's screen, so a
 failure from then on is final (``ProviderBadResponse`` for a cut, ``ProviderTimeout`` for a
-stall).
+stall). Two exceptions, both where the server failed before a single event: a stream that ends
+empty is asked again unstreamed, for the server's reason (llama-cpp-python puts a prompt past
+its context in its log only), and llama.cpp's `error:` line is its error.
 
 The API key only ever goes into the ``Authorization`` header, and credentials in ``base_url``
 (``http://user:password@host/v1``) only into Basic auth: no message or log line holds either.
@@ -269,6 +271,16 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(f"stream from {self.url} was cut off: {exc}") from exc
         finally:
             await response.aclose()
+        if not assembly.done and not assembly.seen_data:
+            # A 200 stream that ended without a single event: llama-cpp-python's server answers
+            # a prompt past its context so, its reason only in its own log. The same request
+            # unstreamed is answered with that reason (or, if it was a fluke, with the answer).
+            logger.warning("the stream from %s ended empty; asking again unstreamed", self.url)
+            whole = await self._complete(request)
+            if whole.content:
+                yield TextDelta(text=whole.content)
+            yield whole
+            return
         yield assembly.result(request)
 
     # --- request ------------------------------------------------------------------------------
@@ -385,11 +397,18 @@ class _StreamAssembly:
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: Usage | None = None
         self._finish_reason: str | None = None
+        self.seen_data = False
+        """Whether any `data:` event came: a stream that ends with none said nothing at all."""
 
     def feed(self, line: str) -> str:
         """Take one line; return the content it adds ("" for none)."""
+        if line.startswith("error:"):
+            # llama.cpp's server sends a failure after the 200 (a prompt past its context) as an
+            # `error: {...}` line of its own, not as a `data:` event.
+            raise ProviderError(f"provider failed mid-stream: {_stream_error(line[6:].strip())}")
         if not line.startswith("data:"):
             return ""  # blank separators, ": keep-alive" comments, event:/id: fields
+        self.seen_data = True
         payload = line[len("data:") :].strip()
         if payload == "[DONE]":
             self.done = True
@@ -601,6 +620,16 @@ def _error_message(data: Any) -> str:
         if isinstance(error, str):
             return error
     return _excerpt(data)
+
+
+def _stream_error(payload: str) -> str:
+    """The message of llama.cpp's `error:` line: ``{"code", "message", "type"}``."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, RecursionError):
+        return _excerpt(payload)
+    message = data.get("message") if isinstance(data, dict) else None
+    return message if isinstance(message, str) else _error_message(data)
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

@@ -558,6 +558,63 @@ async def test_error_event_mid_stream_is_a_provider_error(
         await collect(make_provider().stream(ask()))
 
 
+CONTEXT_EXCEEDED = (
+    "This model's maximum context length is 2048 tokens. However, you requested 5036 tokens "
+    "(5031 in the messages, 5 in the completion). Please reduce the length of the messages."
+)
+"""What llama-cpp-python's server answers an over-long prompt unstreamed (its own words)."""
+
+
+def _empty_stream() -> Reply:
+    """A 200 event stream that ends with no event at all: what llama-cpp-python's server sends
+    for an over-long prompt when asked to stream (the reason goes to its log only)."""
+    return Reply(headers={"Content-Type": "text/event-stream"}, chunks=())
+
+
+async def test_an_empty_stream_surfaces_the_servers_own_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """It said "stream ended before its [DONE] marker"; the server's reason is asked for."""
+    fake_openai.enqueue(_empty_stream(), Reply.error(400, CONTEXT_EXCEEDED))
+    with pytest.raises(ProviderError, match="maximum context length is 2048") as caught:
+        await collect(make_provider().stream(ask("word " * 5000)))
+    assert not isinstance(caught.value, ProviderBadResponse)
+    streamed, unstreamed = fake_openai.requests
+    assert streamed.json()["stream"] is True and unstreamed.json()["stream"] is False
+    assert unstreamed.json()["messages"] == streamed.json()["messages"]
+
+
+async def test_an_empty_stream_then_an_unstreamed_answer_is_that_answer(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    fake_openai.enqueue(_empty_stream(), Reply.json(completion("Hello")))
+    events = await collect(make_provider().stream(ask()))
+    assert events[0] == TextDelta(text="Hello")
+    assert isinstance(events[1], ModelResponse) and events[1].content == "Hello"
+    assert len(fake_openai.requests) == 2
+
+
+async def test_a_llama_cpp_error_line_is_the_servers_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """llama.cpp's own server sends a failure after the 200 as an `error:` line, not `data:`."""
+    line = json.dumps(
+        {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+        }
+    )
+    fake_openai.enqueue(
+        Reply(
+            headers={"Content-Type": "text/event-stream"}, chunks=(f"error: {line}\n\n".encode(),)
+        )
+    )
+    with pytest.raises(ProviderError, match="exceeds the available context size"):
+        await collect(make_provider().stream(ask()))
+    assert len(fake_openai.requests) == 1
+
+
 # --- timeouts --------------------------------------------------------------------------------
 
 
