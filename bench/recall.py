@@ -52,6 +52,7 @@ from app.core.ports import (
     Usage,
 )
 from app.core.summary import (
+    DEFAULT_FOLD_MAX_TOKENS,
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
     PROSE_SUMMARY_INSTRUCTION,
     summarize_with_model,
@@ -533,11 +534,12 @@ def model_summarizers(
     )
     after = summarize_with_model(provider, DEFAULT_HISTORY_SUMMARY_INSTRUCTION)
     variants = {
-        "prose (before)": summarize_with_model(provider, PROSE_SUMMARY_INSTRUCTION),
-        "carry forward, prose": summarize_with_model(provider, CARRY_PROSE_INSTRUCTION),
-        "fact list (default)": after,
-        "fact list, appended": summarize_with_model(provider, carry="append"),
+        "prose instruction": summarize_with_model(provider, PROSE_SUMMARY_INSTRUCTION),
+        "fact list, rewrite (default)": after,
+        "fact list, append": summarize_with_model(provider, carry="append"),
     }
+    if os.environ.get("AGENT_BENCH_CARRY_PROSE"):
+        variants["carry forward, prose"] = summarize_with_model(provider, CARRY_PROSE_INSTRUCTION)
     return before, after, variants
 
 
@@ -690,7 +692,7 @@ def _model_runs(name: str, turn_counts: Sequence[int]) -> list[dict[str, Any]]:
     from app.providers.openai_compat import OpenAICompatibleProvider
 
     cap = int(os.environ.get("AGENT_BENCH_CHAT_CAP", "256"))
-    fold = int(os.environ.get("AGENT_BENCH_FOLD_MAX_TOKENS", "1600"))
+    fold = int(os.environ.get("AGENT_BENCH_FOLD_MAX_TOKENS", str(DEFAULT_FOLD_MAX_TOKENS)))
 
     async def runs(base_url: str, model: str, api_key: str | None) -> list[dict[str, Any]]:
         provider = OpenAICompatibleProvider(

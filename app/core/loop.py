@@ -710,6 +710,7 @@ class AgentLoop:
         through = int(fold["through"])
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
         budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
+        cap = summary_token_cap(budget)  # the policy's; a chunk may be made smaller, not this
         prior = report.summary
         stats = (
             prior.model_copy(deep=True)
@@ -749,6 +750,7 @@ class AgentLoop:
                         through,
                         known,
                         budget,
+                        cap,
                         calls_left,
                         call_budget,
                     ),
@@ -838,6 +840,7 @@ class AgentLoop:
         through: int,
         known: dict[int | None, Message],
         budget: int,
+        cap: int,
         calls_left: int,
         call_budget: int,
     ) -> JsonValue:
@@ -869,7 +872,6 @@ class AgentLoop:
             chunk.append(message)
             tokens += cost
             seq += 1
-        cap = summary_token_cap(budget)
         fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
         calls = _FoldCalls(self, request, summarizer, call_budget)
         halved = False
@@ -1462,14 +1464,27 @@ class _FoldCalls:
     async def compress(self, text: str, ctx: HistoryPolicyContext, cap: int) -> str | None:
         """`text` folded into itself by one more call, or None if that call failed or its
         answer is refused or no shorter. Asked for half the cap, so the next folds have room
-        before the summary needs compressing again."""
-        over = ThreadSummary(text=text, covers_through_seq=0)
+        before the summary needs compressing again.
+
+        A summary larger than what this agent's summarizer has taken (its context, as a refused
+        chunk taught `_chunk_cap`) is compressed by its OLDEST part that fits, the rest kept
+        verbatim after it: a model with a small context still shortens the summary, oldest
+        facts first, instead of refusing it and leaving only the clip."""
+        head, tail = _split_for_context(text, self.loop._chunk_cap.get(self.request.agent))
+        over = ThreadSummary(text=head, covers_through_seq=0)
         target = max(MESSAGE_ALLOWANCE + 1, cap // 2)
         task = ctx.model_copy(
             update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
         )
         try:
             made = await self.call([], task, _summary_tokens(over) + target)
+        except ProviderContextExceeded:
+            tokens = _summary_tokens(over)
+            self.loop._chunk_cap[self.request.agent] = min(
+                self.loop._chunk_cap.get(self.request.agent, tokens), max(1, tokens // 2)
+            )
+            log.warning("run %s: the summary is too long to compress at once", self.request.run_id)
+            return None
         except (ProviderError, TimeoutError, QuotaExceeded):
             # The quota too: the fold's own call was made and billed, and must be booked
             # (with its reservation) by the step's `persist:usage:history`, not lost with it.
@@ -1478,7 +1493,9 @@ class _FoldCalls:
         shorter = storable_text(made.text).strip()
         if fold_rejection(made.model_copy(update={"text": shorter})) is not None:
             return None
-        return shorter if len(shorter) < len(text.strip()) else None
+        if len(shorter) >= len(head.strip()):
+            return None
+        return f"{shorter}\n{tail}".strip() if tail else shorter
 
     def cost(self) -> dict[str, Any]:
         if self.usage is None:
@@ -1499,6 +1516,22 @@ class _FoldCalls:
             "input_messages": len(chunk),
             "input_tokens": tokens,
         }
+
+
+def _split_for_context(text: str, limit: int | None) -> tuple[str, str]:
+    """(the oldest lines of `text` within `limit` estimated tokens, the rest); the whole text
+    and "" when it fits or no limit is known. At least one line goes in the head."""
+    if limit is None or _summary_tokens(ThreadSummary(text=text, covers_through_seq=0)) <= limit:
+        return text, ""
+    lines = text.strip().splitlines()
+    budget = max(0, (limit - MESSAGE_ALLOWANCE) * 4)
+    size, cut = 0, 0
+    for cut, line in enumerate(lines, start=1):
+        size += len(line) + 1
+        if size > budget and cut > 1:
+            cut -= 1
+            break
+    return "\n".join(lines[:cut]), "\n".join(lines[cut:])
 
 
 def _added(a: Usage, b: Usage) -> Usage:

@@ -338,3 +338,42 @@ async def test_a_replayed_rejected_fold_builds_the_same_prompt(env: LoopEnv) -> 
     assert model.prompts[0] == model.prompts[1]
     assert result.report.summary is not None
     assert result.report.summary.rejected_reasons == ["truncated"]
+
+
+async def test_a_summary_larger_than_the_summarizers_context_is_compressed_by_its_oldest_part(
+    env: LoopEnv,
+) -> None:
+    """A small model (SmolLM2's 2,048 tokens) cannot take a 4,000-token summary to compress:
+    it refuses it, which teaches the loop its size; the next compression hands it the oldest
+    part that fits and keeps the newest notes verbatim, so the summary shrinks without a clip
+    of the newest facts."""
+    limit = 300  # estimated tokens the summarizer takes at once
+    tasks: list[tuple[str, int]] = []
+
+    async def small(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        previous = ctx.summary.text if ctx.summary is not None else ""
+        # It is handed the new messages to fold (it appends), the summary to compress.
+        size = len(previous) // 4 if ctx.fold_task == "compress" else len(messages) * 20
+        tasks.append((ctx.fold_task, size))
+        if size > limit:
+            raise ProviderContextExceeded("exceed context window of 2048")
+        if ctx.fold_task == "compress":
+            return HistorySummary(text="- (older notes, compressed)", usage=Usage())
+        new = "\n".join(f"- note {m.seq}: {m.content}" for m in messages)
+        return HistorySummary(text=f"{previous}\n{new}".strip(), usage=Usage())
+
+    tid = await env.thread()
+    policy = window_history(
+        max_messages=4, fold_messages=4, summarize=small, fold_max_tokens=1200
+    )
+    loop = env.loop(EchoModel(), policy, fold_calls=2)
+    compressed = 0
+    for i in range(40):
+        result = await _turn(loop, tid, f"fact {i:02d} " + "x" * 60)
+        report = result.report.summary  # type: ignore[attr-defined]
+        compressed += report.compressed if report is not None else 0
+    assert any(task == "compress" and size > limit for task, size in tasks), "refused once"
+    assert compressed >= 1, tasks
+    text = (await _summaries(env.store, tid))[-1][1]
+    assert "- (older notes, compressed)" in text
+    assert "fact 3" in text.splitlines()[-1], "the newest notes are kept verbatim"
