@@ -363,9 +363,7 @@ async def test_a_summary_larger_than_the_summarizers_context_is_compressed_by_it
         return HistorySummary(text=f"{previous}\n{new}".strip(), usage=Usage())
 
     tid = await env.thread()
-    policy = window_history(
-        max_messages=4, fold_messages=4, summarize=small, fold_max_tokens=1200
-    )
+    policy = window_history(max_messages=4, fold_messages=4, summarize=small, fold_max_tokens=1200)
     loop = env.loop(EchoModel(), policy, fold_calls=2)
     compressed = 0
     for i in range(40):
