@@ -255,6 +255,9 @@ class AgentLoop:
         self._chunk_cap: dict[str, int] = {}
         """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
         refused as over its context: where later chunks start (see `_fold_chunk`)."""
+        self._compress_cap: dict[str, int] = {}
+        """Per agent, half the smallest summary its summarizer refused to compress: a longer
+        one is compressed by its oldest part within this (see `_FoldCalls.compress`)."""
         for definition in agents.values():
             if _summarizer(definition.policy) is not None and not supports_summaries(store):
                 raise ConfigError(
@@ -858,7 +861,10 @@ class AgentLoop:
         base = _summary_tokens(summary)
         chunk: list[Message] = []
         tokens = base
-        budget = min(budget, self._chunk_cap.get(request.agent, budget))
+        learned = self._chunk_cap.get(request.agent)
+        capped = learned is not None and learned < budget
+        full = budget if learned is None else max(budget, learned)
+        budget = min(budget, learned) if learned is not None else budget
         while seq <= through:
             message = known.get(seq)
             if message is None:
@@ -900,6 +906,14 @@ class AgentLoop:
         refused = fold_rejection(made.model_copy(update={"text": text}))
         if refused is not None:
             return calls.rejected(refused, chunk, tokens)
+        if capped and not halved and seq <= through:
+            # Taken at the learned size with more to fold: try twice that next time (a server
+            # back from an outage, or with a larger context, is not held to it for good).
+            grown = 2 * (learned or budget)
+            if grown >= full:
+                self._chunk_cap.pop(request.agent, None)
+            else:
+                self._chunk_cap[request.agent] = grown
         compressed = 0
         if not summary_fits(text, cap) and calls.count < calls_left:
             shorter = await calls.compress(text, fold_ctx, cap)
@@ -1466,11 +1480,11 @@ class _FoldCalls:
         answer is refused or no shorter. Asked for half the cap, so the next folds have room
         before the summary needs compressing again.
 
-        A summary larger than what this agent's summarizer has taken (its context, as a refused
-        chunk taught `_chunk_cap`) is compressed by its OLDEST part that fits, the rest kept
+        A summary larger than what this agent's summarizer has refused to compress before
+        (`_compress_cap`) is compressed by its OLDEST part that fits, the rest kept
         verbatim after it: a model with a small context still shortens the summary, oldest
         facts first, instead of refusing it and leaving only the clip."""
-        head, tail = _split_for_context(text, self.loop._chunk_cap.get(self.request.agent))
+        head, tail = _split_for_context(text, self.loop._compress_cap.get(self.request.agent))
         over = ThreadSummary(text=head, covers_through_seq=0)
         target = max(MESSAGE_ALLOWANCE + 1, cap // 2)
         task = ctx.model_copy(
@@ -1480,8 +1494,8 @@ class _FoldCalls:
             made = await self.call([], task, _summary_tokens(over) + target)
         except ProviderContextExceeded:
             tokens = _summary_tokens(over)
-            self.loop._chunk_cap[self.request.agent] = min(
-                self.loop._chunk_cap.get(self.request.agent, tokens), max(1, tokens // 2)
+            self.loop._compress_cap[self.request.agent] = min(
+                self.loop._compress_cap.get(self.request.agent, tokens), max(1, tokens // 2)
             )
             log.warning("run %s: the summary is too long to compress at once", self.request.run_id)
             return None

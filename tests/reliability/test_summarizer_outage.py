@@ -181,7 +181,8 @@ async def test_the_chat_answers_over_http_while_the_summarizer_fails(
 
     # Nothing the failing summarizer said became the summary; the fold came once it was back.
     stored = await _summaries(sql_store, tid)
-    assert [text for _, text in stored] == [GOOD_SUMMARY], stored
+    # (After a context refusal the first chunks are smaller, so the fold may take two rows.)
+    assert stored and {text for _, text in stored} == {GOOD_SUMMARY}, stored
     assert script.summary_calls >= 5
     # While it was down, each chat prompt carried the newest messages the fold owed, within
     # twice the window; the oldest left out are counted, and the model is told.
