@@ -846,7 +846,7 @@ class AgentLoop:
             while True:
                 tokens = base + sum(estimate_message_tokens(m) for m in chunk)
                 try:
-                    made = await calls.call(chunk, fold_ctx, tokens + cap)
+                    made = await calls.call(chunk, fold_ctx, tokens, cap)
                 except ProviderContextExceeded:
                     if len(chunk) < 2 or calls.count >= calls_left:
                         return calls.rejected("too_long", chunk, tokens)
@@ -1394,10 +1394,12 @@ class _FoldCalls:
         self.reserved = 0
 
     async def call(
-        self, chunk: list[Message], ctx: HistoryPolicyContext, hold: int
+        self, chunk: list[Message], ctx: HistoryPolicyContext, tokens: int, cap: int
     ) -> HistorySummary:
+        """One call handed `tokens` estimated tokens, its answer allowed `cap`: both are held
+        against the quota, and the input alone is booked when the summarizer reports none."""
         self.count += 1
-        reserved = await self.loop._reserve(self.request.actor_id, hold)
+        reserved = await self.loop._reserve(self.request.actor_id, tokens + cap)
         try:
             # The timeout outside the boundary: a hang is `TimeoutError`, not a provider error.
             async with (
@@ -1411,7 +1413,7 @@ class _FoldCalls:
         self.reserved += reserved
         usage = made.usage or Usage(
             estimated=True,
-            prompt_tokens=hold,
+            prompt_tokens=tokens,
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=made.text)),
         )
         self.usage = usage if self.usage is None else _added(self.usage, usage)
@@ -1428,7 +1430,7 @@ class _FoldCalls:
             update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
         )
         try:
-            made = await self.call([], task, _summary_tokens(over) + target)
+            made = await self.call([], task, _summary_tokens(over), target)
         except (ProviderError, TimeoutError, QuotaExceeded):
             # The quota too: the fold's own call was made and billed, and must be booked
             # (with its reservation) by the step's `persist:usage:history`, not lost with it.

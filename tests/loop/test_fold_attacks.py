@@ -454,3 +454,28 @@ async def test_a_summary_too_long_to_restate_is_compressed_not_refused_forever(
     reports = [c for c, _ in await _summaries(env.store, tid)]
     assert "compress" in tasks, f"the summary was never compressed: {tasks}"
     assert reports[-1] >= 20, f"the folds kept moving: {reports}"
+
+
+# --- the books ------------------------------------------------------------------------------
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_summarizer_reporting_no_usage_is_booked_at_its_input_not_its_reservation(
+    env: LoopEnv,
+) -> None:
+    """A custom summarizer may return no usage; the fold then books an estimate. Its prompt
+    tokens are the chunk's estimated input (the report's `input_tokens`), as before the call
+    budget: not the quota held for the call, which adds the summary's whole cap (4,000
+    tokens by default) to every such call's bill."""
+    tid = await env.thread([m for i in range(6) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+
+    async def no_usage(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return HistorySummary(text=f"- through {messages[-1].seq}")
+
+    policy = window_history(max_messages=4, fold_messages=4, summarize=no_usage)
+    result = await _turn(env.loop(EchoModel(), policy), tid)
+    report = result.report  # type: ignore[attr-defined]
+    assert report.summary is not None and report.summary.made
+    (booked,) = [row for row in report.ledger if row.purpose == "history_summary"]
+    assert booked.estimated
+    assert booked.prompt_tokens == report.summary.input_tokens
