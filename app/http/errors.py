@@ -61,6 +61,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "provider_timeout": 502,
         "provider_rate_limited": 502,
         "provider_bad_response": 502,
+        "provider_context_exceeded": 502,
         "store_error": 503,
     }
 )
