@@ -240,7 +240,8 @@ class DiesOnce(Recording):
 
 
 class Counting:
-    """A summarizer answering per a script of answers (the last one repeats)."""
+    """A summarizer answering per a script (the last answer repeats): a `HistorySummary`, an
+    exception to raise, or None for a good summary through the chunk's last message."""
 
     def __init__(self, *answers: HistorySummary | BaseException | None) -> None:
         self.answers = list(answers)
