@@ -885,7 +885,7 @@ class AgentLoop:
             while True:
                 tokens = base + sum(estimate_message_tokens(m) for m in chunk)
                 try:
-                    made = await calls.call(chunk, fold_ctx, tokens + cap)
+                    made = await calls.call(chunk, fold_ctx, tokens, cap)
                 except ProviderContextExceeded:
                     # Remembered past this run (per agent, per process): the next chunk starts
                     # at half the size refused, so a model that needs more halvings than one
@@ -1451,10 +1451,12 @@ class _FoldCalls:
         self.reserved = 0
 
     async def call(
-        self, chunk: list[Message], ctx: HistoryPolicyContext, hold: int
+        self, chunk: list[Message], ctx: HistoryPolicyContext, tokens: int, cap: int
     ) -> HistorySummary:
+        """One call handed `tokens` estimated tokens, its answer allowed `cap`: both are held
+        against the quota, and the input alone is booked when the summarizer reports none."""
         self.count += 1
-        reserved = await self.loop._reserve(self.request.actor_id, hold)
+        reserved = await self.loop._reserve(self.request.actor_id, tokens + cap)
         try:
             # The timeout outside the boundary: a hang is `TimeoutError`, not a provider error.
             async with (
@@ -1468,7 +1470,7 @@ class _FoldCalls:
         self.reserved += reserved
         usage = made.usage or Usage(
             estimated=True,
-            prompt_tokens=hold,
+            prompt_tokens=tokens,
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=made.text)),
         )
         self.usage = usage if self.usage is None else _added(self.usage, usage)
@@ -1491,7 +1493,7 @@ class _FoldCalls:
             update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
         )
         try:
-            made = await self.call([], task, _summary_tokens(over) + target)
+            made = await self.call([], task, _summary_tokens(over), target)
         except ProviderContextExceeded:
             tokens = _summary_tokens(over)
             self.loop._compress_cap[self.request.agent] = min(

@@ -190,9 +190,9 @@ async def test_a_summarizer_outage_is_counted_and_every_turn_still_answers(
     found = await scrape(client)
     helper = {"agent": "helper"}
     assert value(
-        found, "agent_summary_folds_total", outcome="rejected:failed:provider_error", **helper
+        found, "agent_summaries_rejected_total", reason="failed:provider_error", **helper
     ) == reasons.count("failed:provider_error")
-    assert value(found, "agent_summary_folds_total", outcome="rejected:truncated", **helper) == 1
-    stored = value(found, "agent_summary_folds_total", outcome="stored", **helper)
+    assert value(found, "agent_summaries_rejected_total", reason="truncated", **helper) == 1
+    stored = sum(r["summary"]["folds"] - r["summary"]["rejected"] for r in reports if r["summary"])
     assert stored >= 1 and value(found, "agent_summaries_total", **helper) == stored
     assert any(r["summary"] and r["summary"]["made"] for r in reports[8:])

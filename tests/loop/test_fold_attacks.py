@@ -234,7 +234,8 @@ class DiesOnce(Recording):
 
 
 class Counting:
-    """A summarizer answering per a script of answers (the last one repeats)."""
+    """A summarizer answering per a script (the last answer repeats): a `HistorySummary`, an
+    exception to raise, or None for a good summary through the chunk's last message."""
 
     def __init__(self, *answers: HistorySummary | BaseException | None) -> None:
         self.answers = list(answers)
@@ -370,3 +371,100 @@ async def test_refolds_stay_within_the_call_budget_and_replay_byte_for_byte(
     report = result.report.summary
     assert report is not None and report.calls == asked and report.rejected == 1
     assert report.rejected_reasons == ["empty"]
+
+
+# --- refusals that repeat the same way every turn -------------------------------------------
+
+
+@SQL_JOURNAL_ONLY
+@pytest.mark.xfail(
+    strict=True,
+    reason="a one-message chunk the provider refuses as too long is rejected (`too_long`) "
+    "and sent again, unchanged, by every later turn: nothing shortens the message or steps "
+    "past it, so the summary never moves again",
+)
+async def test_a_message_too_long_for_the_summarizer_does_not_stop_every_later_fold(
+    env: LoopEnv,
+) -> None:
+    """A pasted document longer than the summarizer's context, in the middle of a thread.
+    Halving a chunk cannot help a chunk of one message. The chat goes on (degraded), but no
+    fold ever gets past that message: every later turn spends a call on the same refusal and
+    the left-out count grows without end."""
+    history = [user("q0"), assistant("a0"), user("the contract: " + "clause " * 3000)]
+    history += [m for i in range(1, 8) for m in (assistant(f"a{i}"), user(f"q{i}"))]
+    tid = await env.thread(history)
+
+    async def small_context(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        if sum(len(m.content) for m in messages) > 4000:
+            raise ProviderContextExceeded("request exceeds the available context size")
+        return _through(messages)
+
+    policy = window_history(max_messages=4, fold_messages=4, summarize=small_context)
+    loop = env.loop(EchoModel(), policy, fold_calls=6)  # calls enough to halve down to one
+    for i in range(6):
+        await _turn(loop, tid, f"turn {i}")
+    covered = [c for c, _ in await _summaries(env.store, tid)]
+    assert covered, "the messages before the document fold"
+    assert covered[-1] > 3, f"the fold got past message 3: {covered}"
+
+
+@SQL_JOURNAL_ONLY
+@pytest.mark.xfail(
+    strict=True,
+    reason="a summary the model cannot restate within its output budget (`max_tokens` is 0.8 "
+    "of the cap in model tokens, fewer characters than the cap allows for digit-heavy notes) "
+    "is cut at finish_reason length on every fold: refused as `truncated` turn after turn, "
+    "and never compressed (compression only follows an accepted answer)",
+)
+async def test_a_summary_too_long_to_restate_is_compressed_not_refused_forever(
+    env: LoopEnv,
+) -> None:
+    """`summarize_with_model` asks for at most 0.8 of the cap in model tokens; a model that
+    counts digit-heavy notes at 2x the estimate can restate only ~40% of a summary that
+    `summary_fits` accepts. Past that, every fold it writes stops at its token cap."""
+    tid = await env.thread(_backlog(10))
+    tasks: list[str] = []
+
+    async def bounded_output(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        tasks.append(ctx.fold_task)
+        previous = ctx.summary.text if ctx.summary is not None else ""
+        if ctx.fold_task == "compress":
+            return HistorySummary(text="- compressed notes", usage=Usage(completion_tokens=3))
+        if len(previous) > 400:
+            return HistorySummary(text=previous[:400], finish_reason="length")
+        return HistorySummary(text=previous + "\n- facts" + " 12345" * 60)
+
+    policy = window_history(
+        max_messages=4, fold_messages=4, summarize=bounded_output, fold_max_tokens=1200
+    )
+    loop = env.loop(EchoModel(), policy, fold_calls=2)
+    for i in range(8):
+        await _turn(loop, tid, f"turn {i}")
+    reports = [c for c, _ in await _summaries(env.store, tid)]
+    assert "compress" in tasks, f"the summary was never compressed: {tasks}"
+    assert reports[-1] >= 20, f"the folds kept moving: {reports}"
+
+
+# --- the books ------------------------------------------------------------------------------
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_summarizer_reporting_no_usage_is_booked_at_its_input_not_its_reservation(
+    env: LoopEnv,
+) -> None:
+    """A custom summarizer may return no usage; the fold then books an estimate. Its prompt
+    tokens are the chunk's estimated input (the report's `input_tokens`), as before the call
+    budget: not the quota held for the call, which adds the summary's whole cap (4,000
+    tokens by default) to every such call's bill."""
+    tid = await env.thread([m for i in range(6) for m in (user(f"q{i}"), assistant(f"a{i}"))])
+
+    async def no_usage(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return HistorySummary(text=f"- through {messages[-1].seq}")
+
+    policy = window_history(max_messages=4, fold_messages=4, summarize=no_usage)
+    result = await _turn(env.loop(EchoModel(), policy), tid)
+    report = result.report  # type: ignore[attr-defined]
+    assert report.summary is not None and report.summary.made
+    (booked,) = [row for row in report.ledger if row.purpose == "history_summary"]
+    assert booked.estimated
+    assert booked.prompt_tokens == report.summary.input_tokens
