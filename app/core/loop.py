@@ -829,6 +829,7 @@ class AgentLoop:
             stats.input_messages += made["input_messages"]
             stats.input_tokens += made["input_tokens"]
             stats.compressed += int(made.get("compressed", 0))
+            stats.messages_cut += int(made.get("messages_cut", 0))
             stats.clipped += 1 if made.get("clipped_chars") else 0
         stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
         report.summary = stats
@@ -881,6 +882,7 @@ class AgentLoop:
         fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
         calls = _FoldCalls(self, request, summarizer, call_budget)
         halved = False
+        cut_messages = 0
         try:
             while True:
                 tokens = base + sum(estimate_message_tokens(m) for m in chunk)
@@ -893,8 +895,16 @@ class AgentLoop:
                     self._chunk_cap[request.agent] = min(
                         self._chunk_cap.get(request.agent, tokens), max(1, tokens // 2)
                     )
-                    if len(chunk) < 2 or calls.count >= calls_left:
+                    if calls.count >= calls_left:
                         return calls.rejected("too_long", chunk, tokens)
+                    if len(chunk) < 2:
+                        # One message over the summarizer's context: it is handed the message
+                        # halved (its head and its end), so the fold gets past it; counted.
+                        halved_one = _halved_message(chunk[0])
+                        if halved_one is None:
+                            return calls.rejected("too_long", chunk, tokens)
+                        chunk, cut_messages = [halved_one], 1
+                        continue
                     chunk = chunk[: len(chunk) // 2]
                     halved = True
                     continue
@@ -945,6 +955,8 @@ class AgentLoop:
             recorded["compressed"] = compressed
         if halved:
             recorded["fitted_tokens"] = tokens
+        if cut_messages:
+            recorded["messages_cut"] = cut_messages
         if cut:
             recorded["clipped_chars"] = cut
         return recorded
@@ -1532,6 +1544,24 @@ class _FoldCalls:
             "input_messages": len(chunk),
             "input_tokens": tokens,
         }
+
+
+_CUT_MARK = "\n[... {n:,} characters left out: too long for the summarizer ...]\n"
+
+
+def _halved_message(message: Message) -> Message | None:
+    """`message` with its text and each tool result cut to half (their head and end kept),
+    for a summarizer that refused it whole; None when nothing in it is long enough to cut."""
+
+    def half(text: str) -> str:
+        if len(text) < 200:
+            return text
+        keep = len(text) // 4
+        return text[:keep] + _CUT_MARK.format(n=len(text) - 2 * keep) + text[-keep:]
+
+    results = [r.model_copy(update={"content": half(r.content)}) for r in message.tool_results]
+    shorter = message.model_copy(update={"content": half(message.content), "tool_results": results})
+    return None if shorter == message else shorter
 
 
 def _split_for_context(text: str, limit: int | None) -> tuple[str, str]:

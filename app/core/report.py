@@ -118,6 +118,10 @@ class SummaryReport(BaseModel):
     was asked to compress itself, and was cut to its end (`app.core.summary.clip_summary`,
     which tells the model so). What was cut is lost; the journal records the characters
     (`clipped_chars`)."""
+    messages_cut: int = 0
+    """Messages handed to the summarizer cut to their head and end, because alone they were
+    longer than its context (the provider refused them whole): the summary stands for the
+    part it saw; the full message stays in the database."""
     compressed: int = 0
     """Folds whose summary outgrew its cap and was folded into itself by one more summarizer
     call (`fold_task="compress"`), so nothing had to be clipped."""
