@@ -157,6 +157,9 @@ def main() -> int:
             }
             # A 135M model can ramble until its context is full; cap answers unless told not to.
             env.setdefault("AGENT_OPENAI_MAX_TOKENS", "256")
+            # A 135M model drops what it is asked to copy forward: its notes are appended
+            # instead (25% recall at turn 120 against 10% rewriting; bench/README.md, Recall).
+            env.setdefault("AGENT_HISTORY_SUMMARY_CARRY", "append")
             print(f"llama.cpp server with SmolLM2-135M-Instruct at {base_url}", file=sys.stderr)
             return subprocess.call([sys.executable, "-m", "app", "serve"], env=env)
     except KeyboardInterrupt:
