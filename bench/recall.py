@@ -644,8 +644,10 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
 
     lengths = sorted({r["turns"] for r in results["runs"]})
     fig, axes = plt.subplots(1, len(lengths), figsize=(7 * len(lengths), 5), squeeze=False)
+    colors = plt.get_cmap("tab20").colors
     for ax, turns in zip(axes[0], lengths, strict=True):
-        for row in (r for r in results["runs"] if r["turns"] == turns and r["seed"] == 0):
+        rows = [r for r in results["runs"] if r["turns"] == turns and r["seed"] == 0]
+        for i, row in enumerate(rows):
             label = f"{row['strategy']} / {row['summarizer']} / {row['form']}"
             style = "--" if row["form"] == "before" else "-"
             ax.plot(
@@ -654,6 +656,7 @@ def write_chart(results: dict[str, Any], path: Path) -> None:
                 style,
                 marker="o",
                 label=label,
+                color=colors[i % len(colors)],
             )
         ax.set_title(f"recall of planted facts, {turns} turns")
         ax.set_xlabel("turn")
