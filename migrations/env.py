@@ -14,14 +14,11 @@ from alembic import context
 from sqlalchemy import Connection, pool
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.store.migrate import MIGRATION_LOCK_KEY
 from app.store.schema import metadata
 
 config = context.config
 target_metadata = metadata
-
-
-MIGRATION_LOCK_KEY = 0x626F756E646564
-"""The PostgreSQL advisory lock every migration takes first ("bounded" in ASCII)."""
 
 
 def _configure(connection: Connection) -> None:
