@@ -97,7 +97,11 @@ class CitusCluster:
     """`start()` it, `create_database()` as many times as needed, `stop()` it: the data
     directories are removed then."""
 
-    def __init__(self, workers: int = 2) -> None:
+    def __init__(
+        self, workers: int = 2, coordinator_settings: dict[str, str] | None = None
+    ) -> None:
+        """`coordinator_settings`: postgresql.conf lines for the coordinator beyond its own."""
+        self._coordinator_settings = {**COORDINATOR_SETTINGS, **(coordinator_settings or {})}
         self.root = Path(tempfile.mkdtemp(prefix="agent-citus-"))
         if os.geteuid() == 0:
             shutil.chown(self.root, OS_USER, OS_USER)
@@ -151,7 +155,7 @@ class CitusCluster:
         )
         settings = {**NODE_SETTINGS, "port": str(node.port), "unix_socket_directories": "''"}
         if node is self.coordinator:
-            settings.update(COORDINATOR_SETTINGS)
+            settings.update(self._coordinator_settings)
         with (node.data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{k} = {v}\n" for k, v in settings.items())
 

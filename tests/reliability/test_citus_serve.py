@@ -130,3 +130,35 @@ async def test_serve_on_a_citus_cluster_takes_a_newcomer_through_every_page(
     assert "Traceback" not in log and " ERROR " not in log, log
     worker_ports = {w.port for w in citus_cluster.workers}
     assert await _shard_ports(url, thread) <= worker_ports
+
+
+async def test_serve_connected_to_a_worker_answers_too(
+    citus_cluster: CitusCluster, citus_url: str, tmp_path: Path
+) -> None:
+    """Citus keeps its metadata on every worker, so a process may connect to a worker instead
+    of the coordinator (docs/scale-out.md): turns, the window and the start-up sweep work
+    there. Migrations stay the coordinator's (`alembic_version` is a table of its own there):
+    such a process runs with AGENT_MIGRATE_ON_START=false."""
+    database = citus_url.rsplit("/", 1)[1]
+    env = app_env(
+        citus_cluster.workers[0].url(database),
+        AGENT_API_KEYS=f"{KEY}=alice",
+        AGENT_MIGRATE_ON_START="false",
+    )
+    app = App(env, tmp_path / "worker.log")
+    try:
+        await app.start()
+        async with httpx.AsyncClient(
+            base_url=app.url, headers=HEADERS, trust_env=False, timeout=30
+        ) as client:
+            thread = (await client.post("/agents/assistant/threads", json={})).json()["id"]
+            for content in ["hello worker", "/read_page https://example.org/worker"]:
+                answered = await client.post(
+                    f"/agents/assistant/threads/{thread}/messages", json={"content": content}
+                )
+                assert answered.status_code == 200, answered.text + app.log.read_text()
+            window = await client.get(f"/threads/{thread}/window")
+            assert window.status_code == 200 and len(window.json()["kept"]) == 4, window.text
+    finally:
+        await app.stop()
+    assert "Traceback" not in app.log.read_text()

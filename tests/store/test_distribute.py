@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 import sqlalchemy as sa
+from alembic.script import ScriptDirectory
 
 from app import cli
 from app.settings import get_settings
@@ -26,7 +27,8 @@ from tests.conftest import CITUS_SHARDS, create_pg_database, drop_pg_database
 from tests.factories import assistant, user
 from tests.store.test_thread_keys import DISTRIBUTED_BY
 
-HEAD = {d.table: d.table if d.colocate_with == "none" else d.colocate_with for d in PLAN}
+HEAD_REVISION = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+GROUP_HEAD = {d.table: d.table if d.colocate_with == "none" else d.colocate_with for d in PLAN}
 """Each table and the table that starts its colocation group."""
 
 
@@ -39,7 +41,7 @@ def test_the_plan_distributes_every_table_of_the_schema_by_its_key_parents_first
             assert order.index(d.colocate_with) < order.index(d.table), d
         for fk in metadata.tables[d.table].foreign_keys:
             assert order.index(fk.column.table.name) < order.index(d.table), fk
-    assert set(HEAD.values()) == {"threads", "actor_usage"}
+    assert set(GROUP_HEAD.values()) == {"threads", "actor_usage"}
 
 
 def _distribute(url: str, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
@@ -85,7 +87,7 @@ def test_distribute_puts_each_table_in_its_group_and_running_it_again_changes_no
     assert {t: c for t, (c, _, _) in tables.items()} == {d.table: d.column for d in PLAN}
     assert {n for _, _, n in tables.values()} == {CITUS_SHARDS}
     assert {t: group for t, (_, group, _) in tables.items()} == {
-        t: tables[head][1] for t, head in HEAD.items()
+        t: tables[head][1] for t, head in GROUP_HEAD.items()
     }
     assert tables["threads"][1] != tables["actor_usage"][1]
 
@@ -130,9 +132,9 @@ def test_rows_stored_before_distribution_are_read_back_after_it(
 def test_migrations_after_distribution_run_on_the_coordinator_and_reach_every_shard(
     fresh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Distributed at revision 0007, then upgraded: 0008 adds a column and a partial index to
-    `runs`, 0009 another index; Citus takes both to every shard, and the pruner they serve
-    works on the result."""
+    """Distributed at revision 0007, then upgraded to the newest: 0008 adds a column and a
+    partial index to `runs`, 0009 another index, and every revision after them runs here on a
+    distributed database too; Citus takes them to every shard."""
     asyncio.run(migrate.upgrade_url(fresh, "0007"))
     assert _distribute(fresh, monkeypatch, "--shard-count", str(CITUS_SHARDS)) == 0
     asyncio.run(migrate.upgrade_url(fresh))
@@ -140,7 +142,7 @@ def test_migrations_after_distribution_run_on_the_coordinator_and_reach_every_sh
     async def check() -> None:
         conn = await asyncpg.connect(fresh.replace("+asyncpg", ""))
         try:
-            assert await conn.fetchval("SELECT version_num FROM alembic_version") == "0009"
+            assert await conn.fetchval("SELECT version_num FROM alembic_version") == HEAD_REVISION
             found = await conn.fetch(
                 "SELECT result FROM run_command_on_shards('runs', $$SELECT count(*) FROM "
                 "pg_indexes WHERE tablename = '%s' AND indexname LIKE 'ix_runs_prunable%%'$$)"
