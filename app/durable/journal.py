@@ -632,13 +632,13 @@ class SqlJournal:
         keep theirs.
 
         As `claim_expired` takes runs: one read (no lock) of up to `CANDIDATES_PER_TAKE` times
-        `limit` prunable runs, oldest end first, from each shard's partial index; then, a
-        thread at a time in an order of this pruner's own, one transaction that marks that
-        thread's runs (those still prunable, skipping any row another pruner holds) and
-        deletes their steps by the key prefix (thread_id, run_id). Every statement of it names
-        one thread, so under Citus each transaction stays on one shard and no pruner holds
-        locks across shards. Fewer than `limit` pruned: none are left, or other pruners took
-        them."""
+        `limit` prunable runs, oldest end first, from each shard's partial index; then one
+        transaction for the batch that, a thread at a time in an order of this pruner's own,
+        marks that thread's runs (those still prunable, skipping any row another pruner holds)
+        and deletes their steps by the key prefix (thread_id, run_id). Every statement names
+        one thread, so Citus routes each to one shard (it refuses a `FOR UPDATE` across
+        shards), and none waits for a lock, so pruners never deadlock. Fewer than `limit`
+        pruned: none are left, or other pruners took them."""
         candidates = (
             sa.select(runs.c.thread_id, runs.c.id)
             .where(
@@ -656,20 +656,32 @@ class SqlJournal:
             by_thread.setdefault(thread_id, []).append(run_id)
         threads = list(by_thread.items())
         _shuffle(threads)
-        pruned = 0
-        for thread_id, run_ids in threads:
-            _shuffle(run_ids)
-            while run_ids and pruned < limit:
-                batch, run_ids = run_ids[: limit - pruned], run_ids[limit - pruned :]
-                pruned += await self._prune_thread(thread_id, batch, status, older_than_seconds)
-        return pruned
+        pruned: list[str] = []
+        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
+            for thread_id, run_ids in threads:
+                _shuffle(run_ids)
+                while run_ids and len(pruned) < limit:
+                    room = limit - len(pruned)
+                    batch, run_ids = run_ids[:room], run_ids[room:]
+                    pruned += await self._prune_thread(
+                        conn, thread_id, batch, status, older_than_seconds
+                    )
+            if pruned:
+                await self._forget(pruned)
+        return len(pruned)
 
+    @staticmethod
     async def _prune_thread(
-        self, thread_id: str, run_ids: list[str], status: str, older_than_seconds: float
-    ) -> int:
-        """Mark those of the thread's `run_ids` still prunable, and delete their steps, in one
-        transaction; how many were. The mark goes first: a write transaction starts with its
-        write (see `write_transaction`), and what it returns is what the delete takes."""
+        conn: AsyncConnection,
+        thread_id: str,
+        run_ids: list[str],
+        status: str,
+        older_than_seconds: float,
+    ) -> list[str]:
+        """Mark those of the thread's `run_ids` still prunable and no other transaction holds
+        (`SKIP LOCKED`: this never waits, so pruners cannot deadlock), then delete their steps;
+        the runs marked. The first write of the batch's transaction is a mark, as a write
+        transaction starts with its write (see `write_transaction`)."""
         picked = (
             sa.select(runs.c.id)
             .where(
@@ -687,16 +699,14 @@ class SqlJournal:
             .values(steps_pruned_at=db_now())
             .returning(runs.c.id)
         )
-        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
-            marked = list((await conn.execute(mark)).scalars())
-            if marked:
-                await conn.execute(
-                    run_steps.delete().where(
-                        run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(marked)
-                    )
+        marked = list((await conn.execute(mark)).scalars())
+        if marked:
+            await conn.execute(
+                run_steps.delete().where(
+                    run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(marked)
                 )
-                await self._forget(marked)
-        return len(marked)
+            )
+        return marked
 
     async def _forget(self, run_ids: Sequence[str]) -> None:
         """What else holds the pruned runs' journals, deleted inside the pruning transaction:

@@ -88,8 +88,13 @@ async def test_a_sweep_skips_a_run_whose_row_another_transaction_holds(postgres_
         held = await store.engine.connect()
         try:
             await held.begin()
-            await held.execute(
-                sa.select(runs.c.id).where(runs.c.id == run_ids[0]).with_for_update()
+            thread_id = (
+                await held.execute(sa.select(runs.c.thread_id).where(runs.c.id == run_ids[0]))
+            ).scalar_one()
+            await held.execute(  # by its key: Citus locks a row on one shard only
+                sa.select(runs.c.id)
+                .where(runs.c.thread_id == thread_id, runs.c.id == run_ids[0])
+                .with_for_update()
             )
             sweeper = SqlJournal(store.engine)
             taken = await asyncio.wait_for(sweeper.claim_expired(10), timeout=5)
