@@ -651,6 +651,8 @@ class SqlJournal:
         )
         async with wrap_db_errors("prune_steps"), self._reader.connect() as conn:
             found = [(r.thread_id, r.id) for r in await conn.execute(candidates)]
+        if not found:
+            return 0  # the common sweep: one read, no write transaction
         by_thread: dict[str, list[str]] = {}
         for thread_id, run_id in found:
             by_thread.setdefault(thread_id, []).append(run_id)

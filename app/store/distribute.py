@@ -2,9 +2,10 @@
 
 A thread and everything in it (messages, runs, journal steps, summaries) share one colocation
 group, keyed by the thread id, so a turn is answered by one worker; an actor's token ledger and
-running total share another, keyed by the actor (docs/scale-out.md says why two). The plan is
-declared here, table by table; the columns come from the database as migrated, so a migration
-that adds a column needs no change here, and one that adds a table must add it to `PLAN`
+running total share another, keyed by the actor (docs/scale-out.md says why two). The plan
+names each table, its distribution column and its group, nothing else: Citus distributes the
+table as the migrations left it, so a migration that adds a column (or an index holding the
+distribution column) needs no change here; one that adds a table must add it to `PLAN`
 (tests/store/test_distribute.py fails until it does).
 
 Idempotent: a table Citus already distributes is left as it is, so the command can be run
