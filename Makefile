@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test test-citus lint typecheck bench bench-quick bench-throughput bench-peers bench-profile screenshot clean
+.PHONY: install install-run run migrate test test-citus lint typecheck bench bench-recall bench-recall-llama bench-quick bench-throughput bench-peers bench-profile screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,15 @@ bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench --throughput
 	$(BIN)/python -m bench --peers
+	$(BIN)/python -m bench --recall
+
+## Recall of planted facts per history strategy (offline summarizers); SmolLM2 with
+## `make bench-recall-llama` (needs `make llama`; about 30 minutes on 2 cores)
+bench-recall: install
+	$(BIN)/python -m bench --recall
+
+bench-recall-llama: install llama
+	$(BIN)/python -m bench --recall --recall-turns 120 --recall-summarizers llama
 
 ## This project's turn beside LangGraph's (add_messages, DeltaChannel) on the same thread content
 bench-peers: install

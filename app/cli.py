@@ -14,23 +14,42 @@ from typing import Any, TextIO
 
 import httpx
 
-from app.errors import ConfigError
+from app.errors import ConfigError, StoreError
 from app.redact import redacted_url
 from app.settings import get_settings
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 PREVIEW_CHARS = 80
+_ESCAPED = {
+    code: f"\\x{code:02x}"
+    for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+    if code not in (0x09, 0x0A)  # tab and newline are layout, not commands
+}
+"""Every control character (C0, DEL, C1) but tab and newline, as the `\\x..` that names it."""
 KEY_HINT = (
     "hint: pass the key this client sends with --api-key or AGENT_API_KEY (singular); "
     "AGENT_API_KEYS (plural) is the server's list of key=actor pairs"
 )
 
 
+def shown(text: object) -> str:
+    """`text` as the terminal may see it: control characters other than newline and tab
+    escaped (ESC as `\\x1b`). What the server sends is the model's words, tool output and
+    error messages, and a prompt-injected page can put escape sequences in any of them: raw,
+    they set the terminal's title (OSC 0), write the clipboard (OSC 52) or erase lines (CSI).
+    Every line `chat` and `inspect` print from the server goes through here."""
+    return str(text).translate(_ESCAPED)
+
+
+def _fail(text: str) -> None:
+    print(shown(f"error: {text}"), file=sys.stderr)
+
+
 def _migrate() -> int:
     from app.store import SqlAgentStore
 
     settings = get_settings()
-    problem = asyncio.run(database_problem(settings.database_url))
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -42,7 +61,11 @@ def _migrate() -> int:
         finally:
             await store.dispose()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except StoreError as exc:  # a refused migration says why, in one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(f"database at head: {redacted_url(settings.database_url)}")
     return 0
 
@@ -84,7 +107,7 @@ def _serve(host: str | None, port: int | None) -> int:
     from app.main import create_app
 
     settings = get_settings()
-    problem = asyncio.run(database_problem(settings.database_url))
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
@@ -98,14 +121,19 @@ def _serve(host: str | None, port: int | None) -> int:
     return 0
 
 
-async def database_problem(url: str) -> str | None:
-    """Why the database at `url` cannot be reached (one line, password masked), or None."""
+async def database_problem(url: str, pgbouncer: bool = False) -> str | None:
+    """Why the database at `url` cannot be reached (one line, password masked), or None.
+
+    The probe's engine is the app's (`make_engine`, `pgbouncer` as configured): behind PgBouncer
+    in transaction mode a plain one leaves its prepared statements on the server connection,
+    under names the next process's probe prepares again (`__asyncpg_stmt_1__ already exists`)."""
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
-    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from app.store.engine import make_engine
 
     try:
-        engine = create_async_engine(url)
+        engine = make_engine(url, pgbouncer=pgbouncer)
     except Exception as exc:  # a URL SQLAlchemy cannot use: no driver, bad options
         return f"cannot use AGENT_DATABASE_URL {redacted_url(url)}: {type(exc).__name__}"
     try:
@@ -165,10 +193,10 @@ def chat(
     if thread_id is None:
         created = client.post(f"/agents/{agent}/threads", json={})
         if created.status_code != 201:
-            print(f"error: {_error_text(created)}", file=sys.stderr)
+            _fail(_error_text(created))
             return 1
         thread_id = created.json()["id"]
-        print(f"thread {thread_id}", file=out, flush=True)
+        print(shown(f"thread {thread_id}"), file=out, flush=True)
     status = 0
     for line in lines:
         content = line.rstrip("\n")
@@ -199,13 +227,13 @@ def _turn(client: httpx.Client, agent: str, thread_id: str, content: str, out: T
     with client.stream("POST", path, json={"content": content}, headers=headers) as response:
         if response.status_code != 200:
             response.read()
-            print(f"error: {_error_text(response)}", file=sys.stderr)
+            _fail(_error_text(response))
             return False
         at_line_start = True
         for event, data in iter_sse(response.iter_lines()):
             payload: dict[str, Any] = json.loads(data)
             if event == "delta":
-                out.write(payload["text"])
+                out.write(shown(payload["text"]))
                 out.flush()
                 at_line_start = payload["text"].endswith("\n")
                 continue
@@ -214,17 +242,17 @@ def _turn(client: httpx.Client, agent: str, thread_id: str, content: str, out: T
                 at_line_start = True
             if event == "tool_call":
                 args = json.dumps(payload["arguments"], ensure_ascii=False)
-                print(f"[tool {payload['name']}({args})]", file=out, flush=True)
+                print(shown(f"[tool {payload['name']}({args})]"), file=out, flush=True)
             elif event == "tool_result":
                 flag = " error" if payload["is_error"] else ""
                 print(
-                    f"[tool {payload['name']}{flag}: {payload['content_chars']} chars]",
+                    shown(f"[tool {payload['name']}{flag}: {payload['content_chars']} chars]"),
                     file=out,
                     flush=True,
                 )
             elif event == "error":
                 error = payload["error"]
-                print(f"error: {error['code']}: {error['message']}", file=sys.stderr)
+                _fail(f"{error['code']}: {error['message']}")
                 return False
             elif event == "done":
                 return True
@@ -235,7 +263,7 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
     """Print what the thread's next turn would send the model."""
     response = client.get(f"/threads/{thread_id}/window")
     if response.status_code != 200:
-        print(f"error: {_error_text(response)}", file=sys.stderr)
+        _fail(_error_text(response))
         return 1
     window = response.json()
     bound = window["read_bound"]
@@ -244,17 +272,21 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
     else:
         reads = "reads the whole thread"
     print(
-        f"thread {window['thread_id']} (agent {window['agent']}): the next turn {reads}", file=out
+        shown(f"thread {window['thread_id']} (agent {window['agent']}): the next turn {reads}"),
+        file=out,
     )
     for m in window["kept"]:
         text = " ".join(m["content"].split())[:PREVIEW_CHARS]
         calls = f" +{len(m['tool_calls'])} tool call(s)" if m["tool_calls"] else ""
-        print(f"  {m['seq']!s:>5} {m['role']:<9} {m['tokens']:>6} tok  {text}{calls}", file=out)
+        line = f"  {m['seq']!s:>5} {m['role']!s:<9} {m['tokens']!s:>6} tok  {text}{calls}"
+        print(shown(line), file=out)
     kept = len(window["kept"])
     summary = ", folded into a summary" if window["summarizes"] else ""
     print(
-        f"kept {kept} messages, ~{window['total_tokens']} tokens; "
-        f"dropped {window['dropped_count']}{summary}",
+        shown(
+            f"kept {kept} messages, ~{window['total_tokens']} tokens; "
+            f"dropped {window['dropped_count']}{summary}"
+        ),
         file=out,
     )
     print(
@@ -362,9 +394,9 @@ def _command(args: argparse.Namespace) -> int:
                     lines = prompted_lines("you> ", sys.stdout)
                 return chat(client, args.agent, args.thread, lines, sys.stdout)
         except httpx.ConnectError as exc:
-            print(f"error: no server at {args.url} ({exc}). {_NEEDS_SERVER}", file=sys.stderr)
+            _fail(f"no server at {args.url} ({exc}). {_NEEDS_SERVER}")
             return 1
         except httpx.HTTPError as exc:
-            print(f"error: {args.url}: {exc}", file=sys.stderr)
+            _fail(f"{args.url}: {exc}")
             return 1
     return _serve(args.host, args.port)

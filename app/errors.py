@@ -4,6 +4,7 @@
     ├── ConfigError                 config_error        500
     ├── InvalidInput                invalid_input       422
     │   ├── InvalidContent          invalid_content     422  (content a store cannot hold)
+    │   ├── IdempotencyKeyReused    idempotency_key_reused 422  (same key, another request)
     │   └── InvalidParameter        invalid_parameter   400  (app/http/openai_api.py: /v1 only)
     │       └── UnsupportedParameter unsupported_parameter 400
     ├── ContentTooLarge             content_too_large   413
@@ -13,7 +14,9 @@
     │   └── RunNotFound             run_not_found       404
     │       └── PreviousResponseNotFound run_not_found  404  (app/http/openai_api.py)
     ├── ThreadBusy                  thread_busy         409
+    ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
+    ├── RunCompleted                run_completed       409  (resume of a completed run)
     ├── DuplicateMessage            duplicate_message   409  (a run's message stored twice)
     ├── QuotaExceeded               quota_exceeded      429
     ├── StoreError                  store_error         503
@@ -21,8 +24,10 @@
     ├── ProviderError               provider_error      502
     │   ├── ProviderTimeout         provider_timeout    502
     │   ├── ProviderRateLimited     provider_rate_limited 502
-    │   └── ProviderBadResponse     provider_bad_response 502
+    │   ├── ProviderBadResponse     provider_bad_response 502
+    │   └── ProviderContextExceeded provider_context_exceeded 502
     ├── RunFailed                   run_failed          the cause's code and status
+    ├── RecordedFailure             the recorded code   its status (a stored run's failure)
     └── Unauthorized                unauthorized        401  (app/http/errors.py: HTTP only)
 
 The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
@@ -43,6 +48,24 @@ so nothing has to parse a message. This module is stdlib-only: ``app.core`` may 
 from __future__ import annotations
 
 from typing import ClassVar
+
+ECHO_CHARS = 100
+"""At most this much of a caller's own value is quoted back in an error: enough to recognise a
+name or an id, never a 200 KB `model` echoed whole."""
+
+
+def clipped(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` as an error may show it: whole when short, else its start and its length."""
+    if len(value) <= limit:
+        return value
+    return f"{value[:limit]}… ({len(value):,} characters)"
+
+
+def echoed(value: str, limit: int = ECHO_CHARS) -> str:
+    """`value` quoted (its repr) as an error may show it; see `clipped`."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value):,} characters)"
 
 
 class AgentError(Exception):
@@ -90,7 +113,7 @@ class AgentNotFound(NotFound):
     code = "agent_not_found"
 
     def __init__(self, agent: str) -> None:
-        super().__init__(f"no agent named {agent!r}")
+        super().__init__(f"no agent named {echoed(agent)}")
         self.agent = agent
 
 
@@ -100,7 +123,7 @@ class ThreadNotFound(NotFound):
     code = "thread_not_found"
 
     def __init__(self, thread_id: str) -> None:
-        super().__init__(f"thread {thread_id!r} not found")
+        super().__init__(f"thread {echoed(thread_id)} not found")
         self.thread_id = thread_id
 
 
@@ -108,7 +131,7 @@ class RunNotFound(NotFound):
     code = "run_not_found"
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} not found")
+        super().__init__(f"run {echoed(run_id)} not found")
         self.run_id = run_id
 
 
@@ -133,6 +156,38 @@ class ThreadBusy(AgentError):
         self.thread_id = thread_id
 
 
+class IdempotencyKeyReused(InvalidInput):
+    """The Idempotency-Key named an earlier turn of another request: answering that turn's
+    answer to this request would be wrong, and running this one would break the key's promise."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, run_id: str | None) -> None:
+        first = f" (run {run_id})" if run_id is not None else ""
+        super().__init__(
+            f"this Idempotency-Key was first sent with another request{first}; "
+            "send a new key for a new turn"
+        )
+        self.run_id = run_id
+
+
+class TurnInProgress(AgentError):
+    """A turn with this Idempotency-Key exists on the thread. A runtime's `begin` raises it when
+    the database's unique index refuses the run's row (so two concurrent requests with one key
+    cannot both start one), with the first run's id and request fingerprint; the module then
+    answers with that run's outcome. A client sees it only while that run still runs."""
+
+    code = "turn_in_progress"
+
+    def __init__(self, run_id: str, fingerprint: str | None = None) -> None:
+        super().__init__(
+            f"the turn with this Idempotency-Key (run {run_id}) is still running; retry the "
+            "same request to get its answer"
+        )
+        self.run_id = run_id
+        self.fingerprint = fingerprint
+
+
 class LeaseLost(AgentError):
     """This process stalled past its run's lease and another one took the run over."""
 
@@ -140,6 +195,16 @@ class LeaseLost(AgentError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} was taken over by another process (its lease ran out)")
+        self.run_id = run_id
+
+
+class RunCompleted(AgentError):
+    """`resume` of a run that completed: its answer is stored, there is nothing to finish."""
+
+    code = "run_completed"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is already completed: nothing to resume")
         self.run_id = run_id
 
 
@@ -195,6 +260,13 @@ class ProviderBadResponse(ProviderError):
     code = "provider_bad_response"
 
 
+class ProviderContextExceeded(ProviderError):
+    """The provider refused the request as longer than its model's context. Final (resending
+    it cannot succeed), so a fold splits its chunk and retries smaller instead."""
+
+    code = "provider_context_exceeded"
+
+
 class RunFailed(AgentError):
     """A turn failed. Its user message is kept; `module.loop.resume(run_id)` can finish it."""
 
@@ -207,4 +279,18 @@ class RunFailed(AgentError):
 
     @property
     def cause_code(self) -> str:
+        if isinstance(self.cause, RecordedFailure):
+            return self.cause.recorded_code
         return self.cause.code if isinstance(self.cause, AgentError) else "internal_error"
+
+
+class RecordedFailure(AgentError):
+    """A run's failure as its record keeps it (code and message; the exception is long gone):
+    what a repeated request is answered when the turn it repeats failed. It answers with the
+    recorded code and that code's status, as the first request was answered."""
+
+    code = "run_failed"
+
+    def __init__(self, recorded_code: str, message: str) -> None:
+        super().__init__(message)
+        self.recorded_code = recorded_code

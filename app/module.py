@@ -33,16 +33,27 @@ from app.core.loop import AgentDefinition, AgentLoop, EventSink
 from app.core.ports import (
     AgentStore,
     DurableRuntime,
+    Idempotency,
     Ledger,
     ModelProvider,
     PrunedStatus,
     Thread,
+    supports_keyed_runs,
     supports_pruning,
 )
 from app.core.report import RunResult
 from app.durable import InlineRuntime, SqlJournal
-from app.errors import ConfigError, ThreadBusy
+from app.errors import (
+    ConfigError,
+    IdempotencyKeyReused,
+    LeaseLost,
+    QuotaExceeded,
+    RunFailed,
+    ThreadBusy,
+    TurnInProgress,
+)
 from app.observability import ObservedRuntime, TurnMetrics, model_names
+from app.outcome import await_outcome
 from app.providers import provider_from_settings
 from app.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from app.settings import Settings, get_settings
@@ -280,6 +291,8 @@ class AgentModule:
             model=model,
             agents=definitions,
             token_quota=quota if quota is not None else settings.token_quota,
+            fold_calls_per_turn=settings.history_fold_calls_per_turn,
+            fold_timeout=settings.history_fold_timeout_seconds,
         )
         return cls(
             settings=settings,
@@ -301,18 +314,61 @@ class AgentModule:
         on_event: EventSink | None = None,
         run_id: str | None = None,
         thread: Thread | None = None,
+        idempotency: Idempotency | None = None,
     ) -> RunResult:
         """Run one turn without HTTP; the chat route calls exactly this (passing the `thread`
-        its ownership check already loaded, so the turn does not read it again)."""
-        return await self.loop.run_turn(
-            agent=agent,
-            thread_id=thread_id,
-            actor_id=actor_id,
-            content=content,
-            run_id=run_id or str(uuid.uuid4()),
-            on_event=on_event,
-            thread=thread,
+        its ownership check already loaded, so the turn does not read it again).
+
+        With `idempotency`, a turn already made under its key (same actor and thread) is
+        answered instead: its stored answer (`run_id` is then that run's), its failure, or,
+        while it still runs past `AGENT_IDEMPOTENCY_WAIT_SECONDS`, `TurnInProgress`; another
+        request under the key is `IdempotencyKeyReused`. No model is called for any of them.
+        A run this process lost to another (its lease lapsed while it stalled) answers what
+        that process stored, not `LeaseLost`."""
+        run_id = run_id or str(uuid.uuid4())
+        try:
+            return await self.loop.run_turn(
+                agent=agent,
+                thread_id=thread_id,
+                actor_id=actor_id,
+                content=content,
+                run_id=run_id,
+                on_event=on_event,
+                thread=thread,
+                idempotency=idempotency,
+            )
+        except TurnInProgress as first:
+            assert idempotency is not None  # raised only for a keyed run
+            return await self._answer_repeat(first, idempotency)
+        except QuotaExceeded:
+            # Refused before the run began; but a repeat of a turn that spent the last of the
+            # quota is owed that turn's answer, which costs nothing more.
+            runtime = self.loop.runtime
+            if idempotency is None or not supports_keyed_runs(runtime):
+                raise
+            found = await runtime.find_keyed_run(thread_id, actor_id, idempotency.key)
+            if found is None:
+                raise
+            return await self._answer_repeat(TurnInProgress(*found), idempotency)
+        except RunFailed as failed:
+            if not isinstance(failed.cause, LeaseLost):
+                raise
+            # Another process took the run over: its answer is this client's answer.
+            taken = await await_outcome(self.loop, run_id, self.settings.idempotency_wait_seconds)
+            if taken is None:
+                raise
+            log.info("run %s: answered with what the process that took it over stored", run_id)
+            return taken
+
+    async def _answer_repeat(self, first: TurnInProgress, idempotency: Idempotency) -> RunResult:
+        if first.fingerprint != idempotency.fingerprint:
+            raise IdempotencyKeyReused(first.run_id)
+        outcome = await await_outcome(
+            self.loop, first.run_id, self.settings.idempotency_wait_seconds
         )
+        if outcome is None:
+            raise TurnInProgress(first.run_id, first.fingerprint)
+        return outcome
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """Run `coro` to the end even if whoever started it goes away (a client that

@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./agent.db"
     """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production. SQLite takes
     one writer at a time per process (see docs/reliability.md). A password in it is never
-    printed or logged."""
+    printed or logged. Only these two drivers: `postgresql://` or `sqlite://` without one
+    stops start-up with what to write instead."""
     db_pool_size: int = Field(default=10, ge=1)
     """Connections kept open per process (PostgreSQL)."""
     db_max_overflow: int = Field(default=10, ge=0)
@@ -88,10 +89,19 @@ class Settings(BaseSettings):
     half the window, at least 4)."""
     history_fold_max_tokens: int | None = Field(default=None, ge=1)
     """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
+    history_summary_carry: Literal["rewrite", "append"] | None = None
+    """`rewrite` (default) or `append`: how the built-in summarizer carries the summary so far
+    forward (docs/history.md)."""
+    history_fold_calls_per_turn: int = Field(default=2, ge=1)
+    """Summarizer calls one turn may make: a long backlog is folded over several turns, the
+    prompt bounded meanwhile (docs/history.md)."""
+    history_fold_timeout_seconds: float = Field(default=120.0, gt=0)
+    """How long one summarizer call may take before the turn answers without that fold."""
 
     api_keys: SecretStr | None = None
     """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,
-    every request is actor `local`."""
+    every request is actor `local`. A pair that is not key=actor, or a key given twice,
+    stops start-up (naming the pair by position, never the key)."""
     max_content_bytes: int = Field(default=256 * 1024, ge=1)
     """Largest user message accepted (UTF-8 bytes); bigger is a 413 before any work is done."""
     durable: Literal["sql", "inline", "dbos"] = "sql"
@@ -130,6 +140,10 @@ class Settings(BaseSettings):
     """A failed run's journal is kept this long after it failed, so it can be resumed
     (`POST /runs/{id}/resume`); then it is deleted like a completed run's, and resuming the run
     is refused (410)."""
+    idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
+    """How long a request repeating an Idempotency-Key whose turn still runs (in this process
+    or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;
+    a client whose run another process took over (its lease lapsed) waits as long for it."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every
@@ -164,6 +178,21 @@ class Settings(BaseSettings):
             raise ValueError(str(exc)) from None
         return self
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_has_the_async_driver(cls, value: str) -> str:
+        problem = database_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys_are_pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_api_keys(value.get_secret_value())
+        return value
+
     @field_validator(
         "history_max_messages",
         "history_max_tokens",
@@ -174,6 +203,7 @@ class Settings(BaseSettings):
         "history_keep_recent_runs",
         "history_fold_messages",
         "history_fold_max_tokens",
+        "history_summary_carry",
         "token_quota",
         "openai_max_tokens",
         "sweep_seconds",
@@ -199,6 +229,8 @@ class Settings(BaseSettings):
                 ("keep_recent_runs", self.history_keep_recent_runs),
                 ("fold_messages", self.history_fold_messages),
                 ("fold_max_tokens", self.history_fold_max_tokens),
+                # Only beside `summarize`: on its own it describes no history at all.
+                ("summary_carry", self.history_summary_carry if self.history_summarize else None),
             )
             if value is not None
         }
@@ -217,16 +249,50 @@ class Settings(BaseSettings):
         """The API keys as {key: actor id}; empty in local development mode."""
         if self.api_keys is None:
             return {}
-        out: dict[str, str] = {}
-        for pair in self.api_keys.get_secret_value().split(","):
-            pair = pair.strip()
-            if not pair:
-                continue
-            key, sep, actor = pair.partition("=")
-            if not sep or not key.strip() or not actor.strip():
-                raise ValueError("AGENT_API_KEYS must look like 'key1=alice,key2=bob'")
-            out[key.strip()] = actor.strip()
-        return out
+        return parse_api_keys(self.api_keys.get_secret_value())
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """`key1=alice,key2=bob` as {key: actor}. A malformed or repeated pair is a `ValueError`
+    that says which pair (by position) and never quotes it: the text is all secrets. A key
+    given twice is refused, not resolved: the last one winning would hand one actor's key to
+    another without a word."""
+    out: dict[str, str] = {}
+    for n, pair in enumerate(text.split(","), start=1):
+        pair = pair.strip()
+        if not pair:
+            continue
+        key, sep, actor = (part.strip() for part in pair.partition("="))
+        if not sep or not key or not actor:
+            raise ValueError(f"pair {n} is not key=actor; write it like 'key1=alice,key2=bob'")
+        if key in out:
+            raise ValueError(f"pair {n} repeats an earlier pair's key; each key names one actor")
+        out[key] = actor
+    return out
+
+
+_ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+"""The one driver the store is written for, per database (it uses asyncpg's own options)."""
+_URL_SHAPES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path.db"
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why `url` cannot be AGENT_DATABASE_URL, naming what to write instead; None if it can.
+    Only the scheme is quoted: the rest may hold a password."""
+    scheme, sep, _rest = url.partition("://")
+    if not sep:
+        return f"not a database URL; write {_URL_SHAPES}"
+    backend, _plus, driver = scheme.partition("+")
+    backend = "postgresql" if backend == "postgres" else backend
+    wanted = _ASYNC_DRIVERS.get(backend)
+    if wanted is None:
+        return f"{scheme}:// is not supported; write {_URL_SHAPES}"
+    if driver != wanted:
+        return (
+            f"{scheme}:// lacks the app's driver: write {backend}+{wanted}:// in its place "
+            "(the rest of the URL stays as it is)"
+        )
+    return None
 
 
 @lru_cache(maxsize=1)

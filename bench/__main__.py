@@ -59,6 +59,23 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         action="store_true",
         help="only cProfile of 200 turns per backend (bench/profile.py)",
     )
+    parser.add_argument(
+        "--recall",
+        action="store_true",
+        help="only the recall benchmark: planted facts, probe points (bench/recall.py)",
+    )
+    parser.add_argument(
+        "--recall-turns", type=_ints, default=(120, 500), help="conversation lengths (120,500)"
+    )
+    parser.add_argument(
+        "--recall-summarizers",
+        default="reference,verbose",
+        help="comma-separated: reference,verbose,llama,endpoint (llama needs `make llama`; "
+        "endpoint reads AGENT_BENCH_SUMMARIZER_URL, _MODEL, _API_KEY)",
+    )
+    parser.add_argument(
+        "--recall-seeds", type=_ints, default=(0,), help="conversation seeds (0; e.g. 0,1,2,3)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
     args = parser.parse_args(argv)
@@ -75,8 +92,15 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         config.conversation_turns = args.turns
     if args.postgres_url:
         config.postgres_url = args.postgres_url
+    config.recall_turns = args.recall_turns
+    config.recall_seeds = args.recall_seeds
+    config.recall_summarizers = tuple(
+        n.strip() for n in args.recall_summarizers.split(",") if n.strip()
+    )
     only = (
-        "cache"
+        "recall"
+        if args.recall
+        else "cache"
         if args.cache
         else "throughput"
         if args.throughput
@@ -91,6 +115,17 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
 
 def main(argv: list[str] | None = None) -> int:
     config, json_path, chart_path, only = parse_args(sys.argv[1:] if argv is None else argv)
+    if only == "recall":
+        from bench.recall import recall_main
+
+        suffix = "-".join(config.recall_summarizers)
+        return recall_main(
+            RESULTS / f"recall-{suffix}.json",
+            RESULTS / f"recall-{suffix}.png",
+            config.recall_turns,
+            config.recall_summarizers,
+            config.recall_seeds,
+        )
     if only == "cache":
         return cache_main(RESULTS / "cache.json")
     if only == "profile":

@@ -70,6 +70,11 @@ class Config:
     10,000 tokens keep the newest 9 messages (the issue's 2,000 would keep the question alone)."""
     conversation_turns: int = 200
     """Turns of the scripted conversation (window 10 + summarize)."""
+    recall_turns: tuple[int, ...] = (120, 500)
+    """Conversation lengths of the recall benchmark (`--recall`)."""
+    recall_summarizers: tuple[str, ...] = ("reference", "verbose")
+    recall_seeds: tuple[int, ...] = (0,)
+    """Its summarizers: `reference`, `verbose` (offline), `llama`, `endpoint`."""
     postgres_url: str = field(
         default_factory=lambda: os.environ.get(
             "AGENT_BENCH_POSTGRES_URL",

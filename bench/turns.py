@@ -86,13 +86,19 @@ def bench_agent(history: History | None) -> type:
     return BenchAgent
 
 
-def bench_module(store: SqlAgentStore, history: History | None, model: TimedModel) -> AgentModule:
+def bench_module(
+    store: SqlAgentStore,
+    history: History | None,
+    model: TimedModel,
+    fold_calls_per_turn: int = 2,
+) -> AgentModule:
     settings = Settings(
         migrate_on_start=False,
         history_max_messages=None,
         history_max_tokens=None,
         token_quota=None,
         api_keys=None,
+        history_fold_calls_per_turn=fold_calls_per_turn,
     )
     return AgentModule.for_root(
         model=model, store=store, agents=[bench_agent(history)], settings=settings

@@ -2,7 +2,9 @@
 
 Two ways in: `create_schema()` and the tests hand over an open connection through
 `config.attributes["connection"]` (so migrations run on the caller's engine and transaction);
-the `alembic` CLI builds its own async engine from AGENT_DATABASE_URL or alembic.ini.
+the `alembic` CLI builds the app's engine (`make_engine`, honouring AGENT_DB_PGBOUNCER) from
+AGENT_DATABASE_URL or alembic.ini. Both run in `app.store.migrate.migration_connection`: on
+SQLite with foreign keys off, checked with `PRAGMA foreign_key_check` before the commit.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ import asyncio
 import os
 
 from alembic import context
-from sqlalchemy import Connection, pool
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import Connection
 
-from app.store.migrate import MIGRATION_LOCK_KEY
+from app.settings import get_settings
+from app.store.engine import make_engine
+from app.store.migrate import (
+    MIGRATION_LOCK_KEY,
+    check_foreign_keys,
+    migration_connection,
+    require_foreign_keys_off,
+)
 from app.store.schema import metadata
 
 config = context.config
@@ -26,6 +34,7 @@ def _configure(connection: Connection) -> None:
         # Processes started together on one database queue here: the first migrates, the next
         # finds the schema at head. Held until the migration's transaction ends.
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+    require_foreign_keys_off(connection)
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
@@ -34,6 +43,7 @@ def _configure(connection: Connection) -> None:
     )
     with context.begin_transaction():
         context.run_migrations()
+        check_foreign_keys(connection)
 
 
 def _url() -> str:
@@ -41,9 +51,9 @@ def _url() -> str:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url(), poolclass=pool.NullPool)
+    engine = make_engine(_url(), pgbouncer=get_settings().db_pgbouncer)
     try:
-        async with engine.begin() as conn:
+        async with migration_connection(engine) as conn:
             await conn.run_sync(_configure)
     finally:
         await engine.dispose()

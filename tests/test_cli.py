@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -220,6 +222,52 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate"])
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("AGENT_API_KEYS", "s3cr3t", "AGENT_API_KEYS: pair 1 is not key=actor"),
+        ("AGENT_API_KEYS", "s3cr3t=alice,s3cr3t=bob", "AGENT_API_KEYS: pair 2 repeats"),
+        (
+            "AGENT_DATABASE_URL",
+            "postgresql://app:s3cr3t@127.0.0.1/x",
+            "AGENT_DATABASE_URL: postgresql:// lacks the app's driver: write postgresql+asyncpg://",
+        ),
+        (
+            "AGENT_DATABASE_URL",
+            "sqlite:///./nowhere.db",
+            "AGENT_DATABASE_URL: sqlite:// lacks the app's driver: write sqlite+aiosqlite://",
+        ),
+    ],
+    ids=[
+        "key-without-actor",
+        "repeated-key",
+        "postgresql-without-asyncpg",
+        "sqlite-without-driver",
+    ],
+)
+def test_a_bad_key_list_or_driver_stops_serve_and_migrate_with_one_line(
+    tmp_path: Path, command: str, variable: str, value: str, says: str
+) -> None:
+    """Found by attack: `AGENT_API_KEYS=key1` was a 24-line traceback, exit 1, from `serve`
+    (and `migrate` went on regardless); a repeated key was taken; `postgresql://` said only
+    `ModuleNotFoundError`. The README promises one line and exit 2 for a bad setting; the
+    line never shows the key."""
+    args = [sys.executable, "-m", "app", command]
+    done = subprocess.run(
+        args + (["--port", str(_free_port())] if command == "serve" else []),
+        cwd=ROOT,
+        env={**_env(tmp_path), variable: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith(f"error: invalid settings: {says}"), line
+    assert "s3cr3t" not in line
+
+
+@pytest.mark.parametrize("command", ["serve", "migrate"])
 def test_an_unreachable_database_is_one_line_without_its_password(
     tmp_path: Path, command: str
 ) -> None:
@@ -250,3 +298,121 @@ def test_pgbouncer_on_sqlite_is_said_not_silently_ignored(
     with caplog.at_level("WARNING", logger="app"):
         create_app(settings)
     assert "AGENT_DB_PGBOUNCER is ignored" in caplog.text
+
+
+# --- what the CLI prints from the server is escaped -----------------------------------------
+
+HOSTILE = "\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x1b[2K\x9b1J\r\x7f"
+"""What a prompt-injected page can make a model say: OSC 52 writes the clipboard, OSC 0 sets
+the window title, CSI erases (ESC [ and the 8-bit CSI), a carriage return overwrites."""
+HOSTILE_SHOWN = "\\x1b]52;c;cHduZWQ=\\x07\\x1b]0;owned\\x07\\x1b[2K\\x9b1J\\x0d\\x7f"
+_RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Any control character but tab and newline."""
+
+
+def _sse(*events: tuple[str, dict[str, object]]) -> bytes:
+    return b"".join(
+        f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events
+    )
+
+
+def _hostile_server(request: httpx.Request) -> httpx.Response:
+    """Every field the CLI prints, holding escape sequences."""
+    path = request.url.path
+    if path == "/agents/evil/threads":
+        return httpx.Response(201, json={"id": f"t{HOSTILE}"})
+    if path.endswith("/messages"):
+        body = _sse(
+            ("delta", {"text": f"model says {HOSTILE}\n\tindented\n"}),
+            ("tool_call", {"id": "c1", "name": f"read{HOSTILE}", "arguments": {"u": HOSTILE}}),
+            (
+                "tool_result",
+                {"call_id": "c1", "name": HOSTILE, "is_error": True, "content_chars": 3},
+            ),
+            ("error", {"error": {"code": f"x{HOSTILE}", "message": f"failed {HOSTILE}"}}),
+        )
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+    if path == "/threads/evil/window":
+        kept = {"seq": 1, "role": HOSTILE, "tokens": HOSTILE, "content": HOSTILE, "tool_calls": []}
+        window = {
+            "thread_id": HOSTILE,
+            "agent": HOSTILE,
+            "read_bound": HOSTILE,
+            "kept": [kept],
+            "summarizes": False,
+            "total_tokens": HOSTILE,
+            "dropped_count": HOSTILE,
+        }
+        return httpx.Response(200, json=window)
+    if path == "/threads/json-error/window":
+        return httpx.Response(404, json={"error": {"code": HOSTILE, "message": HOSTILE}})
+    return httpx.Response(502, text=f"<html>{HOSTILE}</html>")
+
+
+def _hostile_client() -> httpx.Client:
+    return httpx.Client(transport=httpx.MockTransport(_hostile_server), base_url="http://evil")
+
+
+def _assert_escaped(text: str, times: int) -> None:
+    assert not _RAW_CONTROL.search(text), repr(text)
+    assert text.count(HOSTILE_SHOWN) >= times, text
+
+
+def test_chat_escapes_control_characters_in_everything_it_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    with _hostile_client() as client:
+        assert cli.chat(client, "evil", None, [], out) == 0  # a new thread, its id printed
+        assert cli.chat(client, "evil", "t1", ["hi\n"], out) == 1  # the turn ended in an error
+        assert cli.chat(client, "nobody", None, ["hi\n"], out) == 1  # a non-JSON error page
+    printed, err = out.getvalue(), capsys.readouterr().err
+    # thread id, model text, tool name and its arguments (JSON escapes those), result's name
+    _assert_escaped(printed, times=4)
+    assert "\n\tindented\n" in printed  # layout is kept
+    _assert_escaped(err, times=3)  # the error event's code and message, the error page
+    assert f"error: x{HOSTILE_SHOWN}: failed {HOSTILE_SHOWN}" in err
+
+
+def test_inspect_escapes_control_characters_in_everything_it_prints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = io.StringIO()
+    with _hostile_client() as client:
+        assert cli.inspect(client, "evil", out) == 0
+        assert cli.inspect(client, "json-error", out) == 1
+        assert cli.inspect(client, "missing", out) == 1
+    printed, err = out.getvalue(), capsys.readouterr().err
+    _assert_escaped(printed, times=7)  # id, agent, bound, role, tokens, content, totals
+    _assert_escaped(err, times=3)
+
+
+def test_a_model_answer_with_escape_sequences_reaches_the_terminal_escaped(
+    server: str, tmp_path: Path
+) -> None:
+    """End to end: EchoModel repeats the line, as a model repeats what a page told it (all
+    but the carriage return, which stdin's text mode reads as a line end)."""
+    chat = subprocess.run(
+        [sys.executable, "-m", "app", "chat", "--url", server],
+        input=f"say {HOSTILE}\n".replace("\r", ""),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**_env(tmp_path), "AGENT_API_KEY": KEY},
+        timeout=60,
+    )
+    assert chat.returncode == 0, chat.stderr
+    said = HOSTILE_SHOWN.replace("\\x0d", "")
+    assert f'"say {said}"' in chat.stdout
+    assert not _RAW_CONTROL.search(chat.stdout)
+    thread_id = chat.stdout.splitlines()[0].removeprefix("thread ")
+    shown = subprocess.run(
+        [sys.executable, "-m", "app", "inspect", thread_id, "--url", server, "--api-key", KEY],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert said in shown.stdout and not _RAW_CONTROL.search(shown.stdout)

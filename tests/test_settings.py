@@ -74,6 +74,83 @@ def test_malformed_api_keys_name_the_expected_shape() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("s3cr3t-key", "pair 1 is not key=actor; write it like 'key1=alice,key2=bob'"),
+        ("k1=alice,s3cr3t-key=", "pair 2 is not key=actor"),
+        ("k1=alice,=bob", "pair 2 is not key=actor"),
+        ("s3cr3t-key=alice,k2=bob,s3cr3t-key=mallory", "pair 3 repeats an earlier pair's key"),
+        ("s3cr3t-key=alice, s3cr3t-key =alice", "pair 2 repeats an earlier pair's key"),
+    ],
+)
+def test_bad_or_repeated_api_keys_are_one_line_at_start_up_without_the_keys(
+    monkeypatch: pytest.MonkeyPatch, value: str, problem: str
+) -> None:
+    """Found by attack: `AGENT_API_KEYS=key1` was a 24-line traceback at the first request's
+    module build (exit 1), and a repeated key silently went to the last actor named."""
+    monkeypatch.setenv("AGENT_API_KEYS", value)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    message = str(caught.value)
+    assert message.startswith(f"invalid settings: AGENT_API_KEYS: {problem}"), message
+    assert "\n" not in message and "s3cr3t" not in message
+
+
+def test_two_keys_for_one_actor_are_fine() -> None:
+    """Rotating a key means both work for a while: the same actor twice is no repeat."""
+    assert Settings(api_keys="old=alice,new=alice").actor_keys() == {"old": "alice", "new": "alice"}
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (
+            "postgresql://app:s3cr3t@db/agents",
+            "postgresql:// lacks the app's driver: write postgresql+asyncpg:// in its place",
+        ),
+        (
+            "postgres://app:s3cr3t@db/agents",
+            "postgres:// lacks the app's driver: write postgresql+asyncpg:// in its place",
+        ),
+        (
+            "postgresql+psycopg2://app:s3cr3t@db/agents",
+            "postgresql+psycopg2:// lacks the app's driver: write postgresql+asyncpg://",
+        ),
+        ("sqlite:///./agent.db", "sqlite:// lacks the app's driver: write sqlite+aiosqlite://"),
+        ("mysql+aiomysql://app:s3cr3t@db/x", "mysql+aiomysql:// is not supported; write"),
+        ("./agent.db", "not a database URL; write postgresql+asyncpg://user@host/db or"),
+    ],
+)
+def test_a_database_url_without_the_async_driver_says_what_to_write(
+    monkeypatch: pytest.MonkeyPatch, url: str, problem: str
+) -> None:
+    """Found by attack: `postgresql://` said only `ModuleNotFoundError` (or, with psycopg2
+    installed, a traceback); `sqlite://` said `InvalidRequestError`."""
+    monkeypatch.setenv("AGENT_DATABASE_URL", url)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    message = str(caught.value)
+    assert message.startswith(f"invalid settings: AGENT_DATABASE_URL: {problem}"), message
+    assert "s3cr3t" not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+asyncpg://app@db/agents", "sqlite+aiosqlite:///./agent.db", "sqlite+aiosqlite://"],
+)
+def test_the_async_drivers_urls_are_accepted(url: str) -> None:
+    assert Settings(database_url=url).database_url == url
+
+
+@pytest.mark.parametrize(
     ("name", "value"),
     [
         ("run_lease_seconds", 1e300),  # would overflow the database's interval on every turn

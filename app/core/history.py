@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -586,6 +586,11 @@ class HistoryConfig(BaseModel):
     """Summarizing window: unsummarized tokens past `max_tokens` that trigger a fold."""
     fold_max_tokens: int = Field(default=DEFAULT_FOLD_MAX_TOKENS, ge=1)
     """Summarizer input per call at most; a longer backlog is folded in several calls."""
+    summary_carry: Literal["rewrite", "append"] = "rewrite"
+    """With `summarize=True`: how the built-in summarizer carries the summary so far forward
+    (`summarize_with_model`'s `carry`): `rewrite` asks the model for the updated summary,
+    `append` asks it for notes on the new messages alone and appends them (for small models
+    that drop what they are asked to copy)."""
 
     @model_validator(mode="after")
     def _one_strategy(self) -> HistoryConfig:
@@ -679,7 +684,7 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
     if config.summarize is True:
         if model is None:
             raise ConfigError("history summarize=True needs a model to summarize with")
-        summarizer = summarize_with_model(model)
+        summarizer = summarize_with_model(model, carry=config.summary_carry)
     elif config.summarize is False:
         summarizer = None
     else:

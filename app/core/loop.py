@@ -23,6 +23,7 @@ byte. `select` must therefore be pure; anything non-deterministic belongs in `su
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -55,6 +56,8 @@ from app.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
+    HistorySummary,
+    Idempotency,
     JsonValue,
     Ledger,
     LedgerEntry,
@@ -101,10 +104,12 @@ from app.core.report import (
 from app.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
     clip_summary,
+    fold_rejection,
     render_history_summary,
+    summary_fits,
     summary_token_cap,
 )
-from app.core.tokens import estimate_message_tokens
+from app.core.tokens import MESSAGE_ALLOWANCE, estimate_message_tokens
 from app.errors import (
     AgentError,
     AgentNotFound,
@@ -113,8 +118,10 @@ from app.errors import (
     JournalMismatch,
     LeaseLost,
     ProviderBadResponse,
+    ProviderContextExceeded,
     ProviderError,
     QuotaExceeded,
+    RunCompleted,
     RunFailed,
     RunNotFound,
     StoreError,
@@ -133,6 +140,14 @@ COMPLETION_RESERVE = 1024
 """Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
 (see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,
 unless calls in flight at that moment answer at greater length than this."""
+DEFAULT_FOLD_CALLS_PER_TURN = 2
+"""Summarizer calls one run may make (`AGENT_HISTORY_FOLD_CALLS_PER_TURN`): a fold costs at most
+this many calls on top of the turn's own, however long the backlog."""
+DEFAULT_FOLD_TIMEOUT_SECONDS = 120.0
+"""How long one summarizer call may take (`AGENT_HISTORY_FOLD_TIMEOUT_SECONDS`) before the turn
+gives the fold up and answers without it."""
+_UNBOUNDED_CALLS = 1_000_000
+"""The call budget of a run whose journal predates the budget: its replay is not cut short."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 
@@ -227,7 +242,22 @@ class AgentLoop:
         model: ModelProvider,
         agents: Mapping[str, AgentDefinition],
         token_quota: int | None = None,
+        fold_calls_per_turn: int = DEFAULT_FOLD_CALLS_PER_TURN,
+        fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
     ) -> None:
+        """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
+        several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
+        call may take before the fold is given up for this turn (None: no limit)."""
+        if fold_calls_per_turn < 1:
+            raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
+        self.fold_calls_per_turn = fold_calls_per_turn
+        self.fold_timeout = fold_timeout
+        self._chunk_cap: dict[str, int] = {}
+        """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
+        refused as over its context: where later chunks start (see `_fold_chunk`)."""
+        self._compress_cap: dict[str, int] = {}
+        """Per agent, half the smallest summary its summarizer refused to compress: a longer
+        one is compressed by its oldest part within this (see `_FoldCalls.compress`)."""
         for definition in agents.values():
             if _summarizer(definition.policy) is not None and not supports_summaries(store):
                 raise ConfigError(
@@ -273,12 +303,15 @@ class AgentLoop:
         run_id: str,
         on_event: EventSink | None = None,
         thread: Thread | None = None,
+        idempotency: Idempotency | None = None,
     ) -> RunResult:
         """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
         thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started.
 
         `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
-        read: it is checked against `actor_id` and `agent` in memory instead."""
+        read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
+        records the run under its key; a run already under it raises `TurnInProgress` (the
+        module answers that run's outcome instead)."""
         definition = self.definition(agent)
         if thread is None or thread.id != thread_id:
             await self.owned_thread(thread_id, actor_id, agent)
@@ -289,19 +322,29 @@ class AgentLoop:
             if used >= self.token_quota:
                 raise QuotaExceeded(actor_id, used, self.token_quota)
         request = RunRequest(
-            run_id=run_id, thread_id=thread_id, actor_id=actor_id, agent=agent, content=content
+            run_id=run_id,
+            thread_id=thread_id,
+            actor_id=actor_id,
+            agent=agent,
+            content=content,
+            idempotency=idempotency,
         )
         ctx = await self.runtime.begin(request, shared_first_unit=self._shares_transactions)
         report = RunReport(run_id=run_id)
         return await self._drive(request, ctx, definition, on_event, report, fresh=True)
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
-        """Finish a failed or interrupted run from its journal (a finished one replays as is)."""
+        """Finish a failed or interrupted run from its journal. A completed one is refused
+        with `RunCompleted` (`JournalPruned` once its journal is gone): its answer is stored,
+        and replaying its end would fail as a lost lease (the run is held by no one), which
+        read as a takeover."""
         record = await self.runtime.get_run(run_id)
         if record is None:
             raise RunNotFound(run_id)
         definition = self.definition(record.request.agent)  # before the claim: never strand it
-        request, ctx = await self.runtime.reopen(run_id)
+        request, ctx = await self.runtime.reopen(run_id)  # a completed run is not claimed
+        if record.status == "completed":
+            raise RunCompleted(run_id)
         report = RunReport(run_id=run_id)
         if record.report is not None:
             prior = RunReport.model_validate(record.report)
@@ -536,15 +579,25 @@ class AgentLoop:
             ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
         )
         folds = 0
+        omitted = 0
         if "fold" in recorded and summarizer is not None:
             summary, folds = await self._fold(
                 request, ctx, policy, summarizer, hctx, summary, recorded["fold"], report
             )
+            covered = summary.covers_through_seq if summary is not None else 0
+            if covered < int(recorded["fold"]["through"]):
+                # The fold this turn owed is not (all) made: what the summary does not cover
+                # rides, up to the cap, so nothing is lost from the prompt that a fold would
+                # have kept; past the cap the oldest are left out, and the model is told.
+                unfolded, omitted = _degraded_history(recorded["fold"], covered, keep)
+                keep = [*unfolded, *keep]
+                assert report.summary is not None
+                report.summary.omitted = omitted
         elif summary is not None:
             report.summary = SummaryReport(
                 made=False, covers_through_seq=summary.covers_through_seq
             )
-        prompt = _history_prompt(definition, summary, keep)
+        prompt = _history_prompt(definition, summary, keep, omitted)
         window = None
         if getattr(policy, "refolds_mid_run", False) and user_seq is not None and keep:
             first = user_seq - len(keep) + 1  # the kept runs are the newest: contiguous to it
@@ -582,6 +635,13 @@ class AgentLoop:
         summary, window.folds = await self._fold(
             request, ctx, policy, summarizer, hctx, window.summary, fold, report, window.folds
         )
+        covered = summary.covers_through_seq if summary is not None else 0
+        if covered < through:
+            # Refused, failed or out of calls: the prompt stays as it was (it is the history
+            # the run started with, within the policy's read bound); a later turn folds. A
+            # chunk it did store is where the next refold starts: none is summarized twice.
+            window.summary = summary
+            return prompt
         rest = window.keep[len(older) :]
         head = _history_prompt(definition, summary, rest)
         in_run = prompt[window.head :]
@@ -637,25 +697,45 @@ class AgentLoop:
         fold: dict[str, Any],
         report: RunReport,
         made_before: int = 0,
-    ) -> tuple[ThreadSummary, int]:
-        """Fold the summary forward through `fold["through"]`, one bounded summarizer call per
-        chunk: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
+    ) -> tuple[ThreadSummary | None, int]:
+        """Fold the summary forward towards `fold["through"]`, one bounded summarizer chunk per
+        step: `history:summarize`, `persist:usage:history` and `persist:summary` each, the later
         chunks' names suffixed `:2`, `:3`... (numbered across the run: `made_before` chunks came
         first). Each chunk's summary is stored as it is made, so a run that dies in a long
-        backlog keeps every chunk it finished. Returns the summary and the run's chunk count."""
+        backlog keeps every chunk it finished.
+
+        It stops early, leaving the rest to later turns, when the run has spent its
+        `fold_calls_per_turn` summarizer calls (a backlog is folded in bounded work per turn),
+        or when a chunk is refused or its call fails (`fold_rejection`): a refused answer is
+        never stored, so the boundary and the previous summary stay. The caller then sends what
+        the summary does not cover, up to a cap (`_degraded_history`). Returns the summary (None
+        if there is still none) and the run's chunk count."""
         through = int(fold["through"])
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
         budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
-        previous = summary.covers_through_seq if summary is not None else None
-        folds, input_messages, input_tokens, clipped = made_before, 0, 0, 0
-        if report.summary is not None and report.summary.made:
-            previous = report.summary.previous_covers_through_seq
-            input_messages, input_tokens, clipped = (
-                report.summary.input_messages,
-                report.summary.input_tokens,
-                report.summary.clipped,
+        cap = summary_token_cap(budget)  # the policy's; a chunk may be made smaller, not this
+        prior = report.summary
+        stats = (
+            prior.model_copy(deep=True)
+            if prior is not None
+            else SummaryReport(
+                made=False,
+                covers_through_seq=summary.covers_through_seq if summary is not None else 0,
             )
+        )
+        if not stats.made:
+            stats.previous_covers_through_seq = (
+                summary.covers_through_seq if summary is not None else None
+            )
+        folds = made_before
         while summary is None or summary.covers_through_seq < through:
+            # The budget the run's first fold step journaled, once there is one: a resumed run
+            # follows its journal even where this process allows fewer calls.
+            call_budget = stats.call_budget or self.fold_calls_per_turn
+            calls_left = call_budget - stats.calls
+            if calls_left < 1:
+                stats.deferred = True
+                break
             folds += 1
             suffix = "" if folds == 1 else f":{folds}"
             # The summary commits with its ledger row, as a model step does; the summary row is
@@ -665,23 +745,68 @@ class AgentLoop:
                 made = await ctx.step(
                     "history:summarize" + suffix,
                     functools.partial(
-                        self._fold_chunk, request, hctx, summarizer, summary, through, known, budget
-                    ),
-                )
-                usage = Usage.model_validate(made["usage"])
-                await ctx.step(
-                    "persist:usage:history" + suffix,
-                    functools.partial(
-                        self._record_usage,
-                        ctx,
+                        self._fold_chunk,
                         request,
-                        report,
-                        "history_summary",
-                        made["model"],
-                        usage,
-                        made.get("reserved", 0),
+                        hctx,
+                        summarizer,
+                        summary,
+                        through,
+                        known,
+                        budget,
+                        cap,
+                        calls_left,
+                        call_budget,
                     ),
                 )
+                usage = Usage.model_validate(made["usage"]) if "usage" in made else None
+                if "fitted_tokens" in made:
+                    # The provider refused a larger chunk: the rest of this run's chunks start
+                    # at the size it took, instead of being refused (and paid for) again.
+                    budget = min(budget, int(made["fitted_tokens"]))
+                if usage is not None:
+                    await ctx.step(
+                        "persist:usage:history" + suffix,
+                        functools.partial(
+                            self._record_usage,
+                            ctx,
+                            request,
+                            report,
+                            "history_summary",
+                            made["model"],
+                            usage,
+                            made.get("reserved", 0),
+                        ),
+                    )
+            if "calls" not in made:
+                # Journaled before calls were counted, so before there was a budget: the run's
+                # replay follows its journal, however many chunks it holds.
+                stats.call_budget = stats.call_budget or _UNBOUNDED_CALLS
+            stats.call_budget = stats.call_budget or int(made.get("budget", 0)) or None
+            stats.calls += int(made.get("calls", 1))
+            stats.folds = folds
+            if usage is not None:
+                report.model_calls.append(
+                    ModelCallReport(
+                        purpose="history_summary",
+                        prompt_tokens=usage.prompt_tokens,
+                        completion_tokens=usage.completion_tokens,
+                        messages_sent=made["input_messages"],
+                        messages_original=made["input_messages"],
+                    )
+                )
+            if "rejected" in made:
+                stats.rejected += 1
+                stats.rejected_reasons.append(str(made["rejected"]))
+                log.warning(
+                    "run %s: fold of messages %d-%d refused (%s); the summary stays at %d",
+                    request.run_id,
+                    (summary.covers_through_seq if summary is not None else 0) + 1,
+                    made.get("last_seq", through),
+                    made["rejected"],
+                    summary.covers_through_seq if summary is not None else 0,
+                )
+                break
+            assert usage is not None  # an accepted fold always records what it cost
             # What the summary now covers is never needed again: a long backlog is held in
             # memory a read page at a time, not whole.
             for seen in [s for s in known if s is not None and s <= made["covers_through_seq"]]:
@@ -699,27 +824,15 @@ class AgentLoop:
                     "persist:summary" + suffix,
                     functools.partial(self._save_summary, ctx, request.thread_id, summary),
                 )
-            report.model_calls.append(
-                ModelCallReport(
-                    purpose="history_summary",
-                    prompt_tokens=usage.prompt_tokens,
-                    completion_tokens=usage.completion_tokens,
-                    messages_sent=made["input_messages"],
-                    messages_original=made["input_messages"],
-                )
-            )
-            input_messages += made["input_messages"]
-            input_tokens += made["input_tokens"]
-            clipped += 1 if made.get("clipped_chars") else 0
-        report.summary = SummaryReport(
-            made=True,
-            covers_through_seq=summary.covers_through_seq,
-            previous_covers_through_seq=previous,
-            folds=folds,
-            input_messages=input_messages,
-            input_tokens=input_tokens,
-            clipped=clipped,
-        )
+            stats.made = True
+            stats.covers_through_seq = summary.covers_through_seq
+            stats.input_messages += made["input_messages"]
+            stats.input_tokens += made["input_tokens"]
+            stats.compressed += int(made.get("compressed", 0))
+            stats.messages_cut += int(made.get("messages_cut", 0))
+            stats.clipped += 1 if made.get("clipped_chars") else 0
+        stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
+        report.summary = stats
         return summary, folds
 
     async def _fold_chunk(
@@ -731,13 +844,28 @@ class AgentLoop:
         through: int,
         known: dict[int | None, Message],
         budget: int,
+        cap: int,
+        calls_left: int,
+        call_budget: int,
     ) -> JsonValue:
         """One `history:summarize` step: the messages after the summary's boundary, oldest
         first, while the summary so far and they fit `budget` (at least one message), handed to
-        the summarizer with that summary."""
+        the summarizer with that summary, in at most `calls_left` summarizer calls.
+
+        A chunk the provider refuses as too long (`ProviderContextExceeded`: its tokenizer
+        counts more than the estimate's four characters) is halved and sent again, never resent
+        as it was. A summary longer than its cap is asked to compress itself
+        (`fold_task="compress"`), and only clipped (`clip_summary`, reported) when that fails.
+        A refused answer or a failed call is journaled as `rejected`, with its cost if it had
+        one: a replay takes the same decision, and the turn goes on without it."""
         seq = (summary.covers_through_seq if summary is not None else 0) + 1
-        tokens = _summary_tokens(summary)
+        base = _summary_tokens(summary)
         chunk: list[Message] = []
+        tokens = base
+        learned = self._chunk_cap.get(request.agent)
+        capped = learned is not None and learned < budget
+        full = budget if learned is None else max(budget, learned)
+        budget = min(budget, learned) if learned is not None else budget
         while seq <= through:
             message = known.get(seq)
             if message is None:
@@ -751,45 +879,84 @@ class AgentLoop:
             chunk.append(message)
             tokens += cost
             seq += 1
-        cap = summary_token_cap(budget)
-        # The summary may be as long as its cap: that much is held for the answer, not the
-        # chat steps' `COMPLETION_RESERVE`.
-        reserved = await self._reserve(request.actor_id, tokens + cap)
+        fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
+        calls = _FoldCalls(self, request, summarizer, call_budget)
+        halved = False
+        cut_messages = 0
         try:
-            async with _provider_boundary("history summary"):
-                made = await summarizer(
-                    chunk, hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
-                )
-        except BaseException:
-            await self._release(request.actor_id, reserved)
-            raise
+            while True:
+                tokens = base + sum(estimate_message_tokens(m) for m in chunk)
+                try:
+                    made = await calls.call(chunk, fold_ctx, tokens, cap)
+                except ProviderContextExceeded:
+                    # Remembered past this run (per agent, per process): the next chunk starts
+                    # at half the size refused, so a model that needs more halvings than one
+                    # turn's calls still gets its folds through, a turn or two later.
+                    self._chunk_cap[request.agent] = min(
+                        self._chunk_cap.get(request.agent, tokens), max(1, tokens // 2)
+                    )
+                    if calls.count >= calls_left:
+                        return calls.rejected("too_long", chunk, tokens)
+                    if len(chunk) < 2:
+                        # One message over the summarizer's context: it is handed the message
+                        # halved (its head and its end), so the fold gets past it; counted.
+                        halved_one = _halved_message(chunk[0])
+                        if halved_one is None:
+                            return calls.rejected("too_long", chunk, tokens)
+                        chunk, cut_messages = [halved_one], 1
+                        continue
+                    chunk = chunk[: len(chunk) // 2]
+                    halved = True
+                    continue
+                break
+        except (ProviderError, TimeoutError) as exc:
+            reason = "timeout" if isinstance(exc, TimeoutError) else exc.code
+            return calls.rejected(f"failed:{reason}", chunk, tokens)
         text = storable_text(made.text)
-        usage = made.usage or Usage(
-            estimated=True,
-            prompt_tokens=tokens,
-            completion_tokens=estimate_message_tokens(Message(role="assistant", content=text)),
-        )
+        refused = fold_rejection(made.model_copy(update={"text": text}))
+        if refused is not None:
+            return calls.rejected(refused, chunk, tokens)
+        if capped and not halved and seq <= through:
+            # Taken at the learned size with more to fold: try twice that next time (a server
+            # back from an outage, or with a larger context, is not held to it for good).
+            grown = 2 * (learned or budget)
+            if grown >= full:
+                self._chunk_cap.pop(request.agent, None)
+            else:
+                self._chunk_cap[request.agent] = grown
+        compressed = 0
+        if not summary_fits(text, cap) and calls.count < calls_left:
+            shorter = await calls.compress(text, fold_ctx, cap)
+            if shorter is not None and len(shorter) < len(text.strip()):
+                text, compressed = shorter, 1
         kept = clip_summary(text, cap)
-        cut = len(text.strip()) - len(kept)
-        if cut:
-            # Booked as made (the provider billed all of it); only the end is kept.
+        cut = max(0, len(text.strip()) - len(kept)) if kept != text.strip() else 0
+        if kept != text.strip():
+            # Booked as made (the provider billed all of it); only the end is kept, and the
+            # summary says so (`CLIP_NOTE`).
             log.warning(
-                "run %s: the summarizer returned %d characters, more than the summary's cap of "
-                "%d estimated tokens; kept the last %d",
+                "run %s: the summary came back at %d characters, over its cap of %d estimated "
+                "tokens (compressed: %s); clipped to its last %d",
                 request.run_id,
                 len(text),
                 cap,
+                bool(compressed),
                 len(kept),
             )
+            cut = max(1, cut)
         recorded: dict[str, Any] = {
+            **calls.cost(),
             "text": kept,
-            "usage": usage.model_dump(mode="json"),
-            "model": _booked_model(made.model, self.model),
             "covers_through_seq": chunk[-1].seq,
             "input_messages": len(chunk),
             "input_tokens": tokens,
-            "reserved": reserved,
         }
+        if compressed:
+            recorded["compressed"] = compressed
+        if halved:
+            recorded["fitted_tokens"] = tokens
+        if cut_messages:
+            recorded["messages_cut"] = cut_messages
         if cut:
             recorded["clipped_chars"] = cut
         return recorded
@@ -1263,8 +1430,9 @@ class _Digest:
 
 @dataclass
 class _Window:
-    """A run's history as sent, kept for a mid-run fold: the summary, the kept messages (with
-    their seqs) and how many prompt messages they fill after the system prompt."""
+    """A run's history as sent, kept for a mid-run fold: the summary (or the one a refold
+    stored since, which the next refold extends), the kept messages (with their seqs) and how
+    many prompt messages they fill after the system prompt."""
 
     summary: ThreadSummary | None
     keep: list[Message]
@@ -1273,15 +1441,211 @@ class _Window:
     """Summarizer chunks this run made so far (their checkpoints are numbered on from it)."""
 
 
+class _FoldCalls:
+    """The summarizer calls of one `history:summarize` step, and what they cost together.
+
+    Each call holds its quota like a chat call (its input plus the summary's cap) and gives it
+    back if it fails; a call that answered is booked whatever becomes of its answer, since the
+    provider billed it. The step journals the sum (`cost`) and `persist:usage:history` books it
+    as one ledger row."""
+
+    def __init__(
+        self, loop: AgentLoop, request: RunRequest, summarizer: Summarizer, budget: int
+    ) -> None:
+        self.loop = loop
+        self.request = request
+        self.summarizer = summarizer
+        self.budget = budget
+        """The run's summarizer call budget, journaled so a resumed run keeps to it."""
+        self.count = 0
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.reserved = 0
+
+    async def call(
+        self, chunk: list[Message], ctx: HistoryPolicyContext, tokens: int, cap: int
+    ) -> HistorySummary:
+        """One call handed `tokens` estimated tokens, its answer allowed `cap`: both are held
+        against the quota, and the input alone is booked when the summarizer reports none."""
+        self.count += 1
+        reserved = await self.loop._reserve(self.request.actor_id, tokens + cap)
+        try:
+            # The timeout outside the boundary: a hang is `TimeoutError`, not a provider error.
+            async with (
+                asyncio.timeout(self.loop.fold_timeout),
+                _provider_boundary("history summary"),
+            ):
+                made = await self.summarizer(chunk, ctx)
+        except BaseException:
+            await self.loop._release(self.request.actor_id, reserved)
+            raise
+        self.reserved += reserved
+        usage = made.usage or Usage(
+            estimated=True,
+            prompt_tokens=tokens,
+            completion_tokens=estimate_message_tokens(Message(role="assistant", content=made.text)),
+        )
+        self.usage = usage if self.usage is None else _added(self.usage, usage)
+        self.model = self.model or _booked_model(made.model, self.loop.model)
+        return made
+
+    async def compress(self, text: str, ctx: HistoryPolicyContext, cap: int) -> str | None:
+        """`text` folded into itself by one more call, or None if that call failed or its
+        answer is refused or no shorter. Asked for half the cap, so the next folds have room
+        before the summary needs compressing again.
+
+        A summary larger than what this agent's summarizer has refused to compress before
+        (`_compress_cap`) is compressed by its OLDEST part that fits, the rest kept
+        verbatim after it: a model with a small context still shortens the summary, oldest
+        facts first, instead of refusing it and leaving only the clip."""
+        head, tail = _split_for_context(text, self.loop._compress_cap.get(self.request.agent))
+        over = ThreadSummary(text=head, covers_through_seq=0)
+        target = max(MESSAGE_ALLOWANCE + 1, cap // 2)
+        task = ctx.model_copy(
+            update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
+        )
+        try:
+            made = await self.call([], task, _summary_tokens(over), target)
+        except ProviderContextExceeded:
+            tokens = _summary_tokens(over)
+            self.loop._compress_cap[self.request.agent] = min(
+                self.loop._compress_cap.get(self.request.agent, tokens), max(1, tokens // 2)
+            )
+            log.warning("run %s: the summary is too long to compress at once", self.request.run_id)
+            return None
+        except (ProviderError, TimeoutError, QuotaExceeded):
+            # The quota too: the fold's own call was made and billed, and must be booked
+            # (with its reservation) by the step's `persist:usage:history`, not lost with it.
+            log.warning("run %s: compressing the summary failed", self.request.run_id)
+            return None
+        shorter = storable_text(made.text).strip()
+        if fold_rejection(made.model_copy(update={"text": shorter})) is not None:
+            return None
+        if len(shorter) >= len(head.strip()):
+            return None
+        return f"{shorter}\n{tail}".strip() if tail else shorter
+
+    def cost(self) -> dict[str, Any]:
+        if self.usage is None:
+            return {"calls": self.count, "budget": self.budget}
+        return {
+            "calls": self.count,
+            "budget": self.budget,
+            "usage": self.usage.model_dump(mode="json"),
+            "model": self.model or _booked_model(None, self.loop.model),
+            "reserved": self.reserved,
+        }
+
+    def rejected(self, reason: str, chunk: list[Message], tokens: int) -> dict[str, Any]:
+        return {
+            **self.cost(),
+            "rejected": reason,
+            "last_seq": chunk[-1].seq if chunk else None,
+            "input_messages": len(chunk),
+            "input_tokens": tokens,
+        }
+
+
+_CUT_MARK = "\n[... {n:,} characters left out: too long for the summarizer ...]\n"
+
+
+def _halved_message(message: Message) -> Message | None:
+    """`message` with its text and each tool result cut to half (their head and end kept),
+    for a summarizer that refused it whole; None when nothing in it is long enough to cut."""
+
+    def half(text: str) -> str:
+        if len(text) < 200:
+            return text
+        keep = len(text) // 4
+        return text[:keep] + _CUT_MARK.format(n=len(text) - 2 * keep) + text[-keep:]
+
+    results = [r.model_copy(update={"content": half(r.content)}) for r in message.tool_results]
+    shorter = message.model_copy(update={"content": half(message.content), "tool_results": results})
+    return None if shorter == message else shorter
+
+
+def _split_for_context(text: str, limit: int | None) -> tuple[str, str]:
+    """(the oldest lines of `text` within `limit` estimated tokens, the rest); the whole text
+    and "" when it fits or no limit is known. At least one line goes in the head."""
+    if limit is None or _summary_tokens(ThreadSummary(text=text, covers_through_seq=0)) <= limit:
+        return text, ""
+    lines = text.strip().splitlines()
+    budget = max(0, (limit - MESSAGE_ALLOWANCE) * 4)
+    size, cut = 0, 0
+    for cut, line in enumerate(lines, start=1):
+        size += len(line) + 1
+        if size > budget and cut > 1:
+            cut -= 1
+            break
+    return "\n".join(lines[:cut]), "\n".join(lines[cut:])
+
+
+def _added(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        prompt_tokens=a.prompt_tokens + b.prompt_tokens,
+        completion_tokens=a.completion_tokens + b.completion_tokens,
+        cached_tokens=(a.cached_tokens or 0) + (b.cached_tokens or 0) or None,
+        estimated=a.estimated or b.estimated,
+    )
+
+
 def _history_prompt(
-    definition: AgentDefinition, summary: ThreadSummary | None, keep: Sequence[Message]
+    definition: AgentDefinition,
+    summary: ThreadSummary | None,
+    keep: Sequence[Message],
+    omitted: int = 0,
 ) -> list[ChatMessage]:
-    """The system prompt, the summary (when there is one) and the kept messages."""
+    """The system prompt, the summary (when there is one), the note on what is left out (when
+    a fold is overdue and the cap left messages out) and the kept messages."""
     prompt = [ChatMessage(role="system", content=definition.system_prompt)]
     if summary is not None:
         prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
+    if omitted:
+        prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
     return prompt
+
+
+def omission_note(omitted: int) -> str:
+    """What the model is told when a fold is overdue (the summarizer failed, refused or ran out
+    of calls this turn) and `omitted` older messages are neither summarized nor sent."""
+    noun = "message" if omitted == 1 else "messages"
+    return (
+        f"{omitted:,} earlier {noun} of this thread are not included here and are not in any "
+        "summary yet. If the user refers to something you cannot see, say so rather than guess."
+    )
+
+
+DEGRADED_SHARE = 1
+"""While a fold is overdue, the unsummarized messages sent besides the kept window may be as
+many, and as many estimated tokens, as the kept window itself times this: the prompt holds at
+most twice the window, however long the summarizer stays down."""
+
+
+def _degraded_history(
+    fold: Mapping[str, Any], covered: int, keep: Sequence[Message]
+) -> tuple[list[Message], int]:
+    """(the newest messages the fold owed but did not cover, within the cap; how many it owed
+    and leaves out). Only messages the turn read (journaled with the fold) can ride, so a
+    replay builds the same prompt; older ones the read skipped are left out and counted."""
+    through = int(fold["through"])
+    owed = [
+        m
+        for m in (Message.model_validate(x) for x in fold["messages"])
+        if covered < (m.seq or 0) <= through
+    ]
+    budget_messages = max(1, len(keep)) * DEGRADED_SHARE
+    budget_tokens = max(1, sum(estimate_message_tokens(m) for m in keep)) * DEGRADED_SHARE
+    taken: list[Message] = []
+    tokens = 0
+    for message in reversed(owed):
+        cost = estimate_message_tokens(message)
+        if len(taken) >= budget_messages or tokens + cost > budget_tokens:
+            break
+        taken.append(message)
+        tokens += cost
+    taken.reverse()
+    return [m.model_copy(update={"seq": None}) for m in taken], through - covered - len(taken)
 
 
 def _fold_range(page: ThreadTurnPage, selection: HistorySelection) -> tuple[int, int]:

@@ -49,6 +49,12 @@ class ToolResult(_Frozen):
     """True when the tool raised or its arguments were invalid; the model sees the error text."""
 
 
+MAX_SEQ = 2**31 - 1
+"""The largest `seq` a thread can reach: stores keep it in a 32-bit column (PostgreSQL
+`integer`). A caller's position past it names no message, and must never reach the SQL, where
+PostgreSQL refuses the overflow as a database error."""
+
+
 class Message(_Frozen):
     """One stored message of a thread."""
 

@@ -60,8 +60,9 @@ class ModelRequest(_Frozen):
     max_tokens: int | None = Field(default=None, ge=1)
     """At most this many tokens of answer, when the caller needs a bound (the summarizer's
     call: a summary rides in every later prompt). A provider may pass it on
-    (`OpenAICompatModel` lowers its own configured cap to it); the caller enforces its bound on
-    what comes back anyway, so a provider that ignores it cannot grow the prompt."""
+    (`OpenAICompatibleProvider` sends it in place of its own configured cap); the caller
+    enforces its bound on what comes back anyway, so a provider that ignores it cannot grow
+    the prompt."""
 
 
 class ModelResponse(_Frozen):
@@ -69,6 +70,10 @@ class ModelResponse(_Frozen):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Usage()
     model: str = ""
+    finish_reason: str | None = None
+    """Why the model stopped, as the provider said (`stop`, `length`, `tool_calls`,
+    `content_filter`), or None when it did not say. A fold refuses a `length` summary: it was
+    cut off, and would be stored as if it were whole."""
 
 
 class TextDelta(_Frozen):
@@ -322,6 +327,24 @@ def supports_run_messages(store: object) -> TypeGuard[RunMessagesReader]:
     return isinstance(store, RunMessagesReader)
 
 
+@runtime_checkable
+class NamedThreadCreator(Protocol):
+    """Optional: a store that creates a thread under an id the caller chose, once. A request
+    that starts a new thread with an Idempotency-Key names it after the actor and the key, so
+    its retry finds the same thread (and the key's run in it) instead of starting another."""
+
+    async def create_named_thread(
+        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread:
+        """The thread `thread_id`: created now, or as it already was (whoever owns it: the
+        caller checks)."""
+        ...
+
+
+def supports_named_threads(store: object) -> TypeGuard[NamedThreadCreator]:
+    return isinstance(store, NamedThreadCreator)
+
+
 class ThreadListing(_Frozen):
     """One line of an actor's thread list: what the inspector shows before opening a thread."""
 
@@ -373,6 +396,9 @@ class HistorySummary(_Frozen):
     text: str
     usage: Usage | None = None
     model: str | None = None
+    finish_reason: str | None = None
+    """The model's own reason for stopping, when the summarizer used one (`length` means the
+    summary was cut off and is refused; `tool_calls` that it acted instead of writing)."""
 
 
 class HistoryPolicyContext(_Frozen):
@@ -402,6 +428,11 @@ class HistoryPolicyContext(_Frozen):
     it returns may have. A longer one is clipped to it by the loop (see
     `app.core.summary.clip_summary`), so a summarizer should ask for less (`summarize_with_model`
     tells the model a word limit and asks for fewer model tokens)."""
+    fold_task: Literal["fold", "compress"] = "fold"
+    """What a summarizer call is asked for. `fold`: extend `summary` with `messages`.
+    `compress`: `messages` is empty and `summary` outgrew `summary_max_tokens`; return it
+    shorter, keeping every identifier, decision, constraint and current value. A summarizer
+    that ignores it and returns the summary unchanged gets it clipped, and the clip reported."""
 
 
 Summarizer: TypeAlias = Callable[[list[Message], HistoryPolicyContext], Awaitable[HistorySummary]]
@@ -474,6 +505,16 @@ class DurableContext(Protocol):
         ...
 
 
+class Idempotency(_Frozen):
+    """A turn's Idempotency-Key and what it was sent with: a repeat of the key (same actor,
+    same thread) is answered with the first run's outcome, never run again; a repeat whose
+    `fingerprint` differs is refused."""
+
+    key: str
+    fingerprint: str
+    """A digest of the request the key came with (the HTTP layer's, see app/http/idempotency)."""
+
+
 class RunRequest(_Frozen):
     """What a run was asked to do: enough to resume it in another process."""
 
@@ -482,6 +523,10 @@ class RunRequest(_Frozen):
     actor_id: str
     agent: str
     content: str
+    idempotency: Idempotency | None = None
+    """Set when the turn came with an Idempotency-Key: the runtime records the run under it, and
+    refuses a second run under the same key with `TurnInProgress` (see `DurableRuntime.begin`).
+    Only `begin` needs it: a request read back from a runtime may leave it out."""
 
 
 class RunRecord(_Frozen):
@@ -505,7 +550,10 @@ class DurableRuntime(Protocol):
     async def begin(
         self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
-        """Start a new run; `ThreadBusy` while another run holds the thread.
+        """Start a new run; `ThreadBusy` while another run holds the thread, and
+        `TurnInProgress` (naming it) when a run under the request's `idempotency` key exists on
+        the thread, running or ended: a runtime on a database decides it by a unique index, so
+        two concurrent begins with one key never both start a run.
 
         `shared_first_unit`: every write of the run's first unit of work joins that unit's
         transaction, so the runtime may record the run in it (one commit less per turn)
@@ -541,6 +589,23 @@ class DurableRuntime(Protocol):
         died) for this process to resume, and return their ids. Concurrent callers in other
         processes get other runs; `reopen` of a run returned here needs no second claim."""
         ...
+
+
+@runtime_checkable
+class KeyedRunFinder(Protocol):
+    """Optional: a runtime that finds a run by its Idempotency-Key. `begin` already refuses a
+    second run under a key; this lets a request refused before `begin` (a spent quota) still
+    be answered with the run its key names."""
+
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        """(run id, request fingerprint) of the run under `key`, or None."""
+        ...
+
+
+def supports_keyed_runs(runtime: object) -> TypeGuard[KeyedRunFinder]:
+    return isinstance(runtime, KeyedRunFinder)
 
 
 _T = TypeVar("_T")
@@ -635,6 +700,9 @@ MODEL_NAME_CHARS = 200
 """The longest model name a ledger row or a summary row keeps. The name comes from the
 provider's response, so the loop cuts it to this rather than fail a turn over it."""
 
+IDEMPOTENCY_KEY_CHARS = 255
+"""The longest Idempotency-Key a run keeps (Stripe's bound too); a longer one is refused."""
+
 
 class LedgerEntry(_Frozen):
     run_id: str
@@ -707,6 +775,7 @@ def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
 
 
 __all__ = [
+    "IDEMPOTENCY_KEY_CHARS",
     "MAX_CALL_TOKENS",
     "MODEL_NAME_CHARS",
     "AgentStore",
@@ -716,13 +785,16 @@ __all__ = [
     "HistoryPolicyContext",
     "HistorySelection",
     "HistorySummary",
+    "Idempotency",
     "JournalPruner",
     "JsonValue",
+    "KeyedRunFinder",
     "Ledger",
     "LedgerEntry",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "NamedThreadCreator",
     "PromptDigestStore",
     "PrunedStatus",
     "QuotaReserver",
@@ -754,6 +826,8 @@ __all__ = [
     "Usage",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_keyed_runs",
+    "supports_named_threads",
     "supports_prompt_digests",
     "supports_pruning",
     "supports_reservations",

@@ -6,7 +6,7 @@ estimated afterwards.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.messages import Message
 
@@ -114,10 +114,39 @@ class SummaryReport(BaseModel):
     input_tokens: int = 0
     """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""
     clipped: int = 0
-    """Folds whose summary came back longer than its cap (half of `fold_max_tokens`) and was
-    cut to its end (`app.core.summary.clip_summary`): a summarizer that does not honor
-    `summary_max_tokens`. The journal records each such fold's characters cut
+    """Folds whose summary was still longer than its cap (half of `fold_max_tokens`) after it
+    was asked to compress itself, and was cut to its end (`app.core.summary.clip_summary`,
+    which tells the model so). What was cut is lost; the journal records the characters
     (`clipped_chars`)."""
+    messages_cut: int = 0
+    """Messages handed to the summarizer cut to their head and end, because alone they were
+    longer than its context (the provider refused them whole): the summary stands for the
+    part it saw; the full message stays in the database."""
+    compressed: int = 0
+    """Folds whose summary outgrew its cap and was folded into itself by one more summarizer
+    call (`fold_task="compress"`), so nothing had to be clipped."""
+    calls: int = 0
+    """Summarizer calls this run made (chunks, a halved chunk's retry, compressions), at most
+    the loop's `fold_calls_per_turn`."""
+    call_budget: int | None = Field(default=None, exclude=True)
+    """The budget `calls` is held to, as the run's first fold step journaled it (internal: a
+    resumed run keeps to its journal's budget, not the resuming process's)."""
+    rejected: int = 0
+    """Folds whose answer was refused (`app.core.summary.fold_rejection`) or whose call failed:
+    nothing was stored, and the fold is owed to a later turn."""
+    rejected_reasons: list[str] = Field(default_factory=list)
+    """Why, per refused fold: `empty`, `truncated`, `tool_call`, `refused`, `echo`,
+    `too_long` (a one-message chunk the provider refused), `failed:<error code>`,
+    `failed:timeout`."""
+    deferred: bool = False
+    """True when the run spent its summarizer calls before the fold was done: the rest of the
+    backlog is folded by later turns."""
+    pending: int = 0
+    """Messages this run's fold owed that the summary still does not cover (rejected or
+    deferred): they ride in the prompt up to a cap, and are folded later."""
+    omitted: int = 0
+    """Of `pending`, those left out of this run's prompt by that cap (never out of the database);
+    the prompt says how many."""
 
 
 class RunReport(BaseModel):

@@ -1,7 +1,8 @@
 """InlineRuntime: runs without a journal, for callers who opt out of durability.
 
 Nothing survives the process: a run that dies is gone (its user message stays in the store).
-Turns on one thread are still serialized, by an in-process set of busy threads.
+Turns on one thread are still serialized, by an in-process set of busy threads, and an
+Idempotency-Key names one run, by an in-process map (for the life of the process).
 """
 
 from __future__ import annotations
@@ -14,20 +15,29 @@ from typing import Any
 
 from app.core.ports import DurableContext, RunRecord, RunRequest, Transaction
 from app.durable.context import InlineContext
-from app.errors import RunNotFound, ThreadBusy
+from app.errors import RunNotFound, ThreadBusy, TurnInProgress
 
 
 class InlineRuntime:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._busy: set[str] = set()
+        self._keys: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(thread, actor, Idempotency-Key) -> (run id, request fingerprint): checked and set
+        with no await in between, so one event loop never starts two runs under one key."""
 
     async def begin(
         self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
+        keyed = request.idempotency
+        scope = (request.thread_id, request.actor_id, keyed.key) if keyed is not None else None
+        if scope is not None and scope in self._keys:
+            raise TurnInProgress(*self._keys[scope])
         if request.thread_id in self._busy:
             raise ThreadBusy(request.thread_id)
         self._busy.add(request.thread_id)
+        if scope is not None and keyed is not None:
+            self._keys[scope] = (request.run_id, keyed.fingerprint)
         self._runs[request.run_id] = RunRecord(
             request=request, status="running", created_at=datetime.now(UTC)
         )
@@ -80,3 +90,8 @@ class InlineRuntime:
 
     async def claim_expired(self, limit: int) -> list[str]:
         return []  # nothing outlives its process here
+
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        return self._keys.get((thread_id, actor_id, key))

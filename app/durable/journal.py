@@ -35,7 +35,15 @@ from app.core.ports import (
     Transaction,
 )
 from app.durable.context import JournaledContext, Unit, encode_payload
-from app.errors import JournalPruned, LeaseLost, RunNotFound, StoreError, ThreadBusy, ThreadNotFound
+from app.errors import (
+    JournalPruned,
+    LeaseLost,
+    RunNotFound,
+    StoreError,
+    ThreadBusy,
+    ThreadNotFound,
+    TurnInProgress,
+)
 from app.store import direct
 from app.store.clock import db_now
 from app.store.engine import autocommit, write_transaction
@@ -69,6 +77,12 @@ def _hold(lease_seconds: float) -> sa.Update:
     statement's compiled form for the life of the process)."""
     return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
 
+
+_KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
+    runs.c.thread_id == sa.bindparam("tid"),
+    runs.c.actor_id == sa.bindparam("actor"),
+    runs.c.idempotency_key == sa.bindparam("key"),
+)
 
 _LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
 """A run whose process stopped renewing its lease, by the database's clock (`app.store.clock`)."""
@@ -121,14 +135,19 @@ def _step_rows(
 
 
 def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
-    """The columns of a run's row that come from its request."""
+    """The columns of a run's row that come from its request. The Idempotency-Key goes in its
+    own columns only: `request` stays what every version of the code reads (a process not yet
+    upgraded, resuming the run, refuses a member it does not know)."""
+    keyed = request.idempotency
     return {
         "id": request.run_id,
         "thread_id": request.thread_id,
         "actor_id": request.actor_id,
         "agent": request.agent,
         "status": status,
-        "request": request.model_dump_json(),
+        "request": request.model_dump_json(exclude={"idempotency"}),
+        "idempotency_key": keyed.key if keyed is not None else None,
+        "request_fingerprint": keyed.fingerprint if keyed is not None else None,
     }
 
 
@@ -268,8 +287,31 @@ class SqlJournal:
             if "foreign" in text:
                 raise ThreadNotFound(request.thread_id) from exc
             if "unique" in text or "duplicate" in text:
+                await self._refuse_keyed(request)
                 raise ThreadBusy(request.thread_id) from exc
             raise StoreError(f"begin_run: {type(exc.orig).__name__}") from exc
+
+    async def _refuse_keyed(self, request: RunRequest) -> None:
+        """After a unique violation: `TurnInProgress` when the request's key names a run
+        already (the violation may be the key's index, the thread lease's, or both). Read only
+        once the database refused the insert, so the index decides who runs, not this read."""
+        keyed = request.idempotency
+        if keyed is None:
+            return
+        found = await self.find_keyed_run(request.thread_id, request.actor_id, keyed.key)
+        if found is not None:
+            raise TurnInProgress(*found)
+
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        """(run id, request fingerprint) of the thread's run under `key` (`KeyedRunFinder`):
+        one lookup on the unique index that holds the key."""
+        async with wrap_db_errors("keyed_run"), self._reader.connect() as conn:
+            row = (
+                await conn.execute(_KEYED_RUN, {"tid": thread_id, "actor": actor_id, "key": key})
+            ).one_or_none()
+        return (row.id, row.request_fingerprint or "") if row is not None else None
 
     async def _release_expired(self, thread_id: str) -> bool:
         """A run whose lease ran out no longer holds the thread: mark it failed (resumable).

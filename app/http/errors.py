@@ -1,7 +1,8 @@
 """The one place that knows HTTP status codes: `AgentError.code` -> status, and the error body.
 
 Every error leaves as ``{"error": {"code": ..., "message": ...}}`` (a failed run adds a top-level
-``"run_id"``). Two layers apply it, on purpose:
+``"run_id"``, and so does `turn_in_progress`, naming the run still running). Two layers apply it,
+on purpose:
 
 - `AgentRoute`, the router's ``route_class``, catches what a route raises (domain errors,
   request validation, anything unexpected) and answers with the JSON body itself. So the routes
@@ -25,7 +26,16 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AgentError, ContentTooLarge, InvalidInput, RunFailed
+from app.errors import (
+    AgentError,
+    ContentTooLarge,
+    InvalidInput,
+    RecordedFailure,
+    RunFailed,
+    TurnInProgress,
+    clipped,
+    echoed,
+)
 
 if TYPE_CHECKING:
     from app.module import AgentModule
@@ -44,11 +54,14 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "journal_pruned": 410,
         "method_not_allowed": 405,
         "thread_busy": 409,
+        "turn_in_progress": 409,
         "lease_lost": 409,
+        "run_completed": 409,
         "duplicate_message": 409,
         "content_too_large": 413,
         "invalid_input": 422,
         "invalid_content": 422,
+        "idempotency_key_reused": 422,
         "invalid_parameter": 400,  # the /v1 API's: OpenAI answers a bad parameter with 400
         "unsupported_parameter": 400,
         "validation_error": 422,
@@ -61,6 +74,7 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "provider_timeout": 502,
         "provider_rate_limited": 502,
         "provider_bad_response": 502,
+        "provider_context_exceeded": 502,
         "store_error": 503,
     }
 )
@@ -100,6 +114,8 @@ def status_for(error: BaseException) -> int:
     """The status of an error; a failed run takes its cause's."""
     if isinstance(error, RunFailed):
         return status_for(error.cause)
+    if isinstance(error, RecordedFailure):
+        return STATUS_BY_CODE.get(error.recorded_code, 500)
     if not isinstance(error, AgentError):
         return 500
     for cls in type(error).__mro__:
@@ -129,8 +145,12 @@ def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
     cause: BaseException = error
     if isinstance(error, RunFailed):
         run_id, cause = error.run_id, error.cause
+    elif isinstance(error, TurnInProgress):
+        run_id = error.run_id  # the run to wait for (`GET /runs/{id}`), named as a failed one is
     status = status_for(cause)
-    if isinstance(cause, AgentError):
+    if isinstance(cause, RecordedFailure):
+        code, message = cause.recorded_code, cause.message
+    elif isinstance(cause, AgentError):
         code, message = cause.code, cause.message
     else:
         code, message = "internal_error", INTERNAL_MESSAGE
@@ -168,18 +188,22 @@ def validation_error_response(error: RequestValidationError) -> JSONResponse:
                 "invalid_json",
                 f"request body is not valid JSON: {reason}{where}",
             )
+    return error_response(
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+    )
+
+
+def validation_message(error: RequestValidationError) -> str:
+    """Each bad field, named by where it is (`content`, `before`), and what is wrong with it;
+    never the value sent."""
     parts = []
-    for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
+    for problem in error.errors():
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if len(loc) > 1 and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]  # "content", not "body.content"; a bad body as a whole stays "body"
         msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{'.'.join(loc) or 'request'}: {msg}")
-    return error_response(
-        STATUS_BY_CODE["validation_error"],
-        "validation_error",
-        "; ".join(parts) or "invalid request",
-    )
+    return "; ".join(parts) or "invalid request"
 
 
 _HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(
@@ -292,7 +316,7 @@ async def bounded_body(request: Request, limit: int, content_limit: int) -> Requ
         try:
             size = int(declared)
         except ValueError:
-            raise InvalidInput(f"Content-Length {declared!r} is not a number") from None
+            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
         if size > limit:
             raise BodyTooLarge(size, content_limit)
     chunks: list[bytes] = []

@@ -16,24 +16,28 @@ Who is asking is the module's own actor resolver, exactly as for the API. A brow
 an `Authorization` header when following a link, so `/inspect/login` takes an API key once and
 keeps it in an HttpOnly, SameSite=Strict cookie scoped to `/inspect`; each request hands that
 key to the same resolver as a bearer header. Another actor's thread or run is a 404, as in the
-API.
+API. SameSite does not stop a cross-site POST from *setting* a cookie, so login and logout
+refuse a form posted from another site (`cross_site`: `Sec-Fetch-Site`, else `Origin`) with a
+403.
 """
 
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import parse_qs, urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pydantic import BaseModel
 
 from app.core.loop import read_bound
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import (
     RunTrace,
     supports_run_timeline,
@@ -43,7 +47,7 @@ from app.core.report import RunReport
 from app.core.tokens import estimate_message_tokens
 from app.errors import AgentError, RunNotFound, ThreadNotFound
 from app.http.deps import canonical_uuid
-from app.http.errors import public_message, status_for
+from app.http.errors import public_message, status_for, validation_message
 
 if TYPE_CHECKING:
     from app.module import Actor, AgentModule
@@ -65,6 +69,13 @@ SECURITY_HEADERS = {
 }
 UNAUTHORIZED_HEADERS = {**SECURITY_HEADERS, "WWW-Authenticate": "Bearer"}
 """A 401 says what the API's 401 says: a bearer key is wanted (the page offers the form)."""
+
+MAX_PAGE = MAX_SEQ // THREADS_PER_PAGE
+"""The last page number accepted: its offset still fits any database's integer."""
+PageQuery = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page of the thread list.")]
+BeforeQuery = Annotated[
+    int | None, Query(ge=1, le=MAX_SEQ, description="Only turns whose seq is below this.")
+]
 
 _templates = Environment(
     loader=PackageLoader("app.http", "templates"),
@@ -242,7 +253,26 @@ def _layout(segments: Iterable[tuple[str, int]], whole: int) -> list[tuple[str, 
 def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> APIRouter:
     """The inspector's routes, closed over `module`, at `prefix` (`module.router` includes
     them at `/inspect`; a host may build and include its own elsewhere)."""
-    router = APIRouter(prefix=prefix, include_in_schema=False)
+
+    class InspectorRoute(APIRoute):
+        """A parameter that does not validate (`?page=10**20`) is a page saying so, a 400:
+        the inspector answers a browser, and its values never reach the database."""
+
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                try:
+                    return await handler(request)
+                except RequestValidationError as exc:
+                    message = validation_message(exc)
+                    return render(
+                        request, "error.html", 400, status=400, message=message, actor=None
+                    )
+
+            return guarded
+
+    router = APIRouter(prefix=prefix, include_in_schema=False, route_class=InspectorRoute)
 
     def _base(request: Request) -> str:
         """Links and the cookie's path: the app's root path, then the prefix."""
@@ -271,22 +301,21 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         message = public_message(error.code, str(error))
         return render(request, "error.html", status, status=status, message=message, actor=actor)
 
-    async def threads(request: Request, page: int = 1) -> Response:
+    async def threads(request: Request, page: PageQuery = 1) -> Response:
         actor = await actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
-        page_no = max(1, page)
         listing = []
         store = module.store
         if supports_thread_listing(store):
-            offset = (page_no - 1) * THREADS_PER_PAGE
+            offset = (page - 1) * THREADS_PER_PAGE
             listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
         return render(
             request,
             "threads.html",
             actor=actor,
             threads=listing[:THREADS_PER_PAGE],
-            page_no=page_no,
+            page_no=page,
             more=len(listing) > THREADS_PER_PAGE,
             listable=supports_thread_listing(store),
         )
@@ -319,7 +348,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
             "running": any(t.status == "running" for t in turns),
         }
 
-    async def thread_page(request: Request, thread_id: str, before: int | None = None) -> Response:
+    async def thread_page(request: Request, thread_id: str, before: BeforeQuery = None) -> Response:
         actor = await actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
@@ -331,7 +360,7 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         return render(request, "thread.html", actor=actor, preview=preview, **values)
 
     async def timeline_fragment(
-        request: Request, thread_id: str, before: int | None = None
+        request: Request, thread_id: str, before: BeforeQuery = None
     ) -> Response:
         actor = await _actor(module, request)
         if actor is None:
@@ -377,7 +406,16 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
     async def login_form(request: Request) -> Response:
         return render(request, "login.html", failed=False, actor=None)
 
+    def refused_cross_site(request: Request) -> HTMLResponse | None:
+        if not cross_site(request):
+            return None
+        message = "a form posted from another site is refused: sign in on this page"
+        return render(request, "error.html", 403, status=403, message=message, actor=None)
+
     async def login(request: Request) -> Response:
+        refused = refused_cross_site(request)
+        if refused is not None:
+            return refused
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         key = (form.get("key") or [""])[0].strip()
         actor = await module.actor_resolver(_with_key(request, key)) if key else None
@@ -395,6 +433,9 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
         return response
 
     async def logout(request: Request) -> Response:
+        refused = refused_cross_site(request)
+        if refused is not None:
+            return refused
         response = RedirectResponse(_base(request) + "/login", status_code=303)
         response.delete_cookie(COOKIE, path=_base(request))
         return response
@@ -419,6 +460,25 @@ def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> API
     router.add_api_route("/logout", logout, methods=["POST"])
     router.add_api_route("/static/{name}", static, methods=["GET"])
     return router
+
+
+def cross_site(request: Request) -> bool:
+    """Whether a form POST came from another site's page: login CSRF, which signs the victim
+    in as the attacker (whose threads then collect what the victim types), or logs them out.
+
+    `Sec-Fetch-Site` decides when sent (a page cannot forge it): only `same-origin`, and
+    `none` (the user's own action), pass. Else `Origin` must name this host (a browser sends
+    it with every cross-site POST, and `null` from a sandboxed or redirected context is
+    refused). A request with neither is no browser's (curl, a script): it passes as it
+    always did, since login CSRF needs a browser to carry the cookie."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None:
+        return site.lower() not in ("same-origin", "none")
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    host = request.headers.get("host", "")
+    return origin == "null" or urlsplit(origin).netloc.lower() != host.lower()
 
 
 async def _actor(module: AgentModule, request: Request) -> Actor | None:

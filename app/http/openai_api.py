@@ -38,15 +38,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.core.messages import Message
-from app.core.ports import Thread, supports_run_messages
+from app.core.messages import MAX_SEQ, Message
+from app.core.ports import Idempotency, Thread, supports_named_threads
 from app.core.report import RunReport
 from app.errors import (
     AgentError,
     AgentNotFound,
+    IdempotencyKeyReused,
     InvalidInput,
     RunNotFound,
     ThreadNotFound,
+    clipped,
+    echoed,
 )
 from app.http.deps import ActorDep, ModuleDep, canonical_uuid
 from app.http.errors import (
@@ -55,6 +58,7 @@ from app.http.errors import (
     error_payload,
     public_message,
 )
+from app.http.idempotency import IdempotencyKeyHeader, idempotency, keyed_thread_id
 from app.http.openai_items import (
     answer_of,
     item_position,
@@ -80,6 +84,7 @@ from app.http.openai_stream import ResponseStream
 from app.http.router import transcript_page
 from app.http.turns import check_content, start_turn
 from app.module import Actor, AgentModule
+from app.outcome import run_messages
 
 log = logging.getLogger("app.http")
 
@@ -150,15 +155,17 @@ def agent_error(error: AgentError) -> JSONResponse:
     status, code, message, run_id = error_payload(error)
     cause = getattr(error, "cause", error)
     if isinstance(cause, ThreadNotFound):
-        message = f"conversation {cause.thread_id!r} not found"
+        message = f"conversation {echoed(cause.thread_id)} not found"
     elif isinstance(cause, RunNotFound):
-        message = f"response {cause.run_id!r} not found"
+        message = f"response {echoed(cause.run_id)} not found"
     elif isinstance(cause, AgentNotFound):
-        message = f"no agent named {cause.agent!r} (a model here is an agent's name)"
+        message = f"no agent named {echoed(cause.agent)} (a model here is an agent's name)"
     param = getattr(cause, "param", None) or _PARAM_BY_CODE.get(code)
     retry = False if run_id is not None or code == "quota_exceeded" else None
+    if code == "turn_in_progress":
+        retry = True  # the same request, retried, gets the turn's answer once it ends
     return openai_error(
-        400 if status == 422 else status,
+        400 if status == 422 and code != "idempotency_key_reused" else status,
         code,
         message,
         param=param,
@@ -170,7 +177,7 @@ def agent_error(error: AgentError) -> JSONResponse:
 def validation_error(error: RequestValidationError) -> JSONResponse:
     problems = list(error.errors())
     for problem in problems:
-        loc = [str(p) for p in problem.get("loc", ())]
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
         if loc and loc[0] in ("body", "path", "query", "header"):
             loc = loc[1:]
         param = ".".join(loc) or None
@@ -314,7 +321,7 @@ async def create_conversation(
     title = metadata.pop("title", None)
     if metadata:
         raise UnsupportedParameter(
-            f"metadata.{sorted(metadata)[0]}", "only `agent` and `title` metadata are kept"
+            f"metadata.{clipped(sorted(metadata)[0])}", "only `agent` and `title` metadata are kept"
         )
     if title is not None and len(title) > TITLE_MAX_CHARS:
         raise InvalidParameter("metadata.title", f"at most {TITLE_MAX_CHARS} characters")
@@ -358,7 +365,14 @@ async def list_items(
     actor: ActorDep,
     module: ModuleDep,
     limit: Annotated[int, Query(ge=1, le=100, description="Items per page.")] = 20,
-    after: Annotated[str | None, Query(description="An item id: list from after it.")] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="An item id: list from after it (`msg_<seq>`, `fc_<seq>_<i>`, "
+            "`fco_<seq>_<i>`).",
+            examples=["msg_12", "fc_12_0", "fco_12_0"],
+        ),
+    ] = None,
     order: Annotated[Literal["asc", "desc"], Query(description="By position.")] = "desc",
     include: Annotated[list[str] | None, Query(description="Accepted, ignored.")] = None,
 ) -> ItemsPage:
@@ -366,7 +380,7 @@ async def list_items(
     thread = await _owned_thread(module, conversation_id, actor)
     cursor = item_position(after) if after is not None else None
     if after is not None and cursor is None:
-        raise InvalidParameter("after", f"{after!r} is not an item id of this API")
+        raise InvalidParameter("after", f"{echoed(after)} is not an item id of this API")
     if order == "desc":
         items = await _items_desc(module, thread.id, limit + 1, cursor)
     else:
@@ -385,7 +399,7 @@ async def _items_desc(
 ) -> list[Item]:
     """Newest first: pages of messages read backwards until `want` items are in hand."""
     out: list[Item] = []
-    before = cursor[0] + 1 if cursor is not None else None
+    before = _below(cursor[0] + 1) if cursor is not None else None
     while len(out) < want:
         messages = await transcript_page(module, thread_id, want, before)
         if not messages:
@@ -410,7 +424,7 @@ async def _items_asc(
     while len(out) < want:
         messages: list[Message] = [
             m
-            for m in await transcript_page(module, thread_id, want, start + want)
+            for m in await transcript_page(module, thread_id, want, _below(start + want))
             if (m.seq or 0) >= start
         ]
         if not messages:
@@ -423,17 +437,35 @@ async def _items_asc(
     return out[:want]
 
 
+def _below(seq: int) -> int | None:
+    """`seq` as a `before` bound for the store; None (no bound) past `MAX_SEQ`, which every
+    stored seq is below: the bound itself would overflow the database's integer."""
+    return seq if seq <= MAX_SEQ else None
+
+
 # --- responses -----------------------------------------------------------------------------
 
 ResponseIdPath = Annotated[str, Path(description="The response's (run's) id.")]
 
 
-async def create_response(actor: ActorDep, module: ModuleDep, body: CreateResponseIn) -> Response:
-    """Run one turn, as `POST /agents/{agent}/threads/{id}/messages` does."""
+async def create_response(
+    actor: ActorDep,
+    module: ModuleDep,
+    body: CreateResponseIn,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> Response:
+    """Run one turn, as `POST /agents/{agent}/threads/{id}/messages` does. With an
+    `Idempotency-Key`, a repeat is answered with the first turn's Response (streamed or not,
+    as this request asks: `stream` is not part of what the key must match)."""
     _refuse_unsupported(body)
     content = _input_text(body.input)
     check_content(content, module.settings.max_content_bytes)  # before a thread is made
-    thread = await _thread_for(module, actor, body)
+    keyed = idempotency(
+        idempotency_key,
+        "responses",
+        body.model_dump(mode="json", exclude={"stream", "stream_options"}, exclude_none=True),
+    )
+    thread = await _thread_for(module, actor, body, keyed)
     definition = module.loop.definition(thread.agent)
     run_id = str(uuid.uuid4())
     created_at = time.time()
@@ -445,9 +477,12 @@ async def create_response(actor: ActorDep, module: ModuleDep, body: CreateRespon
         content=content,
         stream=bool(body.stream),
         run_id=run_id,
+        idempotency=keyed,
     )
     if turn.queue is None or turn.first is None:
         result = await asyncio.shield(turn.task)
+        if result.run_id != run_id:  # the key's earlier turn: dated as its run is
+            created_at = await _run_created_at(module, result.run_id, created_at)
         out = response_out(
             run_id=result.run_id,
             agent=definition.name,
@@ -460,6 +495,9 @@ async def create_response(actor: ActorDep, module: ModuleDep, body: CreateRespon
             definition=definition,
         )
         return JSONResponse(out.model_dump(mode="json"))
+    if turn.run_id != run_id:  # the key's earlier turn
+        run_id = turn.run_id
+        created_at = await _run_created_at(module, run_id, created_at)
     start = response_out(
         run_id=run_id,
         agent=definition.name,
@@ -509,8 +547,17 @@ def _input_text(value: str | list[InputMessage]) -> str:
     return text
 
 
-async def _thread_for(module: AgentModule, actor: Actor, body: CreateResponseIn) -> Thread:
-    """The thread the turn runs in: `conversation`'s, `previous_response_id`'s, or a new one."""
+async def _run_created_at(module: AgentModule, run_id: str, default: float) -> float:
+    record = await module.loop.runtime.get_run(run_id)
+    created = record.created_at if record is not None else None
+    return created.timestamp() if created is not None else default
+
+
+async def _thread_for(
+    module: AgentModule, actor: Actor, body: CreateResponseIn, keyed: Idempotency | None
+) -> Thread:
+    """The thread the turn runs in: `conversation`'s, `previous_response_id`'s, or a new one
+    (with an Idempotency-Key, the one named after the actor and the key: see `_keyed_thread`)."""
     if body.conversation is not None and body.previous_response_id is not None:
         raise InvalidParameter(
             "previous_response_id", "pass conversation or previous_response_id, not both"
@@ -526,11 +573,35 @@ async def _thread_for(module: AgentModule, actor: Actor, body: CreateResponseIn)
                 "model", "name the agent in model (or pass conversation or previous_response_id)"
             )
         definition = module.loop.definition(body.model)
+        if keyed is not None:
+            return await _keyed_thread(module, actor, definition.name, keyed)
         return await module.store.create_thread(actor_id=actor.id, agent=definition.name)
     if body.model is not None and body.model != thread.agent:
         raise InvalidParameter(
-            "model", f"this conversation belongs to agent {thread.agent!r}, not {body.model!r}"
+            "model",
+            f"this conversation belongs to agent {thread.agent!r}, not {echoed(body.model)}",
         )
+    return thread
+
+
+async def _keyed_thread(
+    module: AgentModule, actor: Actor, agent: str, keyed: Idempotency
+) -> Thread:
+    """A new thread for a keyed request, created once under an id named after the actor and
+    the key: its retry (which would otherwise start a thread, and a turn, of its own) finds
+    the same thread and, in it, the key's run. The store's insert decides a race of the two."""
+    store = module.store
+    if not supports_named_threads(store):
+        raise InvalidParameter(
+            "conversation",
+            f"{type(store).__name__} cannot name a new thread after an Idempotency-Key: "
+            "pass conversation or previous_response_id with the key",
+        )
+    thread = await store.create_named_thread(
+        keyed_thread_id(actor.id, keyed.key), actor_id=actor.id, agent=agent
+    )
+    if thread.actor_id != actor.id or thread.agent != agent:
+        raise IdempotencyKeyReused(None)  # the key first started a thread of another agent
     return thread
 
 
@@ -552,7 +623,7 @@ async def get_response(
     request = record.request
     output: list[Item] = []
     if record.status == "completed":
-        answer = answer_of(await _run_messages(module, request.thread_id, canonical))
+        answer = answer_of(await run_messages(module.store, request.thread_id, canonical))
         output = output_items(answer) if answer is not None else []
     error = None
     if record.error_code is not None:
@@ -569,14 +640,6 @@ async def get_response(
         error=error,
         definition=module.loop.agents.get(request.agent),
     )
-
-
-async def _run_messages(module: AgentModule, thread_id: str, run_id: str) -> list[Message]:
-    store = module.store
-    if supports_run_messages(store):
-        return await store.run_messages(thread_id, run_id)
-    thread = await store.get_thread(thread_id)  # a store without the lookup: read it all
-    return [m for m in (thread.messages if thread else []) if m.run_id == run_id]
 
 
 __all__ = ["build_openai_router", "openai_error_response"]

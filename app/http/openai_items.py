@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Literal
 
 from app.core.loop import AgentDefinition
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.report import RunReport
 from app.http.openai_schemas import (
     ConversationIdOut,
@@ -49,11 +49,14 @@ def call_item_id(seq: int | None, index: int) -> str:
 
 
 def item_position(item_id: str) -> tuple[int, int] | None:
-    """(seq, slot) of an item id, the order items are listed in; None for a foreign id."""
+    """(seq, slot) of an item id, the order items are listed in; None for a foreign id, or one
+    whose seq is past `MAX_SEQ`."""
     match = _ITEM_ID.match(item_id)
     if match is None:
         return None
     kind, seq, index = match.group(1), int(match.group(2)), match.group(3)
+    if seq > MAX_SEQ:
+        return None  # no message sits there: refused, never sent to the database
     if kind == "msg":
         return (seq, MESSAGE_SLOT) if index is None else None
     if index is None:

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from app.core.messages import Message
+from app.core.messages import MAX_SEQ, Message
 from app.core.ports import ThreadInfoReader
 from app.core.report import RunReport, RunResult
 from app.errors import (
@@ -43,6 +43,7 @@ from app.http.deps import (
     run_id_or_404,
 )
 from app.http.errors import agent_route_class, public_message
+from app.http.idempotency import IdempotencyKeyHeader, idempotency
 from app.http.inspector import build_inspector_router
 from app.http.schemas import (
     CreateThreadIn,
@@ -73,9 +74,11 @@ _DESCRIPTIONS = {
     "malformed (`bad_request`).",
     401: "No actor: a missing or unknown API key (`unauthorized`).",
     404: "No such agent, or no such thread/run for this actor (`*_not_found`).",
-    409: "A turn is already running on this thread (`thread_busy`).",
+    409: "A turn is already running on this thread (`thread_busy`), or the turn this "
+    "`Idempotency-Key` names still runs (`turn_in_progress`: retry for its answer).",
     413: "The content is over `AGENT_MAX_CONTENT_BYTES` (`content_too_large`).",
-    422: "The request does not validate (`validation_error`, `invalid_content`).",
+    422: "The request does not validate (`validation_error`, `invalid_content`), or its "
+    "`Idempotency-Key` came first with another body (`idempotency_key_reused`).",
     429: "The actor's token quota is spent (`quota_exceeded`).",
     500: "Internal error (`internal_error`); details are logged, never sent.",
     502: "The model provider failed (`provider_*`); `run_id` names the failed run.",
@@ -205,7 +208,7 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=200, description="Messages per page.")] = 50,
     before: Annotated[
         int | None,
-        Query(ge=1, le=2**31 - 1, description="Only messages with `seq` below this."),
+        Query(ge=1, le=MAX_SEQ, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
     page = await transcript_page(module, thread.id, limit + 1, before)  # one extra: is there more?
@@ -261,11 +264,13 @@ async def post_message(
     module: ModuleDep,
     body: PostMessageIn,
     request: Request,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> Response:
     """Run one turn. JSON by default; SSE when the client accepts `text/event-stream`.
 
     Either way the turn runs in a task of its own: a client that disconnects or a request
-    that is cancelled does not stop it, and its answer is stored.
+    that is cancelled does not stop it, and its answer is stored. With an `Idempotency-Key`,
+    a repeat is answered with the first turn's answer, in the form this request asked for.
     """
     if thread.agent != definition.name:
         raise ThreadNotFound(thread.id)  # the thread exists, but not under this agent
@@ -277,6 +282,7 @@ async def post_message(
         actor_id=actor.id,
         content=body.content,
         stream=wants_stream,
+        idempotency=idempotency(idempotency_key, "messages", body.model_dump(mode="json")),
     )
     if turn.queue is None or turn.first is None:
         result = await asyncio.shield(turn.task)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.loop import LoopEvent
-from app.core.ports import Thread
+from app.core.ports import Idempotency, TextDelta, Thread
 from app.core.report import RunResult
 from app.errors import AgentError, ContentTooLarge, InvalidContent, RunFailed
 from app.http.sse import END, TurnEnded, TurnQueue
@@ -30,6 +31,11 @@ log = logging.getLogger("app.http")
 class StartedTurn:
     task: asyncio.Task[RunResult]
     """The running turn; await it through `asyncio.shield` so a cancelled request leaves it be."""
+    run_id: str
+    """The run that answers: this turn's, or (streaming callers only; others read the result)
+    the earlier turn's that this request's Idempotency-Key named. A repeated turn's events are
+    its stored answer's text as one delta, then the end, as a provider that cannot stream would
+    send it (or only the end, for a turn that failed)."""
     queue: TurnQueue | None = None
     """Its events, ending with `END` (streaming callers only)."""
     first: LoopEvent | TurnEnded | None = None
@@ -45,10 +51,13 @@ async def start_turn(
     content: str,
     stream: bool,
     run_id: str | None = None,
+    idempotency: Idempotency | None = None,
 ) -> StartedTurn:
     """Check `content`, then start the turn. With `stream`, wait for its first event; a turn
-    refused before it began raises its error here (`ThreadBusy`, `QuotaExceeded`)."""
+    refused before it began raises its error here (`ThreadBusy`, `QuotaExceeded`, and for an
+    Idempotency-Key `TurnInProgress` and `IdempotencyKeyReused`)."""
     check_content(content, module.settings.max_content_bytes)
+    run_id = run_id or str(uuid.uuid4())
     queue: TurnQueue | None = asyncio.Queue() if stream else None
     task: asyncio.Task[RunResult] = module.spawn(
         module.run_turn(
@@ -59,18 +68,31 @@ async def start_turn(
             on_event=queue.put if queue is not None else None,
             thread=thread,
             run_id=run_id,
+            idempotency=idempotency,
         )
     )
     task.add_done_callback(_observe)
     if queue is None:
-        return StartedTurn(task)
+        return StartedTurn(task, run_id)
     task.add_done_callback(lambda _t: queue.put_nowait(END))
     first = await queue.get()
-    if first is END:
-        error = task.exception() if not task.cancelled() else None
+    if first is END and not task.cancelled():
+        error = task.exception()
         if isinstance(error, AgentError) and not isinstance(error, RunFailed):
             raise error  # refused before the run began (busy, quota): a plain HTTP error
-    return StartedTurn(task, queue, first)
+        if isinstance(error, RunFailed) and error.run_id != run_id:
+            return StartedTurn(task, error.run_id, queue, first)  # the key's failed turn
+        if error is None and task.result().run_id != run_id:
+            return _repeated(task, queue, task.result())
+    return StartedTurn(task, run_id, queue, first)
+
+
+def _repeated(task: asyncio.Task[RunResult], queue: TurnQueue, result: RunResult) -> StartedTurn:
+    """The key's earlier turn's answer as a stream: its text in one delta, then the end."""
+    queue.put_nowait(END)
+    text = result.message.content
+    first: LoopEvent | TurnEnded = TextDelta(text=text) if text else END
+    return StartedTurn(task, result.run_id, queue, first)
 
 
 def check_content(content: str, limit: int) -> None:

@@ -69,7 +69,29 @@ class TurnMetrics:
         )
         self.summaries = Counter(
             "agent_summaries",
-            "Rolling summaries made (one per summarizer call; a long backlog folds in several).",
+            "Rolling summaries made and stored (one per fold chunk; a long backlog folds in "
+            "several). A refused one is counted in agent_summaries_rejected instead.",
+            ["agent"],
+            registry=r,
+        )
+        self.summaries_rejected = Counter(
+            "agent_summaries_rejected",
+            "Fold chunks whose summarizer answer was refused or whose call failed, by reason "
+            "(empty, truncated, tool_call, refused, echo, too_long, failed:<code>): nothing was "
+            "stored, and a later turn folds them.",
+            ["agent", "reason"],
+            registry=r,
+        )
+        self.summaries_compressed = Counter(
+            "agent_summaries_compressed",
+            "Summaries that outgrew their cap and were compressed by one more summarizer call.",
+            ["agent"],
+            registry=r,
+        )
+        self.summaries_clipped = Counter(
+            "agent_summaries_clipped",
+            "Summaries still over their cap after that, cut to it: what was cut is lost (the "
+            "summary tells the model so).",
             ["agent"],
             registry=r,
         )

@@ -282,8 +282,17 @@ class ObservedRuntime:
         self.metrics.child(self.metrics.model_seconds, agent, purpose).observe(elapsed)
         self.metrics.child(self.metrics.tokens, agent, purpose, "input").inc(usage[0])
         self.metrics.child(self.metrics.tokens, agent, purpose, "output").inc(usage[1])
-        if purpose == "history_summary":
-            self.metrics.child(self.metrics.summaries, agent).inc()
+        if purpose != "history_summary" or not isinstance(value, dict):
+            return
+        if "rejected" in value:
+            reason = str(value["rejected"])[:40]
+            self.metrics.child(self.metrics.summaries_rejected, agent, reason).inc()
+            return
+        self.metrics.child(self.metrics.summaries, agent).inc()
+        if value.get("compressed"):
+            self.metrics.child(self.metrics.summaries_compressed, agent).inc()
+        if value.get("clipped_chars"):
+            self.metrics.child(self.metrics.summaries_clipped, agent).inc()
 
     def _model_attributes(self, name: str, value: JsonValue) -> Attributes:
         """A chat step (`model:n`) or a summarizer step (`history:summarize[:n]`)."""
@@ -305,9 +314,16 @@ class ObservedRuntime:
             out[NS + "messages_sent"] = int(metrics.get("messages_sent", 0))
             out[NS + "window_trimmed"] = bool(metrics.get("window_trimmed", False))
         else:
-            out[NS + "summary.covers_through_seq"] = int(value.get("covers_through_seq", 0))
+            if "covers_through_seq" in value:
+                out[NS + "summary.covers_through_seq"] = int(value["covers_through_seq"])
             out[NS + "summary.input_messages"] = int(value.get("input_messages", 0))
             out[NS + "summary.input_tokens"] = int(value.get("input_tokens", 0))
+            out[NS + "summary.calls"] = int(value.get("calls", 1))
+            if "rejected" in value:
+                out[NS + "summary.rejected"] = str(value["rejected"])
+            for key in ("compressed", "clipped_chars"):
+                if value.get(key):
+                    out[NS + "summary." + key] = int(value[key])
         return out
 
 
@@ -417,10 +433,16 @@ def _run_attributes(report: RunReport) -> Attributes:
     out["gen_ai.usage.input_tokens"] = sum(p for p, _ in totals.values())
     out["gen_ai.usage.output_tokens"] = sum(c for _, c in totals.values())
     out[NS + "model_calls"] = len(report.model_calls)
-    if report.summary is not None:
-        out[NS + "summary.made"] = report.summary.made
-        out[NS + "summary.covers_through_seq"] = report.summary.covers_through_seq
-        out[NS + "summary.folds"] = report.summary.folds
+    summary = report.summary
+    if summary is not None:
+        out[NS + "summary.made"] = summary.made
+        out[NS + "summary.covers_through_seq"] = summary.covers_through_seq
+        out[NS + "summary.folds"] = summary.folds
+        out[NS + "summary.calls"] = summary.calls
+        # What a fold lost or left for later: the figures an operator alerts on.
+        for key in ("rejected", "compressed", "clipped", "pending", "omitted"):
+            out[NS + "summary." + key] = getattr(summary, key)
+        out[NS + "summary.deferred"] = summary.deferred
     out[NS + "journal_bytes"] = sum(report.journal_bytes.values())
     return out
 

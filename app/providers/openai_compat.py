@@ -10,7 +10,9 @@ Retries (tenacity): timeouts, transport errors, 429 and 5xx are retried with exp
 that arrived but cannot be understood. A stream is retried only until the server has accepted
 it (a 2xx status): once its body has begun, deltas may already be on the user's screen, so a
 failure from then on is final (``ProviderBadResponse`` for a cut, ``ProviderTimeout`` for a
-stall).
+stall). Two exceptions, both where the server failed before a single event: a stream that ends
+empty is asked again unstreamed, for the server's reason (llama-cpp-python puts a prompt past
+its context in its log only), and llama.cpp's `error:` line is its error.
 
 The API key only ever goes into the ``Authorization`` header, and credentials in ``base_url``
 (``http://user:password@host/v1``) only into Basic auth: no message or log line holds either.
@@ -22,6 +24,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -41,7 +44,13 @@ from app.core.ports import (
     Usage,
 )
 from app.core.tokens import estimate_usage
-from app.errors import ProviderBadResponse, ProviderError, ProviderRateLimited, ProviderTimeout
+from app.errors import (
+    ProviderBadResponse,
+    ProviderContextExceeded,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderTimeout,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +95,8 @@ class OpenAICompatibleProvider:
         max_tokens: Cap on the tokens of each answer, sent as ``max_tokens``; ``None`` sends
             none and leaves the length to the server (a small local model may then ramble
             until its context is full). A request's own ``max_tokens`` (the summarizer's)
-            lowers it for that call; with no cap set here, none is sent for any call.
+            replaces it for that call (a summary's budget is its own, not the chat
+            answer's); with no cap set here, none is sent for any call.
         max_tokens_field: The request field the cap goes in: ``max_tokens`` (most servers:
             llama.cpp, vLLM, Ollama, older OpenAI models) or ``max_completion_tokens``
             (OpenAI's reasoning models refuse ``max_tokens``).
@@ -261,6 +271,16 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(f"stream from {self.url} was cut off: {exc}") from exc
         finally:
             await response.aclose()
+        if not assembly.done and not assembly.seen_data:
+            # A 200 stream that ended without a single event: llama-cpp-python's server answers
+            # a prompt past its context so, its reason only in its own log. The same request
+            # unstreamed is answered with that reason (or, if it was a fluke, with the answer).
+            logger.warning("the stream from %s ended empty; asking again unstreamed", self.url)
+            whole = await self._complete(request)
+            if whole.content:
+                yield TextDelta(text=whole.content)
+            yield whole
+            return
         yield assembly.result(request)
 
     # --- request ------------------------------------------------------------------------------
@@ -278,9 +298,9 @@ class OpenAICompatibleProvider:
             # servers refuse `max_tokens` (OpenAI's reasoning models want
             # `max_completion_tokens`), so the field is never sent where it was not asked for.
             # Without it the loop still clips what comes back.
-            body[self.max_tokens_field] = min(
-                self.max_tokens, request.max_tokens or self.max_tokens
-            )
+            # A request's own cap is its own budget, not lowered further by the chat answer's
+            # cap: a summary allowed 3,000 words must not be cut at the chat's 256 tokens.
+            body[self.max_tokens_field] = request.max_tokens or self.max_tokens
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body
@@ -358,7 +378,13 @@ class OpenAICompatibleProvider:
             ) from exc
         if usage is None:
             usage = estimate_usage(request, content, calls)
-        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=str(model))
+        return ModelResponse(
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            model=str(model),
+            finish_reason=_finish_reason(data["choices"][0]),
+        )
 
 
 class _StreamAssembly:
@@ -370,11 +396,19 @@ class _StreamAssembly:
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self._usage: Usage | None = None
+        self._finish_reason: str | None = None
+        self.seen_data = False
+        """Whether any `data:` event came: a stream that ends with none said nothing at all."""
 
     def feed(self, line: str) -> str:
         """Take one line; return the content it adds ("" for none)."""
+        if line.startswith("error:"):
+            # llama.cpp's server sends a failure after the 200 (a prompt past its context) as an
+            # `error: {...}` line of its own, not as a `data:` event.
+            raise ProviderError(f"provider failed mid-stream: {_stream_error(line[6:].strip())}")
         if not line.startswith("data:"):
             return ""  # blank separators, ": keep-alive" comments, event:/id: fields
+        self.seen_data = True
         payload = line[len("data:") :].strip()
         if payload == "[DONE]":
             self.done = True
@@ -399,6 +433,7 @@ class _StreamAssembly:
             self._usage = _usage(chunk["usage"], chunk.get("timings"))
         text = ""
         for choice in chunk.get("choices") or []:
+            self._finish_reason = _finish_reason(choice) or self._finish_reason
             delta = choice.get("delta") or {}
             piece = delta.get("content")
             if piece:
@@ -430,7 +465,13 @@ class _StreamAssembly:
             calls.append(_tool_call(slot["id"], slot["name"], "".join(slot["args"])))
         content = "".join(self._content)
         usage = self._usage or estimate_usage(request, content, calls)
-        return ModelResponse(content=content, tool_calls=calls, usage=usage, model=self._model)
+        return ModelResponse(
+            content=content,
+            tool_calls=calls,
+            usage=usage,
+            model=self._model,
+            finish_reason=self._finish_reason,
+        )
 
 
 # --- wire shapes ---------------------------------------------------------------------------
@@ -529,13 +570,35 @@ def _count(name: str, value: Any) -> int:
 # --- errors --------------------------------------------------------------------------------
 
 
+def _finish_reason(choice: Any) -> str | None:
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return reason[:40] if isinstance(reason, str) and reason else None
+
+
+_CONTEXT_EXCEEDED = re.compile(
+    r"context[_ ](length|window)|maximum context|too many tokens|prompt is too long|"
+    r"exceeds? (the )?(available )?context",
+    re.IGNORECASE,
+)
+"""How servers word "the prompt is longer than the model's context": OpenAI's code
+`context_length_exceeded`, llama.cpp's "exceed context window of 2048", vLLM's "maximum context
+length", Anthropic's "prompt is too long"."""
+
+
 def _status_failure(status: int, headers: httpx.Headers, content: bytes) -> Exception:
-    """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final."""
-    text = f"provider returned HTTP {status}: {_error_message_from_body(content)}"
+    """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final; a
+    400/413 that says the context was exceeded is `ProviderContextExceeded` (a fold splits its
+    chunk on it)."""
+    message = _error_message_from_body(content)
+    text = f"provider returned HTTP {status}: {message}"
     if status == 429:
         return _Transient(ProviderRateLimited(text), retry_after=_retry_after(headers))
     if status >= 500:
         return _Transient(ProviderError(text))
+    if status in (400, 413, 422) and (
+        _CONTEXT_EXCEEDED.search(message) or b"context_length_exceeded" in content[:4096]
+    ):
+        return ProviderContextExceeded(text)
     return ProviderError(text)
 
 
@@ -557,6 +620,16 @@ def _error_message(data: Any) -> str:
         if isinstance(error, str):
             return error
     return _excerpt(data)
+
+
+def _stream_error(payload: str) -> str:
+    """The message of llama.cpp's `error:` line: ``{"code", "message", "type"}``."""
+    try:
+        data = json.loads(payload)
+    except (ValueError, RecursionError):
+        return _excerpt(payload)
+    message = data.get("message") if isinstance(data, dict) else None
+    return message if isinstance(message, str) else _error_message(data)
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from app.core.messages import Message
 from app.core.ports import (
     AgentStore,
+    NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
     SummaryStore,
@@ -37,9 +38,19 @@ class MemoryStore:
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        return await self.create_named_thread(
+            str(uuid.uuid4()), actor_id=actor_id, agent=agent, title=title
+        )
+
+    async def create_named_thread(
+        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread:
+        existing = self._threads.get(thread_id)
+        if existing is not None:
+            return existing.model_copy(update={"messages": []})
         now = datetime.now(UTC)
         thread = Thread(
-            id=str(uuid.uuid4()),
+            id=thread_id,
             actor_id=actor_id,
             agent=agent,
             title=title,
@@ -142,4 +153,5 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_DIGESTS: PromptDigestStore = MemoryStore()
     _AS_SUMMARIES: SummaryStore = MemoryStore()
     _AS_RUN_MESSAGES: RunMessagesReader = MemoryStore()
+    _AS_NAMED_THREADS: NamedThreadCreator = MemoryStore()
     _AS_LISTER: ThreadLister = MemoryStore()

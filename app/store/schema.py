@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from app.core.ports import MODEL_NAME_CHARS
+from app.core.ports import IDEMPOTENCY_KEY_CHARS, MODEL_NAME_CHARS
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -32,6 +32,7 @@ _ID = sa.String(36)
 _NOW = sa.func.current_timestamp()
 _PRUNABLE = "status = 'completed' AND steps_pruned_at IS NULL"
 _PRUNABLE_FAILED = "status = 'failed' AND steps_pruned_at IS NULL"
+_KEYED = "idempotency_key IS NOT NULL"
 
 threads = sa.Table(
     "threads",
@@ -140,6 +141,22 @@ runs = sa.Table(
     ),
     sa.Column("steps_pruned_at", sa.DateTime(timezone=True), nullable=True),
     # When the run's journal (`run_steps`) was deleted by retention; NULL while it is kept.
+    sa.Column("idempotency_key", sa.String(IDEMPOTENCY_KEY_CHARS), nullable=True),
+    sa.Column("request_fingerprint", sa.String(64), nullable=True),
+    # The turn's Idempotency-Key and a digest of the request it came with (NULL without one).
+    # They live on the run's row, so a key is kept exactly as long as the run's report.
+    sa.Index(
+        "uq_runs_thread_id_actor_id_idempotency_key",
+        "thread_id",
+        "actor_id",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=sa.text(_KEYED),
+        sqlite_where=sa.text(_KEYED),
+    ),
+    # One run per key, actor and thread, decided by the database: two concurrent requests
+    # with one key cannot both insert their run (the second's insert fails, and it answers
+    # the first's outcome). Partial: unkeyed runs cost it nothing.
     sa.Index("ix_runs_status_lease_expires_at", "status", "lease_expires_at"),
     # A run looked up by its id alone (GET /runs/{id}, reopening a run): not unique, because a
     # distributed table's unique keys must hold the thread; run ids are UUIDs all the same.

@@ -409,15 +409,26 @@ class SqlAgentStore:
     # --- AgentStore ------------------------------------------------------------------------
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
-        if title is not None:
-            reason = unstorable_text(Message(role="user", content=title))
-            if reason is not None:
-                raise InvalidContent(reason.replace("message text", "title"))
+        _check_title(title)
         thread_id = str(uuid.uuid4())
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(
                 threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
             )
+            row = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one()
+        return _thread(row, [])
+
+    async def create_named_thread(
+        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread:
+        """`NamedThreadCreator`: INSERT ... ON CONFLICT DO NOTHING on the id, then the row, in
+        one transaction: two requests racing to create it get the one thread."""
+        _check_title(title)
+        values = {"id": thread_id, "actor_id": actor_id, "agent": agent, "title": title}
+        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(threads).values(values).on_conflict_do_nothing()
+        async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
+            await conn.execute(stmt)
             row = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one()
         return _thread(row, [])
 
@@ -704,6 +715,13 @@ class SqlAgentStore:
         async with wrap_db_errors("run_messages"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in rows]
+
+
+def _check_title(title: str | None) -> None:
+    if title is not None:
+        reason = unstorable_text(Message(role="user", content=title))
+        if reason is not None:
+            raise InvalidContent(reason.replace("message text", "title"))
 
 
 def _thread(row: Any, msgs: list[Message]) -> Thread:

@@ -11,9 +11,10 @@
   `actor_usage.last_ledger_id`; existing ids are kept, each actor's counter starts at its
   highest.
 
-Every row is kept. On SQLite a changed key means a table is rebuilt (batch mode); foreign keys
-are on during migrations, and rebuilding `runs` would drop it, cascading to its steps, so
-run_steps loses its foreign key before runs is rebuilt and gets the new one after.
+Every row is kept. On SQLite a changed key means a table is rebuilt (batch mode). Written when
+migrations ran with foreign keys on, where rebuilding `runs` would drop it, cascading to its
+steps: run_steps loses its foreign key before runs is rebuilt and gets the new one after. They
+run with foreign keys off now (`app.store.migrate`), which is what kept the rows of 0005.
 
 Revision ID: 0007
 Revises: 0006

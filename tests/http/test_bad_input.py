@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
 import pytest
 
+from app.errors import ECHO_CHARS
+from app.http.openai_api import build_openai_router
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,
@@ -111,6 +114,41 @@ async def test_out_of_range_paging_is_422_never_500(
 async def test_unknown_agent_is_404(client: httpx.AsyncClient, thread_id: str) -> None:
     r = await client.post(_url(thread_id, agent="nobody"), headers=ALICE, json={"content": "hi"})
     assert_error(r, 404, "agent_not_found")
+
+
+async def test_an_error_quotes_at_most_the_start_of_a_callers_value(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Found by attack: a 404 for an unknown `model` echoed all 200 KB of it. Every name or id
+    a refusal quotes back is cut to its first `ECHO_CHARS` characters, with its length. (In a
+    URL the value is 20,000 characters: httpx refuses to send a longer URL.)"""
+    module = make_module()
+    app = make_app(module)
+    app.include_router(build_openai_router(module))
+    client = await open_client(stack, app)
+    thread = await new_thread(client)
+    long, url = "x" * 200_000, "x" * 20_000
+    cases: list[tuple[str, str, Any, int]] = [
+        ("POST", f"/agents/{url}/threads", {}, len(url)),
+        ("GET", f"/threads/{url}", None, len(url)),
+        ("GET", f"/runs/{url}", None, len(url)),
+        ("GET", f"/v1/conversations/{thread}/items?after={url}", None, len(url)),
+        ("GET", f"/v1/models/{url}", None, len(url)),
+        ("POST", f"/agents/helper/threads/{thread}/messages", {"content": "a", long: 1}, len(long)),
+        ("POST", "/v1/responses", {"model": long, "input": "hi"}, len(long)),
+        ("POST", "/v1/responses", {"conversation": long, "input": "hi"}, len(long)),
+        ("POST", "/v1/responses", {"previous_response_id": long, "input": "hi"}, len(long)),
+        ("POST", "/v1/responses", {"model": "helper", "input": "hi", long: 1}, len(long)),
+        ("POST", "/v1/conversations", {"metadata": {"agent": long}}, len(long)),
+        ("POST", "/v1/conversations", {"metadata": {"agent": "helper", long: "x"}}, len(long)),
+    ]
+    for method, path, body, size in cases:
+        r = await client.request(method, path, json=body, headers=ALICE)
+        where = f"{method} {path[:40]} {str(body)[:40]}"
+        assert 400 <= r.status_code < 500, (where, r.status_code)
+        assert len(r.content) < 1_000, (where, len(r.content))
+        shown = rf"(?<!x)x{{{ECHO_CHARS}}}'?… \({size:,} characters\)"  # quoted, or a param
+        assert re.search(shown, r.text), (where, r.text)
 
 
 @pytest.mark.parametrize("bad", ["not-a-uuid", "1", "00000000-0000-0000-0000", "%20", "..%2F.."])

@@ -32,7 +32,10 @@ def _leaves(cls: type[e.AgentError]) -> list[type[e.AgentError]]:
 
 def test_every_error_in_the_tree_has_a_status() -> None:
     for cls in _leaves(e.AgentError):
-        if cls in (e.AgentError, e.RunFailed) or not cls.__module__.startswith("app."):
+        # A failed run, and a run's recorded failure, answer with the code they carry.
+        if cls in (e.AgentError, e.RunFailed, e.RecordedFailure):
+            continue
+        if not cls.__module__.startswith("app."):
             continue
         assert cls.code in STATUS_BY_CODE, f"{cls.__name__} ({cls.code}) has no status"
 
@@ -53,6 +56,10 @@ def test_every_error_in_the_tree_has_a_status() -> None:
         (e.RunFailed("r", e.ProviderBadResponse("bad")), 502),
         (e.RunFailed("r", e.StoreError("down")), 503),
         (e.RunFailed("r", RuntimeError("boom")), 500),
+        (e.RunFailed("r", e.RecordedFailure("provider_timeout", "slow")), 502),
+        (e.RunFailed("r", e.RecordedFailure("a_code_of_a_later_version", "?")), 500),
+        (e.TurnInProgress("r"), 409),
+        (e.IdempotencyKeyReused("r"), 422),
         (RuntimeError("boom"), 500),
     ],
 )

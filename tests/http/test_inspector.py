@@ -190,6 +190,76 @@ async def test_signing_in_keeps_the_key_in_a_cookie_the_resolver_reads(
 
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
+CROSS_SITE = [
+    {"Origin": "http://evil.example"},
+    {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site"},  # a sibling subdomain is another site's page too
+    {"Origin": "null"},  # a sandboxed frame or a redirect hides where it came from
+    {"Origin": "http://test.evil.example"},
+    {"Origin": "http://test", "Sec-Fetch-Site": "cross-site"},  # the browser's word wins
+]
+SAME_ORIGIN = [
+    {"Origin": "http://test", "Sec-Fetch-Site": "same-origin"},
+    {"Origin": "http://test"},  # a browser without Fetch Metadata
+    {"Sec-Fetch-Site": "none"},  # the user's own action
+    {},  # no browser at all (curl, a script): as it always was
+]
+
+
+async def test_a_cross_site_login_is_refused_and_sets_no_cookie(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Found by attack: a form on evil.example posting the attacker's key to /inspect/login got
+    a 303 and the cookie (login CSRF: the victim then works in the attacker's account)."""
+    client = await open_client(stack, make_app(make_module()))
+    for headers in CROSS_SITE:
+        r = await client.post("/inspect/login", content="key=key-b", headers={**_FORM, **headers})
+        assert r.status_code == 403, (headers, r.status_code)
+        assert "set-cookie" not in r.headers, headers
+        assert r.headers["content-type"].startswith("text/html"), headers
+        assert "another site is refused" in r.text, headers
+        assert (await client.get("/inspect/")).status_code == 401, headers  # still signed out
+    for headers in SAME_ORIGIN:
+        r = await client.post("/inspect/login", content="key=key-b", headers={**_FORM, **headers})
+        assert r.status_code == 303 and "set-cookie" in r.headers, (headers, r.status_code)
+
+
+async def test_a_cross_site_logout_is_refused_and_keeps_the_session(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    signed = await client.post("/inspect/login", content="key=key-a", headers=_FORM)
+    assert signed.status_code == 303
+    for headers in CROSS_SITE:
+        r = await client.post("/inspect/logout", headers=headers)
+        assert r.status_code == 403 and "set-cookie" not in r.headers, headers
+        assert (await client.get("/inspect/")).status_code == 200, headers  # still signed in
+    same = await client.post("/inspect/logout", headers=SAME_ORIGIN[0])
+    assert same.status_code == 303 and "set-cookie" in same.headers
+    assert (await client.get("/inspect/")).status_code == 401
+
+
+async def test_a_page_number_out_of_range_is_a_400_page_not_a_database_error(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """`?page=` and `?before=` past what the database holds used to reach the SQL (503 on
+    PostgreSQL, 500 on SQLite); now the inspector answers with a page of its own."""
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client)
+    urls = [
+        *(f"/inspect/?page={n}" for n in ("0", "-1", str(10**20), "two")),
+        *(f"/inspect/threads/{thread}?before={n}" for n in ("0", str(2**31), str(2**63))),
+        f"/inspect/threads/{thread}/timeline?before={2**31}",
+    ]
+    for url in urls:
+        r = await client.get(url, headers=ALICE)
+        assert r.status_code == 400, (url, r.text)
+        assert r.headers["content-type"].startswith("text/html"), url
+        assert r.headers["content-security-policy"].startswith("default-src 'none'"), url
+        assert "page:" in r.text or "before:" in r.text, (url, r.text)
+    assert (await client.get(f"/inspect/?page={2**31 // 25}", headers=ALICE)).status_code == 200
+
 
 async def test_a_turn_in_flight_is_on_the_timeline_with_its_checkpoints(
     stack: AsyncExitStack, make_module: ModuleFactory

@@ -142,3 +142,57 @@ async def test_a_run_resumed_after_its_process_died_is_counted_as_such() -> None
     found = samples(generate_latest(metrics.registry).decode())
     assert value(found, "agent_runs_resumed_total", agent="helper", reason="lease_expired") == 1
     assert value(found, "agent_runs_resumed_total", agent="helper", reason="failed") == 1
+
+
+class SummarizerDown:
+    """One model for chat and summaries (`summarize=True` binds the module's own model): the
+    chat answers, the summarizer fails while `down`, then answers `length` once, then works."""
+
+    model = "two-faced"
+
+    def __init__(self) -> None:
+        self.down = True
+        self.cut_once = False
+
+    async def complete(self, request: Any) -> Any:
+        from app.core.ports import ModelResponse
+        from app.errors import ProviderError
+
+        if request.purpose == "history_summary":
+            if self.down:
+                raise ProviderError("provider returned HTTP 503: summarizer overloaded")
+            if self.cut_once:
+                self.cut_once = False
+                return ModelResponse(content="- half a su", finish_reason="length")
+            return ModelResponse(content="- the user said turn things", finish_reason="stop")
+        return ModelResponse(content="answer", finish_reason="stop")
+
+
+async def test_a_summarizer_outage_is_counted_and_every_turn_still_answers(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """The issue measured [200, 502, 502, 502, 200] while the summarizer was down: now every
+    turn answers, each refused fold is counted by outcome, and a later turn folds."""
+    model = SummarizerDown()
+    module = make_module(model=model, history={"max_messages": 4, "summarize": True})
+    client = await open_client(stack, make_app(module))
+    thread = await new_thread(client)
+    statuses, reports = [], []
+    for i in range(12):
+        if i == 8:
+            model.down, model.cut_once = False, True
+        r = await post(client, thread, f"turn {i}")
+        statuses.append(r.status_code)
+        reports.append(r.json()["report"])
+    assert statuses == [200] * 12
+    reasons = [x for r in reports if r["summary"] for x in r["summary"]["rejected_reasons"]]
+    assert reasons.count("failed:provider_error") >= 3 and reasons[-1] == "truncated"
+    found = await scrape(client)
+    helper = {"agent": "helper"}
+    assert value(
+        found, "agent_summaries_rejected_total", reason="failed:provider_error", **helper
+    ) == reasons.count("failed:provider_error")
+    assert value(found, "agent_summaries_rejected_total", reason="truncated", **helper) == 1
+    stored = sum(r["summary"]["folds"] - r["summary"]["rejected"] for r in reports if r["summary"])
+    assert stored >= 1 and value(found, "agent_summaries_total", **helper) == stored
+    assert any(r["summary"] and r["summary"]["made"] for r in reports[8:])

@@ -121,6 +121,24 @@ async def test_items_page_in_both_orders(alice: AsyncOpenAI) -> None:
         assert seen == expected
 
 
+async def test_an_item_cursor_past_the_last_possible_seq_is_a_400(alice: AsyncOpenAI) -> None:
+    """Item ids carry a seq; one past the 32-bit column is refused before any SQL (it was a
+    503 on PostgreSQL), and the largest seq there can be is still a cursor like any other."""
+    first = await alice.responses.create(model="helper", input="one")
+    assert first.conversation is not None
+    conversation_id = first.conversation.id
+    for cursor in ("msg_2147483648", "fc_9999999999_0", "fco_2147483648_1"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await alice.conversations.items.list(conversation_id, after=cursor)
+        assert (refused.value.code, refused.value.param) == ("invalid_parameter", "after")
+    newest_first = alice.conversations.items.list(conversation_id, after="msg_2147483647")
+    assert len([i.id async for i in newest_first]) == 2  # everything is before it
+    oldest_first = alice.conversations.items.list(
+        conversation_id, after="msg_2147483647", order="asc"
+    )
+    assert [i.id async for i in oldest_first] == []  # nothing is after it
+
+
 async def test_previous_response_id_continues_that_thread(alice: AsyncOpenAI) -> None:
     first = await alice.responses.create(model="helper", input="start a thread")
     second = await alice.responses.create(previous_response_id=first.id, input="and go on")

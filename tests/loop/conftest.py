@@ -116,6 +116,8 @@ class LoopEnv:
         max_steps: int = 8,
         quota: int | None = None,
         agent: str = "helper",
+        fold_calls: int = 2,
+        fold_timeout: float | None = 120.0,
     ) -> AgentLoop:
         definition = AgentDefinition(
             name=agent,
@@ -131,6 +133,8 @@ class LoopEnv:
             model=model,
             agents={agent: definition},
             token_quota=quota,
+            fold_calls_per_turn=fold_calls,
+            fold_timeout=fold_timeout,
         )
 
     async def thread(self, messages: Sequence[Message] = (), actor: str = "alice") -> str:

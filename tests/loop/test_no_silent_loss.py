@@ -1,5 +1,7 @@
 """No silent loss, as a property: at every turn of a summarizing policy, every stored message is
-either sent verbatim or covered by the thread's summary (`seq <= covers_through_seq`).
+either sent verbatim or covered by the thread's summary (`seq <= covers_through_seq`), or, while
+a backlog is folded over several turns (`fold_calls_per_turn`), among the oldest unsummarized
+messages that the run's report counts as `omitted` and the prompt says are left out.
 
 Random transcripts (imported run-less history, tool exchanges, sizes from a word to pages),
 random policies (count and token windows, summarized runs, a custom policy that declares a read
@@ -17,13 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.history import summarizing_runs_window, window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import Message, ToolCall, ToolResult
+from app.core.loop import AgentDefinition, AgentLoop, omission_note
+from app.core.messages import ChatMessage, Message, ToolCall, ToolResult
 from app.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
+    ModelRequest,
+    ModelResponse,
     Usage,
 )
 from app.durable import InlineRuntime
@@ -106,33 +110,48 @@ messages = st.builds(
 )
 
 
+class Recording(EchoModel):
+    """EchoModel that keeps the last chat prompt it was sent."""
+
+    prompt: list[ChatMessage]
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.prompt = request.messages
+        return await super().complete(request)
+
+
 @settings(max_examples=60)
 @given(
     policy=policies,
     history=st.lists(messages, max_size=40),
     turns=st.lists(st.integers(1, 500), min_size=1, max_size=12),
+    calls=st.integers(1, 4),
 )
 def test_every_message_is_sent_or_summarized_at_every_turn(
-    policy: HistoryPolicy, history: list[Message], turns: list[int]
+    policy: HistoryPolicy, history: list[Message], turns: list[int], calls: int
 ) -> None:
-    asyncio.run(_check(policy, history, turns))
+    asyncio.run(_check(policy, history, turns, calls))
 
 
-async def _check(policy: HistoryPolicy, history: list[Message], turns: list[int]) -> None:
+async def _check(
+    policy: HistoryPolicy, history: list[Message], turns: list[int], calls: int
+) -> None:
     store = MemoryStore()
     watching = Watching(policy)
+    model = Recording()
     loop = AgentLoop(
         store=store,
         runtime=InlineRuntime(),
         ledger=MemoryLedger(),
-        model=EchoModel(),
+        model=model,
         agents={"a": AgentDefinition(name="a", system_prompt="s", policy=watching)},  # type: ignore[arg-type]
+        fold_calls_per_turn=calls,
     )
     thread = await store.create_thread(actor_id="u", agent="a")
     if history:
         await store.append_messages(thread.id, history)
     for size in turns:
-        await loop.run_turn(
+        result = await loop.run_turn(
             agent="a",
             thread_id=thread.id,
             actor_id="u",
@@ -145,9 +164,22 @@ async def _check(policy: HistoryPolicy, history: list[Message], turns: list[int]
         covered = summary.covers_through_seq if summary is not None else 0
         sent = {m.seq for m in watching.kept}
         answer_seq = stored.messages[-1].seq  # stored after the prompt was built
-        for m in stored.messages:
-            if m.seq == answer_seq:
-                continue
-            assert m.seq in sent or (m.seq or 0) <= covered, (
-                f"message {m.seq} is neither sent nor summarized (summary through {covered})"
-            )
+        report = result.report.summary
+        omitted = report.omitted if report is not None else 0
+        pending = report.pending if report is not None else 0
+        assert result.report.summary is None or result.report.summary.calls <= calls
+        unsent = [
+            m.seq
+            for m in stored.messages
+            if m.seq != answer_seq and m.seq not in sent and (m.seq or 0) > covered
+        ]
+        # What the summary does not cover and `select` did not keep rides (the degraded
+        # history) but for the oldest `omitted`, which the prompt announces.
+        assert len(unsent) == pending, f"{unsent} unsent, the report owes {pending}"
+        assert unsent == list(range(covered + 1, covered + 1 + pending))
+        notes = [
+            m.content for m in model.prompt if m.role == "system" and "not in any" in m.content
+        ]
+        assert notes == ([omission_note(omitted)] if omitted else [])
+        history_sent = [m for m in model.prompt[1:] if m.role != "system"]
+        assert len(history_sent) >= len(watching.kept) + pending - omitted

@@ -12,7 +12,7 @@ import pytest
 from app.core.history import window_history
 from app.core.messages import Message
 from app.core.ports import ModelRequest, ModelResponse, Usage
-from app.errors import ProviderError, RunFailed
+from app.errors import ProviderError, RunCompleted, RunFailed
 from app.store.schema import run_steps, runs
 from app.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
@@ -434,3 +434,23 @@ async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_f
         ("user", "go"),
         ("assistant", "bad\ufffd"),
     ]
+
+
+async def test_resuming_a_completed_run_says_it_is_completed(env: LoopEnv) -> None:
+    """Found by attack: it said the run "was taken over by another process (its lease ran
+    out)", which sends an operator looking for a second process that does not exist."""
+    tid = await env.thread()
+    model = ScriptedProvider([reply("the answer")])
+    loop = env.loop(model, window_history(max_messages=3))
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="q?", run_id=rid()
+    )
+    with pytest.raises(RunCompleted, match="is already completed: nothing to resume") as info:
+        await loop.resume(result.run_id)
+    assert info.value.run_id == result.run_id
+    assert not isinstance(info.value, RunFailed) and "taken over" not in str(info.value)
+    record = await env.journal.get_run(result.run_id)
+    assert record is not None and record.status == "completed"
+    thread = await env.store.get_thread(tid)
+    assert thread is not None and [m.content for m in thread.messages] == ["q?", "the answer"]
+    assert len(model.calls) == 1  # no model call for the refused resume

@@ -25,6 +25,7 @@ from app.core.ports import (
     ThreadTurnQuery,
     Usage,
 )
+from app.core.summary import CLIP_NOTE
 from app.core.tokens import estimate_message_tokens
 from app.durable import InlineRuntime
 from app.errors import ConfigError, RunFailed
@@ -144,8 +145,9 @@ async def test_between_folds_each_prompt_extends_the_previous_one(env: LoopEnv) 
 
 
 async def test_a_long_backlog_folds_in_chunks_that_each_fit_the_budget(env: LoopEnv) -> None:
-    """A policy switched on for a thread that is already long: no single summarizer call is
-    larger than `fold_max_tokens`; every chunk is stored as it is made."""
+    """A policy switched on for a thread that is already long, with calls enough to fold it in
+    one turn: no single summarizer call is larger than `fold_max_tokens`; every chunk is
+    stored as it is made."""
     history = [m for i in range(150) for m in (user(f"q{i:03d}" * 8), assistant(f"a{i:03d}" * 8))]
     tid = await env.thread(history)
     budget = 400
@@ -153,7 +155,7 @@ async def test_a_long_backlog_folds_in_chunks_that_each_fit_the_budget(env: Loop
     policy = window_history(max_messages=4, summarize=summarizer, fold_max_tokens=budget)
     store = CountingStore(env.store)
     run_id = rid()
-    result = await env.loop(EchoModel(), policy, store=store).run_turn(
+    result = await env.loop(EchoModel(), policy, store=store, fold_calls=100).run_turn(
         agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
     )
     assert store.bounded_reads == [8], "the turn read itself is the window plus a fold batch"
@@ -461,15 +463,17 @@ async def test_the_threshold_prefers_the_providers_count_of_the_last_call(env: L
 async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays_bounded(
     env: LoopEnv,
 ) -> None:
-    """A summarizer (a model that rambles, or lies) returning far more than the summary's cap:
-    each summary kept is cut to half the fold budget, so every later prompt and fold stays
-    bounded however long the thread gets; the ledger still books what the provider billed."""
+    """A summarizer (a model that rambles, or lies) returning far more than the summary's cap,
+    even when asked to compress: the summary is asked to compress itself once per fold, then
+    each one kept is cut to half the fold budget and says so (`CLIP_NOTE`), so every later
+    prompt and fold stays bounded however long the thread gets; the clips are counted and the
+    ledger still books what the provider billed."""
     budget = 400
     cap = budget // 2
-    seen_caps: list[int | None] = []
+    seen: list[tuple[str, int | None]] = []
 
     async def rambling(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
-        seen_caps.append(ctx.summary_max_tokens)
+        seen.append((ctx.fold_task, ctx.summary_max_tokens))
         return HistorySummary(
             text=" ".join(f"fact{i}" for i in range(20_000)),  # ~ 35,000 estimated tokens
             usage=Usage(prompt_tokens=100, completion_tokens=40_000),
@@ -486,19 +490,21 @@ async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays
             agent="helper", thread_id=tid, actor_id="alice", content=f"turn {i}", run_id=run_id
         )
         reports.append(result.report)
-    assert seen_caps and set(seen_caps) == {cap}, "the summarizer is told its cap"
+    assert {cap_ for task, cap_ in seen if task == "fold"} == {cap}, "told its cap"
+    assert {cap_ for task, cap_ in seen if task == "compress"} == {cap // 2}, "asked for half"
     for _, text in await _summary_rows(env.store, tid):
         assert estimate_message_tokens(Message(role="system", content=text)) <= cap
+        assert text.startswith(CLIP_NOTE + "\n"), "the summary says it was cut"
         assert text.endswith("fact19998 fact19999"), "the end is kept"
-        assert text.startswith("fact") and text.split()[0] in {f"fact{i}" for i in range(20_000)}
     sizes = [sum(estimate_message_tokens(m) for m in call.messages) for call in model.calls]
     assert max(sizes) <= cap + 200, f"every prompt is the capped summary plus the window: {sizes}"
     folded = [r.summary for r in reports if r.summary is not None and r.summary.made]
     assert len(folded) >= 3 and all(s.clipped == s.folds for s in folded)
+    assert all(s.compressed == 0 and s.calls == 2 for s in folded), "one compression tried"
     ledger = [
         e
         for run_id in run_ids
         for e in await env.ledger.entries_for_run(run_id)
         if e.purpose == "history_summary"
     ]
-    assert ledger and {e.completion_tokens for e in ledger} == {40_000}, "booked as billed"
+    assert ledger and {e.completion_tokens for e in ledger} == {80_000}, "both calls booked"

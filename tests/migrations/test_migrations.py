@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -13,20 +11,6 @@ from alembic.migration import MigrationContext
 from app.store import migrate
 from app.store.engine import make_engine
 from app.store.schema import metadata
-from tests.conftest import create_pg_database, drop_pg_database
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """An empty database of its own, so up and down run on a clean slate."""
-    if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path}/fresh.db"
-        return
-    url = create_pg_database("agent_migr")
-    try:
-        yield url
-    finally:
-        drop_pg_database(url)
 
 
 def _diff(connection: sa.Connection) -> list[Any]:

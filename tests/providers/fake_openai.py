@@ -101,6 +101,7 @@ def completion(
     prompt_tokens: int = 11,
     completion_tokens: int = 7,
     model: str = "fake-model",
+    finish_reason: str | None = "stop",
 ) -> dict[str, Any]:
     """A non-streamed chat completion body."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -110,7 +111,7 @@ def completion(
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,

@@ -19,9 +19,11 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.messages import ChatMessage
 from app.core.ports import ModelProvider, ModelRequest, ModelResponse, TextDelta, Usage
 from app.core.report import RunReport
 from app.core.tokens import estimate_usage
+from app.errors import ProviderBadResponse, ProviderError
 from app.module import AgentModule
 from app.providers import OpenAICompatibleProvider
 from app.registry import agent
@@ -302,3 +304,24 @@ async def test_a_windowed_conversation_summarized_by_the_same_model(
         f"\nprompt tokens over the conversation: estimate {estimated} / real {real} = {ratio:.2f}"
     )
     assert 0.5 < ratio < 2.0, (estimated, real)
+
+
+async def test_a_prompt_past_the_context_is_the_servers_own_error_when_streamed(
+    llama_url: str, tap: WireTap
+) -> None:
+    """Found by attack: streamed, the server's 200 stream ends empty (the reason goes to its
+    log), and the run failed with "stream ended before its [DONE] marker". The provider now
+    asks the same request unstreamed, which the server refuses in its own words. One retry:
+    the server drops the connection its failed stream came on, and the pool may hand it out
+    again (a transport error the provider retries, as it would any)."""
+    too_long = ModelRequest(messages=[ChatMessage(role="user", content="word " * 3000)])
+    async with httpx.AsyncClient(transport=tap, trust_env=False) as client:
+        provider = OpenAICompatibleProvider(
+            llama_url, None, MODEL_ALIAS, timeout=120.0, max_retries=1, client=client,
+            max_tokens=MAX_TOKENS,
+        )  # fmt: skip
+        with pytest.raises(ProviderError, match="maximum context length is 2048") as caught:
+            async for _event in provider.stream(too_long):
+                pass
+    assert not isinstance(caught.value, ProviderBadResponse)
+    assert [sent["stream"] for sent, _ in tap.exchanges] == [True, False]

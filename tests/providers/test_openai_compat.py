@@ -24,6 +24,7 @@ from app.core.ports import (
 from app.errors import (
     ConfigError,
     ProviderBadResponse,
+    ProviderContextExceeded,
     ProviderError,
     ProviderRateLimited,
     ProviderTimeout,
@@ -108,7 +109,10 @@ async def test_plain_completion(fake_openai: FakeOpenAI, make_provider: MakeProv
     response = await provider.complete(ask())
 
     assert response == ModelResponse(
-        content="Hi there", usage=Usage(prompt_tokens=12, completion_tokens=3), model="fake-model"
+        content="Hi there",
+        usage=Usage(prompt_tokens=12, completion_tokens=3),
+        model="fake-model",
+        finish_reason="stop",
     )
     [sent] = fake_openai.requests
     assert (sent.method, sent.path) == ("POST", "/v1/chat/completions")
@@ -137,12 +141,14 @@ async def test_max_tokens_is_sent_only_when_set(
         make_provider(max_tokens=0)
 
 
-async def test_a_requests_own_max_tokens_only_lowers_a_configured_cap(
+async def test_a_requests_own_max_tokens_replaces_a_configured_cap(
     fake_openai: FakeOpenAI, make_provider: MakeProvider
 ) -> None:
-    """The summarizer's call carries its summary cap: the lower of the two caps is sent. With
-    no cap configured none is sent at all, since some servers refuse the field (OpenAI's
-    reasoning models want `max_completion_tokens`); the loop clips the answer instead."""
+    """The summarizer's call carries its summary's own budget, sent in place of the chat
+    answer's cap even when that cap is lower: a summary allowed 3,000 words cut at the chat's
+    256 tokens would come back truncated on every fold. With no cap configured none is sent at
+    all, since some servers refuse the field (OpenAI's reasoning models want
+    `max_completion_tokens`); the loop bounds the answer instead."""
     for _ in range(3):
         fake_openai.enqueue(Reply.json(completion("Hi")))
     capped = ask().model_copy(update={"max_tokens": 20})
@@ -152,7 +158,7 @@ async def test_a_requests_own_max_tokens_only_lowers_a_configured_cap(
     await make_provider().complete(capped)
 
     sent = [r.json() for r in fake_openai.requests]
-    assert [body.get("max_tokens") for body in sent] == [20, 8, None]
+    assert [body.get("max_tokens") for body in sent] == [20, 20, None]
     assert "max_tokens" not in sent[2]
 
 
@@ -296,6 +302,7 @@ async def test_streamed_text(fake_openai: FakeOpenAI, make_provider: MakeProvide
         content="Hello, world",
         usage=Usage(prompt_tokens=9, completion_tokens=4),
         model="fake-model",
+        finish_reason="stop",
     )
     body = fake_openai.requests[0].json()
     assert body["stream"] is True
@@ -339,6 +346,7 @@ async def test_streamed_tool_call_split_across_chunks(
         ],
         usage=Usage(prompt_tokens=20, completion_tokens=15),
         model="fake-model",
+        finish_reason="tool_calls",
     )
 
 
@@ -550,6 +558,63 @@ async def test_error_event_mid_stream_is_a_provider_error(
         await collect(make_provider().stream(ask()))
 
 
+CONTEXT_EXCEEDED = (
+    "This model's maximum context length is 2048 tokens. However, you requested 5036 tokens "
+    "(5031 in the messages, 5 in the completion). Please reduce the length of the messages."
+)
+"""What llama-cpp-python's server answers an over-long prompt unstreamed (its own words)."""
+
+
+def _empty_stream() -> Reply:
+    """A 200 event stream that ends with no event at all: what llama-cpp-python's server sends
+    for an over-long prompt when asked to stream (the reason goes to its log only)."""
+    return Reply(headers={"Content-Type": "text/event-stream"}, chunks=())
+
+
+async def test_an_empty_stream_surfaces_the_servers_own_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """It said "stream ended before its [DONE] marker"; the server's reason is asked for."""
+    fake_openai.enqueue(_empty_stream(), Reply.error(400, CONTEXT_EXCEEDED))
+    with pytest.raises(ProviderError, match="maximum context length is 2048") as caught:
+        await collect(make_provider().stream(ask("word " * 5000)))
+    assert not isinstance(caught.value, ProviderBadResponse)
+    streamed, unstreamed = fake_openai.requests
+    assert streamed.json()["stream"] is True and unstreamed.json()["stream"] is False
+    assert unstreamed.json()["messages"] == streamed.json()["messages"]
+
+
+async def test_an_empty_stream_then_an_unstreamed_answer_is_that_answer(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    fake_openai.enqueue(_empty_stream(), Reply.json(completion("Hello")))
+    events = await collect(make_provider().stream(ask()))
+    assert events[0] == TextDelta(text="Hello")
+    assert isinstance(events[1], ModelResponse) and events[1].content == "Hello"
+    assert len(fake_openai.requests) == 2
+
+
+async def test_a_llama_cpp_error_line_is_the_servers_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """llama.cpp's own server sends a failure after the 200 as an `error:` line, not `data:`."""
+    line = json.dumps(
+        {
+            "code": 400,
+            "message": "the request exceeds the available context size, try increasing it",
+            "type": "exceed_context_size_error",
+        }
+    )
+    fake_openai.enqueue(
+        Reply(
+            headers={"Content-Type": "text/event-stream"}, chunks=(f"error: {line}\n\n".encode(),)
+        )
+    )
+    with pytest.raises(ProviderError, match="exceeds the available context size"):
+        await collect(make_provider().stream(ask()))
+    assert len(fake_openai.requests) == 1
+
+
 # --- timeouts --------------------------------------------------------------------------------
 
 
@@ -677,3 +742,48 @@ async def test_the_cap_goes_in_max_completion_tokens_when_asked(
     assert all("max_tokens" not in body for body in sent)
     with pytest.raises(ValueError, match="max_tokens_field must be one of"):
         make_provider(max_tokens_field="max_output_tokens")
+
+
+async def test_the_finish_reason_is_read_so_a_cut_off_answer_is_known(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """A summary stopped by its token cap must not be stored as whole: the loop can only
+    refuse it if the provider says so (`finish_reason: length`), also for a reasoning model's
+    `content: null`."""
+    fake_openai.enqueue(Reply.json(completion("half a sum", finish_reason="length")))
+    fake_openai.enqueue(Reply.json(completion(None, finish_reason="length")))
+    fake_openai.enqueue(Reply.json(completion("ok", finish_reason=None)))
+    provider = make_provider()
+    got = [await provider.complete(ask()) for _ in range(3)]
+    assert [(r.content, r.finish_reason) for r in got] == [
+        ("half a sum", "length"),
+        ("", "length"),
+        ("ok", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"message": "too long", "code": "context_length_exceeded"}},
+        {"error": {"message": "Requested tokens (2100) exceed context window of 2048"}},
+        {"error": "This model's maximum context length is 4096 tokens"},
+    ],
+)
+async def test_a_prompt_over_the_context_is_its_own_final_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider, body: dict[str, Any]
+) -> None:
+    """Resending it cannot succeed, so it is not retried; a fold splits its chunk on it."""
+    fake_openai.enqueue(Reply.json(body, status=400))
+    with pytest.raises(ProviderContextExceeded):
+        await make_provider(max_retries=3).complete(ask())
+    assert len(fake_openai.requests) == 1
+
+
+async def test_any_other_400_stays_a_plain_provider_error(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    fake_openai.enqueue(Reply.json({"error": {"message": "bad role"}}, status=400))
+    with pytest.raises(ProviderError) as caught:
+        await make_provider().complete(ask())
+    assert not isinstance(caught.value, ProviderContextExceeded)

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,6 +54,32 @@ async def turn_in_flight(
             break
         await asyncio.sleep(0.025)
     return turn
+
+
+COMMAND_SECONDS = 120
+
+
+async def run_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`python *args` from the project's root with `env`, to its end (killed after
+    `COMMAND_SECONDS`): a one-shot command (`-m app migrate`, `-m alembic upgrade head`) whose
+    exit code and output the test reads."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(COMMAND_SECONDS):
+            out, err = await proc.communicate()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(list(args), proc.returncode, out.decode(), err.decode())
 
 
 def free_port() -> int:

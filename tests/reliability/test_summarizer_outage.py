@@ -1,0 +1,201 @@
+"""A summarizer outage is not a chat outage, through the whole HTTP path: the module's routes,
+a real `OpenAICompatibleProvider` on a real socket (tests/providers/fake_openai.py) whose
+summarizer answers are cut (`finish_reason: length`), empty (`content: null`), refused as too
+long (a 400 `context_length_exceeded`), 503s or hangs. On SQLite and PostgreSQL, with the
+summarizer on the chat model itself or on a model of its own.
+
+The issue measured `[200, 502, 502, 502, 200]` for five turns on a thread owing a fold while
+the summarizer failed; every one of them must be a 200, none of the summarizer's bad answers
+may become the summary, and the fold must happen once the summarizer is back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from app.core.history import HistoryConfig
+from app.core.summary import (
+    COMPRESS_SUMMARY_INSTRUCTION,
+    DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
+    summarize_with_model,
+)
+from app.providers import OpenAICompatibleProvider
+from app.store import SqlAgentStore
+from app.store.schema import ledger, thread_summaries
+from tests.factories import assistant, user
+from tests.http.conftest import (
+    ALICE,
+    ModuleFactory,
+    http_settings,
+    make_app,
+    new_thread,
+    open_client,
+)
+from tests.providers.fake_openai import FakeOpenAI, RecordedRequest, Reply, completion
+
+GOOD_SUMMARY = "- the user's order is ORD-7"
+
+
+def _is_summary_call(request: RecordedRequest) -> bool:
+    system = request.json()["messages"][0]["content"]
+    return any(
+        system.startswith(text[:60])
+        for text in (DEFAULT_HISTORY_SUMMARY_INSTRUCTION, COMPRESS_SUMMARY_INSTRUCTION)
+    )
+
+
+OUTAGES: dict[str, Callable[[], Reply]] = {
+    "length": lambda: Reply.json(completion("- the user's ord", finish_reason="length")),
+    "content-null": lambda: Reply.json(
+        completion(None, finish_reason="length", completion_tokens=512)
+    ),
+    "context-exceeded": lambda: Reply.json(
+        {
+            "error": {
+                "message": "This model's maximum context length is 2048 tokens. However, "
+                "your messages resulted in 4019 tokens.",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+        },
+        status=400,
+    ),
+    "503": lambda: Reply.error(503, "the summarizer is overloaded"),
+    "hang": lambda: Reply(delay=5.0),
+}
+
+
+class Script:
+    """Answers the chat and the summarizer requests reaching one fake server; the summarizer
+    fails as `outage` says until `up` is set."""
+
+    def __init__(self, outage: str) -> None:
+        self.outage = OUTAGES[outage]
+        self.up = False
+        self.summary_calls = 0
+        self.chat_prompts: list[list[dict[str, Any]]] = []
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        if _is_summary_call(request):
+            self.summary_calls += 1
+            return Reply.json(completion(GOOD_SUMMARY)) if self.up else self.outage()
+        self.chat_prompts.append(request.json()["messages"])
+        return Reply.json(completion(f"answer {len(self.chat_prompts)}"))
+
+
+@pytest.fixture
+async def second_server() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+    assert server.errors == []
+
+
+def _provider(server: FakeOpenAI, client: httpx.AsyncClient) -> OpenAICompatibleProvider:
+    async def no_sleep(seconds: float) -> None:
+        del seconds
+
+    return OpenAICompatibleProvider(
+        base_url=server.base_url,
+        api_key="sk-test",
+        model="fake-model",
+        timeout=10.0,
+        max_retries=2,
+        client=client,
+        sleep=no_sleep,
+        max_tokens=256,  # the chat's cap: a summary's own budget must replace it
+    )
+
+
+async def _summaries(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
+            .where(thread_summaries.c.thread_id == tid)
+            .order_by(thread_summaries.c.covers_through_seq)
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]
+
+
+@pytest.mark.parametrize("outage", sorted(OUTAGES))
+@pytest.mark.parametrize("summarizer", ["same-model", "own-model"])
+async def test_the_chat_answers_over_http_while_the_summarizer_fails(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    fake_openai: FakeOpenAI,
+    second_server: FakeOpenAI,
+    http_client: httpx.AsyncClient,
+    outage: str,
+    summarizer: str,
+) -> None:
+    chat = Script(outage)
+    fake_openai.responder = chat
+    model = _provider(fake_openai, http_client)
+    history: dict[str, Any] = {"max_messages": 4, "fold_messages": 4, "summarize": True}
+    script = chat
+    if summarizer == "own-model":
+        script = Script(outage)
+        second_server.responder = script
+        history["summarize"] = summarize_with_model(_provider(second_server, http_client))
+    module = make_module(
+        model=model,
+        history=HistoryConfig.model_validate(history),
+        settings=http_settings(history_fold_timeout_seconds=0.5),
+    )
+    client = await open_client(stack, make_app(module))
+    tid = await new_thread(client)
+    # A thread that owes a fold at once: 12 messages past a window of 4 (+4 before a fold).
+    await sql_store.append_messages(
+        tid, [m for i in range(6) for m in (user(f"q{i} ORD-{i}"), assistant(f"a{i}"))]
+    )
+
+    statuses: list[int] = []
+    seconds: list[float] = []
+    for i in range(5):
+        script.up = i == 4
+        started = time.perf_counter()
+        response = await client.post(
+            f"/agents/helper/threads/{tid}/messages", headers=ALICE, json={"content": f"t{i}"}
+        )
+        seconds.append(time.perf_counter() - started)
+        statuses.append(response.status_code)
+        assert response.status_code == 200, response.text
+        if i < 4:
+            summary = response.json()["report"]["summary"]
+            assert summary["made"] is False and summary["rejected"] >= 1, summary
+            assert summary["pending"] > 0, summary
+    assert statuses == [200, 200, 200, 200, 200]
+    assert max(seconds[:4]) < 3.0, f"an outage turn answers promptly: {seconds}"
+
+    # Nothing the failing summarizer said became the summary; the fold came once it was back.
+    stored = await _summaries(sql_store, tid)
+    # (After a context refusal the first chunks are smaller, so the fold may take two rows.)
+    assert stored and {text for _, text in stored} == {GOOD_SUMMARY}, stored
+    assert script.summary_calls >= 5
+    # While it was down, each chat prompt carried the newest messages the fold owed, within
+    # twice the window; the oldest left out are counted, and the model is told.
+    outage_prompts = chat.chat_prompts[:4]
+    assert "q5 ORD-5" in json.dumps(outage_prompts[0]), "the newest owed messages ride"
+    for prompt in outage_prompts:
+        assert len(prompt) <= 1 + 1 + 2 * 4, [m["role"] for m in prompt]
+        assert "are not in any summary yet" in prompt[1]["content"], prompt[1]
+    assert any(GOOD_SUMMARY in m["content"] for m in chat.chat_prompts[4])
+
+    async with sql_store.engine.connect() as conn:
+        purposes = (await conn.execute(sa.select(ledger.c.purpose))).scalars().all()
+    assert purposes.count("chat") == 5
+    if outage in ("length", "content-null"):
+        # Those answers were billed: booked, though refused.
+        assert purposes.count("history_summary") == 5
