@@ -77,13 +77,13 @@ def _distribute(shard_count: int | None) -> int:
     from app.store.engine import make_engine
 
     settings = get_settings()
-    problem = asyncio.run(database_problem(settings.database_url))
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
     if problem is not None:
         print(f"error: {problem}", file=sys.stderr)
         return 1
 
     async def run() -> list[str]:
-        engine = make_engine(settings.database_url)
+        engine = make_engine(settings.database_url, pgbouncer=settings.db_pgbouncer)
         try:
             return [o.line() for o in await distribute(engine, shard_count=shard_count)]
         finally:

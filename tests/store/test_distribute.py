@@ -133,8 +133,10 @@ def test_migrations_after_distribution_run_on_the_coordinator_and_reach_every_sh
     fresh: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Distributed at revision 0007, then upgraded to the newest: 0008 adds a column and a
-    partial index to `runs`, 0009 another index, and every revision after them runs here on a
-    distributed database too; Citus takes them to every shard."""
+    partial index to `runs`, 0009 another index, 0010 the idempotency key's partial unique
+    index (it holds `thread_id`, so Citus accepts it), and every revision after them runs here
+    on a distributed database too; Citus takes them to every shard, where the key's index
+    refuses a second run with one key on one thread."""
     asyncio.run(migrate.upgrade_url(fresh, "0007"))
     assert _distribute(fresh, monkeypatch, "--shard-count", str(CITUS_SHARDS)) == 0
     asyncio.run(migrate.upgrade_url(fresh))
@@ -148,6 +150,20 @@ def test_migrations_after_distribution_run_on_the_coordinator_and_reach_every_sh
                 "pg_indexes WHERE tablename = '%s' AND indexname LIKE 'ix_runs_prunable%%'$$)"
             )
             assert [r["result"] for r in found] == ["2"] * CITUS_SHARDS
+            keyed = await conn.fetch(
+                "SELECT result FROM run_command_on_shards('runs', $$SELECT count(*) FROM "
+                "pg_indexes WHERE tablename = '%s' AND indexname LIKE "
+                "'uq_runs_thread_id_actor_id_idempotency_key%%'$$)"
+            )
+            assert [r["result"] for r in keyed] == ["1"] * CITUS_SHARDS
+            await conn.execute("INSERT INTO threads (id, actor_id, agent) VALUES ('t', 'a', 'x')")
+            run = (
+                "INSERT INTO runs (id, thread_id, actor_id, agent, status, request, "
+                "idempotency_key) VALUES ($1, 't', 'a', 'x', 'completed', '{}', 'k')"
+            )
+            await conn.execute(run, "r1")
+            with pytest.raises(asyncpg.UniqueViolationError):
+                await conn.execute(run, "r2")
         finally:
             await conn.close()
         store = SqlAgentStore.from_url(fresh)
