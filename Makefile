@@ -10,7 +10,7 @@ RUN_STAMP := $(VENV)/.installed-run-$(SUM)
 DEV_STAMP := $(VENV)/.installed-dev-$(SUM)
 PIP    := $(BIN)/pip install -q --disable-pip-version-check
 
-.PHONY: install install-run run migrate test lint typecheck bench bench-recall bench-recall-llama bench-quick bench-throughput bench-peers bench-profile screenshot clean
+.PHONY: install install-run run migrate test test-citus lint typecheck bench bench-recall bench-recall-llama bench-quick bench-throughput bench-peers bench-profile screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,15 @@ migrate: install-run
 ## AGENT_REQUIRE_POSTGRES=1, which .ci/run sets).
 test: install lint typecheck
 	$(BIN)/pytest
+
+## The PostgreSQL tests of the store, journal, loop, HTTP and reliability suites again, on a
+## Citus cluster (a coordinator and two workers the tests start in a temporary directory, the
+## database distributed by `python -m app distribute`). Needs Citus built into PostgreSQL 15;
+## the start-up race test is left out (it makes plain databases of its own).
+test-citus: install
+	AGENT_TEST_ON_CITUS=1 AGENT_REQUIRE_CITUS=1 AGENT_REQUIRE_POSTGRES=1 $(BIN)/pytest -m postgres \
+		tests/store tests/durable tests/loop tests/http tests/reliability \
+		--ignore=tests/reliability/test_start_up.py
 
 lint: install
 	$(BIN)/ruff check app tests bench migrations scripts .ci/lowest_constraints.py

@@ -70,6 +70,35 @@ def _migrate() -> int:
     return 0
 
 
+def _distribute(shard_count: int | None) -> int:
+    """Each table on a line, as the database has it now; a refusal (not PostgreSQL, no Citus,
+    not migrated, distributed some other way) is one line and exit status 1."""
+    from app.store.distribute import distribute
+    from app.store.engine import make_engine
+
+    settings = get_settings()
+    problem = asyncio.run(database_problem(settings.database_url, settings.db_pgbouncer))
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
+
+    async def run() -> list[str]:
+        engine = make_engine(settings.database_url, pgbouncer=settings.db_pgbouncer)
+        try:
+            return [o.line() for o in await distribute(engine, shard_count=shard_count)]
+        finally:
+            await engine.dispose()
+
+    try:
+        lines = asyncio.run(run())
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    print(f"distributed with Citus: {redacted_url(settings.database_url)}")
+    return 0
+
+
 def _serve(host: str | None, port: int | None) -> int:
     """Settings, the app and the database are checked before uvicorn starts, so what an
     operator got wrong is one line, not uvicorn's start-up traceback."""
@@ -303,6 +332,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="bring the database to the newest schema",
         description="Run the migrations on $AGENT_DATABASE_URL (default ./agent.db).",
     )
+    distribute_ = sub.add_parser(
+        "distribute",
+        help="distribute a migrated PostgreSQL database with Citus (run on the coordinator)",
+        description="Distribute the tables of $AGENT_DATABASE_URL (a Citus coordinator, "
+        "migrated first) by thread and by actor, as docs/scale-out.md lays out. Safe to run "
+        "again: tables distributed already are left as they are.",
+    )
+    distribute_.add_argument(
+        "--shard-count",
+        type=int,
+        help="shards per colocation group (default: the server's citus.shard_count, 32)",
+    )
     chat_ = sub.add_parser(
         "chat",
         help="chat with an agent on a running server",
@@ -336,6 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _command(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         return _migrate()
+    if args.command == "distribute":
+        return _distribute(args.shard_count)
     if args.command in ("chat", "inspect"):
         try:
             with _client(args.url, args.api_key) as client:

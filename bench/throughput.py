@@ -1,5 +1,5 @@
-"""Turns per second with 1, 2 and 4 app processes on one PostgreSQL, and the journal's size
-per turn before and after retention.
+"""Turns per second with 1, 2 and 4 app processes on one PostgreSQL, then on a Citus cluster
+(`bench/citus.py`), and the journal's size per turn before and after retention.
 
 Each round starts `n` real `python -m app serve` processes (the offline EchoModel, a 10-message
 window) on one fresh database, then drives them from this process over loopback: `workers`
@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 from app.durable import SqlJournal
 from app.store import SqlAgentStore, migrate
+from bench.citus import run_citus
 from bench.run import Config, _database, machine_info
 from tests.reliability.processes import App, app_env
 
@@ -41,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 async def _round(
-    url: str, processes: int, log_dir: Path, warmup_s: float, measure_s: float
+    url: str, processes: int, log_dir: Path, warmup_s: float, measure_s: float, label: str = ""
 ) -> dict[str, Any]:
     env = app_env(
         url,
@@ -53,9 +54,10 @@ async def _round(
         AGENT_LOG_LEVEL="warning",
         AGENT_DB_POOL_SIZE=str(max(2, WORKERS // processes)),
     )
-    apps = [App(env, log_dir / f"p{processes}-{i}.log") for i in range(processes)]
+    apps = [App(env, log_dir / f"{label}p{processes}-{i}.log") for i in range(processes)]
     outcomes: Counter[str] = Counter()
     latencies: list[float] = []
+    answered = {"all": 0}
     try:
         await asyncio.gather(*(app.start() for app in apps))
         limits = httpx.Limits(max_connections=WORKERS * 2)
@@ -77,6 +79,7 @@ async def _round(
                         json={"content": f"question {n} " + "x" * 200},
                     )
                     n += 1
+                    answered["all"] += answer.status_code == 200
                     if measuring["on"]:
                         outcomes[str(answer.status_code)] += 1
                         latencies.append(time.perf_counter() - started)
@@ -93,6 +96,7 @@ async def _round(
         "processes": processes,
         "turns_per_s": outcomes["200"] / measure_s,
         "answers": dict(outcomes),
+        "turns_total": answered["all"],
         "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
         "p95_ms": 1000 * latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
     }
@@ -141,7 +145,9 @@ async def run_throughput(
     processes: tuple[int, ...] = PROCESSES,
     warmup_s: float = WARMUP_S,
     measure_s: float = MEASURE_S,
+    citus: bool = True,
 ) -> dict[str, Any]:
+    """`citus`: the rounds again on a Citus cluster (skipped, saying why, without Citus)."""
     rounds = []
     async with _database("postgres", config.postgres_url) as url:
         await migrate.upgrade_url(url)
@@ -152,12 +158,23 @@ async def run_throughput(
     base = rounds[0]["turns_per_s"] or 1.0
     for r in rounds:
         r["vs_1"] = r["turns_per_s"] / base
+    on_citus: dict[str, Any] | None = None
+    if citus:
+
+        async def round_(url: str, n: int) -> dict[str, Any]:
+            return await _round(url, n, log_dir, warmup_s, measure_s, label="citus-")
+
+        on_citus = await run_citus(processes, round_)
+        single = {r["processes"]: r["turns_per_s"] for r in rounds}
+        for r in on_citus.get("rounds", []):
+            r["vs_postgres"] = r["turns_per_s"] / (single.get(r["processes"]) or 1.0)
     return {
         "machine": machine_info(config),
         "workers": WORKERS,
         "measure_s": measure_s,
         "rounds": rounds,
         "retention": retention,
+        "citus": on_citus,
     }
 
 
@@ -172,6 +189,7 @@ def render_throughput(results: dict[str, Any]) -> str:
             f"{r['processes']:>9} {r['turns_per_s']:>8.1f} {r['vs_1']:>8.2f} "
             f"{r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f}  {r['answers']}"
         )
+    lines += _render_citus(results.get("citus"))
     k = results["retention"]
     lines += [
         "",
@@ -182,6 +200,33 @@ def render_throughput(results: dict[str, Any]) -> str:
         f"{k['bytes_per_turn_after']:,.0f} payload bytes per turn",
     ]
     return "\n".join(lines)
+
+
+def _render_citus(citus: dict[str, Any] | None) -> list[str]:
+    if citus is None:
+        return []
+    if "skipped" in citus:
+        return ["", f"CITUS: skipped ({citus['skipped']})"]
+    lines = [
+        "",
+        f"ON CITUS (a coordinator and {citus['workers_nodes']} workers on this machine, "
+        f"{citus['shards_per_group']} shards per group; the app on the coordinator)",
+        f"{'processes':>9} {'turns/s':>8} {'x 1 PG':>8} {'p50 ms':>7} {'p95 ms':>7} "
+        f"{'routed/turn':>11} {'2PC/turn':>8} {'not routed':>10}  answers",
+    ]
+    fanned: dict[str, int] = {}
+    for r in citus["rounds"]:
+        s = r["statements"]
+        lines.append(
+            f"{r['processes']:>9} {r['turns_per_s']:>8.1f} {r['vs_postgres']:>8.2f} "
+            f"{r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f} {s['routed_per_turn']:>11.1f} "
+            f"{s['two_phase_commits_per_turn']:>8.2f} {s['not_routed_calls']:>10}  {r['answers']}"
+        )
+        for query, calls in s["not_routed"].items():
+            fanned[query] = fanned.get(query, 0) + calls
+    lines.append("  not routed to one shard, all rounds (calls: statement):")
+    lines += [f"    {calls}: {query}" for query, calls in fanned.items()] or ["    none"]
+    return lines
 
 
 def throughput_main(json_path: Path, config: Config | None = None) -> int:

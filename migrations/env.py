@@ -17,15 +17,16 @@ from sqlalchemy import Connection
 
 from app.settings import get_settings
 from app.store.engine import make_engine
-from app.store.migrate import check_foreign_keys, migration_connection, require_foreign_keys_off
+from app.store.migrate import (
+    MIGRATION_LOCK_KEY,
+    check_foreign_keys,
+    migration_connection,
+    require_foreign_keys_off,
+)
 from app.store.schema import metadata
 
 config = context.config
 target_metadata = metadata
-
-
-MIGRATION_LOCK_KEY = 0x626F756E646564
-"""The PostgreSQL advisory lock every migration takes first ("bounded" in ASCII)."""
 
 
 def _configure(connection: Connection) -> None:

@@ -3,7 +3,10 @@
 PostgreSQL tests need a server (AGENT_TEST_POSTGRES_URL, default the local one). Without it they
 skip, unless AGENT_REQUIRE_POSTGRES=1 (what `.ci/run` sets): then a missing server fails the run.
 The `llama` tests (a real local model, tests/providers/test_llama_server.py) follow the same rule
-with AGENT_REQUIRE_LLAMA=1.
+with AGENT_REQUIRE_LLAMA=1, and the `citus` tests (a coordinator and two workers this session
+starts, `tests/citus_cluster.py`) with AGENT_REQUIRE_CITUS=1. With AGENT_TEST_ON_CITUS=1 every
+PostgreSQL test runs on that cluster instead: `postgres_url` is then a database distributed by
+`python -m app distribute` (`make test-citus`).
 Each session creates a database of its own name and drops it at the end, so runs never collide.
 """
 
@@ -23,19 +26,28 @@ import sqlalchemy as sa
 from hypothesis import settings
 from sqlalchemy.engine import make_url
 
-from app.store import migrate
+from app.store import distribute, migrate
+from app.store.engine import make_engine
 from app.store.onehop import OneHopConnection, _on_connection
 from app.store.schema import metadata
 from app.store.sql import SqlAgentStore
+from tests.citus_cluster import CitusCluster, citus_missing
 
 PG_ADMIN_URL = os.environ.get(
     "AGENT_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 )
 REQUIRE_POSTGRES = os.environ.get("AGENT_REQUIRE_POSTGRES") == "1"
 REQUIRE_LLAMA = os.environ.get("AGENT_REQUIRE_LLAMA") == "1"
+REQUIRE_CITUS = os.environ.get("AGENT_REQUIRE_CITUS") == "1"
+ON_CITUS = os.environ.get("AGENT_TEST_ON_CITUS") == "1"
+CITUS_SHARDS = 4
+"""Shards per colocation group in the tests: two per worker, so the threads of a test land on
+both workers, and few enough that emptying the tables before each test stays quick (a
+TRUNCATE reaches every shard). Production keeps Citus's default of 32."""
 
 _postgres_ran = False
 _llama_ran = False
+_citus_ran = False
 
 # Property tests assert behaviour, not speed: a 200 ms per-example deadline only adds flakes on a
 # shared 2-core machine (timings live in bench/).
@@ -82,7 +94,45 @@ def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
+def citus_cluster() -> Iterator[CitusCluster]:
+    """A coordinator and two workers for the session, in a temporary directory."""
+    missing = citus_missing()
+    if missing is not None:
+        if REQUIRE_CITUS:
+            pytest.fail(f"AGENT_REQUIRE_CITUS=1 but {missing}")
+        pytest.skip(missing)
+    cluster = CitusCluster()
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def distributed_database(cluster: CitusCluster, prefix: str = "agent_citus") -> str:
+    """A fresh database on `cluster`, migrated and distributed as an operator would do it
+    (`python -m app migrate`, then `python -m app distribute`); its coordinator URL."""
+    url = await cluster.create_database(prefix)
+    await migrate.upgrade_url(url)
+    engine = make_engine(url)
+    try:
+        await distribute.distribute(engine, shard_count=CITUS_SHARDS)
+    finally:
+        await engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def citus_url(citus_cluster: CitusCluster) -> str:
+    """A migrated, distributed database on the session's cluster (dropped with the cluster)."""
+    return asyncio.run(distributed_database(citus_cluster))
+
+
+@pytest.fixture(scope="session")
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    if ON_CITUS:
+        yield str(request.getfixturevalue("citus_url"))
+        return
     url = create_pg_database()
     try:
         asyncio.run(migrate.upgrade_url(url))
@@ -147,11 +197,14 @@ async def sql_store(db_url: str) -> AsyncIterator[SqlAgentStore]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    global _postgres_ran, _llama_ran
+    global _postgres_ran, _llama_ran, _citus_ran
     if report.when == "call" and report.passed and "postgres" in report.keywords:
         _postgres_ran = True
+        _citus_ran = _citus_ran or ON_CITUS
     if report.when == "call" and report.passed and "llama" in report.keywords:
         _llama_ran = True
+    if report.when == "call" and report.passed and "citus" in report.keywords:
+        _citus_ran = True
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -163,3 +216,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if REQUIRE_LLAMA and not _llama_ran and session.testscollected:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         print("\nAGENT_REQUIRE_LLAMA=1 but no llama.cpp server test passed: failing the run.")
+    if REQUIRE_CITUS and not _citus_ran and session.testscollected:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print("\nAGENT_REQUIRE_CITUS=1 but no Citus test passed: failing the run.")

@@ -155,7 +155,7 @@ def test_migrate_never_prints_the_database_password(
 
 
 def test_every_option_has_help(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in ("serve", "migrate", "chat", "inspect"):
+    for command in ("serve", "migrate", "distribute", "chat", "inspect"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         text = capsys.readouterr().out

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -85,10 +86,29 @@ _KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
 
 _LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
 """A run whose process stopped renewing its lease, by the database's clock (`app.store.clock`)."""
+_TID: sa.BindParameter[str] = sa.bindparam("tid")
+_LAPSED_ROW = (
+    sa.select(runs.c.id)
+    .where(runs.c.thread_id == _TID, runs.c.id == sa.bindparam("rid"), _LAPSED)
+    .with_for_update(skip_locked=True)
+)
+"""The run (tid, rid) if it is still lapsed and no other transaction holds its row: a claim
+skips a row another sweeper is taking that moment instead of waiting for it."""
+
+CANDIDATES_PER_TAKE = 4
+"""A sweep or a prune reads this many times the runs it may take: up to this many processes
+sweeping at once each find enough that no other took (see `SqlJournal.claim_expired`)."""
 
 END_ATTEMPTS = 4
 """Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
 is stored by then, and a blip must not leave the run holding its thread."""
+
+
+def _shuffle(items: list[Any]) -> None:
+    """This process's own order: concurrent sweepers that read the same candidates try them in
+    different orders, so they mostly take different runs instead of queuing on the same rows.
+    Not for security: the order only spreads contention."""
+    random.shuffle(items)
 
 
 class _Step:
@@ -189,6 +209,12 @@ class SqlJournal:
         self._lease_seconds = lease_seconds
         self._hold = _hold(lease_seconds)
         self._insert_run_statement = runs.insert().values(lease_expires_at=db_now(lease_seconds))
+        self._take_lapsed = (
+            runs.update()
+            .where(runs.c.thread_id == _TID, runs.c.id.in_(_LAPSED_ROW.scalar_subquery()))
+            .values(lease_expires_at=db_now(lease_seconds), owner=sa.bindparam("token"))
+        )
+        """Claim one lapsed run, by its full key: one row, one shard (`claim_expired`)."""
         self._owners: dict[str, str] = {}
         """run id -> the token this process holds its lease with."""
         self._threads: dict[str, str] = {}
@@ -596,35 +622,44 @@ class SqlJournal:
             return [r.id for r in rows]
 
     async def claim_expired(self, limit: int) -> list[str]:
-        """Take up to `limit` runs whose lease lapsed, in one statement, and return their ids.
+        """Take up to `limit` runs whose lease lapsed and return their ids.
 
-        Claim first, read after: each sweeping process takes a batch of its own and only then
-        reads those runs' journals, so sweepers never all read every dead run to race for it.
-        PostgreSQL skips rows another sweeper is claiming that moment (`SKIP LOCKED`); SQLite
-        has one writer at a time. `reopen` then resumes a claimed run without claiming it again.
-        """
+        Claim first, read after: a sweeper takes its runs, and only then reads those runs'
+        journals. First one read (no lock) of up to `CANDIDATES_PER_TAKE` times `limit` lapsed
+        runs, the oldest lease first; then each run, in an order of this sweeper's own, is
+        claimed by a compare-and-set on its row (still running, lease still lapsed, by the
+        database's clock), until `limit` are taken. Each claim is one statement on one row by
+        its full key, which skips the row when another transaction holds it (`SKIP LOCKED`)
+        and finds it taken when another sweeper claimed it first: one shard under Citus, which
+        refuses the `FOR UPDATE` of a read across shards, and no lock held across runs. So
+        sweepers split the dead runs between them (up to `CANDIDATES_PER_TAKE` sweepers at once
+        leave none behind; more find the rest at their next sweep). `reopen` then resumes a
+        claimed run without claiming it again."""
         token = str(uuid.uuid4())
         lapsed = (
-            sa.select(runs.c.id)
+            sa.select(runs.c.thread_id, runs.c.id)
             .where(_LAPSED)
             .order_by(runs.c.lease_expires_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
+            .limit(limit * CANDIDATES_PER_TAKE)
         )
-        async with wrap_db_errors("claim_expired"), write_transaction(self._engine) as conn:
-            claimed = (
-                await conn.execute(
-                    runs.update()
-                    .where(runs.c.id.in_(lapsed.scalar_subquery()))
-                    .values(lease_expires_at=db_now(self._lease_seconds), owner=token)
-                    .returning(runs.c.id, runs.c.thread_id)
+        async with wrap_db_errors("claim_expired"), self._reader.connect() as conn:
+            found = [(r.thread_id, r.id) for r in await conn.execute(lapsed)]
+        _shuffle(found)
+        params = {"token": token}
+        claimed: list[str] = []
+        for thread_id, run_id in found:
+            if len(claimed) == limit:
+                break
+            async with wrap_db_errors("claim_expired"), write_transaction(self._engine) as conn:
+                taken = await conn.execute(
+                    self._take_lapsed, {**params, "tid": thread_id, "rid": run_id}
                 )
-            ).all()
-        for run in claimed:
-            self._owners[run.id] = token
-            self._threads[run.id] = run.thread_id
-            self._swept.add(run.id)
-        return [run.id for run in claimed]
+            if taken.rowcount:
+                self._owners[run_id] = token
+                self._threads[run_id] = thread_id
+                self._swept.add(run_id)
+                claimed.append(run_id)
+        return claimed
 
     async def prune_steps(
         self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
@@ -636,39 +671,86 @@ class SqlJournal:
         only what a replay would need, and a completed run never replays a model call again.
         A failed run's journal is what a resume replays, so the caller gives failed runs a
         longer retention; once pruned, resuming one is refused (`JournalPruned`). Running runs
-        keep theirs. Each batch takes its runs with `SKIP LOCKED`, so processes pruning at once
-        take different runs.
-        """
-        picked = (
-            sa.select(runs.c.id)
+        keep theirs.
+
+        As `claim_expired` takes runs: one read (no lock) of up to `CANDIDATES_PER_TAKE` times
+        `limit` prunable runs, oldest end first, from each shard's partial index; then one
+        transaction for the batch that, a thread at a time in an order of this pruner's own,
+        marks that thread's runs (those still prunable, skipping any row another pruner holds)
+        and deletes their steps by the key prefix (thread_id, run_id). Every statement names
+        one thread, so Citus routes each to one shard (it refuses a `FOR UPDATE` across
+        shards), and none waits for a lock, so pruners never deadlock. Fewer than `limit`
+        pruned: none are left, or other pruners took them."""
+        candidates = (
+            sa.select(runs.c.thread_id, runs.c.id)
             .where(
                 runs.c.status == status,
                 runs.c.steps_pruned_at.is_(None),
                 runs.c.updated_at < db_now(-older_than_seconds),
             )
             .order_by(runs.c.updated_at)
-            .limit(limit)
+            .limit(limit * CANDIDATES_PER_TAKE)
+        )
+        async with wrap_db_errors("prune_steps"), self._reader.connect() as conn:
+            found = [(r.thread_id, r.id) for r in await conn.execute(candidates)]
+        if not found:
+            return 0  # the common sweep: one read, no write transaction
+        by_thread: dict[str, list[str]] = {}
+        for thread_id, run_id in found:
+            by_thread.setdefault(thread_id, []).append(run_id)
+        threads = list(by_thread.items())
+        _shuffle(threads)
+        pruned: list[str] = []
+        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
+            for thread_id, run_ids in threads:
+                _shuffle(run_ids)
+                while run_ids and len(pruned) < limit:
+                    room = limit - len(pruned)
+                    batch, run_ids = run_ids[:room], run_ids[room:]
+                    pruned += await self._prune_thread(
+                        conn, thread_id, batch, status, older_than_seconds
+                    )
+            if pruned:
+                await self._forget(pruned)
+        return len(pruned)
+
+    @staticmethod
+    async def _prune_thread(
+        conn: AsyncConnection,
+        thread_id: str,
+        run_ids: list[str],
+        status: str,
+        older_than_seconds: float,
+    ) -> list[str]:
+        """Mark those of the thread's `run_ids` still prunable and no other transaction holds
+        (`SKIP LOCKED`: this never waits, so pruners cannot deadlock), then delete their steps;
+        the runs marked. The first write of the batch's transaction is a mark, as a write
+        transaction starts with its write (see `write_transaction`)."""
+        picked = (
+            sa.select(runs.c.id)
+            .where(
+                runs.c.thread_id == thread_id,
+                runs.c.id.in_(run_ids),
+                runs.c.status == status,
+                runs.c.steps_pruned_at.is_(None),
+                runs.c.updated_at < db_now(-older_than_seconds),
+            )
             .with_for_update(skip_locked=True)
         )
         mark = (
             runs.update()
-            .where(runs.c.id.in_(picked.scalar_subquery()))
+            .where(runs.c.thread_id == thread_id, runs.c.id.in_(picked.scalar_subquery()))
             .values(steps_pruned_at=db_now())
-            .returning(runs.c.thread_id, runs.c.id)
+            .returning(runs.c.id)
         )
-        # The mark goes first: a write transaction that starts with its write (see
-        # `write_transaction`), and the marked runs are the ones whose steps go, found by the
-        # full key prefix (thread_id, run_id): by run_id alone it would scan `run_steps`.
-        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
-            keys = [tuple(row) for row in await conn.execute(mark)]
-            if keys:
-                await conn.execute(
-                    run_steps.delete().where(
-                        sa.tuple_(run_steps.c.thread_id, run_steps.c.run_id).in_(keys)
-                    )
+        marked = list((await conn.execute(mark)).scalars())
+        if marked:
+            await conn.execute(
+                run_steps.delete().where(
+                    run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(marked)
                 )
-                await self._forget([run_id for _thread, run_id in keys])
-        return len(keys)
+            )
+        return marked
 
     async def _forget(self, run_ids: Sequence[str]) -> None:
         """What else holds the pruned runs' journals, deleted inside the pruning transaction:

@@ -31,6 +31,9 @@ out against another process holding the database."""
 _WRITE_LOCKS: weakref.WeakKeyDictionary[Pool, asyncio.Lock] = weakref.WeakKeyDictionary()
 _BEHIND_PGBOUNCER: weakref.WeakSet[Pool] = weakref.WeakSet()
 """Pools of engines built with `pgbouncer=True`: their reads keep their transactions."""
+_ON_CITUS: weakref.WeakSet[Pool] = weakref.WeakSet()
+"""Pools whose database has the Citus extension (found at their first connection)."""
+_HAS_CITUS = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
 _T = TypeVar("_T")
 _RETRIES_FIRST = contextvars.ContextVar("retries_first_statement", default=False)
 """Set while a caller that retries its first statement on a dead connection checks one out:
@@ -95,9 +98,27 @@ def make_engine(
     if is_sqlite(url):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
     else:
+        event.listen(engine.sync_engine, "first_connect", functools.partial(_detect_citus, engine))
         event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
         event.listen(engine.sync_engine, "handle_error", _left_mid_state_is_dead)
     return engine
+
+
+def on_citus(engine: AsyncEngine) -> bool:
+    """Whether `engine`'s database has the Citus extension (docs/scale-out.md): the store then
+    sends a counter bump and the row it numbers as two statements, each of which Citus routes
+    to the one shard that holds the row, instead of one with a data-modifying CTE, which Citus
+    runs through the coordinator (an INSERT ... SELECT pulling the bumped row back). Known
+    once the engine has connected, which it has by the first write."""
+    return engine.sync_engine.pool in _ON_CITUS
+
+
+def _detect_citus(engine: AsyncEngine, dbapi_connection: Any, _record: Any) -> None:
+    """Once per pool, at its first connection: is this a Citus database? One query for the
+    life of the process. Asked of the extension, not of the tables: an operator creates it
+    before migrating and distributing, so it is there before the app starts."""
+    if dbapi_connection.run_async(lambda driver: driver.fetchval(_HAS_CITUS)):
+        _ON_CITUS.add(engine.sync_engine.pool)
 
 
 def _left_mid_state_is_dead(context: ExceptionContext) -> BaseException | None:

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.ports import LedgerEntry, QuotaReserver, Transaction
 from app.errors import StoreError
 from app.store import direct
-from app.store.engine import autocommit, write_transaction
+from app.store.engine import autocommit, on_citus, write_transaction
 from app.store.errors import wrap_db_errors
 from app.store.schema import actor_usage, ledger
 from app.store.tx import writing
@@ -57,6 +57,9 @@ _RECORD = sa.text(
     f"WITH bumped AS ({_BUMP_USAGE_SQL}) {_ENTRY} FROM bumped RETURNING id"
 ).bindparams(_TOKENS, *_ENTRY_BINDS)
 """PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE)."""
+_INSERT_NUMBERED = ledger.insert()
+"""Citus: the ledger row, numbered by the bump sent before it (`_BUMP_USAGE`), so that each of
+the two statements goes to the actor's shard (`app.store.engine.on_citus`)."""
 _INSERT_AFTER_BUMP = sa.text(f"{_ENTRY} FROM actor_usage WHERE actor_id = :actor_id").bindparams(
     *_ENTRY_BINDS
 )
@@ -95,15 +98,23 @@ class SqlLedger:
         self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
     ) -> None:
         tokens = entry.prompt_tokens + entry.completion_tokens - reserved
+        params = {**entry.model_dump(), "tokens": tokens}
         async with writing(self._engine, tx, "ledger_record") as conn:
-            numbered = await direct.write_bumped(
-                conn,
-                combined=_RECORD,
-                bump=_BUMP_USAGE,
-                then=_INSERT_AFTER_BUMP,
-                params={**entry.model_dump(), "tokens": tokens},
-                operation="ledger_record",
-            )
+            if on_citus(self._engine):
+                bumped = (await direct.write(conn, _BUMP_USAGE, params, "ledger_record")).rows
+                numbered = bumped[0][0] if bumped else None
+                if numbered is not None:
+                    row = {**entry.model_dump(), "id": numbered}
+                    await direct.write(conn, _INSERT_NUMBERED, row, "ledger_record")
+            else:
+                numbered = await direct.write_bumped(
+                    conn,
+                    combined=_RECORD,
+                    bump=_BUMP_USAGE,
+                    then=_INSERT_AFTER_BUMP,
+                    params=params,
+                    operation="ledger_record",
+                )
             if numbered is None:  # an upsert always returns its row; if not, roll back
                 raise StoreError("ledger_record: the usage upsert returned no row")
 

@@ -32,6 +32,9 @@ from app.store.engine import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "migrations"
+MIGRATION_LOCK_KEY = 0x626F756E646564
+"""The PostgreSQL advisory lock every migration takes first ("bounded" in ASCII), and
+`app.store.distribute` too: processes started together queue on it."""
 
 
 def alembic_config(url: str | None = None) -> Config:

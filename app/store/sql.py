@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -33,6 +33,7 @@ from app.store.codec import MESSAGE_COLUMNS, from_row, to_row, to_rows, token_co
 from app.store.engine import (
     autocommit,
     make_engine,
+    on_citus,
     read_retrying,
     write_transaction,
 )
@@ -536,23 +537,28 @@ class SqlAgentStore:
         if last_prompt is not None:
             params["last_prompt"], params["reported"] = last_prompt
         async with writing(self._engine, tx, "append_messages") as conn:
-            if only is not None:
+            if only is not None and not on_citus(self._engine):
                 row = to_row(thread_id, 0, only)
                 params.update({k: row[k] for k in _ENCODED})
                 stored = await self._append_one(conn, params, last_prompt is not None)
                 if stored is None:
-                    if await self._exists(conn, thread_id):
-                        raise DuplicateMessage(only.run_id or "", only.role)
-                    raise ThreadNotFound(thread_id)
+                    await self._refuse(conn, thread_id, only)
                 return [only.model_copy(update={"seq": stored})]
-            bump = _BUMPS[(False, last_prompt is not None)]
+            # Several messages; or, under Citus, one too: the bump and then the insert, each
+            # routed to the thread's shard (see `on_citus`).
+            bump = _BUMPS[(only is not None, last_prompt is not None)]
             bumped = (await direct.write(conn, bump, params, "append_messages")).one_or_none()
             if bumped is None:
+                if only is not None:
+                    await self._refuse(conn, thread_id, only)
                 raise ThreadNotFound(thread_id)
             last, total = bumped
             first = last - n + 1
             rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
-            await conn.execute(_INSERT_MESSAGES, rows)
+            if n == 1:
+                await direct.write(conn, _INSERT_MESSAGES, rows[0], "append_messages")
+            else:
+                await conn.execute(_INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
 
     @staticmethod
@@ -571,6 +577,12 @@ class SqlAgentStore:
             operation="append_messages",
         )
         return None if seq is None else int(seq)
+
+    async def _refuse(self, conn: AsyncConnection, thread_id: str, message: Message) -> NoReturn:
+        """A run's one message whose bump found no row: stored already, or no thread."""
+        if await self._exists(conn, thread_id):
+            raise DuplicateMessage(message.run_id or "", message.role)
+        raise ThreadNotFound(thread_id)
 
     async def _exists(self, conn: AsyncConnection, thread_id: str) -> bool:
         return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).first() is not None

@@ -1,9 +1,10 @@
 """Taking back the runs of a dead process: claim first, by the database's clock, in batches.
 
-Several processes sweep one database. Each claims a batch of lapsed runs in one statement and
-only then reads their journals, so two sweepers never take the same run and a lost race never
-happens at all; a lease is written and judged by the database's clock, so no host's clock can
-make a live run look dead.
+Several processes sweep one database. Each reads the lapsed runs (no lock), claims each of its
+batch with a compare-and-set on the run's row, and only then reads their journals, so two
+sweepers never take the same run, and none holds a lock across runs (what Citus refuses across
+shards); a lease is written and judged by the database's clock, so no host's clock can make a
+live run look dead.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from datetime import date, datetime, time
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
@@ -22,6 +24,7 @@ from app.durable import SqlJournal
 from app.store import SqlAgentStore
 from app.store.clock import db_now
 from app.store.schema import runs
+from tests.conftest import emptied_store
 
 
 def _request(thread_id: str) -> RunRequest:
@@ -73,6 +76,33 @@ async def test_concurrent_sweepers_split_the_dead_runs_between_them(
     claimed = [run_id for batch in batches for run_id in batch]
     assert len(claimed) == len(set(claimed)), "a run was claimed twice"
     assert sorted(claimed) == sorted(run_ids)
+
+
+@pytest.mark.postgres
+async def test_a_sweep_skips_a_run_whose_row_another_transaction_holds(postgres_url: str) -> None:
+    """Each claim is one statement on one run's row: a row another transaction holds (another
+    sweeper claiming it, a process whose connection hangs mid-unit) is skipped, not waited
+    for, and the sweep takes the other runs; the held one is taken once it is let go."""
+    async with emptied_store(postgres_url) as store:
+        run_ids = await _dead_runs(store, 3)
+        held = await store.engine.connect()
+        try:
+            await held.begin()
+            thread_id = (
+                await held.execute(sa.select(runs.c.thread_id).where(runs.c.id == run_ids[0]))
+            ).scalar_one()
+            await held.execute(  # by its key: Citus locks a row on one shard only
+                sa.select(runs.c.id)
+                .where(runs.c.thread_id == thread_id, runs.c.id == run_ids[0])
+                .with_for_update()
+            )
+            sweeper = SqlJournal(store.engine)
+            taken = await asyncio.wait_for(sweeper.claim_expired(10), timeout=5)
+            assert sorted(taken) == sorted(run_ids[1:])
+            await held.rollback()
+        finally:
+            await held.close()
+        assert await sweeper.claim_expired(10) == [run_ids[0]]
 
 
 async def test_a_claimed_run_is_reopened_without_a_second_claim_and_others_cannot_take_it(

@@ -21,6 +21,7 @@ from app.core.history import window_history
 from app.core.messages import ToolCall
 from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
+from app.store.engine import on_citus
 from app.testing import FunctionTool, ScriptedProvider, reply
 from tests.conftest import worker_calls
 from tests.factories import assistant, user
@@ -30,10 +31,12 @@ COMMON_TURN_TRANSACTIONS = 3
 """Committed transactions of a turn with no tool call and no fold, at most: the run's row with
 the user's message and `load:thread`, the model step with its ledger row, the answer with the
 run's end (4 before the run's row joined the first unit)."""
-COMMON_TURN_STATEMENTS = {"sqlite": 15, "postgresql": 13}
+COMMON_TURN_STATEMENTS = {"sqlite": 15, "postgresql": 13, "citus": 16}
 """Statements of that turn, at most (reads, writes and the lease checks, pings excluded): 15 on
 both before a run's one message and its seq bump became one statement on PostgreSQL (a
-data-modifying CTE). SQLite has none: there they stay two statements, sent in one call."""
+data-modifying CTE). SQLite has none: there they stay two statements, sent in one call. On a
+Citus database the two messages' bumps and the ledger's stay two statements too, each routed
+to one shard (`app.store.engine.on_citus`): 3 more."""
 COMMON_TURN_SQLITE_WORKER_CALLS = 13
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`app.store.onehop`), one per
@@ -108,7 +111,8 @@ async def test_a_common_turn_fits_its_transaction_and_statement_budget(env: Loop
         assert len(counts.worker_calls) <= COMMON_TURN_SQLITE_WORKER_CALLS, counts
     else:
         assert counts.worker_calls == [], "asyncpg has no worker thread"
-    budget = COMMON_TURN_STATEMENTS[env.store.engine.dialect.name]
+    engine = env.store.engine
+    budget = COMMON_TURN_STATEMENTS["citus" if on_citus(engine) else engine.dialect.name]
     assert len(counts.statements) <= budget, "\n".join(counts.statements)
     assert len(counts.through_sqlalchemy) <= COMMON_TURN_SQLALCHEMY_STATEMENTS, "\n".join(
         counts.through_sqlalchemy

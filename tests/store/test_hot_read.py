@@ -94,7 +94,7 @@ async def test_a_dead_dedicated_connection_is_replaced_and_the_read_retried(
     dsn = make_url(postgres_url).set(drivername="postgresql").render_as_string(False)
     admin = await asyncpg.connect(dsn)
     try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        assert await admin.fetchval("SELECT pg_terminate_backend($1::int)", pid)
     finally:
         await admin.close()
     await asyncio.sleep(notice_seconds)
