@@ -60,8 +60,8 @@ from app.core.summary import (
 from app.core.tokens import estimate_message_tokens
 from app.module import AgentModule
 from app.registry import agent, tool
-from app.settings import Settings
 from app.store.sql import SqlAgentStore
+from bench.turns import bench_settings
 
 ACTOR = "recall-actor"
 AGENT = "recall"
@@ -418,14 +418,7 @@ async def run_strategy(
     await store.create_schema()
     chat = ScriptedChat()
     tool_results = [t.tool_result for t in convo.turns if t.tool_result is not None]
-    settings = Settings(
-        migrate_on_start=False,
-        history_max_messages=None,
-        history_max_tokens=None,
-        token_quota=None,
-        api_keys=None,
-        history_fold_calls_per_turn=fold_calls_per_turn,
-    )
+    settings = bench_settings(fold_calls_per_turn)
     module = AgentModule.for_root(
         model=chat,
         store=store,

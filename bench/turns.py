@@ -86,13 +86,10 @@ def bench_agent(history: History | None) -> type:
     return BenchAgent
 
 
-def bench_module(
-    store: SqlAgentStore,
-    history: History | None,
-    model: TimedModel,
-    fold_calls_per_turn: int = 2,
-) -> AgentModule:
-    settings = Settings(
+def bench_settings(fold_calls_per_turn: int = 2) -> Settings:
+    """Settings that leave every history choice to the agent: no module-wide window, quota or
+    keys, whatever the environment says; `fold_calls_per_turn` summarizer calls a turn."""
+    return Settings(
         migrate_on_start=False,
         history_max_messages=None,
         history_max_tokens=None,
@@ -100,6 +97,15 @@ def bench_module(
         api_keys=None,
         history_fold_calls_per_turn=fold_calls_per_turn,
     )
+
+
+def bench_module(
+    store: SqlAgentStore,
+    history: History | None,
+    model: TimedModel,
+    fold_calls_per_turn: int = 2,
+) -> AgentModule:
+    settings = bench_settings(fold_calls_per_turn)
     return AgentModule.for_root(
         model=model, store=store, agents=[bench_agent(history)], settings=settings
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
+
 from app.core.history import HistoryPolicy
 from app.core.loop import AgentDefinition, AgentLoop
 from app.core.messages import Message, ToolCall, ToolResult
@@ -11,7 +13,7 @@ from app.core.ports import ModelProvider
 from app.durable import SqlJournal
 from app.store import SqlAgentStore
 from app.store.ledger import SqlLedger
-from app.store.schema import threads
+from app.store.schema import thread_summaries, threads
 from app.store.tx import SqlTransaction, open_write
 
 
@@ -78,3 +80,14 @@ async def open_unit(store: SqlAgentStore, thread_id: str) -> SqlTransaction:
             threads.update().where(threads.c.id == thread_id).values(title="in a unit")
         ),
     )
+
+
+async def summary_rows(store: SqlAgentStore, thread_id: str) -> list[tuple[int, str]]:
+    """The thread's stored summaries as (covers_through_seq, text), oldest boundary first."""
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
+            .where(thread_summaries.c.thread_id == thread_id)
+            .order_by(thread_summaries.c.covers_through_seq)
+        )
+        return [(int(r[0]), str(r[1])) for r in rows]

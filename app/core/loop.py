@@ -102,6 +102,7 @@ from app.core.report import (
     prompt_cache_report,
 )
 from app.core.summary import (
+    CLIP_NOTE,
     DEFAULT_FOLD_MAX_TOKENS,
     clip_summary,
     fold_rejection,
@@ -926,24 +927,24 @@ class AgentLoop:
                 self._chunk_cap[request.agent] = grown
         compressed = 0
         if not summary_fits(text, cap) and calls.count < calls_left:
-            shorter = await calls.compress(text, fold_ctx, cap)
-            if shorter is not None and len(shorter) < len(text.strip()):
+            shorter = await calls.compress(text, fold_ctx, cap)  # None unless shorter
+            if shorter is not None:
                 text, compressed = shorter, 1
         kept = clip_summary(text, cap)
-        cut = max(0, len(text.strip()) - len(kept)) if kept != text.strip() else 0
-        if kept != text.strip():
+        cut = 0
+        if not summary_fits(text, cap):
             # Booked as made (the provider billed all of it); only the end is kept, and the
-            # summary says so (`CLIP_NOTE`).
+            # summary says so (`CLIP_NOTE`, not counted as kept text).
+            cut = max(1, len(text.strip()) - len(kept.removeprefix(CLIP_NOTE).strip()))
             log.warning(
                 "run %s: the summary came back at %d characters, over its cap of %d estimated "
-                "tokens (compressed: %s); clipped to its last %d",
+                "tokens (compressed: %s); clipped by %d",
                 request.run_id,
                 len(text),
                 cap,
                 bool(compressed),
-                len(kept),
+                cut,
             )
-            cut = max(1, cut)
         recorded: dict[str, Any] = {
             **calls.cost(),
             "text": kept,

@@ -109,7 +109,8 @@ class SummaryReport(BaseModel):
     previous_covers_through_seq: int | None = None
     """Where the summary stood before this run folded (None: there was none)."""
     folds: int = 0
-    """Summarizer calls (a long backlog is folded in several bounded chunks)."""
+    """Fold chunks (`history:summarize` steps) this run made, refused ones included; their
+    summarizer calls are `calls`."""
     input_messages: int = 0
     input_tokens: int = 0
     """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""

@@ -294,12 +294,10 @@ class OpenAICompatibleProvider:
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         if self.max_tokens is not None:
-            # A request's own cap (the summarizer's) only lowers one the deployment set: some
-            # servers refuse `max_tokens` (OpenAI's reasoning models want
-            # `max_completion_tokens`), so the field is never sent where it was not asked for.
-            # Without it the loop still clips what comes back.
-            # A request's own cap is its own budget, not lowered further by the chat answer's
-            # cap: a summary allowed 3,000 words must not be cut at the chat's 256 tokens.
+            # Sent only where the deployment set a cap: some servers refuse `max_tokens`
+            # (OpenAI's reasoning models want `max_completion_tokens`). A request's own cap
+            # (the summarizer's) is its own budget, not lowered by the chat answer's: a summary
+            # allowed 3,000 words must not be cut at the chat's 256 tokens.
             body[self.max_tokens_field] = request.max_tokens or self.max_tokens
         if stream:
             body["stream_options"] = {"include_usage": True}

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
-import sqlalchemy as sa
 
 from app.core.history import window_history
 from app.core.loop import AgentLoop, omission_note
@@ -31,9 +30,7 @@ from app.core.ports import (
 from app.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
 from app.errors import ProviderContextExceeded, ProviderError
 from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.schema import thread_summaries
-from tests.factories import assistant, user
+from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 pytestmark = SQL_JOURNAL_ONLY
@@ -81,16 +78,6 @@ def rid() -> str:
     return str(uuid.uuid4())
 
 
-async def _summaries(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
-            .where(thread_summaries.c.thread_id == tid)
-            .order_by(thread_summaries.c.covers_through_seq)
-        )
-        return [(int(r[0]), str(r[1])) for r in rows]
-
-
 async def _turn(loop: AgentLoop, tid: str, text: str = "next?") -> object:
     return await loop.run_turn(
         agent="helper", thread_id=tid, actor_id="alice", content=text, run_id=rid()
@@ -136,12 +123,12 @@ async def test_a_refused_fold_keeps_the_summary_and_its_boundary_and_the_turn_an
     policy = window_history(max_messages=4, fold_messages=4, summarize=summarizer)
     loop = env.loop(model, policy, fold_timeout=0.2)
     await _turn(loop, tid)  # 13 messages: folds 1..9
-    [(before, text_before)] = await _summaries(env.store, tid)
+    [(before, text_before)] = await summary_rows(env.store, tid)
     assert before == 9
 
     summarizer.answer = answer
     results = [await _turn(loop, tid, f"more {i}") for i in range(4)]
-    assert await _summaries(env.store, tid) == [(before, text_before)], "nothing stored"
+    assert await summary_rows(env.store, tid) == [(before, text_before)], "nothing stored"
     reports = [r.report.summary for r in results]  # type: ignore[attr-defined]
     assert all(r is not None and not r.made and r.covers_through_seq == before for r in reports)
     owed = [i for i, r in enumerate(reports) if r is not None and r.rejected]
@@ -166,7 +153,7 @@ async def test_a_refused_fold_keeps_the_summary_and_its_boundary_and_the_turn_an
     result = await _turn(loop, tid, "recovered")
     report = result.report.summary  # type: ignore[attr-defined]
     assert report is not None and report.made and report.rejected == 0
-    assert (await _summaries(env.store, tid))[-1][0] > before, "the fold happens later"
+    assert (await summary_rows(env.store, tid))[-1][0] > before, "the fold happens later"
 
 
 async def test_a_summarizer_outage_never_fails_the_chat_and_the_prompt_stays_bounded(
@@ -188,7 +175,7 @@ async def test_a_summarizer_outage_never_fails_the_chat_and_the_prompt_stays_bou
         assert result.message.content  # type: ignore[attr-defined]
         report = result.report.summary  # type: ignore[attr-defined]
         omitted.append(report.omitted if report is not None else 0)
-    assert await _summaries(env.store, tid) == []
+    assert await summary_rows(env.store, tid) == []
     sizes = [len(prompt) - 1 for prompt in model.prompts]  # less the system prompt
     assert max(sizes) <= 1 + 2 * 4 + 1, f"note + at most twice the window + the turn: {sizes}"
     assert omitted[-1] > 0 and omitted == sorted(omitted), "the left-out count grows"
@@ -229,7 +216,7 @@ async def test_a_chunk_refused_as_too_long_is_halved_and_never_resent_as_it_was(
     report = result.report.summary  # type: ignore[attr-defined]
     assert report is not None and report.made and report.calls == len(sent)
     accepted = [seqs for seqs in sent if len(seqs) <= 5]
-    assert (await _summaries(env.store, tid))[-1][0] == accepted[-1][-1]
+    assert (await summary_rows(env.store, tid))[-1][0] == accepted[-1][-1]
 
 
 async def test_a_summary_over_its_cap_is_compressed_not_clipped(env: LoopEnv) -> None:
@@ -250,7 +237,7 @@ async def test_a_summary_over_its_cap_is_compressed_not_clipped(env: LoopEnv) ->
     assert tasks == ["fold", "compress"]
     report = result.report.summary  # type: ignore[attr-defined]
     assert report is not None and (report.compressed, report.clipped) == (1, 0)
-    assert [t for _, t in await _summaries(env.store, tid)] == ["- the short form"]
+    assert [t for _, t in await summary_rows(env.store, tid)] == ["- the short form"]
 
 
 async def test_a_long_backlog_is_folded_a_few_calls_per_turn(env: LoopEnv) -> None:
@@ -372,6 +359,6 @@ async def test_a_summary_larger_than_the_summarizers_context_is_compressed_by_it
         compressed += report.compressed if report is not None else 0
     assert any(task == "compress" and size > limit for task, size in tasks), "refused once"
     assert compressed >= 1, tasks
-    text = (await _summaries(env.store, tid))[-1][1]
+    text = (await summary_rows(env.store, tid))[-1][1]
     assert "- (older notes, compressed)" in text
     assert "fact 3" in text.splitlines()[-1], "the newest notes are kept verbatim"

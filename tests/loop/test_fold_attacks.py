@@ -24,8 +24,8 @@ from app.core.ports import (
 from app.errors import ProviderContextExceeded, ProviderError, RunFailed
 from app.providers.echo import EchoModel
 from app.store import SqlAgentStore
-from app.store.schema import actor_usage, thread_summaries
-from tests.factories import assistant, user
+from app.store.schema import actor_usage
+from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 
@@ -43,16 +43,6 @@ class Recording(EchoModel):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.prompts.append([m.content for m in request.messages])
         return await super().complete(request)
-
-
-async def _summaries(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
-            .where(thread_summaries.c.thread_id == tid)
-            .order_by(thread_summaries.c.covers_through_seq)
-        )
-        return [(int(r[0]), str(r[1])) for r in rows]
 
 
 async def _turn(loop: AgentLoop, tid: str, text: str = "next?") -> object:
@@ -96,7 +86,7 @@ async def test_a_chunk_the_summarizer_can_take_only_a_quarter_of_still_folds_ove
     loop = env.loop(EchoModel(), policy, fold_calls=2)
     for i in range(4):
         await _turn(loop, tid, f"turn {i}")
-    assert await _summaries(env.store, tid), (
+    assert await summary_rows(env.store, tid), (
         f"four turns, no fold ever stored: chunk sizes sent {sent}"
     )
 
@@ -214,7 +204,7 @@ async def test_a_refold_never_asks_the_summarizer_twice_for_messages_it_folded_i
     await _turn(loop, tid)
     assert len(asked) >= 3, f"the failed chunk is tried again by a later refold: {asked}"
     assert again == [], f"folded messages sent to the summarizer again: {asked}"
-    assert (await _summaries(env.store, tid))[-1][0] == 16, "the refold got through at last"
+    assert (await summary_rows(env.store, tid))[-1][0] == 16, "the refold got through at last"
 
 
 # --- replay ---------------------------------------------------------------------------------
@@ -397,7 +387,7 @@ async def test_a_message_too_long_for_the_summarizer_does_not_stop_every_later_f
     loop = env.loop(EchoModel(), policy, fold_calls=6)  # calls enough to halve down to one
     for i in range(6):
         await _turn(loop, tid, f"turn {i}")
-    covered = [c for c, _ in await _summaries(env.store, tid)]
+    covered = [c for c, _ in await summary_rows(env.store, tid)]
     assert covered, "the messages before the document fold"
     assert covered[-1] > 3, f"the fold got past message 3: {covered}"
     thread = await env.store.get_thread(tid)
@@ -436,7 +426,7 @@ async def test_a_summary_too_long_to_restate_is_compressed_not_refused_forever(
     loop = env.loop(EchoModel(), policy, fold_calls=2)
     for i in range(8):
         await _turn(loop, tid, f"turn {i}")
-    reports = [c for c, _ in await _summaries(env.store, tid)]
+    reports = [c for c, _ in await summary_rows(env.store, tid)]
     assert "compress" in tasks, f"the summary was never compressed: {tasks}"
     assert reports[-1] >= 20, f"the folds kept moving: {reports}"
 

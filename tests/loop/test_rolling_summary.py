@@ -10,7 +10,6 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-import sqlalchemy as sa
 
 from app.core.history import summarizing_runs_window, window_history
 from app.core.loop import AgentDefinition, AgentLoop
@@ -32,9 +31,9 @@ from app.errors import ConfigError, RunFailed
 from app.providers.echo import EchoModel
 from app.store import MemoryStore, SqlAgentStore
 from app.store.ledger import MemoryLedger
-from app.store.schema import run_steps, runs, thread_summaries
+from app.store.schema import run_steps, runs
 from app.testing import ScriptedProvider, reply
-from tests.factories import assistant, user
+from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, CountingStore, LoopEnv
 
 
@@ -76,16 +75,6 @@ async def _turns(env: LoopEnv, loop: AgentLoop, tid: str, n: int) -> list[str]:
     return run_ids
 
 
-async def _summary_rows(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
-            .where(thread_summaries.c.thread_id == tid)
-            .order_by(thread_summaries.c.covers_through_seq)
-        )
-        return [(r[0], r[1]) for r in rows]
-
-
 async def test_the_boundary_rolls_forward_and_each_fold_gets_only_new_messages(
     env: LoopEnv,
 ) -> None:
@@ -104,7 +93,7 @@ async def test_the_boundary_rolls_forward_and_each_fold_gets_only_new_messages(
         covered = fold.seqs[-1]
     # A fold every other turn (the window refills by two messages a turn), not every turn.
     assert 8 <= len(summarizer.folds) <= 10
-    rows = await _summary_rows(env.store, tid)
+    rows = await summary_rows(env.store, tid)
     assert [seq for seq, _ in rows] == [f.seqs[-1] for f in summarizer.folds]
     # The newest turn's prompt: system, the summary, then only what the summary does not cover.
     thread = await env.store.get_thread(tid)
@@ -176,7 +165,7 @@ async def test_a_long_backlog_folds_in_chunks_that_each_fit_the_budget(env: Loop
     names = [n for n, _ in await env.journal.steps(run_id)]
     assert names.count("persist:summary") == 1
     assert f"history:summarize:{len(summarizer.folds)}" in names
-    assert len(await _summary_rows(env.store, tid)) == len(summarizer.folds)
+    assert len(await summary_rows(env.store, tid)) == len(summarizer.folds)
     report = result.report
     assert report.summary is not None and report.summary.made
     assert (report.summary.folds, report.summary.covers_through_seq) == (len(summarizer.folds), 297)
@@ -215,14 +204,14 @@ async def test_a_failure_between_summarizing_and_storing_loses_nothing_and_repea
         await env.loop(first, policy, store=store).run_turn(
             agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=run_id
         )
-    assert await _summary_rows(env.store, tid) == []
+    assert await summary_rows(env.store, tid) == []
     model = ScriptedProvider([reply("answer")])
     again = RecordingSummarizer()
     result = await env.loop(
         model, window_history(max_messages=2, summarize=again), store=store
     ).resume(run_id)
     assert again.folds == [], "the journaled summary is reused, never made twice"
-    assert await _summary_rows(env.store, tid) == [(9, "summary through 9")]
+    assert await summary_rows(env.store, tid) == [(9, "summary through 9")]
     assert "summary through 9" in model.calls[0].messages[1].content
     ledger = [e for e in await env.ledger.entries_for_run(run_id) if e.purpose == "history_summary"]
     assert len(ledger) == 1
@@ -367,7 +356,7 @@ async def test_a_run_journaled_on_the_selected_history_path_replays_it(env: Loop
     ]
     assert [f.seqs for f in summarizer.folds] == [[0, 0]], "the recorded drop, no seq in it"
     assert [m.content for m in model.calls[0].messages][2:] == ["a2", "legacy"]
-    assert await _summary_rows(env.store, tid) == []
+    assert await summary_rows(env.store, tid) == []
 
 
 async def test_a_summary_without_usage_is_booked_by_the_estimate_and_flagged(
@@ -492,7 +481,7 @@ async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays
         reports.append(result.report)
     assert {cap_ for task, cap_ in seen if task == "fold"} == {cap}, "told its cap"
     assert {cap_ for task, cap_ in seen if task == "compress"} == {cap // 2}, "asked for half"
-    for _, text in await _summary_rows(env.store, tid):
+    for _, text in await summary_rows(env.store, tid):
         assert estimate_message_tokens(Message(role="system", content=text)) <= cap
         assert text.startswith(CLIP_NOTE + "\n"), "the summary says it was cut"
         assert text.endswith("fact19998 fact19999"), "the end is kept"

@@ -29,8 +29,8 @@ from app.core.summary import (
 )
 from app.providers import OpenAICompatibleProvider
 from app.store import SqlAgentStore
-from app.store.schema import ledger, thread_summaries
-from tests.factories import assistant, user
+from app.store.schema import ledger
+from tests.factories import assistant, summary_rows, user
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,
@@ -118,16 +118,6 @@ def _provider(server: FakeOpenAI, client: httpx.AsyncClient) -> OpenAICompatible
     )
 
 
-async def _summaries(store: SqlAgentStore, tid: str) -> list[tuple[int, str]]:
-    async with store.engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(thread_summaries.c.covers_through_seq, thread_summaries.c.text)
-            .where(thread_summaries.c.thread_id == tid)
-            .order_by(thread_summaries.c.covers_through_seq)
-        )
-        return [(int(r[0]), str(r[1])) for r in rows]
-
-
 @pytest.mark.parametrize("outage", sorted(OUTAGES))
 @pytest.mark.parametrize("summarizer", ["same-model", "own-model"])
 async def test_the_chat_answers_over_http_while_the_summarizer_fails(
@@ -180,7 +170,7 @@ async def test_the_chat_answers_over_http_while_the_summarizer_fails(
     assert max(seconds[:4]) < 3.0, f"an outage turn answers promptly: {seconds}"
 
     # Nothing the failing summarizer said became the summary; the fold came once it was back.
-    stored = await _summaries(sql_store, tid)
+    stored = await summary_rows(sql_store, tid)
     # (After a context refusal the first chunks are smaller, so the fold may take two rows.)
     assert stored and {text for _, text in stored} == {GOOD_SUMMARY}, stored
     assert script.summary_calls >= 5
