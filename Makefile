@@ -59,11 +59,11 @@ test-citus: install
 		--ignore=tests/reliability/test_start_up.py
 
 lint: install
-	$(BIN)/ruff check app tests bench migrations scripts .ci/lowest_constraints.py
-	$(BIN)/ruff format --check app tests bench migrations scripts .ci/lowest_constraints.py
+	$(BIN)/ruff check app bounded_agents tests bench migrations scripts .ci/lowest_constraints.py
+	$(BIN)/ruff format --check app bounded_agents tests bench migrations scripts .ci/lowest_constraints.py
 
 typecheck: install
-	$(BIN)/mypy --strict app scripts
+	$(BIN)/mypy --strict bounded_agents app scripts
 
 ## Refresh docs/inspector.png from the browser test (needs /usr/bin/chromium)
 screenshot: install

@@ -1,6 +1,7 @@
-"""`python -m app serve | migrate | chat | inspect`: a thin command line over the module."""
+"""`python -m app serve | migrate | distribute | chat | inspect`, for this repository: the same
+command line as the installed `bounded-agents`, serving `app.main:app`."""
 
-from app.cli import main
+from bounded_agents.cli import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(prog="python -m app"))

@@ -16,12 +16,12 @@ import hashlib
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from app.core.history import HistoryConfig
-from app.http.errors import install_error_handlers
-from app.http.openai_api import build_openai_router
-from app.module import AgentModule
-from app.registry import agent, tool
-from app.settings import Settings, get_settings
+from bounded_agents.core.history import HistoryConfig
+from bounded_agents.http.errors import install_error_handlers
+from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.module import AgentModule
+from bounded_agents.registry import agent, tool
+from bounded_agents.settings import Settings, get_settings
 
 PAGE_BYTES = 20_000
 """Roughly how much text `read_page` returns."""

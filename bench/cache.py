@@ -31,16 +31,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from app.core.history import HistoryConfig, policy_from_config
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import ChatMessage
-from app.core.ports import ModelProvider, ModelRequest, ModelResponse
-from app.core.tokens import estimate_message_tokens
-from app.durable import SqlJournal
-from app.providers.echo import EchoModel
-from app.providers.openai_compat import OpenAICompatibleProvider
-from app.store.ledger import SqlLedger
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.history import HistoryConfig, policy_from_config
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.messages import ChatMessage
+from bounded_agents.core.ports import ModelProvider, ModelRequest, ModelResponse
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.durable import SqlJournal
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.providers.openai_compat import OpenAICompatibleProvider
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.sql import SqlAgentStore
 
 TURNS = 200
 SETTINGS: dict[str, dict[str, Any]] = {

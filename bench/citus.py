@@ -18,8 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from app.store import distribute, migrate
-from app.store.engine import make_engine
+from bounded_agents.store import distribute, migrate
+from bounded_agents.store.engine import make_engine
 from tests.citus_cluster import CitusCluster, citus_missing
 
 Round = Callable[[str, int], Awaitable[dict[str, Any]]]

@@ -18,13 +18,13 @@ import statistics
 import time
 from typing import Any
 
-from app.core.summary import DEFAULT_FOLD_MAX_TOKENS
-from app.module import AgentModule
-from app.providers.echo import EchoModel
-from app.registry import agent, tool
-from app.settings import Settings
 from bench.data import ACTOR, AGENT, tool_output
 from bench.policies import CountingStore, turn_figures
+from bounded_agents.core.summary import DEFAULT_FOLD_MAX_TOKENS
+from bounded_agents.module import AgentModule
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.registry import agent, tool
+from bounded_agents.settings import Settings
 
 WORDS = (
     "budget invoice shipment customer ticket refund order warehouse delay contract clause "

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.messages import Message, ToolCall, ToolResult, payload_bytes
-from app.store.codec import to_rows
-from app.store.schema import messages, threads
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.messages import Message, ToolCall, ToolResult, payload_bytes
+from bounded_agents.store.codec import to_rows
+from bounded_agents.store.schema import messages, threads
+from bounded_agents.store.sql import SqlAgentStore
 
 TOOL_BYTES = 8192
 """Characters of each assistant answer's tool result."""
@@ -99,7 +99,7 @@ async def settle(engine: AsyncEngine) -> None:
 
     It was once credited with the slow window turns at 100,000 messages on PostgreSQL (72 ms
     against 31 at 10,000); they had another cause, a plan that read the whole thread when it
-    held most of the table (see `app.store.sql._turn_read`), and outlived it."""
+    held most of the table (see `bounded_agents.store.sql._turn_read`), and outlived it."""
     statement = "CHECKPOINT" if engine.dialect.name == "postgresql" else "PRAGMA wal_checkpoint"
     async with engine.connect() as conn:
         await conn.execute(sa.text(statement))

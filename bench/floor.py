@@ -23,8 +23,8 @@ import asyncpg
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.store import onehop
-from app.store.sql import TURN_READ_LIMITED
+from bounded_agents.store import onehop
+from bounded_agents.store.sql import TURN_READ_LIMITED
 
 COMMIT_TABLE = "bench_commit_floor"
 _CREATE = f"CREATE TABLE IF NOT EXISTS {COMMIT_TABLE} (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)"

@@ -47,8 +47,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from sqlalchemy.engine import make_url
 
-from app.core.messages import Message
-from app.store.sql import SqlAgentStore
 from bench.data import analyze, build_thread, seed_messages, settle
 from bench.floor import open_floor
 from bench.report import _ms, _table, _x
@@ -56,6 +54,8 @@ from bench.run import Config, _database, machine_info
 from bench.stats import reps_within, summarize
 from bench.trips import DriverClock
 from bench.turns import PAGE, TURN_CONTENT, TurnSeries
+from bounded_agents.core.messages import Message
+from bounded_agents.store.sql import SqlAgentStore
 
 SYSTEM_PROMPT = "You answer from the pages you read."
 PEER_WINDOW_FACTOR = 2

@@ -13,12 +13,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.core.history import HistoryConfig, policy_from_config
-from app.core.loop import read_bound
-from app.core.ports import ThreadTurnQuery
-from app.providers.echo import EchoModel
-from app.store.sql import SqlAgentStore, turn_read
 from bench.turns import History
+from bounded_agents.core.history import HistoryConfig, policy_from_config
+from bounded_agents.core.loop import read_bound
+from bounded_agents.core.ports import ThreadTurnQuery
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store.sql import SqlAgentStore, turn_read
 
 _BUFFERS = re.compile(r"shared hit=(\d+)(?: read=(\d+))?")
 _REMOVED = re.compile(r"Rows Removed by Filter: (\d+)")

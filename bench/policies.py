@@ -21,14 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.messages import Message, payload_bytes
-from app.core.report import RunResult
-from app.module import AgentModule
-from app.providers.echo import EchoModel
-from app.store.sql import SqlAgentStore
 from bench.data import ACTOR, AGENT
 from bench.stats import summarize
 from bench.turns import TURN_CONTENT, History, TimedModel, bench_module
+from bounded_agents.core.messages import Message, payload_bytes
+from bounded_agents.core.report import RunResult
+from bounded_agents.module import AgentModule
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store.sql import SqlAgentStore
 
 
 class CountingStore(SqlAgentStore):

@@ -13,11 +13,11 @@ import cProfile
 import io
 import pstats
 
-from app.store.sql import SqlAgentStore
 from bench.data import build_thread
 from bench.run import Config, _database
 from bench.trips import DriverClock
 from bench.turns import TurnSeries
+from bounded_agents.store.sql import SqlAgentStore
 
 TURNS = 200
 WARMUP = 20

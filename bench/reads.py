@@ -13,20 +13,20 @@ from typing import Any
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.core.messages import (
+from bench.floor import AsyncpgFloor, Floor, open_floor
+from bench.stats import reps_within, summarize, time_async
+from bench.trips import calls_of, count_asyncpg, count_engine_asyncpg
+from bounded_agents.core.messages import (
     Message,
     decode_attachments,
     decode_tool_calls,
     decode_tool_results,
     payload_bytes,
 )
-from app.core.ports import ThreadTurnPage, ThreadTurnQuery
-from app.store.codec import from_row
-from app.store.engine import make_engine
-from app.store.sql import PAGE_AT, TURN_READ_LIMITED, SqlAgentStore
-from bench.floor import AsyncpgFloor, Floor, open_floor
-from bench.stats import reps_within, summarize, time_async
-from bench.trips import calls_of, count_asyncpg, count_engine_asyncpg
+from bounded_agents.core.ports import ThreadTurnPage, ThreadTurnQuery
+from bounded_agents.store.codec import from_row
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.sql import PAGE_AT, TURN_READ_LIMITED, SqlAgentStore
 
 WARMUP = 3
 

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.history import whole_thread
-from app.core.messages import ChatMessage, Message, ToolCall
-from app.core.ports import (
+from bench.turns import bench_settings
+from bounded_agents.core.history import whole_thread
+from bounded_agents.core.messages import ChatMessage, Message, ToolCall
+from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySummary,
     ModelProvider,
@@ -51,17 +52,16 @@ from app.core.ports import (
     Summarizer,
     Usage,
 )
-from app.core.summary import (
+from bounded_agents.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
     PROSE_SUMMARY_INSTRUCTION,
     summarize_with_model,
 )
-from app.core.tokens import estimate_message_tokens
-from app.module import AgentModule
-from app.registry import agent, tool
-from app.store.sql import SqlAgentStore
-from bench.turns import bench_settings
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.module import AgentModule
+from bounded_agents.registry import agent, tool
+from bounded_agents.store.sql import SqlAgentStore
 
 ACTOR = "recall-actor"
 AGENT = "recall"
@@ -685,7 +685,7 @@ def recall_main(
 def _model_runs(name: str, turn_counts: Sequence[int]) -> list[dict[str, Any]]:
     """The model summarizer's rows: SmolLM2 on a llama.cpp server started here, or the
     endpoint the environment names."""
-    from app.providers.openai_compat import OpenAICompatibleProvider
+    from bounded_agents.providers.openai_compat import OpenAICompatibleProvider
 
     cap = int(os.environ.get("AGENT_BENCH_CHAT_CAP", "256"))
     fold = int(os.environ.get("AGENT_BENCH_FOLD_MAX_TOKENS", str(DEFAULT_FOLD_MAX_TOKENS)))

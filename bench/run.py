@@ -20,7 +20,6 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.store.sql import SqlAgentStore
 from bench.conversation import scripted_conversation
 from bench.data import TOOL_BYTES, analyze, build_thread, settle
 from bench.floor import open_floor
@@ -31,6 +30,7 @@ from bench.report import DOMINANT
 from bench.trips import DriverClock, clock_aiosqlite, count_engine_asyncpg
 from bench.turns import TurnSeries, nowindow_turns, window_turns
 from bench.turnsql import turn_sql_floor
+from bounded_agents.store.sql import SqlAgentStore
 
 BACKENDS = ("sqlite", "postgres")
 FULL_LENGTHS = (100, 1_000, 10_000, 100_000)

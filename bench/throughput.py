@@ -28,10 +28,10 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 
-from app.durable import SqlJournal
-from app.store import SqlAgentStore, migrate
 from bench.citus import run_citus
 from bench.run import Config, _database, machine_info
+from bounded_agents.durable import SqlJournal
+from bounded_agents.store import SqlAgentStore, migrate
 from tests.reliability.processes import App, app_env
 
 PROCESSES = (1, 2, 4)

@@ -16,17 +16,17 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.core.ports import ModelRequest, ModelResponse, TextDelta
-from app.core.report import RunResult
-from app.module import AgentModule
-from app.providers.echo import EchoModel
-from app.registry import agent, tool
-from app.settings import Settings
-from app.store.sql import SqlAgentStore
 from bench.data import ACTOR, AGENT, TOOL_BYTES, tool_output
 from bench.reads import window_bytes
 from bench.stats import reps_within, summarize
 from bench.trips import DriverClock
+from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta
+from bounded_agents.core.report import RunResult
+from bounded_agents.module import AgentModule
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.registry import agent, tool
+from bounded_agents.settings import Settings
+from bounded_agents.store.sql import SqlAgentStore
 
 TURN_CONTENT = "/read_page https://e.x/bench-page"
 PAGE = tool_output(random.Random(8192), TOOL_BYTES)

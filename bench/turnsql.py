@@ -2,12 +2,12 @@
 itself, as a multiple of the read floor.
 
 One bench turn is run once with the engine's statement and commit events recorded: every
-statement as sent (its SQL and its parameters, after SQLAlchemy's or `app.store.direct`'s bind
-processing) and where each transaction committed. That list is then sent again, as is, through
-the floor's raw driver connection (`bench.floor`): one driver call per statement, each
-transaction committed where the turn committed it, nothing else. The run's id is swapped for a
-fresh one in every parameter, so each replay is a new run on the same thread (its messages,
-journal rows and ledger row are new rows, numbered by the SQL itself, as the turn's were).
+statement as sent (its SQL and its parameters, after SQLAlchemy's or
+`bounded_agents.store.direct`'s bind processing) and where each transaction committed. That list is
+then sent again, as is, through the floor's raw driver connection (`bench.floor`): one driver call
+per statement, each transaction committed where the turn committed it, nothing else. The run's id
+is swapped for a fresh one in every parameter, so each replay is a new run on the same thread (its
+messages, journal rows and ledger row are new rows, numbered by the SQL itself, as the turn's were).
 
 The ratio says how much of a turn's overhead is the durable work the design commits to (its
 statements and commits) and how much is the Python that sends them.

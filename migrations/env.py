@@ -3,8 +3,8 @@
 Two ways in: `create_schema()` and the tests hand over an open connection through
 `config.attributes["connection"]` (so migrations run on the caller's engine and transaction);
 the `alembic` CLI builds the app's engine (`make_engine`, honouring AGENT_DB_PGBOUNCER) from
-AGENT_DATABASE_URL or alembic.ini. Both run in `app.store.migrate.migration_connection`: on
-SQLite with foreign keys off, checked with `PRAGMA foreign_key_check` before the commit.
+AGENT_DATABASE_URL or alembic.ini. Both run in `bounded_agents.store.migrate.migration_connection`:
+on SQLite with foreign keys off, checked with `PRAGMA foreign_key_check` before the commit.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from app.settings import get_settings
-from app.store.engine import make_engine
-from app.store.migrate import (
+from bounded_agents.settings import get_settings
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.migrate import (
     MIGRATION_LOCK_KEY,
     check_foreign_keys,
     migration_connection,
     require_foreign_keys_off,
 )
-from app.store.schema import metadata
+from bounded_agents.store.schema import metadata
 
 config = context.config
 target_metadata = metadata

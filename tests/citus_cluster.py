@@ -183,7 +183,7 @@ class CitusCluster:
     async def create_database(self, prefix: str = "agent_citus") -> str:
         """A new database on every node with the extension, its workers added on the
         coordinator; its coordinator URL. Nothing is distributed yet: that is
-        `python -m app distribute`'s job (`app.store.distribute`)."""
+        `python -m app distribute`'s job (`bounded_agents.store.distribute`)."""
         name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         for node in self.nodes:
             conn = await asyncpg.connect(node.dsn("postgres"), timeout=10)

@@ -26,11 +26,11 @@ import sqlalchemy as sa
 from hypothesis import settings
 from sqlalchemy.engine import make_url
 
-from app.store import distribute, migrate
-from app.store.engine import make_engine
-from app.store.onehop import OneHopConnection, _on_connection
-from app.store.schema import metadata
-from app.store.sql import SqlAgentStore
+from bounded_agents.store import distribute, migrate
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.onehop import OneHopConnection, _on_connection
+from bounded_agents.store.schema import metadata
+from bounded_agents.store.sql import SqlAgentStore
 from tests.citus_cluster import CitusCluster, citus_missing
 
 PG_ADMIN_URL = os.environ.get(

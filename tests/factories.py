@@ -6,15 +6,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.core.history import HistoryPolicy
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import ModelProvider
-from app.durable import SqlJournal
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.store.schema import thread_summaries, threads
-from app.store.tx import SqlTransaction, open_write
+from bounded_agents.core.history import HistoryPolicy
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import ModelProvider
+from bounded_agents.durable import SqlJournal
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import thread_summaries, threads
+from bounded_agents.store.tx import SqlTransaction, open_write
 
 
 def user(text: str, run_id: str | None = None) -> Message:

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from app import cli
-from app.settings import get_settings
+from bounded_agents import cli
+from bounded_agents.settings import get_settings
 
 ROOT = Path(__file__).parents[1]
 KEY = "key-a"
@@ -292,10 +292,10 @@ def test_pgbouncer_on_sqlite_is_said_not_silently_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from app.main import create_app
-    from app.settings import Settings
+    from bounded_agents.settings import Settings
 
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'b.db'}", db_pgbouncer=True)
-    with caplog.at_level("WARNING", logger="app"):
+    with caplog.at_level("WARNING", logger="bounded_agents"):
         create_app(settings)
     assert "AGENT_DB_PGBOUNCER is ignored" in caplog.text
 

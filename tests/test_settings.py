@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.core.history import HistoryConfig, WindowHistory, policy_from_config
-from app.errors import ConfigError
-from app.providers.echo import EchoModel
-from app.settings import Settings, get_settings
+from bounded_agents.core.history import HistoryConfig, WindowHistory, policy_from_config
+from bounded_agents.errors import ConfigError
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.settings import Settings, get_settings
 
 
 def test_settings_read_the_agent_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,8 +224,8 @@ def test_the_cap_field_is_a_setting_that_reaches_the_provider(
 ) -> None:
     """AGENT_OPENAI_MAX_TOKENS_FIELD picks the request field of AGENT_OPENAI_MAX_TOKENS, for
     servers that refuse `max_tokens`; any other value is refused at start-up."""
-    from app.module import AgentModule
-    from app.providers import OpenAICompatibleProvider
+    from bounded_agents.module import AgentModule
+    from bounded_agents.providers import OpenAICompatibleProvider
 
     monkeypatch.setenv("AGENT_MODEL", "openai")
     monkeypatch.setenv("AGENT_OPENAI_MODEL", "o3-mini")

@@ -77,8 +77,8 @@ def upgrade() -> None:
 def _backfill_token_estimates(conn: sa.Connection) -> None:
     """Estimate every stored message the way the store estimates new ones, in seq order, and
     keep each thread's running sum. Rows are read in keyset pages, so memory stays flat."""
-    from app.core.tokens import estimate_message_tokens
-    from app.store.codec import from_row
+    from bounded_agents.core.tokens import estimate_message_tokens
+    from bounded_agents.store.codec import from_row
 
     columns = "seq, role, content, tool_calls, tool_results, attachments, run_id"
     thread_ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM threads ORDER BY id"))]

@@ -14,7 +14,7 @@
 Every row is kept. On SQLite a changed key means a table is rebuilt (batch mode). Written when
 migrations ran with foreign keys on, where rebuilding `runs` would drop it, cascading to its
 steps: run_steps loses its foreign key before runs is rebuilt and gets the new one after. They
-run with foreign keys off now (`app.store.migrate`), which is what kept the rows of 0005.
+run with foreign keys off now (`bounded_agents.store.migrate`), which is what kept the rows of 0005.
 
 Revision ID: 0007
 Revises: 0006

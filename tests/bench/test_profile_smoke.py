@@ -9,4 +9,4 @@ from bench.run import Config
 async def test_the_profile_mode_profiles_whole_turns_on_sqlite() -> None:
     out = await profile_backend("sqlite", Config(mode="smoke"), turns=3, warmup=1)
     assert "=== sqlite: 3 turns, top own time ===" in out
-    assert "app/core/loop.py" in out and "(run_turn)" in out
+    assert "bounded_agents/core/loop.py" in out and "(run_turn)" in out

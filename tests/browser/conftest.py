@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, async_playwright
 
-from app.store.sql import SqlAgentStore
+from bounded_agents.store.sql import SqlAgentStore
 from tests.conftest import emptied_store
 
 CHROMIUM = os.environ.get("AGENT_CHROMIUM", "/usr/bin/chromium")

@@ -16,10 +16,10 @@ from typing import Any
 
 from playwright.async_api import Browser, Page
 
-from app.core.ports import ModelRequest, ModelResponse
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import (
     ALICE,
     HelperAgent,

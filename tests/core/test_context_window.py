@@ -4,14 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.context_window import (
+from bounded_agents.core.context_window import (
     DEFAULT_WINDOW_NOTICE,
     ChatMiddleware,
     WindowMetrics,
     context_window,
 )
-from app.core.messages import ChatMessage, ToolCall
-from app.errors import ConfigError
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.errors import ConfigError
 
 
 def system(text: str = "You are helpful.") -> ChatMessage:

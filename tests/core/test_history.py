@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from app.core.history import (
+from bounded_agents.core.history import (
     HistoryConfig,
     HistoryPolicy,
     HistoryPolicyContext,
@@ -22,11 +22,11 @@ from app.core.history import (
     whole_thread,
     window_history,
 )
-from app.core.messages import Message
-from app.core.ports import ModelRequest, ModelResponse, ReadBound, Usage
-from app.core.summary import render_history_summary
-from app.core.tokens import estimate_message_tokens
-from app.errors import ConfigError
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import ModelRequest, ModelResponse, ReadBound, Usage
+from bounded_agents.core.summary import render_history_summary
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.errors import ConfigError
 
 CTX = HistoryPolicyContext(thread_id="t1", agent="helper", actor_id="u1", run_id="r1")
 

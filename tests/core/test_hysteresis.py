@@ -9,13 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.history import HistoryConfig, WindowHistory, policy_from_config, window_history
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import HistoryPolicyContext, Thread, ThreadTurnQuery
-from app.core.reads import bounded_page
-from app.core.tokens import estimate_message_tokens
-from app.errors import ConfigError
-from app.settings import Settings
+from bounded_agents.core.history import (
+    HistoryConfig,
+    WindowHistory,
+    policy_from_config,
+    window_history,
+)
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import HistoryPolicyContext, Thread, ThreadTurnQuery
+from bounded_agents.core.reads import bounded_page
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.errors import ConfigError
+from bounded_agents.settings import Settings
 from tests.factories import assistant, user
 
 CTX = HistoryPolicyContext(thread_id="t", agent="a", actor_id="u", run_id="r")

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from app.core.messages import (
+from bounded_agents.core.messages import (
     ChatMessage,
     Message,
     ToolCall,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.history import (
+from bounded_agents.core.history import (
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
@@ -12,10 +12,10 @@ from app.core.history import (
     split_runs,
     summarizing_runs_window,
 )
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import ReadBound, Usage
-from app.core.tokens import estimate_message_tokens
-from app.errors import ConfigError
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import ReadBound, Usage
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.errors import ConfigError
 
 CTX = HistoryPolicyContext(thread_id="t1", agent="helper", actor_id="u1", run_id="r1")
 

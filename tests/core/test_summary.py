@@ -4,16 +4,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.core.history import (
+from bounded_agents.core.history import (
     HistoryConfig,
     HistoryPolicyContext,
     HistorySummary,
     policy_from_config,
     window_history,
 )
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import ModelRequest, ModelResponse, TextDelta, ThreadSummary, Usage
-from app.core.summary import (
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta, ThreadSummary, Usage
+from bounded_agents.core.summary import (
     APPEND_SUMMARY_INSTRUCTION,
     CLIP_NOTE,
     COMPRESS_SUMMARY_INSTRUCTION,
@@ -25,7 +25,7 @@ from app.core.summary import (
     summarize_with_model,
     summary_token_cap,
 )
-from app.core.tokens import estimate_message_tokens
+from bounded_agents.core.tokens import estimate_message_tokens
 
 CTX = HistoryPolicyContext(thread_id="t1", agent="helper", actor_id="u1", run_id="r1")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.ports import HistorySummary
-from app.core.summary import CLIP_NOTE, clip_summary, fold_rejection, summary_fits
+from bounded_agents.core.ports import HistorySummary
+from bounded_agents.core.summary import CLIP_NOTE, clip_summary, fold_rejection, summary_fits
 
 CAP = 300
 LIMIT = (CAP - 4) * 4

@@ -2,8 +2,8 @@
 
 import json
 
-from app.core.messages import ChatMessage, Message, ToolCall, ToolResult
-from app.core.tokens import MESSAGE_ALLOWANCE, estimate_message_tokens
+from bounded_agents.core.messages import ChatMessage, Message, ToolCall, ToolResult
+from bounded_agents.core.tokens import MESSAGE_ALLOWANCE, estimate_message_tokens
 
 
 def _compact(items: list[ToolCall] | list[ToolResult]) -> int:

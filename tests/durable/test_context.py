@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.durable.context import JournaledContext
-from app.errors import JournalMismatch
+from bounded_agents.durable.context import JournaledContext
+from bounded_agents.errors import JournalMismatch
 
 
 class Rec:

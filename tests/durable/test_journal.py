@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.core.ports import RunRequest
-from app.durable import SqlJournal
-from app.errors import RunNotFound, ThreadBusy, ThreadNotFound
-from app.store import SqlAgentStore
-from app.store.schema import runs
+from bounded_agents.core.ports import RunRequest
+from bounded_agents.durable import SqlJournal
+from bounded_agents.errors import RunNotFound, ThreadBusy, ThreadNotFound
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import runs
 
 
 def _request(thread_id: str) -> RunRequest:
@@ -93,7 +93,7 @@ async def test_reopening_a_live_run_or_an_unknown_one_is_refused(sql_store: SqlA
 async def test_a_process_that_lost_its_lease_can_no_longer_write_or_end_the_run(
     sql_store: SqlAgentStore,
 ) -> None:
-    from app.errors import LeaseLost
+    from bounded_agents.errors import LeaseLost
 
     stalled, taker = SqlJournal(sql_store.engine), SqlJournal(sql_store.engine)
     thread = await sql_store.create_thread(actor_id="a", agent="x")

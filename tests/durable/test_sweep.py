@@ -19,11 +19,11 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql
 
-from app.core.ports import RunRequest
-from app.durable import SqlJournal
-from app.store import SqlAgentStore
-from app.store.clock import db_now
-from app.store.schema import runs
+from bounded_agents.core.ports import RunRequest
+from bounded_agents.durable import SqlJournal
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.schema import runs
 from tests.conftest import emptied_store
 
 

@@ -20,15 +20,15 @@ import uvicorn
 from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
-from app.core.ports import ModelProvider
-from app.http.errors import install_error_handlers
-from app.http.sse import iter_sse
 from app.main import fake_page
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.registry import agent, tool
-from app.settings import Settings
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.ports import ModelProvider
+from bounded_agents.http.errors import install_error_handlers
+from bounded_agents.http.sse import iter_sse
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.registry import agent, tool
+from bounded_agents.settings import Settings
+from bounded_agents.store.sql import SqlAgentStore
 
 KEYS = "key-a=alice,key-b=bob"
 ALICE = {"Authorization": "Bearer key-a"}

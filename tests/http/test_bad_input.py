@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.errors import ECHO_CHARS
-from app.http.openai_api import build_openai_router
+from bounded_agents.errors import ECHO_CHARS
+from bounded_agents.http.openai_api import build_openai_router
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

@@ -7,9 +7,9 @@ from contextlib import AsyncExitStack
 import pytest
 
 from app.main import AssistantAgent
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.store.sql import SqlAgentStore
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.store.sql import SqlAgentStore
 from tests.conftest import empty_database
 from tests.http.conftest import (
     ALICE,

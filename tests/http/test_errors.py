@@ -8,12 +8,12 @@ from contextlib import AsyncExitStack
 import pytest
 from fastapi import FastAPI
 
-from app import errors as e
-from app.durable import InlineRuntime
-from app.http.errors import STATUS_BY_CODE, Unauthorized, status_for
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.store.sql import SqlAgentStore
+from bounded_agents import errors as e
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.http.errors import STATUS_BY_CODE, Unauthorized, status_for
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

@@ -21,15 +21,15 @@ import pytest
 import sqlalchemy as sa
 from openai import AsyncOpenAI
 
-from app.core.ports import ModelRequest, ModelResponse
-from app.durable import InlineRuntime
-from app.errors import ProviderTimeout
-from app.module import AgentModule
-from app.store.clock import db_now
-from app.store.memory import MemoryStore
-from app.store.schema import messages, runs
-from app.store.sql import SqlAgentStore
-from app.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.errors import ProviderTimeout
+from bounded_agents.module import AgentModule
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.memory import MemoryStore
+from bounded_agents.store.schema import messages, runs
+from bounded_agents.store.sql import SqlAgentStore
+from bounded_agents.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     BOB,

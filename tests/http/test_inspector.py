@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from app.providers import EchoModel
-from app.testing import Gate, ScriptedProvider, reply
+from bounded_agents.providers import EchoModel
+from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     BOB,

@@ -12,12 +12,12 @@ import httpx
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core.ports import RunRecord, RunRequest
-from app.durable import InlineRuntime
-from app.errors import ProviderTimeout
-from app.observability import ObservedRuntime, TurnMetrics
-from app.providers import EchoModel
-from app.testing import Gate, ScriptedProvider, reply
+from bounded_agents.core.ports import RunRecord, RunRequest
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.errors import ProviderTimeout
+from bounded_agents.observability import ObservedRuntime, TurnMetrics
+from bounded_agents.providers import EchoModel
+from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import ModuleFactory, make_app, new_thread, open_client, post
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -155,8 +155,8 @@ class SummarizerDown:
         self.cut_once = False
 
     async def complete(self, request: Any) -> Any:
-        from app.core.ports import ModelResponse
-        from app.errors import ProviderError
+        from bounded_agents.core.ports import ModelResponse
+        from bounded_agents.errors import ProviderError
 
         if request.purpose == "history_summary":
             if self.down:

@@ -16,13 +16,13 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI, OpenAI
 
-from app.core.ports import ModelRequest, ModelResponse
-from app.errors import ProviderTimeout
-from app.http.errors import install_error_handlers
-from app.http.openai_api import build_openai_router
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.registry import agent
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.errors import ProviderTimeout
+from bounded_agents.http.errors import install_error_handlers
+from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.registry import agent
 from tests.http.conftest import HelperAgent, ModuleFactory, serve_live
 
 

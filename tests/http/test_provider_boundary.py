@@ -9,10 +9,10 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from app.core.messages import Message
-from app.core.ports import ModelRequest, ModelResponse, TextDelta
-from app.durable import SqlJournal
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta
+from bounded_agents.durable import SqlJournal
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import (
     ALICE,
     SSE,
@@ -80,5 +80,5 @@ async def test_a_provider_raising_anything_is_a_502_provider_error_with_its_run_
     assert any("hunter2" in (rec.exc_text or "") for rec in caplog.records)  # logged, not sent
     roles = [m["role"] for m in await transcript(client, thread_id)]
     assert roles == [*before, "user", "user"]
-    failed = [r for r in caplog.records if r.name == "app.core.loop" and r.exc_text]
+    failed = [r for r in caplog.records if r.name == "bounded_agents.core.loop" and r.exc_text]
     assert ("summary" in failed[0].getMessage()) == (history is not None)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from app.errors import ProviderError, RunFailed
-from app.store import SqlAgentStore
-from app.store.clock import db_now
-from app.store.schema import run_steps, runs
-from app.testing import ScriptedProvider
+from bounded_agents.errors import ProviderError, RunFailed
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.schema import run_steps, runs
+from bounded_agents.testing import ScriptedProvider
 from tests.http.conftest import ModuleFactory, http_settings
 
 

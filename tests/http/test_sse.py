@@ -8,11 +8,11 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from app.errors import ProviderBadResponse
 from app.main import fake_page
-from app.providers import EchoModel
-from app.registry import agent, tool
-from app.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
+from bounded_agents.errors import ProviderBadResponse
+from bounded_agents.providers import EchoModel
+from bounded_agents.registry import agent, tool
+from bounded_agents.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     SSE,

@@ -8,8 +8,8 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from app.errors import ProviderRateLimited, ProviderTimeout
-from app.testing import Gate, ScriptedProvider, reply
+from bounded_agents.errors import ProviderRateLimited, ProviderTimeout
+from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

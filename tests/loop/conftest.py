@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from app.core.history import (
+from bounded_agents.core.history import (
     HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
 )
-from app.core.loop import AgentDefinition, AgentLoop, ToolBinding
-from app.core.messages import Message
-from app.core.ports import (
+from bounded_agents.core.loop import AgentDefinition, AgentLoop, ToolBinding
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import (
     ModelProvider,
     RunRequest,
     Thread,
@@ -26,10 +26,10 @@ from app.core.ports import (
     ThreadTurnQuery,
     Usage,
 )
-from app.durable import SqlJournal
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.store.schema import run_steps, runs
+from bounded_agents.durable import SqlJournal
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import run_steps, runs
 
 
 class FullReadStore:
@@ -191,7 +191,7 @@ def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     `random`, which hypothesis (the schemathesis tests) forbids while it generates. Tests that
     need it skip without the `dbos` extra."""
     pytest.importorskip("dbos", reason="the dbos extra is not installed")
-    from app.durable.dbos_runtime import dbos_config, destroy_dbos, launch_dbos
+    from bounded_agents.durable.dbos_runtime import dbos_config, destroy_dbos, launch_dbos
 
     path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
     launch_dbos(dbos_config(f"sqlite:///{path}", executor_id=f"tests-{os.getpid()}"))
@@ -220,7 +220,7 @@ def env(request: pytest.FixtureRequest, sql_store: SqlAgentStore, runtime_name: 
     journal: SqlJournal
     if runtime_name == "dbos":
         request.getfixturevalue("dbos_launched")
-        from app.durable.dbos_runtime import DbosRuntime
+        from bounded_agents.durable.dbos_runtime import DbosRuntime
 
         journal = DbosRuntime(sql_store.engine, lease_seconds=60)
     else:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from app.core.history import whole_thread, window_history
-from app.core.messages import ToolCall
-from app.testing import FunctionTool, ScriptedProvider, reply
+from bounded_agents.core.history import whole_thread, window_history
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, tool_turns, user
 from tests.loop.conftest import CountingStore, CountingSummarizer, FullReadStore, LoopEnv
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.core.history import window_history
-from app.core.ports import ModelRequest, ModelResponse
-from app.errors import ProviderError, RunFailed
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.errors import ProviderError, RunFailed
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import LoopEnv
 
@@ -21,7 +21,7 @@ pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
 from dbos import DBOS
 
-from app.durable.dbos_runtime import DbosRuntime, attempt_workflow_id
+from bounded_agents.durable.dbos_runtime import DbosRuntime, attempt_workflow_id
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ async def test_the_sweep_takes_over_a_dead_attempt_and_cancels_it(dbos_env: Loop
     cancelled, so DBOS never recovers it behind the new one's back."""
     from datetime import UTC, datetime, timedelta
 
-    from app.store.schema import runs
+    from bounded_agents.store.schema import runs
 
     tid = await dbos_env.thread([user("q1"), assistant("a1")])
     prompts: list[str] = []

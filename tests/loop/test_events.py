@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import uuid
 
-from app.core.history import window_history
-from app.core.loop import LoopEvent, ToolCallEvent, ToolResultEvent
-from app.core.messages import ToolCall
-from app.core.ports import ModelResponse, TextDelta
-from app.testing import FunctionTool, ScriptedProvider, StreamingScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import LoopEvent, ToolCallEvent, ToolResultEvent
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.core.ports import ModelResponse, TextDelta
+from bounded_agents.testing import FunctionTool, ScriptedProvider, StreamingScriptedProvider, reply
 from tests.loop.conftest import LoopEnv
 
 

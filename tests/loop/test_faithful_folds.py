@@ -17,19 +17,19 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from app.core.history import window_history
-from app.core.loop import AgentLoop, omission_note
-from app.core.messages import Message
-from app.core.ports import (
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentLoop, omission_note
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySummary,
     ModelRequest,
     ModelResponse,
     Usage,
 )
-from app.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
-from app.errors import ProviderContextExceeded, ProviderError
-from app.providers.echo import EchoModel
+from bounded_agents.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+from bounded_agents.errors import ProviderContextExceeded, ProviderError
+from bounded_agents.providers.echo import EchoModel
 from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.core.history import window_history
-from app.core.ports import RunRequest, ThreadTurnPage, ThreadTurnQuery
-from app.errors import RunFailed, StoreError, ThreadBusy
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.schema import messages, runs
+from bounded_agents.core.history import window_history
+from bounded_agents.core.ports import RunRequest, ThreadTurnPage, ThreadTurnQuery
+from bounded_agents.errors import RunFailed, StoreError, ThreadBusy
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import messages, runs
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 

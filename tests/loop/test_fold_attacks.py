@@ -10,10 +10,10 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from app.core.history import summarizing_runs_window, window_history
-from app.core.loop import AgentLoop
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import (
+from bounded_agents.core.history import summarizing_runs_window, window_history
+from bounded_agents.core.loop import AgentLoop
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySummary,
     ModelRequest,
@@ -21,10 +21,10 @@ from app.core.ports import (
     ToolSpec,
     Usage,
 )
-from app.errors import ProviderContextExceeded, ProviderError, RunFailed
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.schema import actor_usage
+from bounded_agents.errors import ProviderContextExceeded, ProviderError, RunFailed
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import actor_usage
 from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 

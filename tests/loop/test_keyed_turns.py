@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from app.core.history import window_history
-from app.core.loop import AgentLoop
-from app.core.ports import Idempotency
-from app.errors import TurnInProgress
-from app.providers.echo import EchoModel
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentLoop
+from bounded_agents.core.ports import Idempotency
+from bounded_agents.errors import TurnInProgress
+from bounded_agents.providers.echo import EchoModel
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 from tests.loop.test_turn_budget import Counts, counted
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from app.core.history import window_history
-from app.core.ports import MODEL_NAME_CHARS, ModelResponse, Usage
-from app.testing import ScriptedProvider
+from bounded_agents.core.history import window_history
+from bounded_agents.core.ports import MODEL_NAME_CHARS, ModelResponse, Usage
+from bounded_agents.testing import ScriptedProvider
 from tests.loop.conftest import LoopEnv
 
 

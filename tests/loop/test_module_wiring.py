@@ -7,14 +7,14 @@ import uuid
 
 import pytest
 
-from app import AgentModule, HistoryConfig, agent, tool
-from app.core.history import HistoryPolicyContext, HistorySelection, window_history
-from app.core.messages import Message, ToolCall
-from app.core.ports import ModelRequest, ModelResponse
-from app.errors import ConfigError, RunFailed, ThreadBusy, ThreadNotFound
-from app.settings import Settings
-from app.store import MemoryStore
-from app.testing import Gate, ScriptedProvider, reply
+from bounded_agents import AgentModule, HistoryConfig, agent, tool
+from bounded_agents.core.history import HistoryPolicyContext, HistorySelection, window_history
+from bounded_agents.core.messages import Message, ToolCall
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.errors import ConfigError, RunFailed, ThreadBusy, ThreadNotFound
+from bounded_agents.settings import Settings
+from bounded_agents.store import MemoryStore
+from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import CountingStore, FullReadStore, LoopEnv
 
@@ -168,7 +168,7 @@ async def test_another_actors_thread_is_not_found(env: LoopEnv) -> None:
 
 
 async def test_without_a_journal_a_failed_run_cannot_be_resumed_but_the_thread_goes_on() -> None:
-    from app.errors import ProviderError, RunNotFound
+    from bounded_agents.errors import ProviderError, RunNotFound
 
     model = ScriptedProvider([ProviderError("down"), reply("back")])
     module = AgentModule.for_root(
@@ -185,8 +185,8 @@ async def test_without_a_journal_a_failed_run_cannot_be_resumed_but_the_thread_g
 
 
 def test_every_window_bounds_its_read_and_a_legacy_max_messages_is_honoured() -> None:
-    from app.core.loop import read_bound
-    from app.core.ports import ReadBound
+    from bounded_agents.core.loop import read_bound
+    from bounded_agents.core.ports import ReadBound
 
     class Legacy:
         max_messages = 0  # the older promise: still a bound, at least the newest row
@@ -230,7 +230,7 @@ async def test_a_cancelled_turn_without_a_journal_gives_the_thread_back() -> Non
 async def test_resuming_a_run_of_an_agent_that_is_gone_leaves_the_run_untouched(
     env: LoopEnv,
 ) -> None:
-    from app.errors import AgentNotFound, ProviderError
+    from bounded_agents.errors import AgentNotFound, ProviderError
 
     tid = await env.thread()
     run_id = str(uuid.uuid4())
@@ -273,8 +273,8 @@ def test_for_root_accepts_summarize_alone_as_the_default_window_as_the_settings_
 
 async def test_the_ledger_books_summaries_under_the_name_chat_calls_use() -> None:
     """One name per model: EchoModel's summaries and chat calls are both booked as `echo`."""
-    from app.providers.echo import EchoModel
-    from app.store.ledger import MemoryLedger
+    from bounded_agents.providers.echo import EchoModel
+    from bounded_agents.store.ledger import MemoryLedger
 
     ledger = MemoryLedger()
     module = AgentModule.for_root(

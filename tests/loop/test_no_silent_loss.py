@@ -18,10 +18,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.history import summarizing_runs_window, window_history
-from app.core.loop import AgentDefinition, AgentLoop, omission_note
-from app.core.messages import ChatMessage, Message, ToolCall, ToolResult
-from app.core.ports import (
+from bounded_agents.core.history import summarizing_runs_window, window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop, omission_note
+from bounded_agents.core.messages import ChatMessage, Message, ToolCall, ToolResult
+from bounded_agents.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
@@ -30,10 +30,10 @@ from app.core.ports import (
     ModelResponse,
     Usage,
 )
-from app.durable import InlineRuntime
-from app.providers.echo import EchoModel
-from app.store import MemoryStore
-from app.store.ledger import MemoryLedger
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import MemoryStore
+from bounded_agents.store.ledger import MemoryLedger
 
 
 async def summarize(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:

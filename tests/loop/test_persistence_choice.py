@@ -6,13 +6,13 @@ import logging
 
 import pytest
 
-from app import AgentModule, agent
-from app.durable import InlineRuntime, SqlJournal
-from app.errors import ConfigError
-from app.settings import Settings
-from app.store import MemoryStore, SqlAgentStore
-from app.store.ledger import MemoryLedger, SqlLedger
-from app.testing import ScriptedProvider, reply
+from bounded_agents import AgentModule, agent
+from bounded_agents.durable import InlineRuntime, SqlJournal
+from bounded_agents.errors import ConfigError
+from bounded_agents.settings import Settings
+from bounded_agents.store import MemoryStore, SqlAgentStore
+from bounded_agents.store.ledger import MemoryLedger, SqlLedger
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.loop.conftest import FullReadStore
 
 SETTINGS = Settings(migrate_on_start=False)
@@ -48,7 +48,7 @@ def _module(store: object, **kw: object) -> AgentModule:
 
 async def _start_up_log(module: AgentModule, caplog: pytest.LogCaptureFixture) -> str:
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="app"):
+    with caplog.at_level(logging.INFO, logger="bounded_agents"):
         async with module.lifespan():
             pass
     lines = [r for r in caplog.records if "run journal" in r.getMessage()]
@@ -114,7 +114,7 @@ def test_agent_durable_picks_the_runtime(sql_store: SqlAgentStore) -> None:
     sql = _module(sql_store, settings=Settings(migrate_on_start=False, durable="sql"))
     assert type(_unwrapped(sql)) is SqlJournal
     pytest.importorskip("dbos", reason="the dbos extra is not installed")
-    from app.durable.dbos_runtime import DbosRuntime
+    from bounded_agents.durable.dbos_runtime import DbosRuntime
 
     dbos = _module(sql_store, settings=Settings(migrate_on_start=False, durable="dbos"))
     assert isinstance(_unwrapped(dbos), DbosRuntime)
@@ -126,7 +126,7 @@ def test_agent_durable_dbos_without_the_extra_is_a_config_error(
     import sys
 
     monkeypatch.setitem(sys.modules, "dbos", None)  # as if not installed: importing it fails
-    monkeypatch.delitem(sys.modules, "app.durable.dbos_runtime", raising=False)
+    monkeypatch.delitem(sys.modules, "bounded_agents.durable.dbos_runtime", raising=False)
     with pytest.raises(ConfigError, match=r"pip install 'bounded-agents\[dbos\]'"):
         _module(sql_store, settings=Settings(migrate_on_start=False, durable="dbos"))
 
@@ -138,7 +138,7 @@ def test_agent_durable_dbos_needs_a_store_that_hosts_the_lease(sql_store: SqlAge
 
 def test_the_dbos_system_database_follows_the_app_database() -> None:
     pytest.importorskip("dbos", reason="the dbos extra is not installed")
-    from app.durable.dbos_runtime import dbos_system_url
+    from bounded_agents.durable.dbos_runtime import dbos_system_url
 
     assert (
         dbos_system_url("postgresql+asyncpg://u:p@db:5432/app")

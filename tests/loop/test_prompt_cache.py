@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import uuid
 
-from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import ModelRequest, ModelResponse, ThreadTurnQuery, Usage
-from app.core.prefix import prefix_reuse, prompt_digest
-from app.core.tokens import estimate_message_tokens
-from app.durable import InlineRuntime
-from app.store import MemoryStore
-from app.store.ledger import MemoryLedger
-from app.testing import FunctionTool, ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.core.ports import ModelRequest, ModelResponse, ThreadTurnQuery, Usage
+from bounded_agents.core.prefix import prefix_reuse, prompt_digest
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.store import MemoryStore
+from bounded_agents.store.ledger import MemoryLedger
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.loop.conftest import FullReadStore, LoopEnv
 
 

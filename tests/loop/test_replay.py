@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from app.core.history import window_history
-from app.core.messages import Message
-from app.core.ports import ModelRequest, ModelResponse, Usage
-from app.errors import ProviderError, RunCompleted, RunFailed
-from app.store.schema import run_steps, runs
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import ModelRequest, ModelResponse, Usage
+from bounded_agents.errors import ProviderError, RunCompleted, RunFailed
+from bounded_agents.store.schema import run_steps, runs
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import (
     SQL_JOURNAL_ONLY,
@@ -110,8 +110,8 @@ async def test_a_failed_turn_keeps_the_user_message_stores_no_answer_and_the_thr
 async def test_the_summary_is_a_system_message_after_the_prompt_made_once_and_never_stored(
     env: LoopEnv,
 ) -> None:
-    from app.core.messages import ToolCall
-    from app.testing import FunctionTool
+    from bounded_agents.core.messages import ToolCall
+    from bounded_agents.testing import FunctionTool
 
     async def echo(x: str) -> str:
         return x
@@ -183,8 +183,8 @@ async def test_a_legacy_whole_thread_journal_replays_on_the_old_path_byte_for_by
 async def test_a_run_whose_process_died_is_resumed_at_start_up_with_the_same_prompt(
     env: LoopEnv,
 ) -> None:
-    from app.module import AgentModule
-    from app.settings import Settings
+    from bounded_agents.module import AgentModule
+    from bounded_agents.settings import Settings
 
     tid = await env.thread(history(2))
     entered = asyncio.Event()
@@ -215,7 +215,7 @@ async def test_a_run_whose_process_died_is_resumed_at_start_up_with_the_same_pro
             runs.update().where(runs.c.id == run_id).values(lease_expires_at=_past())
         )
 
-    from app.registry import agent as agent_decorator
+    from bounded_agents.registry import agent as agent_decorator
 
     @agent_decorator(name="helper", system_prompt="You help.", history={"max_messages": 3})
     class Helper:
@@ -281,7 +281,7 @@ async def test_summaries_and_chat_calls_each_write_a_ledger_row(env: LoopEnv) ->
 
 
 async def test_a_spent_quota_refuses_the_turn_and_summaries_count_against_it(env: LoopEnv) -> None:
-    from app.errors import QuotaExceeded
+    from bounded_agents.errors import QuotaExceeded
 
     tid = await env.thread(history(3))
     loop = env.loop(
@@ -309,7 +309,7 @@ async def test_a_spent_quota_refuses_the_turn_and_summaries_count_against_it(env
 
 
 async def test_the_report_carries_true_read_and_journal_figures(env: LoopEnv) -> None:
-    from app.core.messages import payload_bytes
+    from bounded_agents.core.messages import payload_bytes
     from tests.factories import tool_turns
 
     tid = await env.thread(tool_turns(10, 2000))
@@ -354,8 +354,8 @@ async def test_a_summary_holding_a_lone_surrogate_is_journaled_with_u_fffd(env: 
 async def test_a_resumed_run_reports_the_ledger_rows_of_every_attempt(env: LoopEnv) -> None:
     """The first attempt paid for a model call whose tool step it journaled before it died; the
     resumed run replays that call and its report still counts it (read back, not remembered)."""
-    from app.core.messages import ToolCall
-    from app.testing import FunctionTool
+    from bounded_agents.core.messages import ToolCall
+    from bounded_agents.testing import FunctionTool
 
     async def echo(x: str) -> str:
         return x
@@ -397,7 +397,7 @@ async def test_a_journal_from_before_cleaning_resumes_with_its_nul_stored_as_u_f
     failed at `persist:assistant` then. Resumed now, the step is cleaned as it is read back."""
     import sqlalchemy as sa
 
-    from app.errors import StoreError
+    from bounded_agents.errors import StoreError
     from tests.loop.conftest import FullReadStore
 
     class AnswerRefusingStore(FullReadStore):

@@ -13,13 +13,13 @@ from collections import Counter
 import pytest
 import sqlalchemy as sa
 
-from app.core.history import window_history
-from app.core.ports import ModelRequest, ModelResponse, RunRequest
-from app.durable import SqlJournal
-from app.errors import JournalPruned, ProviderError, RunFailed
-from app.store.clock import db_now
-from app.store.schema import ledger, run_steps, runs
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.ports import ModelRequest, ModelResponse, RunRequest
+from bounded_agents.durable import SqlJournal
+from bounded_agents.errors import JournalPruned, ProviderError, RunFailed
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.schema import ledger, run_steps, runs
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 from tests.store.test_hot_path_predicates import missing_keys
 from tests.store.test_store import captured_sql
@@ -261,7 +261,7 @@ async def test_pruning_a_dbos_run_deletes_its_workflows_every_attempt(env: LoopE
     enough keeps its workflow."""
     from dbos import DBOS
 
-    from app.durable.dbos_runtime import attempt_workflow_id
+    from bounded_agents.durable.dbos_runtime import attempt_workflow_id
 
     tid = await env.thread()
     done = await _turns(env, tid, 2)

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from app.core.history import summarizing_runs_window, window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.messages import Message, ToolCall
-from app.core.ports import (
+from bounded_agents.core.history import summarizing_runs_window, window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.messages import Message, ToolCall
+from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySelection,
     HistorySummary,
@@ -24,15 +24,15 @@ from app.core.ports import (
     ThreadTurnQuery,
     Usage,
 )
-from app.core.summary import CLIP_NOTE
-from app.core.tokens import estimate_message_tokens
-from app.durable import InlineRuntime
-from app.errors import ConfigError, RunFailed
-from app.providers.echo import EchoModel
-from app.store import MemoryStore, SqlAgentStore
-from app.store.ledger import MemoryLedger
-from app.store.schema import run_steps, runs
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.summary import CLIP_NOTE
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.errors import ConfigError, RunFailed
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import MemoryStore, SqlAgentStore
+from bounded_agents.store.ledger import MemoryLedger
+from bounded_agents.store.schema import run_steps, runs
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.factories import assistant, summary_rows, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, CountingStore, LoopEnv
 
@@ -387,7 +387,7 @@ async def test_a_run_whose_tool_results_reach_the_threshold_folds_before_its_nex
 ) -> None:
     """HasteKit counts before EACH model call: the tool results of this run's first step push
     the history to the threshold, so its older kept runs fold before the second call."""
-    from app.testing import FunctionTool
+    from bounded_agents.testing import FunctionTool
 
     async def look(q: str) -> str:
         return "r" * 2000  # about 500 tokens

@@ -17,12 +17,12 @@ from typing import Any
 
 from sqlalchemy import event
 
-from app.core.history import window_history
-from app.core.messages import ToolCall
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.engine import on_citus
-from app.testing import FunctionTool, ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.engine import on_citus
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.conftest import worker_calls
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
@@ -36,11 +36,11 @@ COMMON_TURN_STATEMENTS = {"sqlite": 15, "postgresql": 13, "citus": 16}
 both before a run's one message and its seq bump became one statement on PostgreSQL (a
 data-modifying CTE). SQLite has none: there they stay two statements, sent in one call. On a
 Citus database the two messages' bumps and the ledger's stay two statements too, each routed
-to one shard (`app.store.engine.on_citus`): 3 more."""
+to one shard (`bounded_agents.store.engine.on_citus`): 3 more."""
 COMMON_TURN_SQLITE_WORKER_CALLS = 13
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
-on a 2-core machine) of that turn, at most: one per statement (`app.store.onehop`), one per
-COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`), and one per
+on a 2-core machine) of that turn, at most: one per statement (`bounded_agents.store.onehop`), one
+per COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`), and one per
 appended message for its bump and its insert (`direct.write_together`): 20 before the first of
 those, 17 with it, 15 since the run's row joined the first unit (its COMMIT and that unit's
 lease check are gone), 13 since each message's two statements share a call."""
@@ -49,8 +49,8 @@ COMMON_TURN_SQLALCHEMY_STATEMENTS = 4
 run's insert (the first unit's first statement) and the later units' first statements (their
 lease checks); the message appends were two more before they took the driver's way. The rest
 (the turn read, and the writes after a unit's first) go through the driver
-(`app.store.hotread`, `app.store.direct`) at about 100 us less Python each. On SQLite the lease
-checks go the driver's way too (no BEGIN of SQLAlchemy's to wait for)."""
+(`bounded_agents.store.hotread`, `bounded_agents.store.direct`) at about 100 us less Python each.
+On SQLite the lease checks go the driver's way too (no BEGIN of SQLAlchemy's to wait for)."""
 
 
 @dataclass
@@ -156,6 +156,6 @@ async def test_a_fold_adds_two_transactions(env: LoopEnv) -> None:
 
 
 async def _summarizer(messages: list[Any], ctx: Any) -> Any:
-    from app.core.ports import HistorySummary
+    from bounded_agents.core.ports import HistorySummary
 
     return HistorySummary(text=f"through {messages[-1].seq}")

@@ -24,9 +24,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from app.core.messages import Attachment, Message, ToolCall, ToolResult
-from app.core.ports import RunRequest
-from app.store.codec import to_row
+from bounded_agents.core.messages import Attachment, Message, ToolCall, ToolResult
+from bounded_agents.core.ports import RunRequest
+from bounded_agents.store.codec import to_row
 
 ACTORS = ("alice", "bøb", "carol")
 ROOT_ROWS = len(ACTORS)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from app.store import migrate
-from app.store.engine import make_engine
+from bounded_agents.store import migrate
+from bounded_agents.store.engine import make_engine
 from tests.conftest import create_pg_database, drop_pg_database
 
 TABLES = ("threads", "messages", "runs", "run_steps")

@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from app.store import migrate
-from app.store.engine import make_engine
-from app.store.schema import metadata
+from bounded_agents.store import migrate
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.schema import metadata
 
 
 def _diff(connection: sa.Connection) -> list[Any]:
@@ -40,7 +40,7 @@ async def test_upgrade_head_matches_metadata_and_downgrade_base_empties(fresh_ur
 
 
 async def test_create_schema_is_idempotent(fresh_url: str) -> None:
-    from app.store import SqlAgentStore
+    from bounded_agents.store import SqlAgentStore
 
     store = SqlAgentStore.from_url(fresh_url)
     try:

@@ -22,12 +22,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import StoreError
-from app.module import AgentModule
-from app.settings import Settings
-from app.store import SqlAgentStore, migrate
-from app.store.engine import make_engine
-from app.store.schema import metadata
+from bounded_agents.errors import StoreError
+from bounded_agents.module import AgentModule
+from bounded_agents.settings import Settings
+from bounded_agents.store import SqlAgentStore, migrate
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.schema import metadata
 from tests.migrations import rows
 from tests.reliability.processes import app_env, run_command
 

@@ -11,13 +11,13 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from app.core.ports import ModelProvider
 from app.main import fake_page
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.registry import agent, tool
-from app.settings import Settings
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.ports import ModelProvider
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.registry import agent, tool
+from bounded_agents.settings import Settings
+from bounded_agents.store.sql import SqlAgentStore
 
 
 @agent(name="helper", system_prompt="You help with pages.")

@@ -11,11 +11,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core.history import HistoryConfig
-from app.core.messages import Message
-from app.core.ports import HistoryPolicyContext, HistorySummary, Usage
-from app.core.report import RunResult
-from app.module import AgentModule
+from bounded_agents.core.history import HistoryConfig
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary, Usage
+from bounded_agents.core.report import RunResult
+from bounded_agents.module import AgentModule
 from tests.factories import assistant, user
 from tests.observability.conftest import ModuleFactory, spans_of
 

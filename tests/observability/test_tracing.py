@@ -9,10 +9,10 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from app.core.report import RunResult
-from app.errors import ProviderTimeout, RunFailed
-from app.module import AgentModule
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.report import RunResult
+from bounded_agents.errors import ProviderTimeout, RunFailed
+from bounded_agents.module import AgentModule
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.observability.conftest import ModuleFactory, spans_of
 
 NS = "bounded_agents."

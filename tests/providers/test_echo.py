@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import (
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.core.ports import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -14,8 +14,8 @@ from app.core.ports import (
     ToolSpec,
     supports_streaming,
 )
-from app.core.tokens import estimate_message_tokens
-from app.providers.echo import EchoModel
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.providers.echo import EchoModel
 
 READ_PAGE = ToolSpec(
     name="read_page",
@@ -175,9 +175,9 @@ async def test_delay_holds_the_call_open() -> None:
 
 
 async def test_summarizes_what_summarize_with_model_sends() -> None:
-    from app.core.history import HistoryPolicyContext
-    from app.core.messages import Message
-    from app.core.summary import summarize_with_model
+    from bounded_agents.core.history import HistoryPolicyContext
+    from bounded_agents.core.messages import Message
+    from bounded_agents.core.summary import summarize_with_model
 
     dropped = [
         Message(role="user", content="Please open the billing page"),

@@ -19,15 +19,15 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.messages import ChatMessage
-from app.core.ports import ModelProvider, ModelRequest, ModelResponse, TextDelta, Usage
-from app.core.report import RunReport
-from app.core.tokens import estimate_usage
-from app.errors import ProviderBadResponse, ProviderError
-from app.module import AgentModule
-from app.providers import OpenAICompatibleProvider
-from app.registry import agent
-from app.store.sql import SqlAgentStore
+from bounded_agents.core.messages import ChatMessage
+from bounded_agents.core.ports import ModelProvider, ModelRequest, ModelResponse, TextDelta, Usage
+from bounded_agents.core.report import RunReport
+from bounded_agents.core.tokens import estimate_usage
+from bounded_agents.errors import ProviderBadResponse, ProviderError
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import OpenAICompatibleProvider
+from bounded_agents.registry import agent
+from bounded_agents.store.sql import SqlAgentStore
 from scripts.llama_server import MODEL_ALIAS, LlamaNotInstalled, llama_server
 from tests.conftest import REQUIRE_LLAMA, emptied_store
 from tests.http.conftest import ALICE, SSE, http_settings, live_client, make_app, serve_live

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.messages import ChatMessage, ToolCall
-from app.core.ports import (
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.core.ports import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -21,7 +21,7 @@ from app.core.ports import (
     Usage,
     supports_streaming,
 )
-from app.errors import (
+from bounded_agents.errors import (
     ConfigError,
     ProviderBadResponse,
     ProviderContextExceeded,
@@ -29,12 +29,12 @@ from app.errors import (
     ProviderRateLimited,
     ProviderTimeout,
 )
-from app.providers import (
+from bounded_agents.providers import (
     EchoModel,
     OpenAICompatibleProvider,
     provider_from_settings,
 )
-from app.providers.openai_compat import _retry_after, _wire_message
+from bounded_agents.providers.openai_compat import _retry_after, _wire_message
 from tests.providers.fake_openai import (
     FakeOpenAI,
     Reply,

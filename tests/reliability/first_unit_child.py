@@ -13,13 +13,13 @@ import asyncio
 import sys
 from typing import Any
 
-from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.ports import ThreadTurnPage, ThreadTurnQuery
-from app.durable.journal import SqlJournal
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.ports import ThreadTurnPage, ThreadTurnQuery
+from bounded_agents.durable.journal import SqlJournal
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
 
 READY = "IN-FIRST-UNIT"
 

@@ -22,10 +22,10 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.module import AgentModule
-from app.providers import EchoModel
-from app.store.schema import messages, runs
-from app.store.sql import SqlAgentStore
+from bounded_agents.module import AgentModule
+from bounded_agents.providers import EchoModel
+from bounded_agents.store.schema import messages, runs
+from bounded_agents.store.sql import SqlAgentStore
 from tests.conftest import empty_database
 from tests.http.conftest import (
     ALICE,

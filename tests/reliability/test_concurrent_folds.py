@@ -10,8 +10,8 @@ from contextlib import AsyncExitStack
 
 import sqlalchemy as sa
 
-from app.store.schema import ledger, thread_summaries
-from app.store.sql import SqlAgentStore
+from bounded_agents.store.schema import ledger, thread_summaries
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

@@ -10,14 +10,14 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.core.ports import ModelRequest, ModelResponse
-from app.durable import SqlJournal
-from app.errors import StoreError
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.durable import SqlJournal
+from bounded_agents.errors import StoreError
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.conftest import emptied_store
 from tests.factories import sql_loop
 
@@ -113,7 +113,7 @@ async def test_checkouts_without_a_ping_retry_a_dead_connection_once(
     connection (the pool then replaces every older one)."""
     from sqlalchemy import event
 
-    from app.core.ports import RunRequest
+    from bounded_agents.core.ports import RunRequest
 
     tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
     journal = SqlJournal(pg_store.engine)
@@ -148,7 +148,7 @@ async def test_a_connection_asyncpg_left_mid_state_is_retried_like_a_dead_one(
     retry. Here every first statement of a read and of a write transaction raises it once."""
     from sqlalchemy import event
 
-    from app.core.ports import RunRequest
+    from bounded_agents.core.ports import RunRequest
 
     tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
     journal = SqlJournal(pg_store.engine)

@@ -19,8 +19,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.store import SqlAgentStore
-from app.store.schema import messages, run_steps, runs
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import messages, run_steps, runs
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
 from tests.reliability.processes import App, fake_model_env, turn_in_flight

@@ -17,13 +17,13 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.durable.journal import SqlJournal
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.store.schema import messages, run_steps, runs
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.durable.journal import SqlJournal
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import messages, run_steps, runs
 from tests.factories import assistant, user
 from tests.reliability.first_unit_child import READY
 from tests.reliability.processes import ROOT

@@ -23,9 +23,9 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
-from app.store import SqlAgentStore
-from app.store.schema import ledger, messages, run_steps, runs, thread_summaries
+from bounded_agents.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import ledger, messages, run_steps, runs, thread_summaries
 from tests.conftest import emptied_store
 from tests.factories import assistant, user
 from tests.providers.fake_openai import FakeOpenAI, RecordedRequest, Reply, completion

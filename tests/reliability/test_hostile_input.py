@@ -18,12 +18,12 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.core.messages import MAX_TOOL_ARGUMENT_DEPTH, ToolCall
-from app.providers import OpenAICompatibleProvider
-from app.registry import agent, tool
-from app.store.schema import threads
-from app.store.sql import SqlAgentStore
-from app.testing import ScriptedProvider, StreamingScriptedProvider, reply
+from bounded_agents.core.messages import MAX_TOOL_ARGUMENT_DEPTH, ToolCall
+from bounded_agents.providers import OpenAICompatibleProvider
+from bounded_agents.registry import agent, tool
+from bounded_agents.store.schema import threads
+from bounded_agents.store.sql import SqlAgentStore
+from bounded_agents.testing import ScriptedProvider, StreamingScriptedProvider, reply
 from tests.factories import nested
 from tests.http.conftest import (
     ALICE,

@@ -30,10 +30,10 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from app.http.inspector import build_inspector_router
 from app.main import create_app
-from app.settings import Settings
-from app.store.sql import SqlAgentStore
+from bounded_agents.http.inspector import build_inspector_router
+from bounded_agents.settings import Settings
+from bounded_agents.store.sql import SqlAgentStore
 from tests.conftest import empty_database
 
 HOSTILE = ("0", "-1", str(2**31 - 1), str(2**31), str(2**63), str(10**20))

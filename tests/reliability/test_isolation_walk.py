@@ -28,7 +28,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
-from app.module import AgentModule
+from bounded_agents.module import AgentModule
 from tests.http.conftest import (
     ALICE,
     BOB,

@@ -25,13 +25,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from app.core.history import window_history
-from app.core.loop import AgentDefinition, AgentLoop
-from app.durable import SqlJournal
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.store.schema import messages
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.durable import SqlJournal
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import messages
 from tests.conftest import create_pg_database, drop_pg_database, empty_database
 from tests.reliability.processes import App, app_env, free_port, run_command
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.core.history import window_history
-from app.core.loop import AgentLoop, LoopEvent
-from app.errors import (
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentLoop, LoopEvent
+from bounded_agents.errors import (
     ProviderBadResponse,
     ProviderError,
     ProviderRateLimited,
@@ -19,8 +19,8 @@ from app.errors import (
     QuotaExceeded,
     RunFailed,
 )
-from app.providers import OpenAICompatibleProvider
-from app.store import SqlAgentStore
+from bounded_agents.providers import OpenAICompatibleProvider
+from bounded_agents.store import SqlAgentStore
 from tests.factories import sql_loop
 from tests.providers.fake_openai import FakeOpenAI, Reply, chunk, completion, usage_chunk
 

@@ -13,8 +13,8 @@ import asyncio
 from collections import Counter
 from contextlib import AsyncExitStack
 
-from app.core.messages import ToolCall
-from app.testing import ScriptedProvider, reply
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

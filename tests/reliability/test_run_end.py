@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import event, exc
 
-from app.durable.journal import END_ATTEMPTS
-from app.store.sql import SqlAgentStore
+from bounded_agents.durable.journal import END_ATTEMPTS
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

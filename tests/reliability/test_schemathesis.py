@@ -32,8 +32,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.main import create_app
-from app.module import AgentModule
-from app.settings import Settings
+from bounded_agents.module import AgentModule
+from bounded_agents.settings import Settings
 
 MAX_EXAMPLES = 50
 AUTH = {"Authorization": "Bearer k"}

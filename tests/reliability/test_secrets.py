@@ -14,12 +14,12 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-import app.module
-from app.core.ports import RunRecord
-from app.durable import SqlJournal
-from app.module import AgentModule, api_key_resolver
-from app.settings import Settings
-from app.store.sql import SqlAgentStore
+import bounded_agents.module
+from bounded_agents.core.ports import RunRecord
+from bounded_agents.durable import SqlJournal
+from bounded_agents.module import AgentModule, api_key_resolver
+from bounded_agents.settings import Settings
+from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import HelperAgent, make_app, new_thread, post, serve_live
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion
 from tests.reliability.processes import free_port
@@ -61,7 +61,7 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(app.module.hmac, "compare_digest", counting)
+    monkeypatch.setattr(bounded_agents.module.hmac, "compare_digest", counting)
     return calls
 
 
@@ -116,7 +116,7 @@ def every_logger_at_debug(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.L
     caplog.set_level(logging.DEBUG)
     for name in list(logging.root.manager.loggerDict):
         caplog.set_level(logging.DEBUG, logger=name)
-    for name in ("app", "uvicorn", "uvicorn.access", "uvicorn.error", "httpx", "httpcore"):
+    for name in ("bounded_agents", "uvicorn", "uvicorn.access", "uvicorn.error", "httpx", "httpcore"):
         caplog.set_level(logging.DEBUG, logger=name)
     yield caplog
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 
-from app.store.engine import make_engine
-from app.store.schema import messages, runs
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.schema import messages, runs
 from tests.reliability.processes import App, app_env
 
 ROUNDS = 10

@@ -21,15 +21,15 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.core.history import HistoryConfig
-from app.core.summary import (
+from bounded_agents.core.history import HistoryConfig
+from bounded_agents.core.summary import (
     COMPRESS_SUMMARY_INSTRUCTION,
     DEFAULT_HISTORY_SUMMARY_INSTRUCTION,
     summarize_with_model,
 )
-from app.providers import OpenAICompatibleProvider
-from app.store import SqlAgentStore
-from app.store.schema import ledger
+from bounded_agents.providers import OpenAICompatibleProvider
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import ledger
 from tests.factories import assistant, summary_rows, user
 from tests.http.conftest import (
     ALICE,

@@ -22,8 +22,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from app.store import SqlAgentStore
-from app.store.schema import ledger, messages, runs
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import ledger, messages, runs
 from tests.conftest import emptied_store
 from tests.providers.fake_openai import FakeOpenAI, RecordedRequest, Reply, completion
 from tests.reliability.processes import App, fake_model_env

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.core.history import window_history
-from app.core.ports import MAX_CALL_TOKENS, LedgerEntry
-from app.errors import ProviderBadResponse, RunFailed
-from app.providers import OpenAICompatibleProvider
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
+from bounded_agents.core.history import window_history
+from bounded_agents.core.ports import MAX_CALL_TOKENS, LedgerEntry
+from bounded_agents.errors import ProviderBadResponse, RunFailed
+from bounded_agents.providers import OpenAICompatibleProvider
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
 from tests.factories import sql_loop
 from tests.providers.fake_openai import FakeOpenAI, Reply, chunk, completion, usage_chunk
 

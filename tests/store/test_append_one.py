@@ -15,13 +15,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from app.core.messages import MAX_TOOL_ARGUMENT_DEPTH, Message, ToolCall
-from app.core.ports import ThreadTurnQuery
-from app.errors import DuplicateMessage, InvalidContent, ThreadNotFound
-from app.store import SqlAgentStore, direct
-from app.store.engine import on_citus
-from app.store.schema import messages, threads
-from app.store.tx import open_write
+from bounded_agents.core.messages import MAX_TOOL_ARGUMENT_DEPTH, Message, ToolCall
+from bounded_agents.core.ports import ThreadTurnQuery
+from bounded_agents.errors import DuplicateMessage, InvalidContent, ThreadNotFound
+from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store.engine import on_citus
+from bounded_agents.store.schema import messages, threads
+from bounded_agents.store.tx import open_write
 from tests.conftest import emptied_store, worker_calls
 from tests.factories import assistant, nested, open_unit, tool_answer, user
 

@@ -1,7 +1,7 @@
 """Every bounded read on SQLite and PostgreSQL: token budgets, runs and the summary boundary.
 
-The in-memory definition (`app.core.reads.bounded_page`) is the contract: the SQL statement must
-return exactly its page for every query shape, and read no row outside it.
+The in-memory definition (`bounded_agents.core.reads.bounded_page`) is the contract: the SQL
+statement must return exactly its page for every query shape, and read no row outside it.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import random
 
 import pytest
 
-from app.core.history import runs_window, split_runs, window_history
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import HistoryPolicyContext, ThreadSummary, ThreadTurnQuery
-from app.core.reads import bounded_page
-from app.store import SqlAgentStore
-from app.store.sql import turn_read
+from bounded_agents.core.history import runs_window, split_runs, window_history
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import HistoryPolicyContext, ThreadSummary, ThreadTurnQuery
+from bounded_agents.core.reads import bounded_page
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.sql import turn_read
 from tests.store.test_store import captured_sql
 
 CTX = HistoryPolicyContext(thread_id="t", agent="a", actor_id="u", run_id="r")

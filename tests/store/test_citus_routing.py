@@ -22,18 +22,18 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from app.core.history import window_history
-from app.core.messages import ToolCall
-from app.core.ports import RunRequest
-from app.durable import SqlJournal
-from app.errors import ProviderError, RunFailed
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.clock import db_now
-from app.store.engine import on_citus
-from app.store.ledger import SqlLedger
-from app.store.schema import runs
-from app.testing import FunctionTool, ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.core.ports import RunRequest
+from bounded_agents.durable import SqlJournal
+from bounded_agents.errors import ProviderError, RunFailed
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.engine import on_citus
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import runs
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.conftest import emptied_store
 from tests.factories import assistant, user
 from tests.http.conftest import (
@@ -231,7 +231,7 @@ async def test_the_window_and_the_turns_over_http_send_every_statement_to_one_sh
 ) -> None:
     """The HTTP paths of a turn and of `GET /threads/{id}/window`, with the module's own
     journal and ledger (in the store's database)."""
-    from app.module import AgentModule
+    from bounded_agents.module import AgentModule
 
     module = AgentModule.for_root(
         store=store,

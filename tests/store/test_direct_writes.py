@@ -1,6 +1,6 @@
-"""A unit of work's later writes through the driver (`app.store.direct`): SQLAlchemy's own SQL,
-seen by the engine's listeners, taken only inside a transaction the driver says is open, and a
-failure that rolls the unit back."""
+"""A unit of work's later writes through the driver (`bounded_agents.store.direct`): SQLAlchemy's
+own SQL, seen by the engine's listeners, taken only inside a transaction the driver says is open,
+and a failure that rolls the unit back."""
 
 from __future__ import annotations
 
@@ -15,15 +15,15 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.ports import LedgerEntry, ThreadTurnQuery
-from app.durable.journal import _INSERT_STEP
-from app.errors import InvalidContent, StoreError
-from app.store import SqlAgentStore, direct
-from app.store.engine import on_citus
-from app.store.ledger import SqlLedger
-from app.store.onehop import OneHopConnection
-from app.store.schema import actor_usage, ledger, run_steps, threads
-from app.store.tx import SqlTransaction, open_write
+from bounded_agents.core.ports import LedgerEntry, ThreadTurnQuery
+from bounded_agents.durable.journal import _INSERT_STEP
+from bounded_agents.errors import InvalidContent, StoreError
+from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store.engine import on_citus
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.onehop import OneHopConnection
+from bounded_agents.store.schema import actor_usage, ledger, run_steps, threads
+from bounded_agents.store.tx import SqlTransaction, open_write
 from tests.conftest import emptied_store, worker_calls
 from tests.factories import open_unit, tool_answer, user
 

@@ -17,11 +17,11 @@ import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
-from app import cli
-from app.settings import get_settings
-from app.store import SqlAgentStore, migrate
-from app.store.distribute import PLAN
-from app.store.schema import metadata, runs
+from bounded_agents import cli
+from bounded_agents.settings import get_settings
+from bounded_agents.store import SqlAgentStore, migrate
+from bounded_agents.store.distribute import PLAN
+from bounded_agents.store.schema import metadata, runs
 from tests.citus_cluster import CitusCluster
 from tests.conftest import CITUS_SHARDS, create_pg_database, drop_pg_database
 from tests.factories import assistant, user

@@ -18,15 +18,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.core.history import window_history
-from app.core.messages import ToolCall
-from app.durable import SqlJournal
-from app.errors import ProviderError, RunFailed
-from app.providers.echo import EchoModel
-from app.store import SqlAgentStore
-from app.store.ledger import SqlLedger
-from app.store.schema import runs
-from app.testing import FunctionTool, ScriptedProvider, reply
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.durable import SqlJournal
+from bounded_agents.errors import ProviderError, RunFailed
+from bounded_agents.providers.echo import EchoModel
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import runs
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import CountingSummarizer, LoopEnv
 from tests.store.test_store import captured_sql

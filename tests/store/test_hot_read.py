@@ -1,7 +1,7 @@
-"""The per-turn read through the driver (`app.store.hotread`): exactly what the SQLAlchemy path
-returns, for random thread shapes, on a dedicated connection and inside a shared transaction;
-seen by the engine's statement listeners; and a dead dedicated connection costs a retry, not a
-failed read."""
+"""The per-turn read through the driver (`bounded_agents.store.hotread`): exactly what the
+SQLAlchemy path returns, for random thread shapes, on a dedicated connection and inside a shared
+transaction; seen by the engine's statement listeners; and a dead dedicated connection costs a
+retry, not a failed read."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.core.messages import Message
-from app.core.ports import ThreadSummary, ThreadTurnPage, ThreadTurnQuery
-from app.store import SqlAgentStore
-from app.store.hotread import HotReader
-from app.store.tx import open_write
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import ThreadSummary, ThreadTurnPage, ThreadTurnQuery
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.hotread import HotReader
+from bounded_agents.store.tx import open_write
 from tests.conftest import emptied_store
 from tests.store.test_bounded_reads import _queries, _thread, transcript
 from tests.store.test_store import captured_sql

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 import sqlalchemy as sa
 
-from app.core.ports import LedgerEntry
-from app.store import SqlAgentStore
-from app.store.ledger import MemoryLedger, SqlLedger
-from app.store.schema import ledger as ledger_table
+from bounded_agents.core.ports import LedgerEntry
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.ledger import MemoryLedger, SqlLedger
+from bounded_agents.store.schema import ledger as ledger_table
 from tests.store.test_store import captured_sql
 
 

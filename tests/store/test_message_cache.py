@@ -1,17 +1,17 @@
-"""The turn read keeps the messages it rebuilt (`app.store.message_cache`): the next turn of a
-thread rebuilds only its new rows, a row that changed is rebuilt, never served stale, and the
-cache stays within its bounds."""
+"""The turn read keeps the messages it rebuilt (`bounded_agents.store.message_cache`): the next
+turn of a thread rebuilds only its new rows, a row that changed is rebuilt, never served stale, and
+the cache stays within its bounds."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from app.core.messages import Message, ToolCall, ToolResult
-from app.core.ports import ThreadTurnQuery
-from app.store import SqlAgentStore
-from app.store.codec import MESSAGE_COLUMNS, from_row, to_row
-from app.store.message_cache import MessageCache
-from app.store.schema import messages
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import ThreadTurnQuery
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.codec import MESSAGE_COLUMNS, from_row, to_row
+from bounded_agents.store.message_cache import MessageCache
+from bounded_agents.store.schema import messages
 from tests.factories import tool_answer, user
 from tests.store.test_hot_read import _sqlalchemy_only
 

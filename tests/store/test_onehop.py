@@ -1,4 +1,4 @@
-"""`app.store.onehop`: aiosqlite with one worker-thread call per statement. Same results,
+"""`bounded_agents.store.onehop`: aiosqlite with one worker-thread call per statement. Same results,
 rowcounts, transactions and errors as plain aiosqlite under SQLAlchemy; fewer thread calls."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import exc
 
-from app.store.engine import make_engine
-from app.store.onehop import OneHopConnection
 from bench.trips import count_aiosqlite
+from bounded_agents.store.engine import make_engine
+from bounded_agents.store.onehop import OneHopConnection
 
 _T = sa.table("t", sa.column("id", sa.Integer), sa.column("v", sa.String))
 

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from app.core.messages import Attachment, Message, ToolCall, ToolResult, payload_bytes
-from app.core.ports import ThreadTurnQuery, ThreadTurnReader, supports_bounded_read
-from app.errors import InvalidContent, StoreError, ThreadNotFound
-from app.store import MemoryStore, SqlAgentStore
-from app.store.schema import messages as messages_table
+from bounded_agents.core.messages import Attachment, Message, ToolCall, ToolResult, payload_bytes
+from bounded_agents.core.ports import ThreadTurnQuery, ThreadTurnReader, supports_bounded_read
+from bounded_agents.errors import InvalidContent, StoreError, ThreadNotFound
+from bounded_agents.store import MemoryStore, SqlAgentStore
+from bounded_agents.store.schema import messages as messages_table
 from tests.factories import assistant, tool_turns, user
 
 

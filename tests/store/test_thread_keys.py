@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from app.store import migrate
-from app.store.engine import make_engine
+from bounded_agents.store import migrate
+from bounded_agents.store.engine import make_engine
 from tests.conftest import create_pg_database, drop_pg_database
 
 DISTRIBUTED_BY = {

@@ -1,0 +1,32 @@
+"""Bounded-history agents for FastAPI: `from bounded_agents import AgentModule, agent, tool`.
+
+The public names are loaded on first use, so `import bounded_agents.core` stays free of FastAPI
+and SQLAlchemy. Type checkers read the imports under `TYPE_CHECKING` and see each name's real
+type; `__getattr__` serves the same objects at run time.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bounded_agents.core.history import HistoryConfig
+    from bounded_agents.module import Actor, AgentModule
+    from bounded_agents.registry import agent, tool
+
+__all__ = ["Actor", "AgentModule", "HistoryConfig", "agent", "tool"]
+
+_WHERE = {
+    "Actor": "bounded_agents.module",
+    "AgentModule": "bounded_agents.module",
+    "agent": "bounded_agents.registry",
+    "tool": "bounded_agents.registry",
+    "HistoryConfig": "bounded_agents.core.history",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _WHERE:
+        return getattr(import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'bounded_agents' has no attribute {name!r}")

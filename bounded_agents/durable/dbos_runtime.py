@@ -1,0 +1,518 @@
+"""DbosRuntime: every attempt of a run is a DBOS workflow, every checkpoint a DBOS step.
+
+Optional (`pip install 'bounded-agents[dbos]'`, `AGENT_DURABLE=dbos`); docs/dbos.md has the whole
+design. In short:
+
+- The `runs` row and its lease stay `SqlJournal`'s (this class is one): the partial unique
+  index is the thread's lock (a second turn gets `ThreadBusy`, 409), `keep_alive` renews the
+  lease, the sweep resumes runs whose lease lapsed (a dead process on another host: open-source
+  DBOS recovers only its own executor's workflows at `DBOS.launch()`).
+- An attempt is the workflow `bounded_agents.run_attempt(run_id, thread_id, attempt, token)`;
+  its workflow id is `run_id` for the first attempt, `run_id#attempt-<n>` for later ones (a
+  resume of a failed run, or a takeover by the sweep). Each `ctx.step(name, fn)` is
+  `DBOS.run_step_async` named `name`; its output (the JSON the SQL journal would store) is what
+  a recovery replays, so `load:thread` runs once and the model gets the same prompt.
+  `ctx.patched(marker)` is `DBOS.patch_async(marker)`.
+- A later attempt replays the earlier attempts' successful steps (and any `run_steps` rows a
+  `SqlJournal` left for the run) before its own: what `SqlJournal` replays, read from DBOS.
+- DBOS's own recovery calls the workflow again after a restart with the same executor id; it
+  finds no body registered for the attempt, so it hops onto the app's event loop and calls the
+  loop's `resume(run_id)`. That resume takes the lease at once when it is still held under the
+  token the attempt was started with (its holder was this executor's previous incarnation),
+  and otherwise competes for it like any resume.
+- Steps cannot share the project's transaction (DBOS writes its checkpoints on its own
+  connection): `unit_of_work()` batches nothing and `transaction()` is None, so every write
+  commits on its own before its checkpoint. Every store write of the loop is idempotent (one
+  message per run and role, one summary per boundary), so a step replayed after a crash between
+  its write and its checkpoint writes nothing twice; the run's end commits after the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from dbos import DBOS, DBOSConfig, SetWorkflowID
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bounded_agents.core.messages import storable_json
+from bounded_agents.core.ports import (
+    DurableContext,
+    JsonValue,
+    RunRequest,
+    RunResumer,
+    RunTrace,
+    Transaction,
+)
+from bounded_agents.durable.context import PATCH_PREFIX, Replay, encode_payload
+from bounded_agents.durable.journal import SqlJournal
+from bounded_agents.errors import ConfigError, RunFailed, ThreadBusy
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.engine import write_transaction
+from bounded_agents.store.errors import wrap_db_errors
+from bounded_agents.store.schema import runs
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+WORKFLOW_NAME = "bounded_agents.run_attempt"
+APPLICATION_VERSION = "bounded-agents"
+"""DBOS recovers a pending workflow only under the application version it started with; by
+default DBOS hashes the workflow's source. The workflow here is a shim (the loop's code is not
+in the hash), so the version is pinned instead and code changes are met by `ctx.patched`, as
+with the SQL journal (this is what DBOS's deprecated `enable_patching` flag did)."""
+_DBOS_PATCH = "DBOS.patch-"
+
+
+_LATER_ATTEMPT = "#attempt-"
+"""Between a run's id and its attempt number in the workflow ids of its second and later
+attempts (the first attempt's workflow id is the run's)."""
+
+
+def attempt_workflow_id(run_id: str, attempt: int) -> str:
+    return run_id if attempt == 1 else f"{run_id}{_LATER_ATTEMPT}{attempt}"
+
+
+class StepFailed(Exception):
+    """What DBOS records for a step that raised (the original exception is re-raised in the
+    process that ran it; this one is replayed if DBOS recovers the attempt after a crash)."""
+
+
+@dataclass(frozen=True)
+class _Recovery:
+    run_id: str
+    thread_id: str
+    attempt: int
+    token: str
+
+
+_RECOVERING: contextvars.ContextVar[_Recovery | None] = contextvars.ContextVar(
+    "bounded_agents_dbos_recovery", default=None
+)
+"""Set while DBOS's recovery of an attempt runs the loop's `resume` (see `_run_attempt`)."""
+_PENDING: dict[str, Callable[[], Awaitable[str]]] = {}
+"""Attempt workflow id -> the body `DbosRuntime.execute` started it for, in this process."""
+_ACTIVE: DbosRuntime | None = None
+"""The runtime DBOS's recovery hands runs to (one DBOS instance per process, so one runtime)."""
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+async def _run_attempt(run_id: str, thread_id: str, attempt: int, token: str) -> str:
+    """One attempt of a run. Started by `execute`, it runs the body registered for it; called
+    by DBOS's recovery (after a restart), it finishes the run through the loop's `resume`.
+    Returns how the attempt ended (`completed`, `failed:<code>`, `superseded`): the `runs` row
+    stays the run's record; a failed run does not fail its workflow (DBOS would log each one)."""
+    body = _PENDING.pop(attempt_workflow_id(run_id, attempt), None)
+    if body is not None:
+        return await body()
+    runtime = _ACTIVE
+    if runtime is None:
+        raise RuntimeError(f"run {run_id}: DBOS recovered it, but no DbosRuntime is active here")
+    return await runtime.recover(_Recovery(run_id, thread_id, attempt, token))
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    payload: str
+
+
+class DbosContext(Replay):
+    """`DurableContext` over DBOS steps: earlier attempts' steps replay first (by position,
+    names checked, as `JournaledContext` does), then every step is a DBOS step of this attempt
+    (DBOS replays them itself when it recovers the attempt)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        history: Sequence[Any],
+        hold: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.run_id = run_id
+        self._history: list[Any] = list(history)
+        self._hold = hold
+        self._position = 0
+        self.journal_bytes: dict[str, int] = {}
+        self.replayed: list[str] = []
+
+    def carry(self, steps: Sequence[_Step]) -> None:
+        """Append earlier attempts' steps to what this attempt replays first."""
+        self._history.extend(steps)
+
+    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
+        if self.replaying:
+            return self._read_back(name)
+        ran: list[JsonValue] = []
+        failed: list[Exception] = []
+
+        async def checkpoint() -> str:
+            try:
+                await self._hold()  # the lease: a run taken over runs nothing more here
+                value = await fn()
+            except Exception as exc:
+                failed.append(exc)
+                raise StepFailed(f"{name}: {type(exc).__name__}") from None
+            ran.append(value)
+            return encode_payload(value)
+
+        try:
+            payload = await DBOS.run_step_async({"name": name}, checkpoint)
+        except StepFailed:
+            if failed:
+                raise failed[0] from None
+            raise  # a failure DBOS recorded before a crash, replayed by its recovery
+        self.journal_bytes[name] = len(payload.encode())
+        if ran:
+            return ran[0]
+        self.replayed.append(name)
+        return storable_json(json.loads(payload))
+
+    async def patched(self, marker: str) -> bool:
+        if self.replaying:
+            record = self._history[self._position]
+            if record.name != PATCH_PREFIX + marker:
+                return False  # journaled before the marker existed: the old path
+            self._position += 1
+            self.journal_bytes[record.name] = len(record.payload.encode())
+            return True
+        patched = await DBOS.patch_async(marker)
+        if patched:
+            self.journal_bytes[PATCH_PREFIX + marker] = 4
+        return patched
+
+    def unit_of_work(self) -> AbstractAsyncContextManager[None]:
+        return _no_unit()
+
+    async def transaction(self) -> Transaction | None:
+        return None  # DBOS checkpoints commit on DBOS's connection: writes commit on their own
+
+
+@asynccontextmanager
+async def _no_unit() -> Any:
+    """Each DBOS step is its own checkpoint: a unit of work groups nothing."""
+    yield
+
+
+class DbosRuntime(SqlJournal):
+    """`DurableRuntime` + `RunExecutor`: runs as DBOS workflows, the thread lease as `SqlJournal`
+    keeps it. Needs `launch()` (DBOS is launched once per process) before the first run."""
+
+    def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
+        super().__init__(engine, lease_seconds=lease_seconds)
+        self._contexts: dict[str, DbosContext] = {}
+        self._fresh: set[str] = set()
+        self._resumer: RunResumer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._launched = False
+
+    # --- SqlJournal, with DBOS checkpoints -----------------------------------------------------
+
+    def _context(  # type: ignore[override]
+        self, thread_id: str, run_id: str, history: list[Any]
+    ) -> DbosContext:
+        async def hold() -> None:
+            async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
+                await self._check_lease(conn, run_id)
+
+        ctx = DbosContext(run_id, history, hold)
+        self._contexts[run_id] = ctx
+        return ctx
+
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
+        ctx = await super().begin(request)  # its steps commit one by one: none is shared
+        self._fresh.add(request.run_id)
+        return ctx
+
+    async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        recovery = _RECOVERING.get()
+        if recovery is not None and recovery.run_id == run_id:
+            await self._take_back(recovery)
+        self._fresh.discard(run_id)
+        return await super().reopen(run_id)
+
+    async def _take_back(self, recovery: _Recovery) -> None:
+        """DBOS hands an executor only its own pending workflows: a lease still held under the
+        token this attempt started with was held by this executor's previous life, so it is
+        taken back at once, in one statement (as `claim_expired` takes a lapsed one; `reopen`
+        then does not claim it again). Held under another token, the run is left to the
+        ordinary claim: lapsed or failed, or busy."""
+        token = str(uuid.uuid4())
+        async with wrap_db_errors("claim_run"), write_transaction(self._engine) as conn:
+            taken = await conn.execute(
+                runs.update()
+                .where(
+                    runs.c.thread_id == recovery.thread_id,
+                    runs.c.id == recovery.run_id,
+                    runs.c.owner == recovery.token,
+                    runs.c.status == "running",
+                )
+                .values(lease_expires_at=db_now(self._lease_seconds), owner=token)
+            )
+        if taken.rowcount:
+            self._owners[recovery.run_id] = token
+            self._threads[recovery.run_id] = recovery.thread_id
+            self._swept.add(recovery.run_id)
+
+    async def steps(self, run_id: str, thread_id: str | None = None) -> list[tuple[str, str]]:
+        """(name, payload) of the run's journal: any `run_steps` rows, then the successful steps
+        of its DBOS attempts in order (what a next attempt would replay)."""
+        rows = await super().steps(run_id, thread_id)
+        attempts = await self._attempts(run_id)
+        carried = await self._carried(run_id, attempts + 1)
+        return rows + [(s.name, s.payload) for s in carried]
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        """`SqlJournal`'s timeline, each run's checkpoints read from its DBOS attempts (the
+        payloads of `load:thread` and `history:*`, as the SQL journal's timeline gives them)."""
+        traces = await super().thread_runs(thread_id, limit=limit, before_seq=before_seq)
+        filled = []
+        for trace in traces:
+            steps = await self.steps(trace.run_id, thread_id)
+            payloads = {
+                name: json.loads(payload)
+                for name, payload in steps
+                if name == "load:thread" or name.startswith("history:")
+            }
+            filled.append(
+                trace.model_copy(update={"steps": [n for n, _ in steps], "payloads": payloads})
+            )
+        return filled
+
+    async def _forget(self, run_ids: Sequence[str]) -> None:
+        """Pruned runs: delete their DBOS workflows, every attempt's, whose checkpoints are the
+        journal here (the prompts' selections, model answers, tool results). Deleting a
+        workflow that is already gone does nothing, so a prune retried after a failure here
+        finishes the job."""
+        later = await _outside(
+            functools.partial(
+                DBOS.list_workflows,
+                workflow_id_prefix=[f"{run_id}{_LATER_ATTEMPT}" for run_id in run_ids],
+                load_input=False,
+                load_output=False,
+            )
+        )
+        await _outside(DBOS.delete_workflows, [*run_ids, *(w.workflow_id for w in later)])
+
+    # --- RunExecutor ---------------------------------------------------------------------------
+
+    def register_resumer(self, resume: RunResumer) -> None:
+        global _ACTIVE
+        self._resumer = resume
+        _ACTIVE = self
+
+    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        ctx = self._contexts.pop(run_id)
+        recovery = _RECOVERING.get()
+        if recovery is not None and recovery.run_id == run_id:
+            # DBOS is recovering this attempt: we are inside its workflow already.
+            ctx.carry(await self._carried(run_id, recovery.attempt))
+            return await attempt()
+        if run_id in self._fresh:
+            self._fresh.discard(run_id)
+            number = 1
+        else:
+            number = await self._next_attempt(run_id)
+            ctx.carry(await self._carried(run_id, number))
+        token = self._owners.get(run_id, "")
+        thread_id = self._threads.get(run_id, "")
+        outcome: list[_T] = []
+        raised: list[BaseException] = []
+
+        async def body() -> str:
+            try:
+                outcome.append(await attempt())
+            except RunFailed as exc:
+                raised.append(exc)
+                return f"failed:{exc.cause_code}"
+            except Exception as exc:
+                raised.append(exc)
+                return f"failed:{type(exc).__name__}"
+            return "completed"
+
+        workflow_id = attempt_workflow_id(run_id, number)
+        _PENDING[workflow_id] = body
+        try:
+            with SetWorkflowID(workflow_id):
+                await _run_attempt(run_id, thread_id, number, token)
+        finally:
+            _PENDING.pop(workflow_id, None)
+        if raised:
+            raise raised[0]
+        return outcome[0]
+
+    async def recover(self, recovery: _Recovery) -> str:
+        """DBOS's recovery of an attempt (on DBOS's own event loop): finish the run on the app's
+        loop, where its engine and connections live, through the loop's `resume`."""
+        loop, resume = self._loop, self._resumer
+        if loop is None or resume is None:
+            raise RuntimeError(f"run {recovery.run_id}: recovered before the runtime was launched")
+
+        async def on_app_loop() -> str:
+            _RECOVERING.set(recovery)  # this task's own context: the loop's resume sees it
+            log.info("run %s: DBOS recovers attempt %d", recovery.run_id, recovery.attempt)
+            try:
+                await resume(recovery.run_id)
+            except ThreadBusy:
+                log.info("run %s: held by another attempt; attempt %d stops", *_ids(recovery))
+                return "superseded"
+            except RunFailed as exc:
+                return f"failed:{exc.cause_code}"
+            return "completed"
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            return await on_app_loop()
+        # The DBOS context travels with the task: run_coroutine_threadsafe copies this context.
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_app_loop(), loop))
+
+    # --- attempts, read from DBOS ------------------------------------------------------------
+
+    async def _attempts(self, run_id: str) -> int:
+        number = 0
+        while await _outside(DBOS.get_workflow_status, attempt_workflow_id(run_id, number + 1)):
+            number += 1
+        return number
+
+    async def _next_attempt(self, run_id: str) -> int:
+        """The next attempt's number; earlier attempts still pending (their process died, or
+        their task was cancelled) are cancelled first, so DBOS never recovers them: the run is
+        this process's now (it holds the lease)."""
+        number = 1
+        while True:
+            workflow_id = attempt_workflow_id(run_id, number)
+            status = await _outside(DBOS.get_workflow_status, workflow_id)
+            if status is None:
+                return number
+            if status.status in ("PENDING", "ENQUEUED"):
+                await _outside(DBOS.cancel_workflow, workflow_id)
+            number += 1
+
+    async def _carried(self, run_id: str, attempt: int) -> list[_Step]:
+        """The successful checkpoints of attempts 1..attempt-1, in order."""
+        carried: list[_Step] = []
+        for number in range(1, attempt):
+            steps = await _outside(DBOS.list_workflow_steps, attempt_workflow_id(run_id, number))
+            for step in steps:
+                name = step["function_name"]
+                if step["error"] is not None:
+                    continue
+                if name.startswith(_DBOS_PATCH):
+                    carried.append(_Step(PATCH_PREFIX + name[len(_DBOS_PATCH) :], "true"))
+                elif not name.startswith("DBOS.") and isinstance(step["output"], str):
+                    carried.append(_Step(name, step["output"]))
+        return carried
+
+    # --- the process's DBOS ------------------------------------------------------------------
+
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None:
+        """Launch DBOS for this process (unless something launched it already) and take its
+        recoveries: they run on the event loop this is called on."""
+        global _ACTIVE
+        self._loop = asyncio.get_running_loop()
+        _ACTIVE = self
+        config = dbos_config(
+            system_database_url,
+            executor_id=executor_id,
+            application_version=application_version,
+        )
+        self._launched = await asyncio.to_thread(launch_dbos, config)
+
+    async def shutdown(self) -> None:
+        """Destroy DBOS if `launch` launched it (not one a test session launched)."""
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
+        if self._launched:
+            self._launched = False
+            await asyncio.to_thread(destroy_dbos)
+
+
+def _ids(recovery: _Recovery) -> tuple[str, int]:
+    return recovery.run_id, recovery.attempt
+
+
+async def _outside(fn: Callable[..., _T], *args: Any) -> _T:
+    """A DBOS call made as from outside any workflow (DBOS records such calls as steps of the
+    calling workflow): on a worker thread, in an empty context."""
+    return await asyncio.to_thread(contextvars.Context().run, fn, *args)
+
+
+def dbos_system_url(database_url: str) -> str:
+    """DBOS's system database for an app database URL: DBOS uses synchronous drivers, so
+    `postgresql+asyncpg` becomes `postgresql+psycopg` and `sqlite+aiosqlite` plain `sqlite`."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    elif backend == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            raise ConfigError(
+                "AGENT_DURABLE=dbos needs a database file or PostgreSQL: an in-memory SQLite "
+                "database cannot hold DBOS's system tables (set AGENT_DBOS_SYSTEM_DATABASE_URL)"
+            )
+        url = url.set(drivername="sqlite")
+    else:
+        raise ConfigError(f"DBOS runs on PostgreSQL or SQLite, not {backend!r}")
+    return url.render_as_string(hide_password=False)
+
+
+def dbos_config(
+    system_database_url: str,
+    *,
+    executor_id: str | None = None,
+    application_version: str | None = None,
+) -> DBOSConfig:
+    config: DBOSConfig = {
+        "name": "bounded-agents",
+        "system_database_url": dbos_system_url(system_database_url),
+        "application_version": application_version or APPLICATION_VERSION,
+    }
+    if executor_id:
+        config["executor_id"] = executor_id
+    return config
+
+
+_launched_here = False
+
+
+def launch_dbos(config: DBOSConfig) -> bool:
+    """Construct and launch the process's DBOS; False (and nothing done) when this module
+    launched one already (tests launch one per session)."""
+    global _launched_here
+    if _launched_here:
+        log.info("DBOS is already launched in this process")
+        return False
+    DBOS(config=config)
+    DBOS.launch()
+    _launched_here = True
+    return True
+
+
+def destroy_dbos() -> None:
+    global _launched_here
+    if _launched_here:
+        DBOS.destroy()
+        _launched_here = False

@@ -1,0 +1,97 @@
+"""InlineRuntime: runs without a journal, for callers who opt out of durability.
+
+Nothing survives the process: a run that dies is gone (its user message stays in the store).
+Turns on one thread are still serialized, by an in-process set of busy threads, and an
+Idempotency-Key names one run, by an in-process map (for the life of the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+from bounded_agents.core.ports import DurableContext, RunRecord, RunRequest, Transaction
+from bounded_agents.durable.context import InlineContext
+from bounded_agents.errors import RunNotFound, ThreadBusy, TurnInProgress
+
+
+class InlineRuntime:
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._busy: set[str] = set()
+        self._keys: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(thread, actor, Idempotency-Key) -> (run id, request fingerprint): checked and set
+        with no await in between, so one event loop never starts two runs under one key."""
+
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
+        keyed = request.idempotency
+        scope = (request.thread_id, request.actor_id, keyed.key) if keyed is not None else None
+        if scope is not None and scope in self._keys:
+            raise TurnInProgress(*self._keys[scope])
+        if request.thread_id in self._busy:
+            raise ThreadBusy(request.thread_id)
+        self._busy.add(request.thread_id)
+        if scope is not None and keyed is not None:
+            self._keys[scope] = (request.run_id, keyed.fingerprint)
+        self._runs[request.run_id] = RunRecord(
+            request=request, status="running", created_at=datetime.now(UTC)
+        )
+        return InlineContext(request.run_id)
+
+    @asynccontextmanager
+    async def keep_alive(self, run_id: str) -> AsyncIterator[None]:
+        """No lease to renew; but a cancelled run must give its thread back, since nothing
+        will ever resume it here (a journaled run stays `running` for the sweep instead)."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            self._end(run_id, "failed", "cancelled", "the run was cancelled before it ended", {})
+            raise
+
+    async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
+        raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed
+
+    async def complete(
+        self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None
+    ) -> None:
+        self._end(run_id, "completed", None, None, report)
+
+    async def fail(
+        self, run_id: str, error_code: str, error_message: str, report: dict[str, Any]
+    ) -> None:
+        self._end(run_id, "failed", error_code, error_message, report)
+
+    def _end(
+        self,
+        run_id: str,
+        status: str,
+        code: str | None,
+        message: str | None,
+        report: dict[str, Any],
+    ) -> None:
+        record = self._runs[run_id]
+        self._busy.discard(record.request.thread_id)
+        self._runs[run_id] = record.model_copy(
+            update={
+                "status": status,
+                "error_code": code,
+                "error_message": message,
+                "report": report,
+            }
+        )
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        return self._runs.get(run_id)
+
+    async def claim_expired(self, limit: int) -> list[str]:
+        return []  # nothing outlives its process here
+
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        return self._keys.get((thread_id, actor_id, key))

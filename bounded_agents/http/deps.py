@@ -1,0 +1,89 @@
+"""Dependencies of the routes, as `Annotated` aliases.
+
+The module reaches a route through the request scope, put there by the router's route class
+(`bounded_agents.http.errors.agent_route_class`) before any dependency runs. That keeps the routes
+plain module-level functions and lets two modules' routers live in one host app.
+
+Ownership answers are deliberately indistinguishable: a missing thread, another actor's thread
+and an id that is not a UUID at all are the same 404 `thread_not_found`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from bounded_agents.core.loop import AgentDefinition
+from bounded_agents.core.ports import Thread
+from bounded_agents.errors import ConfigError, RunNotFound, ThreadNotFound
+from bounded_agents.http.errors import Unauthorized
+from bounded_agents.module import Actor, AgentModule
+
+MODULE_SCOPE_KEY = "bounded_agents.agent_module"
+
+
+def get_module(request: Request) -> AgentModule:
+    module = request.scope.get(MODULE_SCOPE_KEY)
+    if not isinstance(module, AgentModule):
+        raise ConfigError("this route was not built by AgentModule (use module.router)")
+    return module
+
+
+ModuleDep = Annotated[AgentModule, Depends(get_module)]
+
+
+async def get_actor(request: Request, module: ModuleDep) -> Actor:
+    """The actor the module's resolver names; 401 `unauthorized` when it names none."""
+    actor = await module.actor_resolver(request)
+    if actor is None:
+        raise Unauthorized()
+    return actor
+
+
+ActorDep = Annotated[Actor, Depends(get_actor)]
+
+
+def canonical_uuid(value: str) -> str | None:
+    """`value` in the form ids are stored in (`str(uuid4())`), or None if it is not a UUID."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+ThreadIdPath = Annotated[
+    str, Path(description="The thread's id (a UUID).", json_schema_extra={"format": "uuid"})
+]
+RunIdPath = Annotated[
+    str, Path(description="The run's id (a UUID).", json_schema_extra={"format": "uuid"})
+]
+AgentPath = Annotated[str, Path(description="The agent's name, as in `@agent(name=...)`.")]
+
+
+async def get_owned_thread(thread_id: ThreadIdPath, actor: ActorDep, module: ModuleDep) -> Thread:
+    """The thread (without its messages) if the actor owns it; 404 `thread_not_found` for a
+    missing thread, another actor's thread, or an id that is not a UUID."""
+    canonical = canonical_uuid(thread_id)
+    if canonical is None:
+        raise ThreadNotFound(thread_id)
+    return await module.loop.owned_thread(canonical, actor.id)
+
+
+OwnedThreadDep = Annotated[Thread, Depends(get_owned_thread)]
+
+
+def get_agent_definition(agent: AgentPath, module: ModuleDep) -> AgentDefinition:
+    """The agent named in the path; 404 `agent_not_found` otherwise."""
+    return module.loop.definition(agent)
+
+
+AgentDefinitionDep = Annotated[AgentDefinition, Depends(get_agent_definition)]
+
+
+def run_id_or_404(run_id: str) -> str:
+    canonical = canonical_uuid(run_id)
+    if canonical is None:
+        raise RunNotFound(run_id)
+    return canonical

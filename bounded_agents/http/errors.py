@@ -1,0 +1,379 @@
+"""The one place that knows HTTP status codes: `AgentError.code` -> status, and the error body.
+
+Every error leaves as ``{"error": {"code": ..., "message": ...}}`` (a failed run adds a top-level
+``"run_id"``, and so does `turn_in_progress`, naming the run still running). Two layers apply it,
+on purpose:
+
+- `AgentRoute`, the router's ``route_class``, catches what a route raises (domain errors,
+  request validation, anything unexpected) and answers with the JSON body itself. So the routes
+  keep their contract in ANY host app, even one that never calls `install_error_handlers`, and
+  a host's own handlers for the same exception types cannot change our routes' answers.
+- `install_error_handlers(app)` covers what happens outside our routes: an unknown path (404),
+  a wrong method (405), and anything else a host's own routes raise. `app.main` calls it; a host
+  app may call it too, or keep its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bounded_agents.errors import (
+    AgentError,
+    ContentTooLarge,
+    InvalidInput,
+    RecordedFailure,
+    RunFailed,
+    TurnInProgress,
+    clipped,
+    echoed,
+)
+
+if TYPE_CHECKING:
+    from bounded_agents.module import AgentModule
+
+log = logging.getLogger("bounded_agents.http")
+
+STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        # the caller's fault
+        "invalid_json": 400,
+        "unauthorized": 401,
+        "not_found": 404,
+        "agent_not_found": 404,
+        "thread_not_found": 404,
+        "run_not_found": 404,
+        "journal_pruned": 410,
+        "method_not_allowed": 405,
+        "thread_busy": 409,
+        "turn_in_progress": 409,
+        "lease_lost": 409,
+        "run_completed": 409,
+        "duplicate_message": 409,
+        "content_too_large": 413,
+        "invalid_input": 422,
+        "invalid_content": 422,
+        "idempotency_key_reused": 422,
+        "invalid_parameter": 400,  # the /v1 API's: OpenAI answers a bad parameter with 400
+        "unsupported_parameter": 400,
+        "validation_error": 422,
+        "quota_exceeded": 429,
+        # ours, or a dependency's
+        "internal_error": 500,
+        "config_error": 500,
+        "journal_mismatch": 500,
+        "provider_error": 502,
+        "provider_timeout": 502,
+        "provider_rate_limited": 502,
+        "provider_bad_response": 502,
+        "provider_context_exceeded": 502,
+        "store_error": 503,
+    }
+)
+"""Error code -> HTTP status. A code missing here (a user's own `AgentError` subclass) takes the
+status of the nearest base class whose code is listed, else 500. `RunFailed` is never looked
+up itself: a failed run answers with its cause's code and status."""
+
+INTERNAL_MESSAGE: Final = "internal error"
+_SHOWN_5XX: Final = frozenset({502, 503})
+"""5xx statuses whose messages are shown: they name a dependency (provider, database), never
+our internals. Other 5xx messages are logged and replaced by `INTERNAL_MESSAGE`."""
+
+
+class Unauthorized(AgentError):
+    """No actor: a missing or unknown API key. Lives here because only the HTTP edge has it."""
+
+    code = "unauthorized"
+
+    def __init__(self) -> None:
+        super().__init__("a valid API key is required (Authorization: Bearer <key>)")
+
+
+class BodyTooLarge(ContentTooLarge):
+    """The request body alone rules the content out: refused before it is read or parsed."""
+
+    def __init__(self, body_bytes: int, content_limit: int) -> None:
+        AgentError.__init__(
+            self,
+            f"request body is {body_bytes} bytes, too large to carry content of at most "
+            f"{content_limit} bytes",
+        )
+        self.size = body_bytes
+        self.limit = content_limit
+
+
+def status_for(error: BaseException) -> int:
+    """The status of an error; a failed run takes its cause's."""
+    if isinstance(error, RunFailed):
+        return status_for(error.cause)
+    if isinstance(error, RecordedFailure):
+        return STATUS_BY_CODE.get(error.recorded_code, 500)
+    if not isinstance(error, AgentError):
+        return 500
+    for cls in type(error).__mro__:
+        code = getattr(cls, "code", None)
+        if isinstance(code, str) and code in STATUS_BY_CODE:
+            return STATUS_BY_CODE[code]
+    return 500
+
+
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    run_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": {"code": code, "message": message}}
+    if run_id is not None:
+        body["run_id"] = run_id
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}))
+
+
+def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
+    """(status, code, message, run_id) of a domain error, as clients see it."""
+    run_id: str | None = None
+    cause: BaseException = error
+    if isinstance(error, RunFailed):
+        run_id, cause = error.run_id, error.cause
+    elif isinstance(error, TurnInProgress):
+        run_id = error.run_id  # the run to wait for (`GET /runs/{id}`), named as a failed one is
+    status = status_for(cause)
+    if isinstance(cause, RecordedFailure):
+        code, message = cause.recorded_code, cause.message
+    elif isinstance(cause, AgentError):
+        code, message = cause.code, cause.message
+    else:
+        code, message = "internal_error", INTERNAL_MESSAGE
+    if status >= 500 and status not in _SHOWN_5XX:
+        log.error("%s (run %s): %s", code, run_id, message, exc_info=cause)
+        message = INTERNAL_MESSAGE
+    return status, code, message, run_id
+
+
+def public_message(code: str, message: str) -> str:
+    """What a client may read of a stored error: nothing of our internals (a 500-class code)."""
+    status = STATUS_BY_CODE.get(code)
+    if status is not None and status >= 500 and status not in _SHOWN_5XX:
+        return INTERNAL_MESSAGE
+    return message
+
+
+def agent_error_response(error: AgentError) -> JSONResponse:
+    status, code, message, run_id = error_payload(error)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return error_response(status, code, message, run_id=run_id, headers=headers)
+
+
+def validation_error_response(error: RequestValidationError) -> JSONResponse:
+    """422 `validation_error` naming each bad field; a body that is not JSON at all is a 400
+    `invalid_json`."""
+    problems = list(error.errors())
+    for problem in problems:
+        if problem.get("type") == "json_invalid":
+            reason = (problem.get("ctx") or {}).get("error", "JSON decode error")
+            loc = problem.get("loc", ())
+            where = f" at position {loc[-1]}" if len(loc) > 1 else ""
+            return error_response(
+                STATUS_BY_CODE["invalid_json"],
+                "invalid_json",
+                f"request body is not valid JSON: {reason}{where}",
+            )
+    return error_response(
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+    )
+
+
+def validation_message(error: RequestValidationError) -> str:
+    """Each bad field, named by where it is (`content`, `before`), and what is wrong with it;
+    never the value sent."""
+    parts = []
+    for problem in error.errors():
+        loc = [clipped(str(p)) for p in problem.get("loc", ())]  # a body's key is the caller's
+        if len(loc) > 1 and loc[0] in ("body", "path", "query", "header"):
+            loc = loc[1:]  # "content", not "body.content"; a bad body as a whole stays "body"
+        msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{'.'.join(loc) or 'request'}: {msg}")
+    return "; ".join(parts) or "invalid request"
+
+
+_HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(
+    {
+        400: "bad_request",
+        401: "unauthorized",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "content_too_large",
+    }
+)
+
+
+def http_exception_response(error: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own refusals (no such route, wrong method) in our body shape.
+
+    FastAPI reports a body its JSON parser gave up on (invalid UTF-8, nesting past the recursion
+    limit) as a bare 400 chained to the parser's error; that is `invalid_json` too, with the
+    reason, so a client sees one code for every body that is not JSON.
+    """
+    reason = _unparsable_body(error)
+    if reason is not None:
+        return error_response(
+            STATUS_BY_CODE["invalid_json"],
+            "invalid_json",
+            f"request body is not valid JSON: {reason}",
+        )
+    code = _HTTP_CODES.get(error.status_code, "http_error")
+    return error_response(
+        error.status_code, code, str(error.detail), headers=dict(error.headers or {})
+    )
+
+
+def internal_error_response(error: BaseException) -> JSONResponse:
+    log.error("unhandled error", exc_info=error)
+    return error_response(500, "internal_error", INTERNAL_MESSAGE)
+
+
+def request_body_limit(module: AgentModule) -> int:
+    """The largest request body that can still carry `max_content_bytes` of content.
+
+    JSON may escape every content byte as up to six (``\\u0000``), and a client that escapes
+    non-ASCII text (Python's `json.dumps` does by default) sends up to 6x the UTF-8 size. A
+    body over this bound cannot hold an acceptable message, so it is refused unread; a body
+    under it is checked exactly once decoded.
+    """
+    return 6 * module.settings.max_content_bytes + 1024
+
+
+def native_error_response(error: Exception) -> Response:
+    """The answer to whatever a route raised, in this API's error body."""
+    if isinstance(error, AgentError):
+        return agent_error_response(error)
+    if isinstance(error, RequestValidationError):
+        return validation_error_response(error)
+    if isinstance(error, StarletteHTTPException):
+        return http_exception_response(error)
+    return internal_error_response(error)
+
+
+ErrorAnswer = Callable[[Exception], Response]
+"""Turns what a route raised into its answer (`native_error_response`, or the /v1 API's)."""
+
+
+def agent_route_class(
+    module: AgentModule, answer: ErrorAnswer = native_error_response
+) -> type[APIRoute]:
+    """An `APIRoute` subclass bound to `module` (include_router keeps route classes).
+
+    Its handler (1) puts the module in the request scope for `ModuleDep`, (2) refuses an
+    oversized body before anything reads it, and (3) turns whatever the route raises into
+    the JSON error body with `answer`: domain errors by `STATUS_BY_CODE`, request validation
+    as 422/400, anything else as a logged 500 that leaks nothing.
+    """
+    from bounded_agents.http.deps import MODULE_SCOPE_KEY
+
+    body_limit = request_body_limit(module)
+    content_limit = module.settings.max_content_bytes
+
+    class AgentRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+            has_body = self.body_field is not None
+
+            async def guarded(request: Request) -> Response:
+                request.scope[MODULE_SCOPE_KEY] = module
+                try:
+                    if has_body:
+                        request = await bounded_body(request, body_limit, content_limit)
+                    return await handler(request)
+                except Exception as exc:
+                    return answer(exc)
+
+            return guarded
+
+    return AgentRoute
+
+
+async def bounded_body(request: Request, limit: int, content_limit: int) -> Request:
+    """Refuse a body over `limit` bytes: at once when its Content-Length says so, and in any
+    case by counting the bytes as they arrive, stopping at the limit (the read body is then
+    replayed to the route).
+
+    The count is what holds: a Content-Length header is only a claim. A request that sends
+    `Content-Length: 15` and `Transfer-Encoding: chunked` is framed by the chunks, and trusting
+    the header let a 150 MB body be read and parsed whole before its 413.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
+        if size > limit:
+            raise BodyTooLarge(size, content_limit)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise BodyTooLarge(total, content_limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    receive = request.receive
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return dict(await receive())  # later calls wait for the disconnect, as before
+
+    return Request(request.scope, replay)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Give the whole app the same error body: unknown routes, wrong methods, validation and
+    domain errors raised by the host's own routes, and a catch-all 500 that logs the
+    traceback and never leaks it."""
+
+    async def on_agent_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AgentError)
+        return agent_error_response(exc)
+
+    async def on_validation(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return validation_error_response(exc)
+
+    async def on_http(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return http_exception_response(exc)
+
+    async def on_unexpected(_request: Request, exc: Exception) -> Response:
+        return internal_error_response(exc)
+
+    app.add_exception_handler(AgentError, on_agent_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def _unparsable_body(error: StarletteHTTPException) -> str | None:
+    if error.status_code != 400:
+        return None
+    cause = error.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return "it is not UTF-8"
+    if isinstance(cause, RecursionError):
+        return "it nests too deeply"
+    if isinstance(cause, ValueError):  # Python's parser refuses integers of over 4300 digits
+        return "it holds a number too long to read"
+    return None

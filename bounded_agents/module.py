@@ -1,0 +1,493 @@
+"""AgentModule: the composition root. `for_root(...)` wires store, journal, ledger, model and
+agents once; the router, the lifespan and `run_turn` all use what it built.
+
+    module = AgentModule.for_root(model=..., actor_resolver=..., history={"max_messages": 40},
+                                  agents=[PageHelperAgent])
+    app = FastAPI(lifespan=module.lifespan)
+    app.include_router(module.router)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from opentelemetry.trace import TracerProvider
+from pydantic import BaseModel, ConfigDict
+
+from bounded_agents.core.context_window import ChatMiddleware
+from bounded_agents.core.history import (
+    HistoryConfig,
+    HistoryPolicy,
+    resolve_policy,
+    validate_module_history,
+)
+from bounded_agents.core.loop import AgentDefinition, AgentLoop, EventSink
+from bounded_agents.core.ports import (
+    AgentStore,
+    DurableRuntime,
+    Idempotency,
+    Ledger,
+    ModelProvider,
+    PrunedStatus,
+    Thread,
+    supports_keyed_runs,
+    supports_pruning,
+)
+from bounded_agents.core.report import RunResult
+from bounded_agents.durable import InlineRuntime, SqlJournal
+from bounded_agents.errors import (
+    ConfigError,
+    IdempotencyKeyReused,
+    LeaseLost,
+    QuotaExceeded,
+    RunFailed,
+    ThreadBusy,
+    TurnInProgress,
+)
+from bounded_agents.observability import ObservedRuntime, TurnMetrics, model_names
+from bounded_agents.outcome import await_outcome
+from bounded_agents.providers import provider_from_settings
+from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
+from bounded_agents.settings import Settings, get_settings
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.host import hosts_sql_journal
+from bounded_agents.store.ledger import MemoryLedger, SqlLedger
+
+log = logging.getLogger("bounded_agents")
+
+__all__ = ["Actor", "ActorResolver", "AgentModule", "AgentSpec", "agent", "tool"]
+
+
+class Actor(BaseModel):
+    """Who is asking. Every thread belongs to the actor that created it."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+
+
+ActorResolver = Callable[[Request], Awaitable[Actor | None]]
+
+
+def api_key_resolver(keys: Mapping[str, str]) -> ActorResolver:
+    """`Authorization: Bearer <key>` names the actor; keys are compared in constant time."""
+    pairs = [(k.encode(), actor) for k, actor in keys.items()]
+
+    async def resolve(request: Request) -> Actor | None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            return None
+        given = token.strip().encode()
+        found: str | None = None
+        for key, actor in pairs:  # no early exit: the time taken does not depend on the match
+            if hmac.compare_digest(key, given):
+                found = actor
+        return Actor(id=found) if found is not None else None
+
+    return resolve
+
+
+async def local_actor(_request: Request) -> Actor:
+    """Local development mode (no API keys configured): everyone is actor `local`."""
+    return Actor(id="local")
+
+
+def _persistence(
+    store: AgentStore, journal: DurableRuntime | None, ledger: Ledger | None, settings: Settings
+) -> tuple[DurableRuntime, Ledger, tuple[int, str]]:
+    """The run journal and the ledger, with the start-up log line (level, text) naming them.
+
+    Given ones win. Otherwise both live in the store's own database when the store can host them
+    (`hosts_sql_journal`: asked of what the store can do, not of its class); a store that cannot
+    gets in-process ones, and the line is then a warning, since a run cut off by a crash is not
+    resumed and spend (with any quota) starts from zero at every restart.
+    """
+    lost: list[str] = []
+    runtime_from = ledger_from = "given"
+    if journal is None and settings.durable == "dbos":
+        if not hosts_sql_journal(store):
+            raise ConfigError(
+                f"AGENT_DURABLE=dbos keeps the thread lease in the store's database, but "
+                f"{type(store).__name__} cannot host it"
+            )
+        runtime_from = "DBOS workflows; leases in the store's database"
+        journal = dbos_runtime(store.engine, settings)
+    elif journal is None and settings.durable == "inline":
+        runtime_from = "in process, AGENT_DURABLE=inline"
+        journal = InlineRuntime()
+        lost.append("a run cut off by a crash is not resumed")
+    if journal is None:
+        if hosts_sql_journal(store):
+            runtime_from = "the store's database"
+            journal = SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
+        else:
+            runtime_from = "in process"
+            journal = InlineRuntime()
+            lost.append("a run cut off by a crash is not resumed")
+    if ledger is None:
+        if hosts_sql_journal(store):
+            ledger_from = "the store's database"
+            ledger = SqlLedger(store.engine)
+        else:
+            ledger_from = "in process"
+            ledger = MemoryLedger()
+            lost.append("spent tokens (and quotas) start from zero at every restart")
+    note = (
+        f"run journal: {type(journal).__name__} ({runtime_from}); "
+        f"ledger: {type(ledger).__name__} ({ledger_from})"
+    )
+    if not lost:
+        return journal, ledger, (logging.INFO, note)
+    note += (
+        f". {type(store).__name__} cannot host the SQL journal, so {' and '.join(lost)}; "
+        "pass journal= and ledger= to keep them"
+    )
+    return journal, ledger, (logging.WARNING, note)
+
+
+def dbos_runtime(engine: Any, settings: Settings) -> DurableRuntime:
+    """The DBOS runtime (`AGENT_DURABLE=dbos`), or a ConfigError naming the missing extra."""
+    try:
+        from bounded_agents.durable.dbos_runtime import DbosRuntime
+    except ImportError as exc:
+        raise ConfigError(
+            f"AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' ({exc})"
+        ) from None
+    return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
+
+
+PRUNE_BATCH = 500
+"""Runs whose journals one prune statement deletes: a short transaction even on a busy table."""
+PRUNE_BATCHES = 50
+"""Batches per sweep at most, so one sweep never turns into a long job."""
+
+
+class AgentModule:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        loop: AgentLoop,
+        actor_resolver: ActorResolver,
+        owns_store: bool,
+        local_mode: bool,
+        persistence_note: tuple[int, str],
+        metrics: TurnMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        """The Prometheus collectors (`/metrics` serves their registry); None when
+        `settings.metrics` is off."""
+        self.loop = loop
+        self.actor_resolver = actor_resolver
+        self._owns_store = owns_store
+        self.local_mode = local_mode
+        self._persistence_note = persistence_note
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._resuming: set[str] = set()
+        """Runs this process's sweep claimed and is resuming now."""
+        from bounded_agents.http.router import build_router
+
+        self.router: APIRouter = build_router(self)
+
+    @property
+    def store(self) -> AgentStore:
+        return self.loop.store
+
+    @classmethod
+    def for_root(
+        cls,
+        *,
+        model: ModelProvider | None = None,
+        actor_resolver: ActorResolver | None = None,
+        history: HistoryConfig | Mapping[str, Any] | None = None,
+        history_policy: HistoryPolicy | None = None,
+        store: AgentStore | None = None,
+        agents: Sequence[type] = (),
+        journal: DurableRuntime | None = None,
+        ledger: Ledger | None = None,
+        quota: int | None = None,
+        chat_middleware: Sequence[ChatMiddleware] = (),
+        settings: Settings | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> AgentModule:
+        """Build the module. Anything not given comes from `settings` (default: the
+        environment, `AGENT_*`): the SQL store on `database_url`, its journal and ledger, the
+        configured model, the API-key actor resolver, the module-wide history.
+
+        Without `journal=`/`ledger=`, they go in the store's database when the store can host
+        them (`bounded_agents.store.host.hosts_sql_journal`), else in process; the lifespan logs
+        which.
+
+        Spans go to `tracer_provider`, or to OpenTelemetry's global one (a no-op until the host
+        installs an SDK); `settings.tracing` and `settings.metrics` switch them off."""
+        settings = settings or get_settings()
+        if model is None:
+            key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            model = provider_from_settings(
+                settings.model,
+                settings.openai_base_url,
+                key,
+                settings.openai_model,
+                settings.model_timeout,
+                settings.openai_max_tokens,
+                settings.openai_max_tokens_field,
+            )
+        owns_store = store is None
+        if store is None:
+            if settings.db_pgbouncer and not settings.database_url.startswith("postgresql"):
+                log.warning("AGENT_DB_PGBOUNCER is ignored: AGENT_DATABASE_URL is not PostgreSQL")
+            store = SqlAgentStore.from_url(
+                settings.database_url,
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_max_overflow,
+                pool_timeout=settings.db_pool_timeout,
+                pgbouncer=settings.db_pgbouncer,
+            )
+        runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
+        metrics = TurnMetrics() if settings.metrics else None
+        if settings.tracing or metrics is not None:
+            model_name, provider_name = model_names(model)
+            runtime = ObservedRuntime(
+                runtime,
+                metrics=metrics,
+                tracing=settings.tracing,
+                model_name=model_name,
+                provider_name=provider_name,
+                tracer_provider=tracer_provider,
+            )
+        if history is None and history_policy is None:
+            history = settings.history_config()
+        validate_module_history(history_policy, history, model)
+
+        definitions: dict[str, AgentDefinition] = {}
+        for cls_ in agents:
+            spec = agent_spec(cls_)
+            if spec.name in definitions:
+                raise ConfigError(f"two agents named {spec.name!r}")
+            definitions[spec.name] = AgentDefinition(
+                name=spec.name,
+                system_prompt=spec.system_prompt,
+                policy=resolve_policy(spec.history, history_policy, history, model),
+                tools=tool_bindings(cls_()),
+                max_steps=spec.max_steps,
+                middleware=(*chat_middleware, *spec.chat_middleware),
+            )
+        local_mode = False
+        if actor_resolver is None:
+            keys = settings.actor_keys()
+            local_mode = not keys
+            actor_resolver = api_key_resolver(keys) if keys else local_actor
+        loop = AgentLoop(
+            store=store,
+            runtime=runtime,
+            ledger=ledger,
+            model=model,
+            agents=definitions,
+            token_quota=quota if quota is not None else settings.token_quota,
+            fold_calls_per_turn=settings.history_fold_calls_per_turn,
+            fold_timeout=settings.history_fold_timeout_seconds,
+        )
+        return cls(
+            settings=settings,
+            loop=loop,
+            actor_resolver=actor_resolver,
+            owns_store=owns_store,
+            local_mode=local_mode,
+            persistence_note=persistence_note,
+            metrics=metrics,
+        )
+
+    async def run_turn(
+        self,
+        *,
+        agent: str,
+        thread_id: str,
+        actor_id: str,
+        content: str,
+        on_event: EventSink | None = None,
+        run_id: str | None = None,
+        thread: Thread | None = None,
+        idempotency: Idempotency | None = None,
+    ) -> RunResult:
+        """Run one turn without HTTP; the chat route calls exactly this (passing the `thread`
+        its ownership check already loaded, so the turn does not read it again).
+
+        With `idempotency`, a turn already made under its key (same actor and thread) is
+        answered instead: its stored answer (`run_id` is then that run's), its failure, or,
+        while it still runs past `AGENT_IDEMPOTENCY_WAIT_SECONDS`, `TurnInProgress`; another
+        request under the key is `IdempotencyKeyReused`. No model is called for any of them.
+        A run this process lost to another (its lease lapsed while it stalled) answers what
+        that process stored, not `LeaseLost`."""
+        run_id = run_id or str(uuid.uuid4())
+        try:
+            return await self.loop.run_turn(
+                agent=agent,
+                thread_id=thread_id,
+                actor_id=actor_id,
+                content=content,
+                run_id=run_id,
+                on_event=on_event,
+                thread=thread,
+                idempotency=idempotency,
+            )
+        except TurnInProgress as first:
+            assert idempotency is not None  # raised only for a keyed run
+            return await self._answer_repeat(first, idempotency)
+        except QuotaExceeded:
+            # Refused before the run began; but a repeat of a turn that spent the last of the
+            # quota is owed that turn's answer, which costs nothing more.
+            runtime = self.loop.runtime
+            if idempotency is None or not supports_keyed_runs(runtime):
+                raise
+            found = await runtime.find_keyed_run(thread_id, actor_id, idempotency.key)
+            if found is None:
+                raise
+            return await self._answer_repeat(TurnInProgress(*found), idempotency)
+        except RunFailed as failed:
+            if not isinstance(failed.cause, LeaseLost):
+                raise
+            # Another process took the run over: its answer is this client's answer.
+            taken = await await_outcome(self.loop, run_id, self.settings.idempotency_wait_seconds)
+            if taken is None:
+                raise
+            log.info("run %s: answered with what the process that took it over stored", run_id)
+            return taken
+
+    async def _answer_repeat(self, first: TurnInProgress, idempotency: Idempotency) -> RunResult:
+        if first.fingerprint != idempotency.fingerprint:
+            raise IdempotencyKeyReused(first.run_id)
+        outcome = await await_outcome(
+            self.loop, first.run_id, self.settings.idempotency_wait_seconds
+        )
+        if outcome is None:
+            raise TurnInProgress(first.run_id, first.fingerprint)
+        return outcome
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Run `coro` to the end even if whoever started it goes away (a client that
+        disconnects mid-stream); the lifespan waits for these tasks at shutdown."""
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def resume_expired_runs(self) -> list[str]:
+        """Claim runs whose lease expired (their process died) and resume them, at most
+        `AGENT_SWEEP_MAX_RESUMES` at a time in this process. Returns the ids claimed now."""
+        room = self.settings.sweep_max_resumes - len(self._resuming)
+        if room <= 0:
+            return []
+        run_ids = await self.loop.runtime.claim_expired(room)
+        for run_id in run_ids:
+            log.info("resuming run %s whose lease expired", run_id)
+            self._resuming.add(run_id)
+            self.spawn(self._resume_quietly(run_id))
+        return run_ids
+
+    async def _resume_quietly(self, run_id: str) -> None:
+        try:
+            await self.loop.resume(run_id)
+        except ThreadBusy:
+            # Taken by another process between our claim and our resume (its lease lapsed
+            # again meanwhile): the run is in good hands, not an error.
+            log.info("run %s was resumed by another process first", run_id)
+        except Exception:
+            log.exception("run %s could not be resumed", run_id)
+        finally:
+            self._resuming.discard(run_id)
+
+    async def prune_journal(self) -> int:
+        """Delete the journals of runs completed more than AGENT_JOURNAL_RETENTION_SECONDS ago
+        and of runs failed more than AGENT_FAILED_RUN_RETENTION_SECONDS ago, in batches, at most
+        `PRUNE_BATCHES` of them per call and status; returns the runs pruned."""
+        runtime = self.loop.runtime
+        if not supports_pruning(runtime):
+            return 0
+        total = 0
+        retention: dict[PrunedStatus, float] = {
+            "completed": self.settings.journal_retention_seconds,
+            "failed": self.settings.failed_run_retention_seconds,
+        }
+        for status, seconds in retention.items():
+            pruned = 0
+            for _ in range(PRUNE_BATCHES):
+                batch = await runtime.prune_steps(seconds, PRUNE_BATCH, status=status)
+                pruned += batch
+                if batch < PRUNE_BATCH:
+                    break
+            if pruned:
+                log.info("pruned the journals of %d %s runs", pruned, status)
+            total += pruned
+        return total
+
+    async def _sweep_forever(self) -> None:
+        """Resume runs whose lease expires while this process is up (another replica died),
+        and prune finished runs' journals."""
+        while True:
+            await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
+            try:
+                await self.resume_expired_runs()
+            except Exception:
+                log.exception("the sweep for expired runs failed; retrying next period")
+            try:
+                await self.prune_journal()
+            except Exception:
+                log.exception("pruning the run journal failed; retrying next period")
+
+    async def _launch_dbos(self) -> Callable[[], Awaitable[None]] | None:
+        """With the DBOS runtime (`AGENT_DURABLE=dbos`): launch DBOS, after the migrations and
+        before the sweep (its recovery of this executor's runs starts here). Returns its
+        shutdown."""
+        launch = getattr(self.loop.runtime, "launch", None)
+        if launch is None:
+            return None
+        settings = self.settings
+        await launch(
+            settings.dbos_system_database_url or settings.database_url,
+            executor_id=settings.dbos_executor_id,
+            application_version=settings.dbos_application_version,
+        )
+        shutdown: Callable[[], Awaitable[None]] = self.loop.runtime.shutdown  # type: ignore[attr-defined]
+        return shutdown
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
+        """Migrate (when configured), say which run journal and ledger are in use, resume runs
+        whose process died (now and periodically), and on the way out let running turns finish
+        before the engine is disposed. Nest it in your own lifespan with
+        `async with module.lifespan(app): ...` to compose."""
+        if self.settings.migrate_on_start and isinstance(self.store, SqlAgentStore):
+            await self.store.create_schema()
+        if self.local_mode:
+            log.warning(
+                "no AGENT_API_KEYS configured: local development mode, every request "
+                "is actor 'local'"
+            )
+        level, note = self._persistence_note
+        log.log(level, "%s", note)
+        dbos = await self._launch_dbos()
+        await self.resume_expired_runs()
+        sweeper = asyncio.create_task(self._sweep_forever())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=30)
+            if dbos is not None:
+                await dbos()
+            aclose = getattr(self.loop.model, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            if self._owns_store and isinstance(self.store, SqlAgentStore):
+                await self.store.dispose()

@@ -1,0 +1,317 @@
+"""Settings from the environment (prefix ``AGENT_``), built once by `get_settings()`.
+
+Nothing here is read at import time: `get_settings()` is cached and called by the composition
+root, and tests build `Settings(...)` directly or clear the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from bounded_agents.core.history import HistoryConfig, config_error
+from bounded_agents.errors import ConfigError
+from bounded_agents.redact import redacted_url
+
+_URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT_", extra="ignore", use_attribute_docstrings=True
+    )
+
+    database_url: str = "sqlite+aiosqlite:///./agent.db"
+    """SQLAlchemy async URL: `postgresql+asyncpg://user@host/db` in production. SQLite takes
+    one writer at a time per process (see docs/reliability.md). A password in it is never
+    printed or logged. Only these two drivers: `postgresql://` or `sqlite://` without one
+    stops start-up with what to write instead."""
+    db_pool_size: int = Field(default=10, ge=1)
+    """Connections kept open per process (PostgreSQL)."""
+    db_max_overflow: int = Field(default=10, ge=0)
+    """Extra connections allowed under load beyond the pool size (PostgreSQL)."""
+    db_pool_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a request waits for a free connection before failing with a 503 (PostgreSQL)."""
+    db_pgbouncer: bool = False
+    """The URL points at PgBouncer in transaction mode: asyncpg then keeps no prepared
+    statements across transactions (each may run on another server connection). See
+    docs/scale-out.md for pool sizes."""
+    migrate_on_start: bool = True
+    """Run `alembic upgrade head` when the app starts."""
+
+    model: Literal["echo", "openai"] = "echo"
+    """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
+    openai_base_url: str = "https://api.openai.com/v1"
+    """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`).
+    `user:password@` in it is sent as Basic auth and never shown (errors, runs, logs)."""
+    openai_api_key: SecretStr | None = None
+    """Bearer key for the provider; unset sends none (local servers usually want none)."""
+    openai_model: str = "gpt-4o-mini"
+    """Model name the provider knows."""
+    model_timeout: float = Field(default=60.0, gt=0)
+    """Seconds per provider request before it is retried (then fails with a 502)."""
+    openai_max_tokens: int | None = Field(default=None, ge=1)
+    """Cap on the tokens of each answer (`max_tokens`); unset leaves the length to the server."""
+    openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The request field that cap is sent in: `max_completion_tokens` for OpenAI's reasoning
+    models, which refuse `max_tokens`."""
+
+    history_enabled: bool = True
+    """False: the model sees only the current user message (no history at all)."""
+    history_max_messages: int | None = Field(default=None, ge=1)
+    """Module-wide window: newest messages sent per turn (also the rows read per turn). With no
+    history setting at all, a turn sends the whole thread."""
+    history_max_tokens: int | None = Field(default=None, ge=1)
+    """Module-wide token budget (estimated); whichever of the two limits cuts more wins. The
+    store reads by it too (each message's estimate is stored with it)."""
+    history_min_messages: int | None = Field(default=None, ge=1)
+    """The low mark below AGENT_HISTORY_MAX_MESSAGES: the window grows from it to the max and is
+    cut back to it at a run's start, so prompts between cuts extend each other and a provider's
+    prompt cache hits. Summarizing, the count a fold cuts back to."""
+    history_min_tokens: int | None = Field(default=None, ge=1)
+    """The same low mark below AGENT_HISTORY_MAX_TOKENS."""
+    history_runs: int | None = Field(default=None, ge=1)
+    """Module-wide runs window: the newest this many runs, whole (nothing summarized)."""
+    history_summarize: bool = False
+    """Fold what the window leaves out into a rolling summary made by the model (with no limit
+    set, the window is 40 messages)."""
+    history_summary_token_threshold: int | None = Field(default=None, ge=1)
+    """Summarize old runs once the history's estimated tokens reach this (needs
+    AGENT_HISTORY_SUMMARIZE)."""
+    history_keep_recent_runs: int | None = Field(default=None, ge=1)
+    """With the token threshold: runs kept verbatim (default 5)."""
+    history_fold_messages: int | None = Field(default=None, ge=1)
+    """Summarizing window: unsummarized messages past the window that trigger a fold (default
+    half the window, at least 4)."""
+    history_fold_max_tokens: int | None = Field(default=None, ge=1)
+    """Summarizer input per call at most (default 8000); a longer backlog folds in chunks."""
+    history_summary_carry: Literal["rewrite", "append"] | None = None
+    """`rewrite` (default) or `append`: how the built-in summarizer carries the summary so far
+    forward (docs/history.md)."""
+    history_fold_calls_per_turn: int = Field(default=2, ge=1)
+    """Summarizer calls one turn may make: a long backlog is folded over several turns, the
+    prompt bounded meanwhile (docs/history.md)."""
+    history_fold_timeout_seconds: float = Field(default=120.0, gt=0)
+    """How long one summarizer call may take before the turn answers without that fold."""
+
+    api_keys: SecretStr | None = None
+    """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,
+    every request is actor `local`. A pair that is not key=actor, or a key given twice,
+    stops start-up (naming the pair by position, never the key)."""
+    max_content_bytes: int = Field(default=256 * 1024, ge=1)
+    """Largest user message accepted (UTF-8 bytes); bigger is a 413 before any work is done."""
+    durable: Literal["sql", "inline", "dbos"] = "sql"
+    """Where runs are journaled. `sql`: the `runs`/`run_steps` tables of the store's database
+    (in-process when the store cannot host them). `inline`: no journal (a run cut off by a crash
+    is lost). `dbos`: each run a DBOS workflow, each checkpoint a DBOS step (needs
+    `pip install 'bounded-agents[dbos]'`; docs/dbos.md); the thread lease stays in `runs`."""
+    dbos_system_database_url: str | None = None
+    """DBOS's system database (`AGENT_DURABLE=dbos`); unset: the app's own database (schema
+    `dbos` on PostgreSQL). Async drivers are swapped for DBOS's synchronous ones."""
+    dbos_executor_id: str | None = None
+    """This process's DBOS executor id: DBOS recovers, at start-up, the pending workflows of its
+    own executor id only. Give each process its own, stable across restarts; unset is DBOS's
+    default (`local`, or `DBOS__VMID`)."""
+    dbos_application_version: str | None = None
+    """The DBOS application version (recovery only resumes workflows of the same version);
+    unset pins `bounded-agents`, code changes being met by the loop's patch markers."""
+    run_lease_seconds: float = Field(default=120.0, ge=1, le=7 * 86_400)
+    """Lease of a running run on its thread; renewed every third of it while the run works, so
+    a run whose process died is resumed (at start-up or by the periodic sweep) once it lapses.
+    At least 1 s: a lease a database round trip can outlast is taken from live runs."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    """Level of the app's own log lines under `python -m app serve` (uvicorn's format)."""
+    sweep_seconds: float | None = Field(default=None, ge=0.1, le=86_400)
+    """How often each process looks for runs whose lease lapsed (another process died); unset:
+    once per AGENT_RUN_LEASE_SECONDS. Lease times are the database's clock, never the host's.
+    At most a day: a sweep that never comes would leave a dead process's runs unanswered."""
+    sweep_max_resumes: int = Field(default=8, ge=1)
+    """Runs of dead processes one process resumes at a time: a sweep claims only as many as
+    it has room for, and other processes' sweeps take the rest."""
+    journal_retention_seconds: float = Field(default=86_400.0, ge=0, le=100 * 365 * 86_400)
+    """A completed run's journal (`run_steps`, ~50 KB a turn with tool calls) is deleted this
+    long after it ended; its answer, report and ledger rows stay. Failed runs keep theirs
+    until resumed. 0 prunes at the next sweep."""
+    failed_run_retention_seconds: float = Field(default=7 * 86_400.0, ge=0, le=100 * 365 * 86_400)
+    """A failed run's journal is kept this long after it failed, so it can be resumed
+    (`POST /runs/{id}/resume`); then it is deleted like a completed run's, and resuming the run
+    is refused (410)."""
+    idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
+    """How long a request repeating an Idempotency-Key whose turn still runs (in this process
+    or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;
+    a client whose run another process took over (its lease lapsed) waits as long for it."""
+    token_quota: int | None = Field(default=None, ge=1)
+    """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
+    estimated when it reports none); unset means no quota. Checked atomically before every
+    model call, concurrent ones included: overshot by at most about one call."""
+
+    inspector: bool = True
+    """Serve the inspector pages at `/inspect` (behind the same actor authentication as the API)."""
+    metrics: bool = True
+    """Serve Prometheus metrics at `/metrics` (no actor data in them; no authentication)."""
+    tracing: bool = True
+    """Emit OpenTelemetry spans per run and checkpoint; a no-op until the host configures an
+    OpenTelemetry SDK, so leaving it on costs next to nothing without one."""
+
+    host: str = "127.0.0.1"
+    """Address `python -m app serve` binds."""
+    port: int = 8000
+    """Port `python -m app serve` listens on."""
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """The settings as `repr` shows them (and so any log line holding them): URLs with
+        their password masked, like the `SecretStr` keys."""
+        for name, value in super().__repr_args__():
+            if name in _URL_FIELDS and isinstance(value, str):
+                value = redacted_url(value)
+            yield name, value
+
+    @model_validator(mode="after")
+    def _history_is_valid(self) -> Settings:
+        try:
+            self.history_config()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_has_the_async_driver(cls, value: str) -> str:
+        problem = database_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys_are_pairs(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_api_keys(value.get_secret_value())
+        return value
+
+    @field_validator(
+        "history_max_messages",
+        "history_max_tokens",
+        "history_min_messages",
+        "history_min_tokens",
+        "history_runs",
+        "history_summary_token_threshold",
+        "history_keep_recent_runs",
+        "history_fold_messages",
+        "history_fold_max_tokens",
+        "history_summary_carry",
+        "token_quota",
+        "openai_max_tokens",
+        "sweep_seconds",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    def history_config(self) -> HistoryConfig | None:
+        """The module-wide `history` these settings describe, or None when none is set. Built
+        by the same `HistoryConfig` rules as `for_root(history=...)`; a bad combination is a
+        `ConfigError` naming the AGENT_HISTORY_* variable."""
+        given = {
+            key: value
+            for key, value in (
+                ("max_messages", self.history_max_messages),
+                ("max_tokens", self.history_max_tokens),
+                ("min_messages", self.history_min_messages),
+                ("min_tokens", self.history_min_tokens),
+                ("runs", self.history_runs),
+                ("summary_token_threshold", self.history_summary_token_threshold),
+                ("keep_recent_runs", self.history_keep_recent_runs),
+                ("fold_messages", self.history_fold_messages),
+                ("fold_max_tokens", self.history_fold_max_tokens),
+                # Only beside `summarize`: on its own it describes no history at all.
+                ("summary_carry", self.history_summary_carry if self.history_summarize else None),
+            )
+            if value is not None
+        }
+        if self.history_summarize:
+            given["summarize"] = True
+        if not self.history_enabled:
+            given["enabled"] = False
+        if not given:
+            return None
+        try:
+            return HistoryConfig.model_validate(given)
+        except ValidationError as exc:
+            raise config_error("history settings", exc, prefix="AGENT_HISTORY_") from None
+
+    def actor_keys(self) -> dict[str, str]:
+        """The API keys as {key: actor id}; empty in local development mode."""
+        if self.api_keys is None:
+            return {}
+        return parse_api_keys(self.api_keys.get_secret_value())
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """`key1=alice,key2=bob` as {key: actor}. A malformed or repeated pair is a `ValueError`
+    that says which pair (by position) and never quotes it: the text is all secrets. A key
+    given twice is refused, not resolved: the last one winning would hand one actor's key to
+    another without a word."""
+    out: dict[str, str] = {}
+    for n, pair in enumerate(text.split(","), start=1):
+        pair = pair.strip()
+        if not pair:
+            continue
+        key, sep, actor = (part.strip() for part in pair.partition("="))
+        if not sep or not key or not actor:
+            raise ValueError(f"pair {n} is not key=actor; write it like 'key1=alice,key2=bob'")
+        if key in out:
+            raise ValueError(f"pair {n} repeats an earlier pair's key; each key names one actor")
+        out[key] = actor
+    return out
+
+
+_ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
+"""The one driver the store is written for, per database (it uses asyncpg's own options)."""
+_URL_SHAPES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path.db"
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why `url` cannot be AGENT_DATABASE_URL, naming what to write instead; None if it can.
+    Only the scheme is quoted: the rest may hold a password."""
+    scheme, sep, _rest = url.partition("://")
+    if not sep:
+        return f"not a database URL; write {_URL_SHAPES}"
+    backend, _plus, driver = scheme.partition("+")
+    backend = "postgresql" if backend == "postgres" else backend
+    wanted = _ASYNC_DRIVERS.get(backend)
+    if wanted is None:
+        return f"{scheme}:// is not supported; write {_URL_SHAPES}"
+    if driver != wanted:
+        return (
+            f"{scheme}:// lacks the app's driver: write {backend}+{wanted}:// in its place "
+            "(the rest of the URL stays as it is)"
+        )
+    return None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise settings_error(exc) from None
+
+
+def settings_error(exc: ValidationError) -> ConfigError:
+    """One line per bad setting, named by its environment variable. Never pydantic's own
+    text: it quotes the input, and the input holds every setting given, passwords included."""
+    problems = []
+    for err in exc.errors(include_input=False, include_url=False):
+        message = err["msg"].removeprefix("Value error, ")
+        if err["loc"]:
+            problems.append(f"AGENT_{str(err['loc'][0]).upper()}: {message}")
+        else:  # a cross-field rule (the history settings): its message names the variable
+            problems.append(message)
+    return ConfigError("invalid settings: " + "; ".join(problems))

@@ -1,0 +1,74 @@
+"""Message <-> row mapping, in one place so the store and the bounded read agree byte for byte."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bounded_agents.core.messages import (
+    Message,
+    decode_attachments,
+    decode_tool_calls,
+    decode_tool_results,
+    encode_json_list,
+)
+from bounded_agents.core.tokens import estimate_message_tokens
+
+MESSAGE_COLUMNS = ("seq", "role", "content", "tool_calls", "tool_results", "attachments", "run_id")
+"""The columns a message is rebuilt from, in the order the read selects them."""
+
+
+def to_row(thread_id: str, seq: int, message: Message) -> dict[str, Any]:
+    return {
+        "thread_id": thread_id,
+        "seq": seq,
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": encode_json_list(message.tool_calls),
+        "tool_results": encode_json_list(message.tool_results),
+        "attachments": encode_json_list(message.attachments),
+        "run_id": message.run_id,
+    }
+
+
+def token_costs(messages: Sequence[Message]) -> list[int]:
+    """Each message's stored token estimate: the one place it is computed."""
+    return [estimate_message_tokens(m) for m in messages]
+
+
+def to_rows(
+    thread_id: str,
+    first_seq: int,
+    tokens_before: int,
+    messages: Sequence[Message],
+    costs: Sequence[int] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """Rows for `messages` stored from `first_seq` on, each with its token estimate and the
+    running sum before it (starting at `tokens_before`, the thread's total so far); returns the
+    rows and the tokens they add. `costs`: `token_costs(messages)` when the caller has it
+    already (an estimate JSON-encodes the message's tool results: 8 KB for a page read)."""
+    rows: list[dict[str, Any]] = []
+    running = tokens_before
+    for i, (m, cost) in enumerate(zip(messages, costs or token_costs(messages), strict=True)):
+        rows.append(
+            {**to_row(thread_id, first_seq + i, m), "tokens": cost, "tokens_before": running}
+        )
+        running += cost
+    return rows, running - tokens_before
+
+
+def from_row(row: Sequence[Any], offset: int = 0) -> Message:
+    """Rebuild a message from the MESSAGE_COLUMNS found at `row[offset:]`.
+
+    Empty JSON columns are NULL, so most rows skip JSON parsing entirely.
+    """
+    seq, role, content, calls, results, attachments, run_id = row[offset : offset + 7]
+    return Message(
+        role=role,
+        content=content,
+        tool_calls=decode_tool_calls(calls),
+        tool_results=decode_tool_results(results),
+        attachments=decode_attachments(attachments),
+        run_id=run_id,
+        seq=seq,
+    )

@@ -1,0 +1,180 @@
+"""Distribute a migrated PostgreSQL database with Citus: `python -m app distribute`.
+
+A thread and everything in it (messages, runs, journal steps, summaries) share one colocation
+group, keyed by the thread id, so a turn is answered by one worker; an actor's token ledger and
+running total share another, keyed by the actor (docs/scale-out.md says why two). The plan
+names each table, its distribution column and its group, nothing else: Citus distributes the
+table as the migrations left it, so a migration that adds a column (or an index holding the
+distribution column) needs no change here; one that adds a table must add it to `PLAN`
+(tests/store/test_distribute.py fails until it does).
+
+Idempotent: a table Citus already distributes is left as it is, so the command can be run
+again after a failure halfway, or on every deploy. It holds the migrations' advisory lock
+while it works, so a `migrate` started meanwhile waits for it. Later migrations run on the
+coordinator as before: Citus propagates `ALTER TABLE` and `CREATE INDEX` to the shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from bounded_agents.errors import ConfigError
+from bounded_agents.store.migrate import MIGRATION_LOCK_KEY
+
+
+@dataclass(frozen=True)
+class Distribution:
+    table: str
+    column: str
+    colocate_with: str
+    """'none' starts a colocation group (with the shard count asked for); a table name joins
+    that table's group, which must be distributed first."""
+
+
+PLAN: tuple[Distribution, ...] = (
+    Distribution("threads", "id", "none"),
+    Distribution("messages", "thread_id", "threads"),
+    Distribution("runs", "thread_id", "threads"),
+    Distribution("run_steps", "thread_id", "threads"),
+    Distribution("thread_summaries", "thread_id", "threads"),
+    Distribution("actor_usage", "actor_id", "none"),
+    Distribution("ledger", "actor_id", "actor_usage"),
+)
+"""Parents before the tables whose foreign keys point at them, and each group's first table
+before the tables that join it. `alembic_version` stays a plain table on the coordinator."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    table: str
+    column: str
+    shards: int
+    colocation_id: int
+    done_now: bool
+    """False: it was distributed already (the command changed nothing for it)."""
+
+    def line(self) -> str:
+        how = "distributed" if self.done_now else "already distributed"
+        return (
+            f"{self.table}: {how} by {self.column} "
+            f"({self.shards} shards, colocation group {self.colocation_id})"
+        )
+
+
+_CITUS = sa.text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+_EXISTING = sa.text(
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')"
+)
+_DISTRIBUTED = sa.text(
+    "SELECT table_name::text AS name, distribution_column AS column_name, "
+    "colocation_id, shard_count FROM citus_tables WHERE citus_table_type = 'distributed'"
+)
+
+
+async def distribute(engine: AsyncEngine, *, shard_count: int | None = None) -> list[Outcome]:
+    """Distribute every table of `PLAN` that is not distributed yet; what each table is now.
+
+    `shard_count`: shards of each new colocation group (Citus's `citus.shard_count`, 32 by
+    default, when None). It does not change a group that exists already."""
+    if engine.dialect.name != "postgresql":
+        raise ConfigError(
+            f"distribute needs PostgreSQL with the Citus extension; this is {engine.dialect.name}"
+        )
+    if shard_count is not None and shard_count < 1:
+        raise ConfigError("the shard count must be at least 1")
+    async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await _check_ready(conn)
+        await conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        try:
+            return await _distribute(conn, shard_count)
+        finally:
+            await conn.execute(
+                sa.text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK_KEY}
+            )
+
+
+async def _check_ready(conn: AsyncConnection) -> None:
+    if (await conn.execute(_CITUS)).scalar() is None:
+        available = (
+            await conn.execute(
+                sa.text("SELECT 1 FROM pg_available_extensions WHERE name = 'citus'")
+            )
+        ).scalar()
+        if available is None:
+            raise ConfigError(
+                "the Citus extension is not installed on this PostgreSQL server: install it "
+                "and add it to shared_preload_libraries on every node (docs/scale-out.md)"
+            )
+        raise ConfigError(
+            "the citus extension is not created in this database: run CREATE EXTENSION citus "
+            "on the coordinator and on every worker, then add the workers with "
+            "citus_add_node (docs/scale-out.md)"
+        )
+    existing = set((await conn.execute(_EXISTING)).scalars())
+    missing = [d.table for d in PLAN if d.table not in existing]
+    if missing:
+        raise ConfigError(
+            f"tables {missing} do not exist: run `python -m app migrate` first, then distribute"
+        )
+
+
+async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Outcome]:
+    before = await _distributed(conn)
+    for plan in PLAN:
+        if plan.table in before:
+            continue
+        params: dict[str, object] = {
+            "table": plan.table,
+            "column": plan.column,
+            "colocate": plan.colocate_with,
+        }
+        sql = "SELECT create_distributed_table(:table, :column, colocate_with => :colocate"
+        if plan.colocate_with == "none" and shard_count is not None:
+            sql += ", shard_count => :shards"
+            params["shards"] = shard_count
+        try:
+            await conn.execute(sa.text(sql + ")"), params)
+        except sa_exc.DBAPIError as exc:
+            # Most often a key that does not hold the distribution column, which Citus
+            # requires of every primary key, unique index and foreign key.
+            detail = (str(exc.orig).strip().splitlines() or [""])[0]
+            raise ConfigError(f"Citus refused to distribute {plan.table}: {detail}") from exc
+    for plan in PLAN:
+        if plan.table not in before:
+            # Rows that were there before (a database that ran on one server) were copied into
+            # the shards; their local copies, which Citus no longer reads, are dropped.
+            await conn.execute(
+                sa.text("SELECT truncate_local_data_after_distributing_table(:table)"),
+                {"table": plan.table},
+            )
+    after = await _distributed(conn)
+    outcomes = []
+    for plan in PLAN:
+        column, colocation_id, shards = after[plan.table]
+        group = after[plan.colocate_with][1] if plan.colocate_with != "none" else colocation_id
+        if column != plan.column or colocation_id != group:
+            # Distributed by hand some other way: a turn's statements would cross shards.
+            raise ConfigError(
+                f"{plan.table} is distributed by {column} in colocation group {colocation_id}; "
+                f"this app needs it by {plan.column}"
+                + (f", colocated with {plan.colocate_with}" if plan.colocate_with != "none" else "")
+                + " (undistribute_table it, then run distribute again)"
+            )
+        outcomes.append(
+            Outcome(plan.table, column, shards, colocation_id, plan.table not in before)
+        )
+    return outcomes
+
+
+async def _distributed(conn: AsyncConnection) -> dict[str, tuple[str, int, int]]:
+    """Distributed tables: name -> (distribution column, colocation group, shard count)."""
+    return {
+        row.name: (row.column_name, row.colocation_id, row.shard_count)
+        for row in await conn.execute(_DISTRIBUTED)
+    }

@@ -1,0 +1,50 @@
+"""Driver errors become the project's own at the store boundary, chained with `from`."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import exc as sa_exc
+
+from bounded_agents.errors import AgentError, InvalidContent, StoreError
+
+
+@asynccontextmanager
+async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
+    """Translate SQLAlchemy/driver failures raised inside the block into `StoreError`.
+
+    Our own errors pass through untouched. The message names the operation and the driver's
+    error class, never the SQL or its parameters (which may hold user content).
+    """
+    try:
+        yield
+    except AgentError:
+        raise
+    except sa_exc.IntegrityError as exc:
+        _close_cursor(exc)
+        raise  # integrity errors mean something to the caller: it translates them itself
+    except sa_exc.DataError as exc:
+        _close_cursor(exc)
+        raise InvalidContent(f"{operation}: the database refused the data ({_cause(exc)})") from exc
+    except sa_exc.TimeoutError as exc:
+        raise StoreError(f"{operation}: no database connection free (pool timeout)") from exc
+    except (sa_exc.DBAPIError, sa_exc.InterfaceError) as exc:
+        _close_cursor(exc)
+        raise StoreError(f"{operation}: database error ({_cause(exc)})") from exc
+    except OSError as exc:
+        raise StoreError(f"{operation}: database unreachable ({exc.__class__.__name__})") from exc
+
+
+def _close_cursor(exc: BaseException) -> None:
+    """Let go of the failed statement's driver cursor now. The traceback still references it,
+    in a cycle only the garbage collector would break, at a moment of its choosing and on the
+    event-loop thread, where finalizing it waits for its connection (a stall on SQLite).
+    Clearing the finished frames closes it here; frames still running are left alone."""
+    traceback.clear_frames(exc.__traceback__)
+
+
+def _cause(exc: sa_exc.StatementError) -> str:
+    orig = exc.orig
+    return type(orig).__name__ if orig is not None else type(exc).__name__

@@ -1,0 +1,157 @@
+"""MemoryStore: an in-process AgentStore with the FULL read only, and summaries.
+
+It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
+whole thread, then cut it in memory as the bounded read would) is exercised by every test that
+uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too, and
+each thread's last prompt digest (`PromptDigestStore`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import (
+    AgentStore,
+    NamedThreadCreator,
+    PromptDigestStore,
+    RunMessagesReader,
+    SummaryStore,
+    Thread,
+    ThreadLister,
+    ThreadListing,
+    ThreadSummary,
+)
+from bounded_agents.errors import DuplicateMessage, ThreadNotFound
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self._threads: dict[str, Thread] = {}
+        self._summaries: dict[str, dict[int, ThreadSummary]] = {}
+        self._last_prompts: dict[str, str] = {}
+        self._reported: dict[str, int | None] = {}
+        self._lock = asyncio.Lock()
+
+    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
+        return await self.create_named_thread(
+            str(uuid.uuid4()), actor_id=actor_id, agent=agent, title=title
+        )
+
+    async def create_named_thread(
+        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread:
+        existing = self._threads.get(thread_id)
+        if existing is not None:
+            return existing.model_copy(update={"messages": []})
+        now = datetime.now(UTC)
+        thread = Thread(
+            id=thread_id,
+            actor_id=actor_id,
+            agent=agent,
+            title=title,
+            messages=[],
+            created_at=now,
+            updated_at=now,
+        )
+        self._threads[thread.id] = thread
+        return thread
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return self._threads.get(thread_id)
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None:
+        thread = self._threads.get(thread_id)
+        return None if thread is None else thread.model_copy(update={"messages": []})
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        async with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                raise ThreadNotFound(thread_id)
+            stored_keys = {(m.run_id, m.role) for m in thread.messages if m.run_id is not None}
+            for m in messages:
+                if m.run_id is not None and (m.run_id, m.role) in stored_keys:
+                    raise DuplicateMessage(m.run_id, m.role)
+            start = len(thread.messages) + 1
+            stored = [m.model_copy(update={"seq": start + i}) for i, m in enumerate(messages)]
+            self._threads[thread_id] = thread.model_copy(
+                update={"messages": [*thread.messages, *stored], "updated_at": datetime.now(UTC)}
+            )
+        return stored
+
+    async def append_answer(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        last_prompt: str,
+        *,
+        tx: object | None = None,
+        reported_tokens: int | None = None,
+    ) -> list[Message]:
+        stored = await self.append_messages(thread_id, messages)
+        self._last_prompts[thread_id] = last_prompt
+        self._reported[thread_id] = reported_tokens
+        return stored
+
+    async def reported_tokens(self, thread_id: str) -> int | None:
+        return self._reported.get(thread_id)
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        return self._last_prompts.get(thread_id)
+
+    async def list_messages(
+        self, thread_id: str, *, limit: int, before: int | None = None
+    ) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        msgs = [m for m in thread.messages if before is None or (m.seq or 0) < before]
+        return msgs[-limit:] if limit else []
+
+    async def list_threads(
+        self, actor_id: str, *, limit: int, offset: int = 0
+    ) -> list[ThreadListing]:
+        mine = [t for t in self._threads.values() if t.actor_id == actor_id]
+        mine.sort(key=lambda t: (t.updated_at, t.id), reverse=True)
+        return [
+            ThreadListing(
+                id=t.id,
+                agent=t.agent,
+                title=t.title,
+                messages=len(t.messages),
+                created_at=t.created_at,
+                updated_at=t.updated_at,
+            )
+            for t in mine[offset : offset + limit]
+        ]
+
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        kept = self._summaries.get(thread_id, {})
+        return kept[max(kept)] if kept else None
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        self._summaries.setdefault(thread_id, {}).setdefault(summary.covers_through_seq, summary)
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        thread = self._threads.get(thread_id)
+        return [m for m in thread.messages if m.run_id == run_id] if thread else []
+
+
+if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for at run time
+    _AS_STORE: AgentStore = MemoryStore()
+    _AS_DIGESTS: PromptDigestStore = MemoryStore()
+    _AS_SUMMARIES: SummaryStore = MemoryStore()
+    _AS_RUN_MESSAGES: RunMessagesReader = MemoryStore()
+    _AS_NAMED_THREADS: NamedThreadCreator = MemoryStore()
+    _AS_LISTER: ThreadLister = MemoryStore()
