@@ -44,6 +44,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.report import RunResult
 from bounded_agents.durable import InlineRuntime, SqlJournal
 from bounded_agents.errors import (
+    AgentNotFound,
     ConfigError,
     IdempotencyKeyReused,
     LeaseLost,
@@ -64,6 +65,10 @@ from bounded_agents.store.ledger import MemoryLedger, SqlLedger
 log = logging.getLogger("bounded_agents")
 
 __all__ = ["Actor", "ActorResolver", "AgentModule", "AgentSpec", "agent", "tool"]
+
+
+LOCAL_ACTOR = "local"
+"""The actor of every request in local development mode (no `AGENT_API_KEYS`)."""
 
 
 class Actor(BaseModel):
@@ -96,7 +101,7 @@ def api_key_resolver(keys: Mapping[str, str]) -> ActorResolver:
 
 async def local_actor(_request: Request) -> Actor:
     """Local development mode (no API keys configured): everyone is actor `local`."""
-    return Actor(id="local")
+    return Actor(id=LOCAL_ACTOR)
 
 
 def _persistence(
@@ -200,6 +205,17 @@ class AgentModule:
     @property
     def store(self) -> AgentStore:
         return self.loop.store
+
+    async def create_thread(
+        self, agent: str, *, actor_id: str = LOCAL_ACTOR, title: str | None = None
+    ) -> Thread:
+        """Start a thread of `agent` owned by `actor_id`, without HTTP (what
+        `POST /agents/{agent}/threads` does). `actor_id` defaults to the actor every request is
+        in local development mode (no `AGENT_API_KEYS`), so a thread made here is the HTTP
+        caller's there. An agent the module does not serve is `AgentNotFound`."""
+        if agent not in self.loop.agents:
+            raise AgentNotFound(agent)
+        return await self.store.create_thread(actor_id=actor_id, agent=agent, title=title)
 
     @classmethod
     def for_root(
