@@ -116,7 +116,14 @@ def every_logger_at_debug(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.L
     caplog.set_level(logging.DEBUG)
     for name in list(logging.root.manager.loggerDict):
         caplog.set_level(logging.DEBUG, logger=name)
-    for name in ("bounded_agents", "uvicorn", "uvicorn.access", "uvicorn.error", "httpx", "httpcore"):
+    for name in (
+        "bounded_agents",
+        "uvicorn",
+        "uvicorn.access",
+        "uvicorn.error",
+        "httpx",
+        "httpcore",
+    ):
         caplog.set_level(logging.DEBUG, logger=name)
     yield caplog
 

@@ -1,0 +1,151 @@
+"""The thread store's base port and the values a turn's bounded read speaks.
+
+The optional powers a store may add (a bounded read, summaries, transactions, ...) are in
+`bounded_agents.core.ports.powers`, with their probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from pydantic import Field
+
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports._frozen import _Frozen
+
+
+class Thread(_Frozen):
+    id: str
+    actor_id: str
+    agent: str
+    title: str | None = None
+    messages: list[Message] = Field(default_factory=list)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@runtime_checkable
+class AgentStore(Protocol):
+    async def create_thread(
+        self, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread: ...
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """Every message of the thread, in seq order; None for an unknown thread."""
+        ...
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store `messages` at the end of the thread, all or none; returns them with `seq` set."""
+        ...
+
+
+class ThreadSummary(_Frozen):
+    """A thread's rolling summary: every message with `seq <= covers_through_seq` is folded
+    into `text` and is never sent verbatim again."""
+
+    text: str
+    covers_through_seq: int = Field(ge=0)
+    model: str = ""
+    """The model that wrote it, as the ledger names it."""
+    prompt_tokens: int = Field(default=0, ge=0)
+    completion_tokens: int = Field(default=0, ge=0)
+    run_id: str | None = None
+    """The run whose turn made it."""
+
+
+class ReadBound(_Frozen):
+    """Which newest messages of a thread a turn needs: the bound a policy declares and the
+    store reads by. Every limit counts from the newest message backwards.
+
+    `widest=False` reads the messages inside EVERY given limit (a window with a count and a
+    token budget keeps only what satisfies both); `widest=True` those inside ANY (a policy that
+    keeps whole runs but checks a token threshold needs both stretches). No limit: everything.
+    """
+
+    messages: int | None = Field(default=None, ge=0)
+    """The newest n messages."""
+    tokens: int | None = Field(default=None, ge=0)
+    """The newest messages whose token estimates (`estimate_message_tokens`) add up to at most
+    this; the newest always counts, as in a window's token walk."""
+    runs: int | None = Field(default=None, ge=1)
+    """The newest n runs, whole (a run starts at each user message, see `split_runs`); at
+    least 1, the run in flight."""
+    widest: bool = False
+
+
+class ThreadTurnQuery(_Frozen):
+    thread_id: str
+    message_limit: int | None = Field(default=None, ge=0)
+    """Newest rows to return; None reads the whole thread. 0 returns no messages."""
+    token_limit: int | None = Field(default=None, ge=0)
+    """See `ReadBound.tokens`."""
+    run_limit: int | None = Field(default=None, ge=1)
+    """See `ReadBound.runs`."""
+    widest: bool = False
+    """See `ReadBound.widest`."""
+    after_summary: bool = False
+    """Read only what the thread's newest summary does not cover (`seq > covers_through_seq`)
+    and return that summary with the page."""
+
+    @classmethod
+    def of(cls, thread_id: str, bound: ReadBound | None, *, after_summary: bool) -> ThreadTurnQuery:
+        if bound is None:
+            return cls(thread_id=thread_id, after_summary=after_summary)
+        return cls(
+            thread_id=thread_id,
+            message_limit=bound.messages,
+            token_limit=bound.tokens,
+            run_limit=bound.runs,
+            widest=bound.widest,
+            after_summary=after_summary,
+        )
+
+
+class ThreadTurnPage(_Frozen):
+    messages: list[Message]
+    """The newest messages the query's limits select, oldest first."""
+    title: str | None
+    has_assistant_message: bool
+    """Whether the thread was EVER answered: asked of the whole thread, never of the page."""
+    summary: ThreadSummary | None = None
+    """The newest summary, when the query asked for `after_summary` and there is one."""
+    skipped: int = 0
+    """Messages older than the page the query left unread (after the summary's boundary, when
+    it asked for `after_summary`). A summarizing policy must fold them: nobody else will."""
+    tokens_before: int = Field(default=0, ge=0)
+    """Estimated tokens (`estimate_message_tokens`, as stored) of every message of the thread
+    older than the page's first one; 0 for an empty page. With `skipped` it says where the page
+    sits in the thread, so a hysteresis window cuts where it would over the whole thread."""
+    last_prompt: str | None = None
+    reported_tokens: int | None = None
+    """What the provider reported for the thread's last chat call (prompt plus completion):
+    the history as the model counted it, before this turn's message. None when that call's
+    usage was an estimate, or no store keeps it."""
+    """The digest of the thread's last chat prompt (`bounded_agents.core.prefix`), when the store
+    keeps one: what the first model call of this turn is compared with."""
+
+
+class ThreadListing(_Frozen):
+    """One line of an actor's thread list: what the inspector shows before opening a thread."""
+
+    id: str
+    agent: str
+    title: str | None = None
+    messages: int = 0
+    """Messages the thread holds (its last `seq`)."""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    """Last activity: the newest message, or the thread's creation."""
+
+
+__all__ = [
+    "AgentStore",
+    "ReadBound",
+    "Thread",
+    "ThreadListing",
+    "ThreadSummary",
+    "ThreadTurnPage",
+    "ThreadTurnQuery",
+]
