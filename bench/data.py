@@ -99,7 +99,7 @@ async def settle(engine: AsyncEngine) -> None:
 
     It was once credited with the slow window turns at 100,000 messages on PostgreSQL (72 ms
     against 31 at 10,000); they had another cause, a plan that read the whole thread when it
-    held most of the table (see `bounded_agents.store.sql._turn_read`), and outlived it."""
+    held most of the table (see `bounded_agents.store.statements._turn_read`), and outlived it."""
     statement = "CHECKPOINT" if engine.dialect.name == "postgresql" else "PRAGMA wal_checkpoint"
     async with engine.connect() as conn:
         await conn.execute(sa.text(statement))
