@@ -40,8 +40,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dbos import DBOS, DBOSConfig, SetWorkflowID
-from sqlalchemy.engine import make_url
+from dbos import DBOS, SetWorkflowID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bounded_agents.core.messages import storable_json
@@ -54,8 +53,15 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.durable.context import PATCH_PREFIX, Replay, encode_payload
+from bounded_agents.durable.dbos_setup import (
+    APPLICATION_VERSION,
+    dbos_config,
+    dbos_system_url,
+    destroy_dbos,
+    launch_dbos,
+)
 from bounded_agents.durable.journal import SqlJournal
-from bounded_agents.errors import ConfigError, RunFailed, ThreadBusy
+from bounded_agents.errors import RunFailed, ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.engine import write_transaction
 from bounded_agents.store.errors import wrap_db_errors
@@ -66,11 +72,6 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 WORKFLOW_NAME = "bounded_agents.run_attempt"
-APPLICATION_VERSION = "bounded-agents"
-"""DBOS recovers a pending workflow only under the application version it started with; by
-default DBOS hashes the workflow's source. The workflow here is a shim (the loop's code is not
-in the hash), so the version is pinned instead and code changes are met by `ctx.patched`, as
-with the SQL journal (this is what DBOS's deprecated `enable_patching` flag did)."""
 _DBOS_PATCH = "DBOS.patch-"
 
 
@@ -460,59 +461,15 @@ async def _outside(fn: Callable[..., _T], *args: Any) -> _T:
     return await asyncio.to_thread(contextvars.Context().run, fn, *args)
 
 
-def dbos_system_url(database_url: str) -> str:
-    """DBOS's system database for an app database URL: DBOS uses synchronous drivers, so
-    `postgresql+asyncpg` becomes `postgresql+psycopg` and `sqlite+aiosqlite` plain `sqlite`."""
-    url = make_url(database_url)
-    backend = url.get_backend_name()
-    if backend == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    elif backend == "sqlite":
-        if url.database in (None, "", ":memory:"):
-            raise ConfigError(
-                "AGENT_DURABLE=dbos needs a database file or PostgreSQL: an in-memory SQLite "
-                "database cannot hold DBOS's system tables (set AGENT_DBOS_SYSTEM_DATABASE_URL)"
-            )
-        url = url.set(drivername="sqlite")
-    else:
-        raise ConfigError(f"DBOS runs on PostgreSQL or SQLite, not {backend!r}")
-    return url.render_as_string(hide_password=False)
-
-
-def dbos_config(
-    system_database_url: str,
-    *,
-    executor_id: str | None = None,
-    application_version: str | None = None,
-) -> DBOSConfig:
-    config: DBOSConfig = {
-        "name": "bounded-agents",
-        "system_database_url": dbos_system_url(system_database_url),
-        "application_version": application_version or APPLICATION_VERSION,
-    }
-    if executor_id:
-        config["executor_id"] = executor_id
-    return config
-
-
-_launched_here = False
-
-
-def launch_dbos(config: DBOSConfig) -> bool:
-    """Construct and launch the process's DBOS; False (and nothing done) when this module
-    launched one already (tests launch one per session)."""
-    global _launched_here
-    if _launched_here:
-        log.info("DBOS is already launched in this process")
-        return False
-    DBOS(config=config)
-    DBOS.launch()
-    _launched_here = True
-    return True
-
-
-def destroy_dbos() -> None:
-    global _launched_here
-    if _launched_here:
-        DBOS.destroy()
-        _launched_here = False
+__all__ = [
+    "APPLICATION_VERSION",
+    "WORKFLOW_NAME",
+    "DbosContext",
+    "DbosRuntime",
+    "StepFailed",
+    "attempt_workflow_id",
+    "dbos_config",
+    "dbos_system_url",
+    "destroy_dbos",
+    "launch_dbos",
+]
