@@ -12,29 +12,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
-import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from bounded_agents.core.ports import (
     DurableContext,
-    PrunedStatus,
-    RunRecord,
     RunRequest,
-    RunTrace,
     Transaction,
 )
 from bounded_agents.durable.context import JournaledContext, Unit, encode_payload
+from bounded_agents.durable.journal_history import JournalHistory
+from bounded_agents.durable.journal_rows import (
+    _END_RUN,
+    _INSERT_STEP,
+    _LAPSED,
+    _LAPSED_ROW,
+    _TID,
+    CANDIDATES_PER_TAKE,
+    END_ATTEMPTS,
+    _hold,
+    _retried,
+    _run_row,
+    _shuffle,
+    _SqlUnit,
+    _Step,
+    _step_rows,
+)
 from bounded_agents.errors import (
     JournalPruned,
     LeaseLost,
@@ -48,152 +58,13 @@ from bounded_agents.store import direct
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.engine import autocommit, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import messages, run_steps, runs
-from bounded_agents.store.sql import aware_utc
+from bounded_agents.store.schema import run_steps, runs
 from bounded_agents.store.tx import SqlTransaction, joined, open_write
 
 log = logging.getLogger(__name__)
 
-# Built once: a statement whose values arrive as parameters is compiled and cached once,
-# where `.values(...)` per call rebuilds and re-keys it on every journal write.
-_INSERT_STEP = run_steps.insert()
-_OWNED = sa.and_(
-    runs.c.thread_id == sa.bindparam("tid"),
-    runs.c.id == sa.bindparam("rid"),
-    runs.c.owner == sa.bindparam("holder"),
-    runs.c.status == "running",
-)
-_END_RUN = (
-    runs.update()
-    .where(_OWNED)
-    .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
-)
 
-
-@functools.cache
-def _hold(lease_seconds: float) -> sa.Update:
-    """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease.
-    One statement per lease length, shared by every journal (`bounded_agents.store.direct` keeps
-    each statement's compiled form for the life of the process)."""
-    return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
-
-
-_KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
-    runs.c.thread_id == sa.bindparam("tid"),
-    runs.c.actor_id == sa.bindparam("actor"),
-    runs.c.idempotency_key == sa.bindparam("key"),
-)
-
-_LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
-"""A run whose process stopped renewing its lease, by the database's clock
-(`bounded_agents.store.clock`)."""
-_TID: sa.BindParameter[str] = sa.bindparam("tid")
-_LAPSED_ROW = (
-    sa.select(runs.c.id)
-    .where(runs.c.thread_id == _TID, runs.c.id == sa.bindparam("rid"), _LAPSED)
-    .with_for_update(skip_locked=True)
-)
-"""The run (tid, rid) if it is still lapsed and no other transaction holds its row: a claim
-skips a row another sweeper is taking that moment instead of waiting for it."""
-
-CANDIDATES_PER_TAKE = 4
-"""A sweep or a prune reads this many times the runs it may take: up to this many processes
-sweeping at once each find enough that no other took (see `SqlJournal.claim_expired`)."""
-
-END_ATTEMPTS = 4
-"""Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
-is stored by then, and a blip must not leave the run holding its thread."""
-
-
-def _shuffle(items: list[Any]) -> None:
-    """This process's own order: concurrent sweepers that read the same candidates try them in
-    different orders, so they mostly take different runs instead of queuing on the same rows.
-    Not for security: the order only spreads contention."""
-    random.shuffle(items)
-
-
-class _Step:
-    __slots__ = ("name", "payload")
-
-    def __init__(self, name: str, payload: str) -> None:
-        self.name = name
-        self.payload = payload
-
-
-def _step_rows(
-    thread_id: str, run_id: str, steps: Sequence[tuple[int, str, str]]
-) -> list[dict[str, Any]]:
-    return [
-        {
-            "thread_id": thread_id,
-            "run_id": run_id,
-            "position": position,
-            "name": name,
-            "payload": payload,
-        }
-        for position, name, payload in steps
-    ]
-
-
-def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
-    """The columns of a run's row that come from its request. The Idempotency-Key goes in its
-    own columns only: `request` stays what every version of the code reads (a process not yet
-    upgraded, resuming the run, refuses a member it does not know)."""
-    keyed = request.idempotency
-    return {
-        "id": request.run_id,
-        "thread_id": request.thread_id,
-        "actor_id": request.actor_id,
-        "agent": request.agent,
-        "status": status,
-        "request": request.model_dump_json(exclude={"idempotency"}),
-        "idempotency_key": keyed.key if keyed is not None else None,
-        "request_fingerprint": keyed.fingerprint if keyed is not None else None,
-    }
-
-
-async def _retried(write: Callable[[], Awaitable[None]]) -> None:
-    """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
-    fails; the last failure is raised."""
-    async for attempt in AsyncRetrying(
-        stop=stop_after_attempt(END_ATTEMPTS),
-        wait=wait_exponential(multiplier=0.1, max=1.0),
-        retry=retry_if_exception_type(StoreError),
-        reraise=True,
-    ):
-        with attempt:
-            await write()
-
-
-class _SqlUnit:
-    """A journal transaction the store and the ledger write into; committed with the steps."""
-
-    def __init__(self, thread_id: str, run_id: str, transaction: SqlTransaction) -> None:
-        self.thread_id = thread_id
-        self.run_id = run_id
-        self._tx = transaction
-
-    @property
-    def transaction(self) -> Transaction:
-        return self._tx
-
-    async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
-        try:
-            async with wrap_db_errors("journal_unit"):
-                rows = _step_rows(self.thread_id, self.run_id, steps)
-                await direct.write_many(
-                    self._tx.connection, _INSERT_STEP, rows, "journal_unit", last=True
-                )
-        except BaseException:
-            await self._tx.close(commit=False)
-            raise
-        await self._tx.close(commit=True)
-
-    async def rollback(self) -> None:
-        await self._tx.close(commit=False)
-
-
-class SqlJournal:
+class SqlJournal(JournalHistory):
     """`DurableRuntime` on the `runs` and `run_steps` tables.
 
     A fresh run's row is inserted in its first unit of work's transaction (`begin` leaves it
@@ -302,17 +173,6 @@ class SqlJournal:
         found = await self.find_keyed_run(request.thread_id, request.actor_id, keyed.key)
         if found is not None:
             raise TurnInProgress(*found)
-
-    async def find_keyed_run(
-        self, thread_id: str, actor_id: str, key: str
-    ) -> tuple[str, str] | None:
-        """(run id, request fingerprint) of the thread's run under `key` (`KeyedRunFinder`):
-        one lookup on the unique index that holds the key."""
-        async with wrap_db_errors("keyed_run"), self._reader.connect() as conn:
-            row = (
-                await conn.execute(_KEYED_RUN, {"tid": thread_id, "actor": actor_id, "key": key})
-            ).one_or_none()
-        return (row.id, row.request_fingerprint or "") if row is not None else None
 
     async def _release_expired(self, thread_id: str) -> bool:
         """A run whose lease ran out no longer holds the thread: mark it failed (resumable).
@@ -589,39 +449,6 @@ class SqlJournal:
                 ended = True
         return ended
 
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        async with wrap_db_errors("get_run"), self._reader.connect() as conn:
-            row = (
-                await conn.execute(
-                    sa.select(
-                        runs.c.request,
-                        runs.c.status,
-                        runs.c.error_code,
-                        runs.c.error_message,
-                        runs.c.report,
-                        runs.c.created_at,
-                    ).where(runs.c.id == run_id)
-                )
-            ).one_or_none()
-        if row is None:
-            return None
-        return RunRecord(
-            request=RunRequest.model_validate_json(row.request),
-            status=row.status,
-            error_code=row.error_code,
-            error_message=row.error_message,
-            report=json.loads(row.report) if row.report else None,
-            created_at=aware_utc(row.created_at),
-        )
-
-    async def expired_runs(self) -> list[str]:
-        """Runs whose lease lapsed, oldest first: a look only (see `claim_expired` to take them)."""
-        async with wrap_db_errors("expired_runs"), self._reader.connect() as conn:
-            rows = await conn.execute(
-                sa.select(runs.c.id).where(_LAPSED).order_by(runs.c.created_at)
-            )
-            return [r.id for r in rows]
-
     async def claim_expired(self, limit: int) -> list[str]:
         """Take up to `limit` runs whose lease lapsed and return their ids.
 
@@ -662,181 +489,5 @@ class SqlJournal:
                 claimed.append(run_id)
         return claimed
 
-    async def prune_steps(
-        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
-    ) -> int:
-        """Delete the journals of up to `limit` runs that ended with `status` at least
-        `older_than_seconds` ago (by the database's clock); returns how many runs were pruned.
 
-        A completed run's answer, report and ledger rows are elsewhere and stay; its steps are
-        only what a replay would need, and a completed run never replays a model call again.
-        A failed run's journal is what a resume replays, so the caller gives failed runs a
-        longer retention; once pruned, resuming one is refused (`JournalPruned`). Running runs
-        keep theirs.
-
-        As `claim_expired` takes runs: one read (no lock) of up to `CANDIDATES_PER_TAKE` times
-        `limit` prunable runs, oldest end first, from each shard's partial index; then one
-        transaction for the batch that, a thread at a time in an order of this pruner's own,
-        marks that thread's runs (those still prunable, skipping any row another pruner holds)
-        and deletes their steps by the key prefix (thread_id, run_id). Every statement names
-        one thread, so Citus routes each to one shard (it refuses a `FOR UPDATE` across
-        shards), and none waits for a lock, so pruners never deadlock. Fewer than `limit`
-        pruned: none are left, or other pruners took them."""
-        candidates = (
-            sa.select(runs.c.thread_id, runs.c.id)
-            .where(
-                runs.c.status == status,
-                runs.c.steps_pruned_at.is_(None),
-                runs.c.updated_at < db_now(-older_than_seconds),
-            )
-            .order_by(runs.c.updated_at)
-            .limit(limit * CANDIDATES_PER_TAKE)
-        )
-        async with wrap_db_errors("prune_steps"), self._reader.connect() as conn:
-            found = [(r.thread_id, r.id) for r in await conn.execute(candidates)]
-        if not found:
-            return 0  # the common sweep: one read, no write transaction
-        by_thread: dict[str, list[str]] = {}
-        for thread_id, run_id in found:
-            by_thread.setdefault(thread_id, []).append(run_id)
-        threads = list(by_thread.items())
-        _shuffle(threads)
-        pruned: list[str] = []
-        async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
-            for thread_id, run_ids in threads:
-                _shuffle(run_ids)
-                while run_ids and len(pruned) < limit:
-                    room = limit - len(pruned)
-                    batch, run_ids = run_ids[:room], run_ids[room:]
-                    pruned += await self._prune_thread(
-                        conn, thread_id, batch, status, older_than_seconds
-                    )
-            if pruned:
-                await self._forget(pruned)
-        return len(pruned)
-
-    @staticmethod
-    async def _prune_thread(
-        conn: AsyncConnection,
-        thread_id: str,
-        run_ids: list[str],
-        status: str,
-        older_than_seconds: float,
-    ) -> list[str]:
-        """Mark those of the thread's `run_ids` still prunable and no other transaction holds
-        (`SKIP LOCKED`: this never waits, so pruners cannot deadlock), then delete their steps;
-        the runs marked. The first write of the batch's transaction is a mark, as a write
-        transaction starts with its write (see `write_transaction`)."""
-        picked = (
-            sa.select(runs.c.id)
-            .where(
-                runs.c.thread_id == thread_id,
-                runs.c.id.in_(run_ids),
-                runs.c.status == status,
-                runs.c.steps_pruned_at.is_(None),
-                runs.c.updated_at < db_now(-older_than_seconds),
-            )
-            .with_for_update(skip_locked=True)
-        )
-        mark = (
-            runs.update()
-            .where(runs.c.thread_id == thread_id, runs.c.id.in_(picked.scalar_subquery()))
-            .values(steps_pruned_at=db_now())
-            .returning(runs.c.id)
-        )
-        marked = list((await conn.execute(mark)).scalars())
-        if marked:
-            await conn.execute(
-                run_steps.delete().where(
-                    run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(marked)
-                )
-            )
-        return marked
-
-    async def _forget(self, run_ids: Sequence[str]) -> None:
-        """What else holds the pruned runs' journals, deleted inside the pruning transaction:
-        if this fails, nothing is marked and the next sweep takes the runs again. The SQL
-        journal has nothing else (`DbosRuntime` has its workflows' checkpoints)."""
-
-    async def thread_runs(
-        self, thread_id: str, *, limit: int, before_seq: int | None = None
-    ) -> list[RunTrace]:
-        """The thread's newest runs (`RunTimelineReader`), found through their user messages:
-        the `(thread_id, role, seq)` index gives them in order, each run by its primary key. A
-        run whose user message is not stored yet (its first checkpoint in flight) is not listed.
-
-        Payloads are read for the steps that say what the model was sent (`load:thread`,
-        `history:summarize*`); every other step only by name."""
-        found = (
-            sa.select(
-                messages.c.seq,
-                runs.c.id,
-                runs.c.status,
-                runs.c.created_at,
-                runs.c.error_code,
-                runs.c.error_message,
-                runs.c.report,
-                runs.c.steps_pruned_at,
-            )
-            .join(
-                runs,
-                sa.and_(runs.c.thread_id == messages.c.thread_id, runs.c.id == messages.c.run_id),
-            )
-            .where(messages.c.thread_id == thread_id, messages.c.role == "user")
-            .order_by(messages.c.seq.desc())
-            .limit(limit)
-        )
-        if before_seq is not None:
-            found = found.where(messages.c.seq < before_seq)
-        wanted = sa.or_(run_steps.c.name == "load:thread", run_steps.c.name.like("history:%"))
-        async with wrap_db_errors("thread_runs"), self._reader.connect() as conn:
-            rows = (await conn.execute(found)).all()
-            ids = [r.id for r in rows]
-            steps = (
-                (
-                    await conn.execute(
-                        sa.select(
-                            run_steps.c.run_id,
-                            run_steps.c.name,
-                            sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
-                        )
-                        .where(run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(ids))
-                        .order_by(run_steps.c.run_id, run_steps.c.position)
-                    )
-                ).all()
-                if ids
-                else []
-            )
-        names: dict[str, list[str]] = {}
-        payloads: dict[str, dict[str, Any]] = {}
-        for step in steps:
-            names.setdefault(step.run_id, []).append(step.name)
-            if step.payload is not None:
-                payloads.setdefault(step.run_id, {})[step.name] = json.loads(step.payload)
-        return [
-            RunTrace(
-                run_id=r.id,
-                status=r.status,
-                seq=r.seq,
-                created_at=r.created_at.replace(tzinfo=UTC)
-                if r.created_at.tzinfo is None
-                else r.created_at,
-                error_code=r.error_code,
-                error_message=r.error_message,
-                report=json.loads(r.report) if r.report else None,
-                steps=names.get(r.id, []),
-                payloads=payloads.get(r.id, {}),
-                pruned=r.steps_pruned_at is not None,
-            )
-            for r in rows
-        ]
-
-    async def steps(self, run_id: str, thread_id: str | None = None) -> list[tuple[str, str]]:
-        """(name, payload) of every journaled step, in order: for tests and inspection. With
-        `thread_id`, one range of the primary key; without it, a scan of `run_steps`."""
-        stmt = sa.select(run_steps.c.name, run_steps.c.payload).where(run_steps.c.run_id == run_id)
-        if thread_id is not None:
-            stmt = stmt.where(run_steps.c.thread_id == thread_id)
-        async with wrap_db_errors("run_steps"), self._reader.connect() as conn:
-            rows = await conn.execute(stmt.order_by(run_steps.c.position))
-            return [(r.name, r.payload) for r in rows]
+__all__ = ["CANDIDATES_PER_TAKE", "END_ATTEMPTS", "_INSERT_STEP", "SqlJournal"]

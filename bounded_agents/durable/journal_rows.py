@@ -1,0 +1,166 @@
+"""The SQL journal's statements and row helpers: built once, shared by `SqlJournal` and
+`DbosRuntime`."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from bounded_agents.core.ports import (
+    RunRequest,
+    Transaction,
+)
+from bounded_agents.errors import (
+    StoreError,
+)
+from bounded_agents.store import direct
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.errors import wrap_db_errors
+from bounded_agents.store.schema import run_steps, runs
+from bounded_agents.store.tx import SqlTransaction
+
+log = logging.getLogger(__name__)
+
+# Built once: a statement whose values arrive as parameters is compiled and cached once,
+# where `.values(...)` per call rebuilds and re-keys it on every journal write.
+_INSERT_STEP = run_steps.insert()
+_OWNED = sa.and_(
+    runs.c.thread_id == sa.bindparam("tid"),
+    runs.c.id == sa.bindparam("rid"),
+    runs.c.owner == sa.bindparam("holder"),
+    runs.c.status == "running",
+)
+_END_RUN = (
+    runs.update()
+    .where(_OWNED)
+    .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
+)
+
+
+@functools.cache
+def _hold(lease_seconds: float) -> sa.Update:
+    """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease.
+    One statement per lease length, shared by every journal (`bounded_agents.store.direct` keeps
+    each statement's compiled form for the life of the process)."""
+    return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
+
+
+_KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
+    runs.c.thread_id == sa.bindparam("tid"),
+    runs.c.actor_id == sa.bindparam("actor"),
+    runs.c.idempotency_key == sa.bindparam("key"),
+)
+
+_LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
+"""A run whose process stopped renewing its lease, by the database's clock
+(`bounded_agents.store.clock`)."""
+_TID: sa.BindParameter[str] = sa.bindparam("tid")
+_LAPSED_ROW = (
+    sa.select(runs.c.id)
+    .where(runs.c.thread_id == _TID, runs.c.id == sa.bindparam("rid"), _LAPSED)
+    .with_for_update(skip_locked=True)
+)
+"""The run (tid, rid) if it is still lapsed and no other transaction holds its row: a claim
+skips a row another sweeper is taking that moment instead of waiting for it."""
+
+CANDIDATES_PER_TAKE = 4
+"""A sweep or a prune reads this many times the runs it may take: up to this many processes
+sweeping at once each find enough that no other took (see `SqlJournal.claim_expired`)."""
+
+END_ATTEMPTS = 4
+"""Tries to record a run's end (0.1, 0.2, 0.4 s apart) before it is left for later: the answer
+is stored by then, and a blip must not leave the run holding its thread."""
+
+
+def _shuffle(items: list[Any]) -> None:
+    """This process's own order: concurrent sweepers that read the same candidates try them in
+    different orders, so they mostly take different runs instead of queuing on the same rows.
+    Not for security: the order only spreads contention."""
+    random.shuffle(items)
+
+
+class _Step:
+    __slots__ = ("name", "payload")
+
+    def __init__(self, name: str, payload: str) -> None:
+        self.name = name
+        self.payload = payload
+
+
+def _step_rows(
+    thread_id: str, run_id: str, steps: Sequence[tuple[int, str, str]]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "position": position,
+            "name": name,
+            "payload": payload,
+        }
+        for position, name, payload in steps
+    ]
+
+
+def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
+    """The columns of a run's row that come from its request. The Idempotency-Key goes in its
+    own columns only: `request` stays what every version of the code reads (a process not yet
+    upgraded, resuming the run, refuses a member it does not know)."""
+    keyed = request.idempotency
+    return {
+        "id": request.run_id,
+        "thread_id": request.thread_id,
+        "actor_id": request.actor_id,
+        "agent": request.agent,
+        "status": status,
+        "request": request.model_dump_json(exclude={"idempotency"}),
+        "idempotency_key": keyed.key if keyed is not None else None,
+        "request_fingerprint": keyed.fingerprint if keyed is not None else None,
+    }
+
+
+async def _retried(write: Callable[[], Awaitable[None]]) -> None:
+    """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
+    fails; the last failure is raised."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(END_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.1, max=1.0),
+        retry=retry_if_exception_type(StoreError),
+        reraise=True,
+    ):
+        with attempt:
+            await write()
+
+
+class _SqlUnit:
+    """A journal transaction the store and the ledger write into; committed with the steps."""
+
+    def __init__(self, thread_id: str, run_id: str, transaction: SqlTransaction) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self._tx = transaction
+
+    @property
+    def transaction(self) -> Transaction:
+        return self._tx
+
+    async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
+        try:
+            async with wrap_db_errors("journal_unit"):
+                rows = _step_rows(self.thread_id, self.run_id, steps)
+                await direct.write_many(
+                    self._tx.connection, _INSERT_STEP, rows, "journal_unit", last=True
+                )
+        except BaseException:
+            await self._tx.close(commit=False)
+            raise
+        await self._tx.close(commit=True)
+
+    async def rollback(self) -> None:
+        await self._tx.close(commit=False)
