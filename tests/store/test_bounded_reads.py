@@ -16,6 +16,7 @@ from bounded_agents.core.ports import HistoryPolicyContext, ThreadSummary, Threa
 from bounded_agents.core.reads import bounded_page
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.sql import turn_read
+from tests.store.conftest import ContractStore
 from tests.store.test_store import captured_sql
 
 CTX = HistoryPolicyContext(thread_id="t", agent="a", actor_id="u", run_id="r")
@@ -53,7 +54,7 @@ def transcript(rng: random.Random, n: int) -> list[Message]:
     return out[:n]
 
 
-async def _thread(store: SqlAgentStore, msgs: list[Message]) -> str:
+async def _thread(store: ContractStore | SqlAgentStore, msgs: list[Message]) -> str:
     thread = await store.create_thread(actor_id="alice", agent="helper", title="t")
     # Appended in several batches, as turns do: the running token sum spans appends.
     for start in range(0, len(msgs), 7):
@@ -170,21 +171,21 @@ async def test_after_summary_reads_past_the_boundary_and_returns_the_newest_summ
 
 
 async def test_saving_a_summary_twice_keeps_the_first_and_writes_one_row(
-    sql_store: SqlAgentStore,
+    store: ContractStore,
 ) -> None:
-    tid = await _thread(sql_store, [Message(role="user", content="hi")])
+    tid = await _thread(store, [Message(role="user", content="hi")])
     first = ThreadSummary(text="made once", covers_through_seq=1, model="echo", prompt_tokens=9)
-    await sql_store.save_summary(tid, first)
-    await sql_store.save_summary(tid, first.model_copy(update={"text": "a replay's copy"}))
-    assert await sql_store.latest_summary(tid) == first
-    assert await sql_store.latest_summary("no-such-thread") is None
+    await store.save_summary(tid, first)
+    await store.save_summary(tid, first.model_copy(update={"text": "a replay's copy"}))
+    assert await store.latest_summary(tid) == first
+    assert await store.latest_summary("no-such-thread") is None
 
 
-async def test_messages_after_pages_a_backlog_oldest_first(sql_store: SqlAgentStore) -> None:
-    tid = await _thread(sql_store, [Message(role="user", content=f"m{i}") for i in range(1, 11)])
-    page = await sql_store.messages_after(tid, 3, 4)
+async def test_messages_after_pages_a_backlog_oldest_first(store: ContractStore) -> None:
+    tid = await _thread(store, [Message(role="user", content=f"m{i}") for i in range(1, 11)])
+    page = await store.messages_after(tid, 3, 4)
     assert [(m.seq, m.content) for m in page] == [(4, "m4"), (5, "m5"), (6, "m6"), (7, "m7")]
-    assert await sql_store.messages_after(tid, 10, 4) == []
+    assert await store.messages_after(tid, 10, 4) == []
 
 
 def _every_shape(tid: str, *, tokens: int) -> list[ThreadTurnQuery]:

@@ -1,4 +1,5 @@
-"""The SQL store on SQLite and PostgreSQL: one parametrized suite (fixture `sql_store`)."""
+"""The store contract over every backend (fixture `store`: memory, SQLite, PostgreSQL), and the
+SQL store's own behaviour on SQLite and PostgreSQL (fixture `sql_store`)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from bounded_agents.errors import InvalidContent, StoreError, ThreadNotFound
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from bounded_agents.store.schema import messages as messages_table
 from tests.factories import assistant, tool_turns, user
+from tests.store.conftest import ContractStore
 
 
 @contextmanager
@@ -35,15 +37,15 @@ def captured_sql(store: SqlAgentStore) -> Iterator[list[str]]:
         event.remove(store.engine.sync_engine, "before_cursor_execute", before)
 
 
-async def _thread_with(store: SqlAgentStore, msgs: list[Message]) -> str:
+async def _thread_with(store: ContractStore | SqlAgentStore, msgs: list[Message]) -> str:
     thread = await store.create_thread(actor_id="alice", agent="assistant", title="t")
     await store.append_messages(thread.id, msgs)
     return thread.id
 
 
-async def test_create_and_get_thread_round_trips(sql_store: SqlAgentStore) -> None:
-    thread = await sql_store.create_thread(actor_id="alice", agent="assistant", title="Hello")
-    loaded = await sql_store.get_thread(thread.id)
+async def test_create_and_get_thread_round_trips(store: ContractStore) -> None:
+    thread = await store.create_thread(actor_id="alice", agent="assistant", title="Hello")
+    loaded = await store.get_thread(thread.id)
     assert loaded is not None
     assert (loaded.id, loaded.actor_id, loaded.agent, loaded.title) == (
         thread.id,
@@ -52,22 +54,22 @@ async def test_create_and_get_thread_round_trips(sql_store: SqlAgentStore) -> No
         "Hello",
     )
     assert loaded.messages == []
-    assert await sql_store.get_thread("no-such-thread") is None
+    assert await store.get_thread("no-such-thread") is None
 
 
-async def test_append_sets_contiguous_seq_and_reads_back_in_order(sql_store: SqlAgentStore) -> None:
-    thread = await sql_store.create_thread(actor_id="alice", agent="assistant")
-    first = await sql_store.append_messages(thread.id, [user("a"), assistant("b")])
-    second = await sql_store.append_messages(thread.id, [user("c")])
+async def test_append_sets_contiguous_seq_and_reads_back_in_order(store: ContractStore) -> None:
+    thread = await store.create_thread(actor_id="alice", agent="assistant")
+    first = await store.append_messages(thread.id, [user("a"), assistant("b")])
+    second = await store.append_messages(thread.id, [user("c")])
     assert [m.seq for m in first + second] == [1, 2, 3]
-    loaded = await sql_store.get_thread(thread.id)
+    loaded = await store.get_thread(thread.id)
     assert loaded is not None
     assert [(m.seq, m.content) for m in loaded.messages] == [(1, "a"), (2, "b"), (3, "c")]
 
 
-async def test_append_to_unknown_thread_raises_thread_not_found(sql_store: SqlAgentStore) -> None:
+async def test_append_to_unknown_thread_raises_thread_not_found(store: ContractStore) -> None:
     with pytest.raises(ThreadNotFound):
-        await sql_store.append_messages("00000000-0000-0000-0000-000000000000", [user("x")])
+        await store.append_messages("00000000-0000-0000-0000-000000000000", [user("x")])
 
 
 async def test_bounded_read_returns_newest_n_in_order_with_the_bound_in_sql(
@@ -174,7 +176,7 @@ async def test_rows_fetched_by_the_bounded_read_are_exactly_the_window(
 
 
 async def test_unicode_attachments_tools_and_a_megabyte_round_trip(
-    sql_store: SqlAgentStore,
+    store: ContractStore,
 ) -> None:
     big = "é漢🙂" * (1024 * 1024 // 3)
     msg = Message(
@@ -185,8 +187,8 @@ async def test_unicode_attachments_tools_and_a_megabyte_round_trip(
         attachments=[Attachment(name="a.png", media_type="image/png", data="AAAA")],
         run_id="r1",
     )
-    tid = await _thread_with(sql_store, [user(big), msg])
-    loaded = await sql_store.get_thread(tid)
+    tid = await _thread_with(store, [user(big), msg])
+    loaded = await store.get_thread(tid)
     assert loaded is not None
     assert loaded.messages[0].content == big
     assert loaded.messages[1] == msg.model_copy(update={"seq": 2})
@@ -265,11 +267,7 @@ async def test_a_title_that_cannot_be_stored_is_a_clear_error(sql_store: SqlAgen
             await sql_store.create_thread(actor_id="alice", agent="assistant", title=title)
 
 
-@pytest.mark.parametrize("kind", ["sql", "memory"])
-async def test_run_messages_reads_one_runs_messages_only(
-    sql_store: SqlAgentStore, kind: str
-) -> None:
-    store: SqlAgentStore | MemoryStore = sql_store if kind == "sql" else MemoryStore()
+async def test_run_messages_reads_one_runs_messages_only(store: ContractStore) -> None:
     thread = await store.create_thread(actor_id="alice", agent="assistant")
     runs = [f"00000000-0000-0000-0000-00000000000{n}" for n in range(3)]
     for run in runs:
