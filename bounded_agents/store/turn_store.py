@@ -1,0 +1,121 @@
+"""Any `AgentStore` lifted to what a turn needs: one read path and one write path.
+
+A turn reads its thread once (bounded by the store when it can, else the whole thread cut the
+same way in memory) and writes each message once (with the prompt digest when the store keeps
+one, inside the turn's transaction when the store joins it). Which of those a store can do is
+asked once, here, with the `supports_*` probes; the caller holds one object and no fallback
+branches. Framework-free: it speaks only the ports, so it suits a store of any backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import (
+    AgentStore,
+    PromptDigestStore,
+    SummaryStore,
+    ThreadSummary,
+    ThreadTurnPage,
+    ThreadTurnQuery,
+    ThreadTurnReader,
+    Transaction,
+    TransactionalStore,
+    supports_bounded_read,
+    supports_prompt_digests,
+    supports_summaries,
+    supports_transactions,
+)
+from bounded_agents.core.reads import bounded_page
+from bounded_agents.errors import ConfigError, ThreadNotFound
+
+
+@dataclass(frozen=True)
+class TurnRead:
+    """A turn read's page, and what it cost: a report counts `read`, not the page."""
+
+    page: ThreadTurnPage
+    read: list[Message]
+    """The messages the store returned: the page when the store bounded the read, the whole
+    thread when it could not."""
+    bounded: bool
+    """Whether the store applied the query's limits itself (one bounded round trip)."""
+
+
+class TurnStore:
+    """`store` as a turn uses it: `read`, `append`, `save_summary`, each one call whatever
+    powers the store has."""
+
+    def __init__(self, store: AgentStore) -> None:
+        self.store = store
+        self._bounded: ThreadTurnReader | None = store if supports_bounded_read(store) else None
+        self._tx: TransactionalStore | None = store if supports_transactions(store) else None
+        self._digests: PromptDigestStore | None = store if supports_prompt_digests(store) else None
+        self._summaries: SummaryStore | None = store if supports_summaries(store) else None
+
+    @property
+    def keeps_summaries(self) -> bool:
+        """Whether a summarizing policy can run on this store."""
+        return self._summaries is not None
+
+    async def read(self, query: ThreadTurnQuery, *, tx: Transaction | None = None) -> TurnRead:
+        """The page `query` selects; `ThreadNotFound` for an unknown thread. With `tx` (and a
+        store that joins it) the read sees the transaction's own uncommitted writes."""
+        if self._bounded is not None:
+            if tx is not None and self._tx is not None:
+                page = await self._tx.load_thread_for_turn(query, tx=tx)
+            else:
+                page = await self._bounded.load_thread_for_turn(query)
+            if page is None:
+                raise ThreadNotFound(query.thread_id)
+            return TurnRead(page=page, read=page.messages, bounded=True)
+        thread = await self.store.get_thread(query.thread_id)
+        if thread is None:
+            raise ThreadNotFound(query.thread_id)
+        summary = None
+        if query.after_summary and self._summaries is not None:
+            summary = await self._summaries.latest_summary(query.thread_id)
+        last_prompt = reported = None
+        if self._digests is not None:
+            last_prompt = await self._digests.last_prompt(query.thread_id)
+            reported = await self._digests.reported_tokens(query.thread_id)
+        page = bounded_page(thread, query, summary, last_prompt)
+        page = page.model_copy(update={"reported_tokens": reported})
+        return TurnRead(page=page, read=thread.messages, bounded=False)
+
+    async def append(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        *,
+        tx: Transaction | None = None,
+        last_prompt: str | None = None,
+        reported_tokens: int | None = None,
+    ) -> list[Message]:
+        """Store `messages` at the end of the thread, all or none, with `seq` set. An answer's
+        `last_prompt` (and the provider's `reported_tokens`) ride in the same write when the
+        store keeps digests; a store without them drops them."""
+        if last_prompt is not None and self._digests is not None:
+            return await self._digests.append_answer(
+                thread_id, messages, last_prompt, tx=tx, reported_tokens=reported_tokens
+            )
+        if tx is not None and self._tx is not None:
+            return await self._tx.append_messages(thread_id, messages, tx=tx)
+        return await self.store.append_messages(thread_id, messages)
+
+    async def save_summary(
+        self, thread_id: str, summary: ThreadSummary, *, tx: Transaction | None = None
+    ) -> None:
+        """Keep the thread's new rolling summary (idempotent per boundary); `ConfigError` on a
+        store that keeps none."""
+        if self._tx is not None:
+            await self._tx.save_summary(thread_id, summary, tx=tx)
+        elif self._summaries is not None:
+            await self._summaries.save_summary(thread_id, summary)
+        else:
+            raise ConfigError("a summarizing history needs a store that keeps summaries")
+
+
+__all__ = ["TurnRead", "TurnStore"]
