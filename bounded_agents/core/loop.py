@@ -30,6 +30,10 @@ from collections.abc import Mapping
 from bounded_agents.core.messages import (
     Message,
 )
+from bounded_agents.core.policies import (
+    policy_summarizer,
+    read_bound,
+)
 from bounded_agents.core.ports import (
     AgentStore,
     DurableContext,
@@ -68,9 +72,7 @@ from bounded_agents.core.turn.constants import (
 )
 from bounded_agents.core.turn.preview import PreviewPhase
 from bounded_agents.core.turn.prompts import (
-    _summarizer,
     omission_note,
-    read_bound,
 )
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -149,7 +151,7 @@ class AgentLoop(PreviewPhase):
         """Per agent, half the smallest summary its summarizer refused to compress: a longer
         one is compressed by its oldest part within this (see `_FoldCalls.compress`)."""
         for definition in agents.values():
-            if _summarizer(definition.policy) is not None and not supports_summaries(store):
+            if policy_summarizer(definition.policy) is not None and not supports_summaries(store):
                 raise ConfigError(
                     f"agent {definition.name!r} summarizes its history, but the store "
                     f"({type(store).__name__}) keeps no summaries (the SummaryStore port): "

@@ -6,11 +6,15 @@ import functools
 import logging
 from typing import Any
 
-from bounded_agents.core.history import split_runs
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
     storable_text,
+)
+from bounded_agents.core.policies import (
+    fold_budget,
+    policy_summarizer,
+    supports_refolding,
 )
 from bounded_agents.core.ports import (
     DurableContext,
@@ -29,7 +33,6 @@ from bounded_agents.core.report import (
 )
 from bounded_agents.core.summary import (
     CLIP_NOTE,
-    DEFAULT_FOLD_MAX_TOKENS,
     clip_summary,
     fold_rejection,
     summary_fits,
@@ -47,7 +50,6 @@ from bounded_agents.core.turn.load import LoadPhase
 from bounded_agents.core.turn.prompts import (
     _degraded_history,
     _history_prompt,
-    _summarizer,
     _summary_tokens,
 )
 from bounded_agents.core.turn.public import (
@@ -84,7 +86,7 @@ class FoldPhase(LoadPhase):
         For a policy that re-checks its threshold between model calls (`refolds_mid_run`), it
         also returns that history with its seqs, so `_refold` can fold it again mid-run."""
         policy = definition.policy
-        summarizer = _summarizer(policy)
+        summarizer = policy_summarizer(policy)
         keep = [Message.model_validate(m) for m in recorded["keep"]]
         summary = (
             ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
@@ -110,7 +112,7 @@ class FoldPhase(LoadPhase):
             )
         prompt = _history_prompt(definition, summary, keep, omitted)
         window = None
-        if getattr(policy, "refolds_mid_run", False) and user_seq is not None and keep:
+        if supports_refolding(policy) and user_seq is not None and keep:
             first = user_seq - len(keep) + 1  # the kept runs are the newest: contiguous to it
             keep = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
             window = _Window(summary=summary, keep=keep, head=len(prompt), folds=folds)
@@ -130,17 +132,15 @@ class FoldPhase(LoadPhase):
         to the threshold folds its older kept runs now, not on the next turn. The decision is a
         pure function of journaled data, so a replay makes the same one."""
         policy = definition.policy
-        summarizer = _summarizer(policy)
-        threshold = getattr(policy, "token_threshold", None)
-        keep_runs = getattr(policy, "keep_recent_runs", 1)
-        if summarizer is None or not isinstance(threshold, int):
+        refolding = policy  # narrowed below; `policy` stays the HistoryPolicy
+        summarizer = policy_summarizer(policy)
+        if summarizer is None or not supports_refolding(refolding):
             return prompt
-        if sum(estimate_message_tokens(m) for m in prompt[1:]) < threshold:
+        tokens = sum(estimate_message_tokens(m) for m in prompt[1:])
+        count = refolding.refold_count(window.keep, tokens)
+        if count < 1:
             return prompt
-        runs = split_runs(window.keep)
-        older = [m for run in runs[: max(0, len(runs) - max(1, keep_runs))] for m in run]
-        if not older:
-            return prompt
+        older = window.keep[:count]
         through = older[-1].seq or 0
         fold = {"through": through, "messages": [m.model_dump(mode="json") for m in older]}
         summary, window.folds = await self._fold(
@@ -185,7 +185,7 @@ class FoldPhase(LoadPhase):
         if there is still none) and the run's chunk count."""
         through = int(fold["through"])
         known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
-        budget = getattr(policy, "fold_max_tokens", None) or DEFAULT_FOLD_MAX_TOKENS
+        budget = fold_budget(policy)
         cap = summary_token_cap(budget)  # the policy's; a chunk may be made smaller, not this
         prior = report.summary
         stats = (

@@ -9,6 +9,10 @@ from bounded_agents.core.messages import (
     Message,
     journal_form,
 )
+from bounded_agents.core.policies import (
+    policy_summarizer,
+    read_bound,
+)
 from bounded_agents.core.ports import (
     DurableContext,
     HistoryPolicy,
@@ -34,8 +38,6 @@ from bounded_agents.core.turn.prompts import (
     _count_read,
     _fold_range,
     _page_context,
-    _summarizer,
-    read_bound,
 )
 from bounded_agents.core.turn.spend import SpendPhase
 from bounded_agents.core.turn.state import _Digest
@@ -63,7 +65,7 @@ class LoadPhase(SpendPhase):
         `select` dropped or the read skipped. The fold's messages that the page holds are
         journaled whole (seq and run id included: a summarizer may group by run); older ones
         are read chunk by chunk by the fold itself."""
-        summarizer = _summarizer(policy)
+        summarizer = policy_summarizer(policy)
         page = await self._read_page(
             thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
         )

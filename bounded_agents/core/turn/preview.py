@@ -7,6 +7,10 @@ import logging
 from bounded_agents.core.messages import (
     Message,
 )
+from bounded_agents.core.policies import (
+    policy_summarizer,
+    read_bound,
+)
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     Thread,
@@ -19,8 +23,6 @@ from bounded_agents.core.turn.finish import FinishPhase
 from bounded_agents.core.turn.prompts import (
     _fold_range,
     _page_context,
-    _summarizer,
-    read_bound,
 )
 from bounded_agents.core.turn.public import (
     FoldPreview,
@@ -47,7 +49,7 @@ class PreviewPhase(FinishPhase):
             thread = await self.owned_thread(thread_id, actor_id)
         definition = self.definition(thread.agent)
         policy = definition.policy
-        summarizer = _summarizer(policy)
+        summarizer = policy_summarizer(policy)
         bound = read_bound(policy)
         report = RunReport(run_id="preview")
         page = await self._read_page(thread_id, bound, summarizer is not None, report)

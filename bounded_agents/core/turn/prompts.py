@@ -11,22 +11,19 @@ from bounded_agents.core.messages import (
     payload_bytes,
     to_chat_messages,
 )
+from bounded_agents.core.policies import (
+    summary_renderer,
+)
 from bounded_agents.core.ports import (
-    HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
     LedgerEntry,
-    ReadBound,
-    SummaryRenderer,
     ThreadSummary,
     ThreadTurnPage,
 )
 from bounded_agents.core.report import (
     LedgerRow,
     RunReport,
-)
-from bounded_agents.core.summary import (
-    render_history_summary,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.public import (
@@ -44,7 +41,9 @@ def _history_prompt(
     a fold is overdue and the cap left messages out) and the kept messages."""
     prompt = [ChatMessage(role="system", content=definition.system_prompt)]
     if summary is not None:
-        prompt.append(ChatMessage(role="system", content=_render(definition.policy)(summary.text)))
+        prompt.append(
+            ChatMessage(role="system", content=summary_renderer(definition.policy)(summary.text))
+        )
     if omitted:
         prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
@@ -116,22 +115,6 @@ def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPo
     )
 
 
-def read_bound(policy: HistoryPolicy) -> ReadBound | None:
-    """What a turn asks the store for: the policy's declared `read_bound`, or the older
-    `max_messages` promise as a message count; None reads everything.
-
-    A message count is at least 1: the newest message (the turn's own user message) always
-    rides, so a policy declaring 0 still needs that row read.
-    """
-    bound = getattr(policy, "read_bound", None)
-    if isinstance(bound, ReadBound):
-        if bound.messages is not None and bound.messages < 1:
-            return bound.model_copy(update={"messages": 1})
-        return bound
-    legacy = getattr(policy, "max_messages", None)
-    return ReadBound(messages=max(1, legacy)) if isinstance(legacy, int) else None
-
-
 def _ledger_row(entry: LedgerEntry) -> LedgerRow:
     return LedgerRow(
         purpose=entry.purpose,
@@ -143,18 +126,9 @@ def _ledger_row(entry: LedgerEntry) -> LedgerRow:
     )
 
 
-def _summarizer(policy: HistoryPolicy) -> Any:
-    return getattr(policy, "summarize", None)
-
-
 def _count_read(report: RunReport, messages: list[Message]) -> None:
     report.rows_read = len(messages)
     report.bytes_read = sum(payload_bytes(m) for m in messages)
-
-
-def _render(policy: HistoryPolicy) -> SummaryRenderer:
-    render = getattr(policy, "render_summary", None)
-    return render if callable(render) else render_history_summary
 
 
 def _summary_tokens(summary: ThreadSummary | None) -> int:

@@ -10,9 +10,15 @@ from bounded_agents.core.messages import (
     Message,
     to_chat_messages,
 )
+from bounded_agents.core.policies import (
+    policy_summarizer,
+    summary_renderer,
+    supports_legacy_window,
+)
 from bounded_agents.core.ports import (
     DurableContext,
     HistoryPolicyContext,
+    HistorySelection,
     RunRequest,
     Usage,
 )
@@ -28,10 +34,6 @@ from bounded_agents.core.turn.constants import (
     SELECTED_HISTORY,
 )
 from bounded_agents.core.turn.fold import FoldPhase
-from bounded_agents.core.turn.prompts import (
-    _render,
-    _summarizer,
-)
 from bounded_agents.core.turn.public import (
     AgentDefinition,
 )
@@ -53,8 +55,12 @@ class ReplayPhase(FoldPhase):
             return keep, [Message.model_validate(m) for m in recorded.get("drop", [])]
         recorded = await ctx.step("load:thread", _legacy_load)
         messages = [Message.model_validate(m) for m in recorded["messages"]]
-        window = getattr(policy, "window", None)
-        legacy = window(messages) if callable(window) else policy.select(messages, hctx)
+        legacy = (
+            policy.window(messages)
+            if supports_legacy_window(policy)
+            else policy.select(messages, hctx)
+        )
+        assert isinstance(legacy, HistorySelection)
         return legacy.keep, legacy.drop
 
     async def _legacy_prompt(
@@ -71,7 +77,7 @@ class ReplayPhase(FoldPhase):
         recorded dropped messages, whole, and is not stored as a rolling summary."""
         policy = definition.policy
         prompt = [ChatMessage(role="system", content=definition.system_prompt)]
-        summarizer = _summarizer(policy)
+        summarizer = policy_summarizer(policy)
         if drop and summarizer is not None:
             async with ctx.unit_of_work():
                 made = await ctx.step(
@@ -103,6 +109,8 @@ class ReplayPhase(FoldPhase):
                     messages_original=len(drop),
                 )
             )
-            prompt.append(ChatMessage(role="system", content=_render(policy)(made["text"])))
+            prompt.append(
+                ChatMessage(role="system", content=summary_renderer(policy)(made["text"]))
+            )
         prompt.extend(to_chat_messages(keep))
         return prompt
