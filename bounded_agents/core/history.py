@@ -497,6 +497,14 @@ class SummarizingRunsWindow:
             )
         return total
 
+    def refold_count(self, kept: Sequence[Message], history_tokens: int) -> int:
+        """`RefoldingPolicy`: at the threshold, every kept run but the newest
+        `keep_recent_runs` is folded before the run's next model call."""
+        if history_tokens < self.token_threshold:
+            return 0
+        runs = split_runs(kept)
+        return sum(len(run) for run in runs[: max(0, len(runs) - self.keep_recent_runs)])
+
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         if ctx.skipped == 0 and self.history_tokens(messages, ctx) < self.token_threshold:
             return _cut(messages, 0)

@@ -1,0 +1,1 @@
+"""The turn pipeline: one module per phase of `AgentLoop`'s run (docs/architecture.md)."""

@@ -1,0 +1,104 @@
+"""The turn's calls out: the provider boundary, tools, middleware, booked model names."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from bounded_agents.core.context_window import ChatMiddleware
+from bounded_agents.core.messages import (
+    ChatMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    storable_json,
+    storable_text,
+)
+from bounded_agents.core.ports import (
+    MODEL_NAME_CHARS,
+    HistoryPolicyContext,
+    JsonValue,
+    ModelProvider,
+)
+from bounded_agents.core.turn.public import (
+    AgentDefinition,
+)
+from bounded_agents.errors import (
+    AgentError,
+    JournalMismatch,
+    ProviderError,
+)
+
+log = logging.getLogger("bounded_agents.core.loop")
+"""The loop's one logger, whichever turn module logs: log configuration keeps working."""
+
+
+async def _legacy_load() -> JsonValue:
+    """The step function of a legacy `load:thread`, which is only ever replayed: such a run
+    journaled its read before anything else could follow it (see `_legacy_prompt`)."""
+    raise JournalMismatch("a legacy load:thread step cannot run again: its journal lacks it")
+
+
+async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
+    async with _provider_boundary("history summary"):
+        summary = await summarizer(drop, hctx)
+    return {"text": storable_text(summary.text), "usage": summary.usage.model_dump(mode="json")}
+
+
+@asynccontextmanager
+async def _provider_boundary(what: str) -> AsyncIterator[None]:
+    """Whatever a provider raises is a provider failure (502), never an internal error: a
+    custom `ModelProvider` raising a plain exception must not become a 500. Its message may
+    hold anything (a URL, a key), so it is logged here and the client reads a fixed one."""
+    try:
+        yield
+    except AgentError:
+        raise
+    except Exception as exc:
+        log.error("the %s call failed: %s", what, type(exc).__name__, exc_info=exc)
+        raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
+
+
+def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:
+    return lambda: _run_tool(definition, call)
+
+
+async def _run_tool(definition: AgentDefinition, call: ToolCall) -> JsonValue:
+    binding = definition.tools.get(call.name)
+    if binding is None:
+        result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
+    else:
+        result = await binding.invoke(dict(call.arguments))
+        result = result.model_copy(update={"call_id": call.id})
+    return storable_json(result.model_dump(mode="json"))
+
+
+def _apply_middleware(
+    middleware: Sequence[ChatMiddleware], messages: list[ChatMessage]
+) -> tuple[list[ChatMessage], dict[str, Any]]:
+    metrics: dict[str, Any] = {
+        "window_trimmed": False,
+        "messages_sent": len(messages),
+        "messages_original": len(messages),
+        "window_orphans_dropped": 0,
+    }
+    for mw in middleware:
+        messages, m = mw(messages)
+        metrics["window_trimmed"] = bool(metrics["window_trimmed"] or m.get("window_trimmed"))
+        metrics["window_orphans_dropped"] += int(m.get("window_orphans_dropped", 0))
+    metrics["messages_sent"] = len(messages)
+    return messages, metrics
+
+
+def _model_name(model: ModelProvider) -> str:
+    name = getattr(model, "model", None) or getattr(model, "name", None)
+    return name if isinstance(name, str) else type(model).__name__
+
+
+def _booked_model(reported: str | None, model: ModelProvider) -> str:
+    """The model name a call is booked under: the one the provider reported (else the
+    provider's own), made storable and cut to `MODEL_NAME_CHARS`. A provider that reports a
+    300-character name must not fail every turn on PostgreSQL, whose column refuses it."""
+    return storable_text(reported or _model_name(model))[:MODEL_NAME_CHARS]

@@ -1,0 +1,34 @@
+"""The loop's numbers and patch markers: persisted or configured, so named once."""
+
+from __future__ import annotations
+
+SELECTED_HISTORY = "agent:selected-history"
+"""The patch marker of the selection-only `load:thread` payload (runs journaled before
+`ROLLING_SUMMARY` only)."""
+ROLLING_SUMMARY = "agent:rolling-summary"
+"""The patch marker of the current path: reads after the thread's summary, folds only what is
+new into it and stores each fold. A run journaled without it replays the path it recorded."""
+COMPLETION_RESERVE = 1024
+"""Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
+(see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,
+unless calls in flight at that moment answer at greater length than this."""
+DEFAULT_FOLD_CALLS_PER_TURN = 2
+"""Summarizer calls one run may make (`AGENT_HISTORY_FOLD_CALLS_PER_TURN`): a fold costs at most
+this many calls on top of the turn's own, however long the backlog."""
+DEFAULT_FOLD_TIMEOUT_SECONDS = 120.0
+"""How long one summarizer call may take (`AGENT_HISTORY_FOLD_TIMEOUT_SECONDS`) before the turn
+gives the fold up and answers without it."""
+_UNBOUNDED_CALLS = 1_000_000
+"""The call budget of a run whose journal predates the budget: its replay is not cut short."""
+BACKLOG_READ_ROWS = 256
+"""Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
+
+
+_READ_FIGURES = (
+    "read_bound",
+    "read_token_bound",
+    "read_run_bound",
+    "read_after_seq",
+    "rows_read",
+    "bytes_read",
+)

@@ -1,0 +1,73 @@
+"""The loop's dependencies, as every turn phase sees them."""
+
+from __future__ import annotations
+
+import logging
+
+from bounded_agents.core.ports import (
+    AgentStore,
+    DurableContext,
+    DurableRuntime,
+    Ledger,
+    ModelProvider,
+    PromptDigestStore,
+    QuotaReserver,
+    Thread,
+    ThreadInfoReader,
+    ThreadTurnReader,
+    Transaction,
+    TransactionalLedger,
+    TransactionalStore,
+)
+from bounded_agents.core.turn.public import (
+    AgentDefinition,
+)
+from bounded_agents.errors import (
+    AgentNotFound,
+    ThreadNotFound,
+)
+
+log = logging.getLogger("bounded_agents.core.loop")
+"""The loop's one logger, whichever turn module logs: log configuration keeps working."""
+
+
+class TurnDeps:
+    """What every phase of a turn may use: the loop's collaborators and what they can do,
+    probed once in `AgentLoop.__init__`."""
+
+    store: AgentStore
+    runtime: DurableRuntime
+    ledger: Ledger
+    model: ModelProvider
+    agents: dict[str, AgentDefinition]
+    token_quota: int | None
+    fold_calls_per_turn: int
+    fold_timeout: float | None
+    _chunk_cap: dict[str, int]
+    _compress_cap: dict[str, int]
+    _shares_transactions: bool
+    _tx_store: TransactionalStore | None
+    _tx_ledger: TransactionalLedger | None
+    _bounded: ThreadTurnReader | None
+    _digests: PromptDigestStore | None
+    _reserving: QuotaReserver | None
+
+    def definition(self, agent: str) -> AgentDefinition:
+        try:
+            return self.agents[agent]
+        except KeyError:
+            raise AgentNotFound(agent) from None
+
+    async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
+        """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
+        if isinstance(self.store, ThreadInfoReader):
+            thread = await self.store.get_thread_info(thread_id)
+        else:
+            thread = await self.store.get_thread(thread_id)
+        if thread is None or thread.actor_id != actor_id or (agent and thread.agent != agent):
+            raise ThreadNotFound(thread_id)
+        return thread
+
+    async def _tx(self, ctx: DurableContext) -> Transaction | None:
+        """The unit of work's transaction for a write, or None: write on your own."""
+        return await ctx.transaction() if self._shares_transactions else None

@@ -1,0 +1,184 @@
+"""The turn's reads and writes: the bounded read, `load:thread`, messages and summaries stored."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from bounded_agents.core.messages import (
+    Message,
+    journal_form,
+)
+from bounded_agents.core.policies import (
+    policy_summarizer,
+    read_bound,
+)
+from bounded_agents.core.ports import (
+    DurableContext,
+    HistoryPolicy,
+    HistoryPolicyContext,
+    JsonValue,
+    ReadBound,
+    ThreadSummary,
+    ThreadTurnPage,
+    ThreadTurnQuery,
+    Transaction,
+    supports_prompt_digests,
+    supports_summaries,
+    supports_transactions,
+)
+from bounded_agents.core.reads import bounded_page
+from bounded_agents.core.report import (
+    RunReport,
+)
+from bounded_agents.core.turn.constants import (
+    BACKLOG_READ_ROWS,
+)
+from bounded_agents.core.turn.prompts import (
+    _count_read,
+    _fold_range,
+    _page_context,
+)
+from bounded_agents.core.turn.spend import SpendPhase
+from bounded_agents.core.turn.state import _Digest
+from bounded_agents.errors import (
+    ConfigError,
+    DuplicateMessage,
+    ThreadNotFound,
+)
+
+log = logging.getLogger("bounded_agents.core.loop")
+"""The loop's one logger, whichever turn module logs: log configuration keeps working."""
+
+
+class LoadPhase(SpendPhase):
+    async def _load_rolling(
+        self,
+        ctx: DurableContext,
+        thread_id: str,
+        policy: HistoryPolicy,
+        hctx: HistoryPolicyContext,
+        report: RunReport,
+    ) -> JsonValue:
+        """The `load:thread` step: the bounded read, `select`, and for a summarizing policy the
+        fold this turn owes: every message from the summary's boundary through the newest one
+        `select` dropped or the read skipped. The fold's messages that the page holds are
+        journaled whole (seq and run id included: a summarizer may group by run); older ones
+        are read chunk by chunk by the fold itself."""
+        summarizer = policy_summarizer(policy)
+        page = await self._read_page(
+            thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
+        )
+        selection = policy.select(page.messages, _page_context(hctx, page))
+        recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
+        if page.last_prompt is not None:
+            recorded["last_prompt"] = page.last_prompt
+        if summarizer is not None:
+            boundary, through = _fold_range(page, selection)
+            if page.summary is not None:
+                recorded["summary"] = page.summary.model_dump(mode="json", exclude_defaults=True)
+            if through > boundary:
+                recorded["fold"] = {
+                    "through": through,
+                    "messages": [
+                        m.model_dump(mode="json", exclude_defaults=True)
+                        for m in page.messages
+                        if (m.seq or 0) <= through
+                    ],
+                }
+        recorded["title"] = page.title
+        recorded["has_assistant_message"] = page.has_assistant_message
+        return recorded
+
+    async def _persist(
+        self,
+        ctx: DurableContext,
+        thread_id: str,
+        message: Message,
+        digest: _Digest | None = None,
+    ) -> JsonValue:
+        """Idempotent: a replay after a crash between the write and its journal entry finds the
+        message already stored (one per run and role) and does not store it twice. (In a shared
+        transaction the two commit together; a journal written before that may still differ.)
+        With `last_prompt` (an answer's), a store that keeps prompt digests remembers it in the
+        same write."""
+        tx = await self._tx(ctx)
+        try:
+            if digest is not None and digest.prompt is not None and self._digests is not None:
+                stored = await self._digests.append_answer(
+                    thread_id, [message], digest.prompt, tx=tx, reported_tokens=digest.reported
+                )
+            elif tx is not None and self._tx_store is not None:
+                stored = await self._tx_store.append_messages(thread_id, [message], tx=tx)
+            else:
+                stored = await self.store.append_messages(thread_id, [message])
+            return {"seq": stored[0].seq}
+        except DuplicateMessage:
+            return {"seq": None}
+
+    async def _read_page(
+        self,
+        thread_id: str,
+        bound: ReadBound | None,
+        after_summary: bool,
+        report: RunReport,
+        tx: Transaction | None = None,
+    ) -> ThreadTurnPage:
+        """The turn read: bounded by the store when it can (one round trip), else the whole
+        thread cut the same way in memory. The report says what was actually read. With `tx`
+        it reads inside the turn's transaction, which holds the turn's own user message."""
+        query = ThreadTurnQuery.of(thread_id, bound, after_summary=after_summary)
+        if self._bounded is not None:
+            if tx is not None and self._tx_store is not None:
+                page = await self._tx_store.load_thread_for_turn(query, tx=tx)
+            else:
+                page = await self._bounded.load_thread_for_turn(query)
+            if page is None:
+                raise ThreadNotFound(thread_id)
+            report.read_bound = query.message_limit
+            report.read_token_bound = query.token_limit
+            report.read_run_bound = query.run_limit
+            if page.summary is not None:
+                report.read_after_seq = page.summary.covers_through_seq
+            _count_read(report, page.messages)
+            return page
+        thread = await self.store.get_thread(thread_id)
+        if thread is None:
+            raise ThreadNotFound(thread_id)
+        summary = None
+        if after_summary and supports_summaries(self.store):
+            summary = await self.store.latest_summary(thread_id)
+        last_prompt = reported = None
+        if supports_prompt_digests(self.store):
+            last_prompt = await self.store.last_prompt(thread_id)
+            reported = await self.store.reported_tokens(thread_id)
+        _count_read(report, thread.messages)  # no bound reached the store: all of it was read
+        if summary is not None:
+            report.read_after_seq = summary.covers_through_seq
+        page = bounded_page(thread, query, summary, last_prompt)
+        return page.model_copy(update={"reported_tokens": reported})
+
+    async def _fetch_backlog(
+        self, thread_id: str, after_seq: int, through: int, known: dict[int | None, Message]
+    ) -> None:
+        store = self.store
+        if not supports_summaries(store):
+            raise ConfigError("a summarizing history needs a store that keeps summaries")
+        # Only the gap: up to the next message the fold already holds (the turn read's page).
+        held = [s for s in known if s is not None and after_seq < s <= through]
+        rows = min(BACKLOG_READ_ROWS, (min(held) if held else through + 1) - after_seq - 1)
+        for m in await store.messages_after(thread_id, after_seq, max(1, rows)):
+            if m.seq is not None and m.seq <= through:
+                known.setdefault(m.seq, m)
+
+    async def _save_summary(
+        self, ctx: DurableContext, thread_id: str, summary: ThreadSummary
+    ) -> JsonValue:
+        store = self.store
+        if supports_transactions(store):
+            await store.save_summary(thread_id, summary, tx=await self._tx(ctx))
+        elif supports_summaries(store):
+            await store.save_summary(thread_id, summary)
+        else:
+            raise ConfigError("a summarizing history needs a store that keeps summaries")
+        return {"covers_through_seq": summary.covers_through_seq}

@@ -1,0 +1,92 @@
+"""The loop's public face: the agent it runs, the events it streams, the window preview."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
+
+from pydantic import BaseModel, ConfigDict
+
+from bounded_agents.core.context_window import ChatMiddleware
+from bounded_agents.core.messages import (
+    Message,
+    ToolCall,
+    ToolResult,
+)
+from bounded_agents.core.ports import (
+    HistoryPolicy,
+    TextDelta,
+    ThreadSummary,
+    ToolSpec,
+)
+
+
+class ToolBinding(Protocol):
+    """A callable tool as the loop sees it: its advertised spec and how to run it."""
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+    async def invoke(self, arguments: dict[str, Any]) -> ToolResult:
+        """Run the tool. Bad arguments or a raising tool give an `is_error` result, not an
+        exception: the model sees the error and can correct itself."""
+        ...
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    """Everything the loop needs to know about one agent (the module builds it from @agent)."""
+
+    name: str
+    system_prompt: str
+    policy: HistoryPolicy
+    tools: Mapping[str, ToolBinding] = field(default_factory=dict)
+    max_steps: int = 8
+    """Model calls per run at most; a run still asking for tools after that stops and says so."""
+    middleware: Sequence[ChatMiddleware] = ()
+
+
+class ToolCallEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    call: ToolCall
+
+
+class ToolResultEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    call_id: str
+    name: str
+    is_error: bool
+    content_chars: int
+
+
+LoopEvent: TypeAlias = TextDelta | ToolCallEvent | ToolResultEvent
+EventSink: TypeAlias = Callable[[LoopEvent], Awaitable[None]]
+
+
+class FoldPreview(BaseModel):
+    """The fold the next turn would make: messages `from_seq`..`through_seq` into the summary."""
+
+    from_seq: int
+    through_seq: int
+
+
+class WindowPreview(BaseModel):
+    """What the next turn would send (without its new user message): `GET .../window`."""
+
+    thread_id: str
+    agent: str
+    read_bound: int | None
+    """Newest messages the store is asked for; None when no count bounds the read."""
+    read_token_bound: int | None = None
+    read_run_bound: int | None = None
+    kept: list[Message]
+    dropped: list[Message]
+    summarizes: bool
+    """True when the next turn would fold into the summary (folds are made only in turns)."""
+    summary: ThreadSummary | None = None
+    """The thread's rolling summary, sent before `kept`."""
+    next_fold: FoldPreview | None = None
+    tokens: list[int]
+    """Estimated tokens of each kept message."""
+    total_tokens: int
