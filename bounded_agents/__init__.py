@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bounded_agents.core.history import HistoryConfig
-    from bounded_agents.module import Actor, AgentModule
+    from bounded_agents.http.auth import Actor
+    from bounded_agents.module import AgentModule
     from bounded_agents.registry import agent, tool
 
 __all__ = ["Actor", "AgentModule", "HistoryConfig", "agent", "tool"]
 
 _WHERE = {
-    "Actor": "bounded_agents.module",
+    "Actor": "bounded_agents.http.auth",
     "AgentModule": "bounded_agents.module",
     "agent": "bounded_agents.registry",
     "tool": "bounded_agents.registry",

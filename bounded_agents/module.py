@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI
 from opentelemetry.trace import TracerProvider
-from pydantic import BaseModel, ConfigDict
 
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.history import (
@@ -62,46 +60,17 @@ from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.host import hosts_sql_journal
 from bounded_agents.store.ledger import MemoryLedger, SqlLedger
 
+if TYPE_CHECKING:
+    from bounded_agents.http.auth import ActorResolver
+
 log = logging.getLogger("bounded_agents")
 
-__all__ = ["Actor", "ActorResolver", "AgentModule", "AgentSpec", "agent", "tool"]
+__all__ = ["AgentModule", "AgentSpec", "agent", "tool"]
 
 
-LOCAL_ACTOR = "local"
-"""The actor of every request in local development mode (no `AGENT_API_KEYS`)."""
-
-
-class Actor(BaseModel):
-    """Who is asking. Every thread belongs to the actor that created it."""
-
-    model_config = ConfigDict(frozen=True)
-    id: str
-
-
-ActorResolver = Callable[[Request], Awaitable[Actor | None]]
-
-
-def api_key_resolver(keys: Mapping[str, str]) -> ActorResolver:
-    """`Authorization: Bearer <key>` names the actor; keys are compared in constant time."""
-    pairs = [(k.encode(), actor) for k, actor in keys.items()]
-
-    async def resolve(request: Request) -> Actor | None:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        given = token.strip().encode()
-        found: str | None = None
-        for key, actor in pairs:  # no early exit: the time taken does not depend on the match
-            if hmac.compare_digest(key, given):
-                found = actor
-        return Actor(id=found) if found is not None else None
-
-    return resolve
-
-
-async def local_actor(_request: Request) -> Actor:
-    """Local development mode (no API keys configured): everyone is actor `local`."""
-    return Actor(id=LOCAL_ACTOR)
+LOCAL_ACTOR_ID = "local"
+"""`bounded_agents.http.auth.LOCAL_ACTOR`, the actor of local development mode, repeated here so
+this module imports nothing of `http` (a test holds the two equal)."""
 
 
 def _persistence(
@@ -198,6 +167,8 @@ class AgentModule:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._resuming: set[str] = set()
         """Runs this process's sweep claimed and is resuming now."""
+        # The one way out to the HTTP layer, taken when the module is built, never on import:
+        # `http` imports this module, so a top-level import here would close a circle.
         from bounded_agents.http.router import build_router
 
         self.router: APIRouter = build_router(self)
@@ -207,7 +178,7 @@ class AgentModule:
         return self.loop.store
 
     async def create_thread(
-        self, agent: str, *, actor_id: str = LOCAL_ACTOR, title: str | None = None
+        self, agent: str, *, actor_id: str = LOCAL_ACTOR_ID, title: str | None = None
     ) -> Thread:
         """Start a thread of `agent` owned by `actor_id`, without HTTP (what
         `POST /agents/{agent}/threads` does). `actor_id` defaults to the actor every request is
@@ -298,9 +269,9 @@ class AgentModule:
             )
         local_mode = False
         if actor_resolver is None:
-            keys = settings.actor_keys()
-            local_mode = not keys
-            actor_resolver = api_key_resolver(keys) if keys else local_actor
+            from bounded_agents.http.auth import default_resolver  # on build, never on import
+
+            actor_resolver, local_mode = default_resolver(settings.actor_keys())
         loop = AgentLoop(
             store=store,
             runtime=runtime,

@@ -1,7 +1,7 @@
 """Dependencies of the routes, as `Annotated` aliases.
 
 The module reaches a route through the request scope, put there by the router's route class
-(`bounded_agents.http.errors.agent_route_class`) before any dependency runs. That keeps the routes
+(`bounded_agents.http.route.agent_route_class`) before any dependency runs. That keeps the routes
 plain module-level functions and lets two modules' routers live in one host app.
 
 Ownership answers are deliberately indistinguishable: a missing thread, another actor's thread
@@ -18,8 +18,9 @@ from fastapi import Depends, Path, Request
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Thread
 from bounded_agents.errors import ConfigError, RunNotFound, ThreadNotFound
+from bounded_agents.http.auth import Actor
 from bounded_agents.http.errors import Unauthorized
-from bounded_agents.module import Actor, AgentModule
+from bounded_agents.module import AgentModule
 
 MODULE_SCOPE_KEY = "bounded_agents.agent_module"
 

@@ -4,9 +4,10 @@ Every error leaves as ``{"error": {"code": ..., "message": ...}}`` (a failed run
 ``"run_id"``, and so does `turn_in_progress`, naming the run still running). Two layers apply it,
 on purpose:
 
-- `AgentRoute`, the router's ``route_class``, catches what a route raises (domain errors,
-  request validation, anything unexpected) and answers with the JSON body itself. So the routes
-  keep their contract in ANY host app, even one that never calls `install_error_handlers`, and
+- `AgentRoute` (`bounded_agents.http.route`), the router's ``route_class``, catches what a
+  route raises (domain errors, request validation, anything unexpected) and answers with the
+  JSON body itself. So the routes keep their contract in ANY host app, even one that never
+  calls `install_error_handlers`, and
   a host's own handlers for the same exception types cannot change our routes' answers.
 - `install_error_handlers(app)` covers what happens outside our routes: an unknown path (404),
   a wrong method (405), and anything else a host's own routes raise. `app.main` calls it; a host
@@ -16,29 +17,23 @@ on purpose:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bounded_agents.errors import (
     AgentError,
     ContentTooLarge,
-    InvalidInput,
     RecordedFailure,
     RunFailed,
     TurnInProgress,
     clipped,
-    echoed,
 )
-
-if TYPE_CHECKING:
-    from bounded_agents.module import AgentModule
 
 log = logging.getLogger("bounded_agents.http")
 
@@ -242,17 +237,6 @@ def internal_error_response(error: BaseException) -> JSONResponse:
     return error_response(500, "internal_error", INTERNAL_MESSAGE)
 
 
-def request_body_limit(module: AgentModule) -> int:
-    """The largest request body that can still carry `max_content_bytes` of content.
-
-    JSON may escape every content byte as up to six (``\\u0000``), and a client that escapes
-    non-ASCII text (Python's `json.dumps` does by default) sends up to 6x the UTF-8 size. A
-    body over this bound cannot hold an acceptable message, so it is refused unread; a body
-    under it is checked exactly once decoded.
-    """
-    return 6 * module.settings.max_content_bytes + 1024
-
-
 def native_error_response(error: Exception) -> Response:
     """The answer to whatever a route raised, in this API's error body."""
     if isinstance(error, AgentError):
@@ -266,78 +250,6 @@ def native_error_response(error: Exception) -> Response:
 
 ErrorAnswer = Callable[[Exception], Response]
 """Turns what a route raised into its answer (`native_error_response`, or the /v1 API's)."""
-
-
-def agent_route_class(
-    module: AgentModule, answer: ErrorAnswer = native_error_response
-) -> type[APIRoute]:
-    """An `APIRoute` subclass bound to `module` (include_router keeps route classes).
-
-    Its handler (1) puts the module in the request scope for `ModuleDep`, (2) refuses an
-    oversized body before anything reads it, and (3) turns whatever the route raises into
-    the JSON error body with `answer`: domain errors by `STATUS_BY_CODE`, request validation
-    as 422/400, anything else as a logged 500 that leaks nothing.
-    """
-    from bounded_agents.http.deps import MODULE_SCOPE_KEY
-
-    body_limit = request_body_limit(module)
-    content_limit = module.settings.max_content_bytes
-
-    class AgentRoute(APIRoute):
-        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-            handler = super().get_route_handler()
-            has_body = self.body_field is not None
-
-            async def guarded(request: Request) -> Response:
-                request.scope[MODULE_SCOPE_KEY] = module
-                try:
-                    if has_body:
-                        request = await bounded_body(request, body_limit, content_limit)
-                    return await handler(request)
-                except Exception as exc:
-                    return answer(exc)
-
-            return guarded
-
-    return AgentRoute
-
-
-async def bounded_body(request: Request, limit: int, content_limit: int) -> Request:
-    """Refuse a body over `limit` bytes: at once when its Content-Length says so, and in any
-    case by counting the bytes as they arrive, stopping at the limit (the read body is then
-    replayed to the route).
-
-    The count is what holds: a Content-Length header is only a claim. A request that sends
-    `Content-Length: 15` and `Transfer-Encoding: chunked` is framed by the chunks, and trusting
-    the header let a 150 MB body be read and parsed whole before its 413.
-    """
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
-        if size > limit:
-            raise BodyTooLarge(size, content_limit)
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise BodyTooLarge(total, content_limit)
-        chunks.append(chunk)
-    body = b"".join(chunks)
-    receive = request.receive
-    replayed = False
-
-    async def replay() -> dict[str, Any]:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return dict(await receive())  # later calls wait for the disconnect, as before
-
-    return Request(request.scope, replay)
 
 
 def install_error_handlers(app: FastAPI) -> None:

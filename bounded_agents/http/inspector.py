@@ -50,7 +50,8 @@ from bounded_agents.http.deps import canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
 
 if TYPE_CHECKING:
-    from bounded_agents.module import Actor, AgentModule
+    from bounded_agents.http.auth import Actor
+    from bounded_agents.module import AgentModule
 
 COOKIE = "agent_inspector_key"
 THREADS_PER_PAGE = 25

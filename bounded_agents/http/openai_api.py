@@ -51,10 +51,10 @@ from bounded_agents.errors import (
     clipped,
     echoed,
 )
+from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.errors import (
     INTERNAL_MESSAGE,
-    agent_route_class,
     error_payload,
     public_message,
 )
@@ -81,9 +81,10 @@ from bounded_agents.http.openai_schemas import (
     ResponseOut,
 )
 from bounded_agents.http.openai_stream import ResponseStream
+from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.router import transcript_page
 from bounded_agents.http.turns import check_content, start_turn
-from bounded_agents.module import Actor, AgentModule
+from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages
 
 log = logging.getLogger("bounded_agents.http")

@@ -43,9 +43,10 @@ from bounded_agents.http.deps import (
     RunIdPath,
     run_id_or_404,
 )
-from bounded_agents.http.errors import agent_route_class, public_message
+from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency
 from bounded_agents.http.inspector import build_inspector_router
+from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.schemas import (
     CreateThreadIn,
     ErrorDetail,

@@ -1,0 +1,106 @@
+"""The route class every router of a module uses: the module in the request scope, a bounded
+body, and every error answered in this API's body (`bounded_agents.http.errors` says how).
+
+Kept apart from the error mapping so that `errors` stays a leaf: this needs the module's scope
+key (`deps`) and the error answers, and neither of them needs it (`errors` used to import
+`deps` inside this function, a circle within `http`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from bounded_agents.errors import InvalidInput, echoed
+from bounded_agents.http.deps import MODULE_SCOPE_KEY
+from bounded_agents.http.errors import BodyTooLarge, ErrorAnswer, native_error_response
+
+if TYPE_CHECKING:
+    from bounded_agents.module import AgentModule
+
+
+def request_body_limit(module: AgentModule) -> int:
+    """The largest request body that can still carry `max_content_bytes` of content.
+
+    JSON may escape every content byte as up to six (``\\u0000``), and a client that escapes
+    non-ASCII text (Python's `json.dumps` does by default) sends up to 6x the UTF-8 size. A
+    body over this bound cannot hold an acceptable message, so it is refused unread; a body
+    under it is checked exactly once decoded.
+    """
+    return 6 * module.settings.max_content_bytes + 1024
+
+
+def agent_route_class(
+    module: AgentModule, answer: ErrorAnswer = native_error_response
+) -> type[APIRoute]:
+    """An `APIRoute` subclass bound to `module` (include_router keeps route classes).
+
+    Its handler (1) puts the module in the request scope for `ModuleDep`, (2) refuses an
+    oversized body before anything reads it, and (3) turns whatever the route raises into
+    the JSON error body with `answer`: domain errors by `STATUS_BY_CODE`, request validation
+    as 422/400, anything else as a logged 500 that leaks nothing.
+    """
+    body_limit = request_body_limit(module)
+    content_limit = module.settings.max_content_bytes
+
+    class AgentRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+            has_body = self.body_field is not None
+
+            async def guarded(request: Request) -> Response:
+                request.scope[MODULE_SCOPE_KEY] = module
+                try:
+                    if has_body:
+                        request = await bounded_body(request, body_limit, content_limit)
+                    return await handler(request)
+                except Exception as exc:
+                    return answer(exc)
+
+            return guarded
+
+    return AgentRoute
+
+
+async def bounded_body(request: Request, limit: int, content_limit: int) -> Request:
+    """Refuse a body over `limit` bytes: at once when its Content-Length says so, and in any
+    case by counting the bytes as they arrive, stopping at the limit (the read body is then
+    replayed to the route).
+
+    The count is what holds: a Content-Length header is only a claim. A request that sends
+    `Content-Length: 15` and `Transfer-Encoding: chunked` is framed by the chunks, and trusting
+    the header let a 150 MB body be read and parsed whole before its 413.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise InvalidInput(f"Content-Length {echoed(declared)} is not a number") from None
+        if size > limit:
+            raise BodyTooLarge(size, content_limit)
+    chunks: list[bytes] = []
+    total = 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise BodyTooLarge(total, content_limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    receive = request.receive
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return dict(await receive())  # later calls wait for the disconnect, as before
+
+    return Request(request.scope, replay)
+
+
+__all__ = ["agent_route_class", "bounded_body", "request_body_limit"]
