@@ -21,14 +21,14 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bounded_agents.core.messages import MAX_SEQ, Message
-from bounded_agents.core.ports import ThreadInfoReader
+from bounded_agents.core.ports import supports_thread_info, supports_transcripts
 from bounded_agents.core.report import RunReport, RunResult
 from bounded_agents.errors import (
     RunNotFound,
@@ -90,15 +90,6 @@ _DESCRIPTIONS = {
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorOut, "description": _DESCRIPTIONS[s]} for s in statuses}
-
-
-@runtime_checkable
-class TranscriptReader(Protocol):
-    """Optional store power: one page of a transcript (`SqlAgentStore` has it)."""
-
-    async def list_messages(
-        self, thread_id: str, *, limit: int, before: int | None = None
-    ) -> list[Message]: ...
 
 
 def build_router(module: AgentModule) -> APIRouter:
@@ -225,7 +216,7 @@ async def transcript_page(
 ) -> list[Message]:
     """Up to `limit` messages with `seq < before` (the newest when None), oldest first."""
     store = module.store
-    if isinstance(store, TranscriptReader):
+    if supports_transcripts(store):
         return await store.list_messages(thread_id, limit=limit, before=before)
     thread = await store.get_thread(thread_id)  # a store without paging: read it all
     if thread is None:
@@ -327,7 +318,7 @@ async def healthz(module: ModuleDep) -> HealthOut:
     probe = str(uuid.uuid4())
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_SECONDS):
-            if isinstance(store, ThreadInfoReader):
+            if supports_thread_info(store):
                 await store.get_thread_info(probe)
             else:
                 await store.get_thread(probe)
@@ -344,4 +335,4 @@ async def metrics(module: ModuleDep) -> Response:
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)
 
 
-__all__: Sequence[str] = ["TranscriptReader", "build_router", "transcript_page"]
+__all__: Sequence[str] = ["build_router", "transcript_page"]

@@ -221,13 +221,13 @@ def supports_thread_listing(store: object) -> TypeGuard[ThreadLister]:
 
 @runtime_checkable
 class TranscriptReader(Protocol):
-    """Optional: a store that pages through a thread's transcript, newest page first, without
-    reading the whole thread (what the transcript route serves)."""
+    """Optional: a store that pages through a thread's transcript without reading the whole
+    thread (what the transcript route serves)."""
 
     async def list_messages(
         self, thread_id: str, *, limit: int, before: int | None = None
     ) -> list[Message]:
-        """Up to `limit` messages with `seq < before` (any seq when None), newest first."""
+        """Up to `limit` messages with `seq < before` (the newest page when None), oldest first."""
         ...
 
 

@@ -13,11 +13,11 @@ from bounded_agents.core.ports import (
     PromptDigestStore,
     QuotaReserver,
     Thread,
-    ThreadInfoReader,
     ThreadTurnReader,
     Transaction,
     TransactionalLedger,
     TransactionalStore,
+    supports_thread_info,
 )
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -60,7 +60,7 @@ class TurnDeps:
 
     async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
         """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
-        if isinstance(self.store, ThreadInfoReader):
+        if supports_thread_info(self.store):
             thread = await self.store.get_thread_info(thread_id)
         else:
             thread = await self.store.get_thread(thread_id)
