@@ -88,7 +88,9 @@ SummaryRenderer: TypeAlias = Callable[[str], str]
 class HistoryPolicy(Protocol):
     """Decides which stored messages a turn sends. Only `select` is required.
 
-    The loop also reads optional attributes with `getattr(policy, name, None)`:
+    A policy may also declare optional powers, each a protocol of its own in
+    `bounded_agents.core.policies` that the loop probes with a `supports_*` check (never
+    `getattr`):
 
     - `read_bound: ReadBound | None`: what the store reads. Declaring it is a PROMISE that
       `select` over only those messages keeps what it would keep over all of them. None reads
@@ -100,7 +102,8 @@ class HistoryPolicy(Protocol):
     - `render_summary: SummaryRenderer | None`: words the summary as the leading system message;
       None means `render_history_summary`.
 
-    These are not protocol members, so `isinstance(obj, HistoryPolicy)` checks `select` only.
+    (`fold_max_tokens`, `refold_count` and the rest: see `core/policies.py`.) They are not
+    members of this protocol, so `isinstance(obj, HistoryPolicy)` checks `select` only.
     """
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
