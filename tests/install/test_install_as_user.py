@@ -142,12 +142,14 @@ def test_the_readme_app_serves_a_thread_whose_tool_call_is_stored_and_windowed(
     ids=["console-script", "python-m"],
 )
 def test_migrate_creates_the_tables_in_a_sqlite_file_that_did_not_exist(
-    user_venv: Path, user_project: Path, tmp_path: Path, command: list[str]
+    user_venv: Path, tmp_path: Path, command: list[str]
 ) -> None:
+    """Run from an empty directory: the revisions can only come from the installed package."""
     database = tmp_path / "new" / "fresh.db"
     database.parent.mkdir()
+    assert not database.exists()
     env = user_env(user_venv, AGENT_DATABASE_URL=f"sqlite+aiosqlite:///{database}")
-    done = run([str(user_venv / "bin" / command[0]), *command[1:]], user_project, env)
+    done = run([str(user_venv / "bin" / command[0]), *command[1:]], database.parent, env)
     assert "database at head" in done.stdout
     with sqlite3.connect(database) as db:
         tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
