@@ -1,0 +1,79 @@
+"""Every fenced block of README.md, docs/*.md and bench/README.md is run, so the docs cannot
+drift from the code.
+
+The convention (what each language tag means, the `<!-- not run: reason -->` marker) is in
+`tests/docs/blocks.py`; a block that cannot run here says why in its marker, and the marker
+tests keep that honest. A marked block gets no test case at all: a skip would read as coverage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.docs.blocks import (
+    Block,
+    doc_files,
+    markers_marking_nothing,
+    markers_without_reason,
+    read_docs,
+    unknown_tags,
+)
+from tests.docs.execute import Target, failure, run_block
+from tests.docs.server import REPO, VENV, block_env, copy_database
+
+DOCS = read_docs(REPO)
+RUN = [block for block in DOCS.blocks if block.runs]
+
+
+@pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
+def test_the_block_exits_zero(
+    block: Block, template_database: Path, demo_target: Target, tmp_path: Path
+) -> None:
+    database = copy_database(template_database, tmp_path / "db")
+    outcome = run_block(
+        block,
+        workdir=tmp_path / "block",
+        env=block_env(database, demo_target),
+        target=demo_target,
+        venv=VENV,
+    )
+    if not outcome.ok:  # the block's own output, not a repr of the Outcome, is what helps
+        pytest.fail(failure(block, outcome), pytrace=False)
+
+
+def test_every_block_has_a_language_tag_the_convention_knows() -> None:
+    unknown = unknown_tags(DOCS.blocks)
+    assert not unknown, (
+        "blocks tagged with a language the docs convention does not know (python, sh, bash, "
+        "console run; text, json, http, yaml, toml, dockerfile, mermaid and untagged are "
+        f"illustrations): {unknown}"
+    )
+
+
+def test_every_not_run_marker_says_why() -> None:
+    empty = markers_without_reason(DOCS.markers)
+    assert not empty, f"`<!-- not run: reason -->` markers with no reason: {empty}"
+
+
+def test_every_not_run_marker_stands_right_above_a_block() -> None:
+    stray = markers_marking_nothing(DOCS.markers)
+    assert not stray, (
+        "`not run` markers with no code block right below them (only blank lines may sit "
+        f"between): {stray}"
+    )
+
+
+def test_every_document_the_convention_names_is_read_and_has_blocks() -> None:
+    """A moved or renamed document, or a scanner that stopped seeing fences, would otherwise
+    leave the block tests green with nothing to run."""
+    paths = [path.relative_to(REPO).as_posix() for path in doc_files(REPO)]
+    assert "README.md" in paths and "bench/README.md" in paths
+    assert any(path.startswith("docs/") for path in paths)
+    missing = [path for path in paths if not (REPO / path).is_file()]
+    assert not missing, f"documents missing: {missing}"
+    with_blocks = {block.path for block in DOCS.blocks}
+    assert "README.md" in with_blocks
+    assert any(block.kind == "python" for block in RUN)
+    assert any(block.kind == "shell" for block in RUN)
