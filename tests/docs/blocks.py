@@ -185,5 +185,10 @@ def markers_without_reason(markers: tuple[Marker, ...]) -> list[str]:
     return [m.where for m in markers if not m.reason]
 
 
+def console_blocks_without_command(blocks: tuple[Block, ...]) -> list[str]:
+    """A console block with no `$ ` line would run nothing and pass: it is output (`text`)."""
+    return [b.id for b in blocks if b.lang == "console" and not shell_script(b).strip()]
+
+
 def markers_marking_nothing(markers: tuple[Marker, ...]) -> list[str]:
     return [m.where for m in markers if m.marks is None]

@@ -40,6 +40,8 @@ class Target:
 
     host: str
     port: int
+    log: Path | None = None
+    """The server's output: a block's failure shows its end (a 500's traceback is there)."""
 
 
 def command(block: Block, script: Path) -> list[str]:
@@ -106,12 +108,21 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def failure(block: Block, outcome: Outcome, timeout: float = TIMEOUT_SECONDS) -> str:
-    """What a failing block's test says: which block, how it ended, the end of its output."""
+def failure(
+    block: Block,
+    outcome: Outcome,
+    timeout: float = TIMEOUT_SECONDS,
+    target: Target | None = None,
+) -> str:
+    """What a failing block's test says: which block, how it ended, the end of its output and,
+    when it talked to the demo server, the end of the server's."""
     ended = (
         f"was killed after {timeout:g} s"
         if outcome.returncode is None
         else f"exited {outcome.returncode}"
     )
-    shown = outcome.output[-OUTPUT_SHOWN:]
-    return f"{block.id} (```{block.lang}) {ended}; its output:\n{shown}"
+    message = f"{block.id} (```{block.lang}) {ended}; its output:\n{outcome.output[-OUTPUT_SHOWN:]}"
+    if target is not None and target.log is not None and target.log.is_file():
+        server = target.log.read_text(encoding="utf-8", errors="replace")
+        message += f"\nthe demo server's output, last lines:\n{server[-OUTPUT_SHOWN:]}"
+    return message

@@ -80,7 +80,7 @@ def free_port() -> int:
 @contextmanager
 def demo_server(database: Path, log: Path) -> Iterator[Target]:
     """uvicorn serving `app.main:create_app` on a free port until the block tests are done."""
-    target = Target("127.0.0.1", free_port())
+    target = Target("127.0.0.1", free_port(), log)
     env = block_env(database, target)
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -14,6 +14,7 @@ import pytest
 
 from tests.docs.blocks import (
     Block,
+    console_blocks_without_command,
     doc_files,
     markers_marking_nothing,
     markers_without_reason,
@@ -40,7 +41,7 @@ def test_the_block_exits_zero(
         venv=VENV,
     )
     if not outcome.ok:  # the block's own output, not a repr of the Outcome, is what helps
-        pytest.fail(failure(block, outcome), pytrace=False)
+        pytest.fail(failure(block, outcome, target=demo_target), pytrace=False)
 
 
 def test_every_block_has_a_language_tag_the_convention_knows() -> None:
@@ -50,6 +51,11 @@ def test_every_block_has_a_language_tag_the_convention_knows() -> None:
         "console run; text, json, http, yaml, toml, dockerfile, mermaid and untagged are "
         f"illustrations): {unknown}"
     )
+
+
+def test_every_console_block_has_a_command_to_run() -> None:
+    empty = console_blocks_without_command(DOCS.blocks)
+    assert not empty, f"```console blocks with no `$ ` line (tag output as text): {empty}"
 
 
 def test_every_not_run_marker_says_why() -> None:

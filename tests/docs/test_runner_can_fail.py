@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tests.docs.blocks import (
     Block,
+    console_blocks_without_command,
     markers_marking_nothing,
     markers_without_reason,
     parse,
@@ -138,3 +139,8 @@ def test_the_demo_address_is_pointed_at_the_test_server() -> None:
     assert pointed_at(source, "127.0.0.1", 5555) == (
         "curl http://127.0.0.1:5555/x 127.0.0.1:5555/y 127.0.0.1:5555/z"
     )
+
+
+def test_a_console_block_without_a_prompted_command_is_caught() -> None:
+    blocks = parse("out.md", "```console\nJust output.\n```\n```console\n$ true\n```\n").blocks
+    assert console_blocks_without_command(blocks) == ["out.md:1"]
