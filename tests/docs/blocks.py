@@ -1,8 +1,11 @@
 """The fenced code blocks of the docs, and what the docs convention says to do with each.
 
-A plain line scanner rather than a Markdown library: the convention only needs fences, their
-info string and the `<!-- not run: ... -->` line right above them, and a scanner this small is
-easier to trust than to audit a parser's token stream for where an HTML comment ends up.
+A plain line scanner rather than a Markdown library or pytest-examples: the convention only
+needs fences, their info string and the `<!-- not run: ... -->` comment right above them, and a
+scanner this small is easier to trust than a parser's token stream is to audit for where an
+HTML comment ends up. pytest-examples runs python in the test process and takes its settings
+from the fence's info string, where this convention wants a fresh process per block, shell
+blocks against a live server, and the reason a block is not run in prose a reader sees.
 Fences follow CommonMark closely enough for these files: up to three spaces of indent, three or
 more backticks or tildes, closed by the same character at least as many times.
 """
@@ -23,7 +26,8 @@ DEMO_ADDRESSES = ("http://127.0.0.1:8000", "127.0.0.1:8000", "localhost:8000")
 """How the docs name the demo server; the runner points each at the server the tests started."""
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-_MARKER = re.compile(r"^\s*<!--\s*not run\b(?P<rest>.*?)-->\s*$")
+_MARKER_START = re.compile(r"^\s*<!--\s*not run\b")
+_MARKER = re.compile(r"^\s*<!--\s*not run\b(?P<rest>.*?)(?:-->\s*)?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,16 @@ class Document:
 
 def _reason(rest: str) -> str:
     """`: because` -> `because`; `` or `:` -> `` (an empty reason, which a test refuses)."""
-    rest = rest.strip()
+    rest = " ".join(rest.split())  # a wrapped reason reads as one line
     return rest[1:].strip() if rest.startswith(":") else rest
+
+
+def _comment_end(lines: list[str], start: int) -> int:
+    """The line on which the HTML comment opened at `start` closes (the last line if never)."""
+    for k in range(start, len(lines)):
+        if "-->" in lines[k]:
+            return k
+    return len(lines) - 1
 
 
 def parse(path: str, text: str) -> Document:
@@ -93,12 +105,16 @@ def parse(path: str, text: str) -> Document:
         line = lines[i]
         fence = _FENCE.match(line)
         if fence is None:
-            marker = _MARKER.match(line)
-            if marker is not None:
+            if _MARKER_START.match(line):
+                end = _comment_end(lines, i)  # a long reason may wrap over several lines
+                marker = _MARKER.match(" ".join(lines[i : end + 1]))
+                assert marker is not None
                 if pending is not None:
                     markers.append(pending)  # a marker above a marker marks nothing
                 pending = Marker(path, i + 1, _reason(marker["rest"]), None)
-            elif line.strip() and pending is not None:
+                i = end + 1
+                continue
+            if line.strip() and pending is not None:
                 markers.append(pending)  # prose between a marker and a block: it marks nothing
                 pending = None
             i += 1

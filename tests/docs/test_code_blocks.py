@@ -1,9 +1,25 @@
 """Every fenced block of README.md, docs/*.md and bench/README.md is run, so the docs cannot
-drift from the code.
+drift from the code. The convention a doc writer follows:
 
-The convention (what each language tag means, the `<!-- not run: reason -->` marker) is in
-`tests/docs/blocks.py`; a block that cannot run here says why in its marker, and the marker
-tests keep that honest. A marked block gets no test case at all: a skip would read as coverage.
+- ```python: run as a script of its own (the tests' venv python, cwd a scratch directory,
+  PYTHONPATH the repository, AGENT_DATABASE_URL a fresh migrated SQLite file, the offline
+  model); it must exit 0 within 60 s.
+- ```sh, ```bash, ```console: run by `bash -euo pipefail` (console: only the `$ ` lines, and
+  the `> ` continuations of a line ending in a backslash), against the demo app
+  (`app.main:create_app`, agent `assistant`) that this session serves with uvicorn; must exit
+  0 within 60 s. PATH starts with the venv's bin, `.venv` in the scratch cwd is that venv,
+  AGENT_HOST/AGENT_PORT name the server, so `python -m app chat` reaches it.
+- In every run block, `http://127.0.0.1:8000`, `127.0.0.1:8000` and `localhost:8000` are
+  rewritten to the server's address (python blocks too: the openai SDK example talks to it).
+- `<!-- not run: reason -->` right above a block (blank lines allowed; the comment may wrap)
+  and it is not run: no test case at all, since a skip would read as coverage. The reason must
+  not be empty, and a marker must stand above a block.
+- ```text, ```json, ```http, ```yaml, ```toml, ```dockerfile, ```mermaid and untagged blocks
+  are shown, never run; any other tag fails `test_every_block_has_a_language_tag_...`.
+
+One case per run block, its id `file:line` (the opening fence's line). A block's `curl -s`
+that gets a 404 still exits 0: make such a block fail on its own (`curl -f`, `jq -e`) where
+the status matters.
 """
 
 from __future__ import annotations

@@ -144,3 +144,11 @@ def test_the_demo_address_is_pointed_at_the_test_server() -> None:
 def test_a_console_block_without_a_prompted_command_is_caught() -> None:
     blocks = parse("out.md", "```console\nJust output.\n```\n```console\n$ true\n```\n").blocks
     assert console_blocks_without_command(blocks) == ["out.md:1"]
+
+
+def test_a_marker_may_wrap_its_reason_over_several_lines() -> None:
+    text = "<!-- not run: a reason long enough\n     to wrap -->\n\n```sh\nexit 1\n```\n"
+    (block,) = parse("wrap.md", text).blocks
+    assert not block.runs
+    assert block.marker is not None
+    assert (block.marker.line, block.marker.reason) == (1, "a reason long enough to wrap")
