@@ -6,8 +6,10 @@ scanner this small is easier to trust than a parser's token stream is to audit f
 HTML comment ends up. pytest-examples runs python in the test process and takes its settings
 from the fence's info string, where this convention wants a fresh process per block, shell
 blocks against a live server, and the reason a block is not run in prose a reader sees.
-Fences follow CommonMark closely enough for these files: up to three spaces of indent, three or
-more backticks or tildes, closed by the same character at least as many times.
+Fences follow CommonMark closely enough for these files: three or more backticks or tildes,
+closed by the same character at least as many times. Any indent is taken (a fence inside a
+nested list item sits deeper than CommonMark's three spaces of a top-level one), so no block
+can hide from the runner by its indentation; the fence's indent is stripped from its lines.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ a mistake (a typo such as `pyhton` must not turn a runnable block into a silent 
 DEMO_ADDRESSES = ("http://127.0.0.1:8000", "127.0.0.1:8000", "localhost:8000")
 """How the docs name the demo server; the runner points each at the server the tests started."""
 
-_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+_FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 _MARKER_START = re.compile(r"^\s*<!--\s*not run\b")
 _MARKER = re.compile(r"^\s*<!--\s*not run\b(?P<rest>.*?)(?:-->\s*)?$", re.DOTALL)
 
@@ -125,12 +127,7 @@ def parse(path: str, text: str) -> Document:
         j = i + 1
         while j < len(lines):
             closing = lines[j].strip()
-            if (
-                closing
-                and set(closing) == {opening[0]}
-                and len(closing) >= len(opening)
-                and len(lines[j]) - len(lines[j].lstrip(" ")) <= 3
-            ):
+            if closing and set(closing) == {opening[0]} and len(closing) >= len(opening):
                 break
             content = lines[j]
             body.append(content[min(indent, len(content) - len(content.lstrip(" "))) :])

@@ -152,3 +152,9 @@ def test_a_marker_may_wrap_its_reason_over_several_lines() -> None:
     assert not block.runs
     assert block.marker is not None
     assert (block.marker.line, block.marker.reason) == (1, "a reason long enough to wrap")
+
+
+def test_a_fence_indented_in_a_nested_list_is_still_found() -> None:
+    text = "- a list\n  - nested:\n\n        ```python\n        print(1)\n        ```\n"
+    (block,) = parse("list.md", text).blocks
+    assert (block.line, block.lang, block.source, block.runs) == (4, "python", "print(1)\n", True)
