@@ -5,6 +5,13 @@ from __future__ import annotations
 import functools
 import logging
 
+from bounded_agents.core.checkpoints import (
+    model_payload,
+    model_step,
+    parse_model,
+    parse_tool,
+    tool_step,
+)
 from bounded_agents.core.messages import (
     MAX_TOOL_ARGUMENT_DEPTH,
     ChatMessage,
@@ -100,7 +107,7 @@ class StepsPhase(ReplayPhase):
             async with ctx.unit_of_work():
                 await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
                 recorded = await ctx.step(
-                    f"model:{n}",
+                    model_step(n),
                     functools.partial(
                         self._model_step,
                         ctx,
@@ -114,8 +121,9 @@ class StepsPhase(ReplayPhase):
                     ),
                 )
             step, pending = n, []
-            response = ModelResponse.model_validate(recorded["response"])
-            last_prompt = recorded.get("prompt_digest")
+            made = parse_model(recorded)
+            response = ModelResponse.model_validate(made["response"])
+            last_prompt = made.get("prompt_digest")
             usage = response.usage
             reported = None if usage.estimated else usage.prompt_tokens + usage.completion_tokens
             report.model_calls.append(
@@ -124,7 +132,7 @@ class StepsPhase(ReplayPhase):
                     prompt_tokens=response.usage.prompt_tokens,
                     completion_tokens=response.usage.completion_tokens,
                     cached_tokens=response.usage.cached_tokens,
-                    **recorded["metrics"],
+                    **made["metrics"],
                 )
             )
             content = response.content
@@ -168,7 +176,7 @@ class StepsPhase(ReplayPhase):
             if on_event is not None:
                 await on_event(ToolCallEvent(call=call))
             result = ToolResult.model_validate(
-                await ctx.step(f"tool:{n}:{call.id}", _tool_step(definition, call))
+                parse_tool(await ctx.step(tool_step(n, call.id), _tool_step(definition, call)))
             )
             if on_event is not None:
                 await on_event(
@@ -226,11 +234,7 @@ class StepsPhase(ReplayPhase):
         await self._record_usage(ctx, request, report, "chat", model, usage, reserved)
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
-        return {
-            "response": storable_json(response.model_dump(mode="json")),
-            "metrics": metrics,
-            "prompt_digest": digest,
-        }
+        return model_payload(storable_json(response.model_dump(mode="json")), metrics, digest)
 
     async def _call_model(
         self, model_request: ModelRequest, on_event: EventSink | None
