@@ -86,6 +86,11 @@ def is_model_step(name: str) -> bool:
     return name.startswith(MODEL_PREFIX)
 
 
+def is_history_step(name: str) -> bool:
+    """A summarizer step (`history:summarize[:n]`)."""
+    return name.startswith(HISTORY_PREFIX)
+
+
 def is_tool_step(name: str) -> bool:
     return name.startswith(TOOL_PREFIX)
 
@@ -113,6 +118,58 @@ class SeqPayload(TypedDict):
     seq: int | None
 
 
+class UsagePayload(TypedDict):
+    """A call's `Usage`, as journaled with its response or its fold."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    estimated: NotRequired[bool]
+    cached_tokens: NotRequired[int | None]
+
+
+class ToolCallPayload(TypedDict):
+    """A `ToolCall` a model step's response asked for."""
+
+    id: str
+    name: str
+    arguments: JsonObject
+
+
+class ResponsePayload(TypedDict):
+    """A `ModelResponse`, made storable."""
+
+    content: str
+    tool_calls: list[ToolCallPayload]
+    usage: UsagePayload
+    model: NotRequired[str]
+    finish_reason: NotRequired[str | None]
+
+
+class ModelMetricsPayload(TypedDict, total=False):
+    """A chat call's figures, the keyword arguments of its `ModelCallReport`."""
+
+    window_trimmed: bool
+    messages_sent: int
+    messages_original: int
+    window_orphans_dropped: int
+    prefix_reused_messages: int
+    prefix_reused_tokens: int
+    previous_prompt_messages: int | None
+    extends_previous: bool
+    prompt_estimated_tokens: int
+
+
+class ThreadSummaryPayload(TypedDict):
+    """The thread's summary `load:thread` read (`ThreadSummary`, defaults left out)."""
+
+    text: str
+    covers_through_seq: int
+    model: NotRequired[str]
+    prompt_tokens: NotRequired[int]
+    completion_tokens: NotRequired[int]
+    run_id: NotRequired[str | None]
+
+
 class FoldPayload(TypedDict):
     """The fold `load:thread` says the turn owes: through which seq, and the messages of it the
     read held (each whole, seq and run id included)."""
@@ -127,8 +184,7 @@ class LoadThreadPayload(TypedDict):
     keep: list[JsonObject]
     """The kept messages in their journal form (`messages.journal_form`)."""
     last_prompt: NotRequired[str]
-    summary: NotRequired[JsonObject]
-    """The thread's summary read (`ThreadSummary`, defaults left out)."""
+    summary: NotRequired[ThreadSummaryPayload]
     fold: NotRequired[FoldPayload]
     title: NotRequired[str | None]
     has_assistant_message: NotRequired[bool]
@@ -147,17 +203,17 @@ class SummarizePayload(TypedDict):
     """`history:summarize[:n]`: the fold's calls and their cost, then the summary made (`text`,
     `covers_through_seq`) or why none was (`rejected`, `last_seq`)."""
 
-    calls: int
-    budget: int
-    usage: NotRequired[JsonObject]
+    calls: NotRequired[int]
+    budget: NotRequired[int]
+    usage: NotRequired[UsagePayload]
     model: NotRequired[str]
     reserved: NotRequired[int]
     text: NotRequired[str]
     rejected: NotRequired[str]
     last_seq: NotRequired[int | None]
     covers_through_seq: NotRequired[int]
-    input_messages: int
-    input_tokens: int
+    input_messages: NotRequired[int]
+    input_tokens: NotRequired[int]
     compressed: NotRequired[int]
     fitted_tokens: NotRequired[int]
     messages_cut: NotRequired[int]
@@ -168,7 +224,7 @@ class LegacySummarizePayload(TypedDict):
     """`history:summarize` of the legacy path: one summary of the dropped messages."""
 
     text: str
-    usage: JsonObject
+    usage: UsagePayload
     reserved: NotRequired[int]
 
 
@@ -188,8 +244,8 @@ class ModelPayload(TypedDict):
     """`model:<n>`: the response (a `ModelResponse`), the figures `ModelCallReport` takes, and
     the digest of the prompt sent (absent in journals older than prompt digests)."""
 
-    response: JsonObject
-    metrics: JsonObject
+    response: ResponsePayload
+    metrics: ModelMetricsPayload
     prompt_digest: NotRequired[str | None]
 
 
@@ -235,6 +291,25 @@ def _objs(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(m, dict) for m in v)
 
 
+def _usage(v: object) -> bool:
+    return isinstance(v, dict) and _int(v.get("prompt_tokens")) and _int(v.get("completion_tokens"))
+
+
+def _tool_call(v: object) -> bool:
+    return isinstance(v, dict) and _str(v.get("id")) and _str(v.get("name"))
+
+
+def _response(v: object) -> bool:
+    if not isinstance(v, dict) or not _str(v.get("content")) or not _usage(v.get("usage")):
+        return False
+    calls = v.get("tool_calls")
+    return isinstance(calls, list) and all(_tool_call(c) for c in calls)
+
+
+def _summary(v: object) -> bool:
+    return isinstance(v, dict) and _str(v.get("text")) and _int(v.get("covers_through_seq"))
+
+
 def _fold(v: object) -> bool:
     return isinstance(v, dict) and _int(v.get("through")) and _objs(v.get("messages"))
 
@@ -247,34 +322,34 @@ _SHAPES: dict[str, _Shape] = {
     "load": (
         ("keep", _objs, True),
         ("last_prompt", _str, False),
-        ("summary", _obj, False),
+        ("summary", _summary, False),
         ("fold", _fold, False),
         ("title", _opt_str, False),
         ("has_assistant_message", _bool, False),
     ),
     "legacy_load": (("keep", _objs, False), ("drop", _objs, False), ("messages", _objs, False)),
     "summarize": (
-        ("calls", _int, True),
-        ("budget", _int, True),
-        ("usage", _obj, False),
+        ("calls", _int, False),
+        ("budget", _int, False),
+        ("usage", _usage, False),
         ("model", _str, False),
         ("reserved", _int, False),
         ("text", _str, False),
         ("rejected", _str, False),
         ("last_seq", _opt_int, False),
         ("covers_through_seq", _int, False),
-        ("input_messages", _int, True),
-        ("input_tokens", _int, True),
+        ("input_messages", _int, False),
+        ("input_tokens", _int, False),
         ("compressed", _int, False),
         ("fitted_tokens", _int, False),
         ("messages_cut", _int, False),
         ("clipped_chars", _int, False),
     ),
-    "legacy_summarize": (("text", _str, True), ("usage", _obj, True), ("reserved", _int, False)),
+    "legacy_summarize": (("text", _str, True), ("usage", _usage, True), ("reserved", _int, False)),
     "recorded": (("recorded", _bool, True),),
     "saved": (("covers_through_seq", _int, True),),
     "model": (
-        ("response", _obj, True),
+        ("response", _response, True),
         ("metrics", _obj, True),
         ("prompt_digest", _opt_str, False),
     ),
@@ -388,11 +463,15 @@ def summary_saved_payload(covers_through_seq: int) -> SummarySavedPayload:
 
 
 def model_payload(response: JsonObject, metrics: JsonObject, digest: str | None) -> ModelPayload:
-    return {"response": response, "metrics": metrics, "prompt_digest": digest}
+    """`response` is a `ModelResponse`'s JSON, `metrics` a `ModelCallReport`'s figures."""
+    out: JsonObject = {"response": response, "metrics": metrics, "prompt_digest": digest}
+    return cast(ModelPayload, out)
 
 
 def legacy_summarize_payload(text: str, usage: JsonObject) -> LegacySummarizePayload:
-    return {"text": text, "usage": usage}
+    """`usage` is a `Usage`'s JSON."""
+    out: JsonObject = {"text": text, "usage": usage}
+    return cast(LegacySummarizePayload, out)
 
 
 __all__ = [
@@ -413,14 +492,20 @@ __all__ = [
     "LegacyLoadPayload",
     "LegacySummarizePayload",
     "LoadThreadPayload",
+    "ModelMetricsPayload",
     "ModelPayload",
+    "ResponsePayload",
     "SeqPayload",
     "SummarizePayload",
     "SummarySavedPayload",
+    "ThreadSummaryPayload",
+    "ToolCallPayload",
     "ToolPayload",
+    "UsagePayload",
     "UsageRecordedPayload",
     "dump",
     "fold_step",
+    "is_history_step",
     "is_model_step",
     "is_summarize_step",
     "is_timeline_step",

@@ -9,13 +9,24 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from bounded_agents.core.checkpoints import PERSIST_USER
+from bounded_agents.core.ports import (
+    POWERS,
+    supports_journal_figures,
+    supports_launch,
+    supports_pruning,
+    supports_run_timeline,
+)
 from bounded_agents.core.report import RunResult
+from bounded_agents.durable.inline import InlineRuntime
 from bounded_agents.errors import ProviderTimeout, RunFailed
 from bounded_agents.module import AgentModule
+from bounded_agents.observability import ObservedRuntime
 from bounded_agents.testing import ScriptedProvider, reply
 from tests.observability.conftest import ModuleFactory, spans_of
 
 NS = "bounded_agents."
+RUNTIME_POWERS = [p for p in POWERS if p.on == "runtime"]
 
 
 async def turns(module: AgentModule, thread_id: str, contents: list[str]) -> list[RunResult]:
@@ -145,17 +156,38 @@ async def test_no_span_is_made_with_tracing_off(
     assert exporter.get_finished_spans() == ()
 
 
-async def test_the_wrappers_hand_everything_but_steps_to_the_journal(
+async def test_the_observed_runtime_has_exactly_the_powers_of_the_runtime_it_wraps(
     make_module: ModuleFactory,
 ) -> None:
     module = make_module()
     thread = await module.store.create_thread(actor_id="a", agent="helper")
     (result,) = await turns(module, thread.id, ["hi"])
     runtime = module.loop.runtime
-    # the journal's own extras reach through the observed runtime (what the inspector reads)
-    names = [name for name, _ in await runtime.steps(result.run_id)]  # type: ignore[attr-defined]
-    assert names[0] == "persist:user" and names[-1] == "persist:assistant"
-    (trace,) = await runtime.thread_runs(thread.id, limit=5)  # type: ignore[attr-defined]
-    assert trace.run_id == result.run_id and trace.steps == names
+    assert isinstance(runtime, ObservedRuntime)
+    assert [p.probe(runtime) for p in RUNTIME_POWERS] == [
+        p.probe(runtime.inner) for p in RUNTIME_POWERS
+    ]
+    assert not supports_launch(runtime)  # a SqlJournal's: no engine to launch
+    names = [name for name, _ in await runtime.inner.steps(result.run_id)]  # type: ignore[attr-defined]
+    assert names[0] == PERSIST_USER and names[-1] == "persist:assistant"
     _request, ctx = await runtime.reopen(result.run_id)  # a finished run: it only replays
-    assert ctx.replaying is True  # type: ignore[attr-defined]
+    assert supports_run_timeline(runtime)  # what the inspector reads, through the wrapper
+    (trace,) = await runtime.thread_runs(thread.id, limit=5)
+    assert trace.run_id == result.run_id and trace.steps == names
+
+    async def never() -> None:
+        raise AssertionError("a replayed step does not run")
+
+    assert await ctx.step(PERSIST_USER, never) == {"seq": 1}
+    assert supports_journal_figures(ctx) and ctx.replayed == [PERSIST_USER]
+    assert list(ctx.journal_bytes) == [PERSIST_USER]
+
+
+def test_an_observed_runtime_claims_no_power_its_runtime_lacks() -> None:
+    runtime = ObservedRuntime(
+        InlineRuntime(), metrics=None, tracing=False, model_name="m", provider_name="p"
+    )
+    assert [p.probe(runtime) for p in RUNTIME_POWERS] == [
+        p.probe(runtime.inner) for p in RUNTIME_POWERS
+    ]
+    assert not supports_run_timeline(runtime) and not supports_pruning(runtime)

@@ -12,6 +12,7 @@ from bounded_agents.core.messages import (
 from bounded_agents.core.ports import (
     DurableContext,
     RunRequest,
+    supports_journal_figures,
 )
 from bounded_agents.core.report import (
     RunReport,
@@ -80,7 +81,7 @@ class FinishPhase(StepsPhase):
     async def _finish_report(self, ctx: DurableContext, report: RunReport, fresh: bool) -> None:
         """A fresh run's ledger rows were collected as they were written; a resumed run reads
         them back, since an earlier attempt may have paid for calls this one replayed."""
-        report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
+        report.journal_bytes = dict(ctx.journal_bytes) if supports_journal_figures(ctx) else {}
         report.prompt_cache = prompt_cache_report(report.model_calls)
         if fresh:
             return
