@@ -17,7 +17,7 @@ from bounded_agents.core.ports import (
     supports_pruning,
     supports_run_timeline,
 )
-from bounded_agents.core.report import RunResult
+from bounded_agents.core.report import RunReport, RunResult
 from bounded_agents.durable.inline import InlineRuntime
 from bounded_agents.errors import ProviderTimeout, RunFailed
 from bounded_agents.module import AgentModule
@@ -51,54 +51,9 @@ async def test_a_run_is_a_span_with_a_child_per_checkpoint_carrying_the_history_
         ["/read_page https://example.com", *(f"question {i}" for i in range(5))],
     )
     for result in results:
-        report = result.report
         root, children = spans_of(exporter, result.run_id)
-        a = attrs(root)
-        assert root.name == "invoke_agent helper"
-        assert a["gen_ai.operation.name"] == "invoke_agent"
-        assert a["gen_ai.agent.name"] == "helper"
-        assert a["gen_ai.conversation.id"] == thread.id
-        assert a[NS + "status"] == "completed"
-        assert a[NS + "read.rows"] == report.rows_read
-        assert a[NS + "read.bytes"] == report.bytes_read
-        assert a[NS + "read.bound_messages"] == report.read_bound
-        by_purpose: dict[str, list[int]] = {}
-        for call in report.model_calls:
-            totals = by_purpose.setdefault(call.purpose, [0, 0])
-            totals[0] += call.prompt_tokens
-            totals[1] += call.completion_tokens
-        for purpose, (prompt, completion) in by_purpose.items():
-            assert a[f"{NS}tokens.{purpose}.input"] == prompt
-            assert a[f"{NS}tokens.{purpose}.output"] == completion
-        if report.summary is not None:
-            assert a[NS + "summary.made"] == report.summary.made
-            assert a[NS + "summary.covers_through_seq"] == report.summary.covers_through_seq
-        else:
-            assert NS + "summary.made" not in a
-
-        # one child per journaled checkpoint, named by it (model and tool calls by GenAI's rule)
-        assert sorted(attrs(c)[NS + "checkpoint"] for c in children) == sorted(
-            n for n in report.journal_bytes if not n.startswith("patch:")
-        )
-        load = next(c for c in children if c.name == "load:thread")
-        la = attrs(load)
-        assert la[NS + "read.rows"] == report.rows_read
-        assert la[NS + "read.bytes"] == report.bytes_read
-        assert la[NS + "history.kept"] + la.get(NS + "history.dropped", 0) == report.rows_read
-        assert la[NS + "replayed"] is False
-        assert load.end_time is not None and load.start_time is not None
-        assert load.end_time <= root.end_time  # type: ignore[operator]
-        chats = [c for c in children if attrs(c).get(NS + "purpose") == "chat"]
-        assert [c.name for c in chats] == ["chat echo"] * len(chats)
-        assert [attrs(c)["gen_ai.usage.input_tokens"] for c in chats] == [
-            c.prompt_tokens for c in report.model_calls if c.purpose == "chat"
-        ]
-        for chat in chats:
-            ca = attrs(chat)
-            assert ca["gen_ai.operation.name"] == "chat"
-            assert ca["gen_ai.request.model"] == "echo"
-            assert ca["gen_ai.provider.name"] == "echo"
-            assert ca["gen_ai.usage.output_tokens"] >= 0
+        _assert_the_run_span_holds_its_report(root, result.report, thread.id)
+        _assert_a_child_span_per_checkpoint(root, children, result.report)
 
     first = spans_of(exporter, results[0].run_id)[1]
     (tool,) = [c for c in first if attrs(c).get("gen_ai.operation.name") == "execute_tool"]
@@ -119,6 +74,57 @@ async def test_a_run_is_a_span_with_a_child_per_checkpoint_carrying_the_history_
     assert sa["gen_ai.usage.input_tokens"] == next(
         c.prompt_tokens for c in report.model_calls if c.purpose == "history_summary"
     )
+
+
+def _assert_the_run_span_holds_its_report(root: Any, report: RunReport, thread_id: str) -> None:
+    a = attrs(root)
+    assert root.name == "invoke_agent helper"
+    assert a["gen_ai.operation.name"] == "invoke_agent"
+    assert a["gen_ai.agent.name"] == "helper"
+    assert a["gen_ai.conversation.id"] == thread_id
+    assert a[NS + "status"] == "completed"
+    assert a[NS + "read.rows"] == report.rows_read
+    assert a[NS + "read.bytes"] == report.bytes_read
+    assert a[NS + "read.bound_messages"] == report.read_bound
+    by_purpose: dict[str, list[int]] = {}
+    for call in report.model_calls:
+        totals = by_purpose.setdefault(call.purpose, [0, 0])
+        totals[0] += call.prompt_tokens
+        totals[1] += call.completion_tokens
+    for purpose, (prompt, completion) in by_purpose.items():
+        assert a[f"{NS}tokens.{purpose}.input"] == prompt
+        assert a[f"{NS}tokens.{purpose}.output"] == completion
+    if report.summary is not None:
+        assert a[NS + "summary.made"] == report.summary.made
+        assert a[NS + "summary.covers_through_seq"] == report.summary.covers_through_seq
+    else:
+        assert NS + "summary.made" not in a
+
+
+def _assert_a_child_span_per_checkpoint(root: Any, children: list[Any], report: RunReport) -> None:
+    # one child per journaled checkpoint, named by it (model and tool calls by GenAI's rule)
+    assert sorted(attrs(c)[NS + "checkpoint"] for c in children) == sorted(
+        n for n in report.journal_bytes if not n.startswith("patch:")
+    )
+    load = next(c for c in children if c.name == "load:thread")
+    la = attrs(load)
+    assert la[NS + "read.rows"] == report.rows_read
+    assert la[NS + "read.bytes"] == report.bytes_read
+    assert la[NS + "history.kept"] + la.get(NS + "history.dropped", 0) == report.rows_read
+    assert la[NS + "replayed"] is False
+    assert load.end_time is not None and load.start_time is not None
+    assert load.end_time <= root.end_time  # type: ignore[operator]
+    chats = [c for c in children if attrs(c).get(NS + "purpose") == "chat"]
+    assert [c.name for c in chats] == ["chat echo"] * len(chats)
+    assert [attrs(c)["gen_ai.usage.input_tokens"] for c in chats] == [
+        c.prompt_tokens for c in report.model_calls if c.purpose == "chat"
+    ]
+    for chat in chats:
+        ca = attrs(chat)
+        assert ca["gen_ai.operation.name"] == "chat"
+        assert ca["gen_ai.request.model"] == "echo"
+        assert ca["gen_ai.provider.name"] == "echo"
+        assert ca["gen_ai.usage.output_tokens"] >= 0
 
 
 async def test_a_failed_run_is_an_error_span_and_its_resume_replays_under_a_new_one(
