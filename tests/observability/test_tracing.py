@@ -15,6 +15,7 @@ from bounded_agents.core.ports import (
     supports_journal_figures,
     supports_launch,
     supports_pruning,
+    supports_run_executor,
     supports_run_timeline,
 )
 from bounded_agents.core.report import RunReport, RunResult
@@ -197,3 +198,67 @@ def test_an_observed_runtime_claims_no_power_its_runtime_lacks() -> None:
         p.probe(runtime.inner) for p in RUNTIME_POWERS
     ]
     assert not supports_run_timeline(runtime) and not supports_pruning(runtime)
+
+
+class _EveryPower(InlineRuntime):
+    """An in-process runtime with every runtime power, each call noted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, ...]] = []
+
+    def register_resumer(self, resume: Any) -> None:
+        self.calls.append(("register_resumer", resume))
+
+    async def execute(self, run_id: str, attempt: Any) -> Any:
+        self.calls.append(("execute", run_id))
+        return await attempt()
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[Any]:
+        self.calls.append(("thread_runs", thread_id, limit, before_seq))
+        return []
+
+    async def prune_steps(self, older_than_seconds: float, limit: int, *, status: str = "") -> int:
+        self.calls.append(("prune_steps", older_than_seconds, limit, status))
+        return 7
+
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None:
+        self.calls.append(("launch", system_database_url, executor_id, application_version))
+
+    async def shutdown(self) -> None:
+        self.calls.append(("shutdown",))
+
+
+async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() -> None:
+    inner = _EveryPower()
+    runtime = ObservedRuntime(inner, metrics=None, tracing=False, model_name="m", provider_name="p")
+    assert all(p.probe(runtime) for p in RUNTIME_POWERS)
+
+    async def attempt() -> str:
+        return "done"
+
+    resume = object()
+    assert supports_run_executor(runtime) and supports_launch(runtime)
+    assert supports_run_timeline(runtime) and supports_pruning(runtime)
+    runtime.register_resumer(resume)  # type: ignore[arg-type]
+    assert await runtime.execute("r1", attempt) == "done"
+    assert await runtime.thread_runs("t1", limit=3, before_seq=9) == []
+    assert await runtime.prune_steps(60.0, 5, status="failed") == 7
+    await runtime.launch("sqlite://", executor_id="e", application_version="v")
+    await runtime.shutdown()
+    assert inner.calls == [
+        ("register_resumer", resume),
+        ("execute", "r1"),
+        ("thread_runs", "t1", 3, 9),
+        ("prune_steps", 60.0, 5, "failed"),
+        ("launch", "sqlite://", "e", "v"),
+        ("shutdown",),
+    ]
