@@ -12,8 +12,8 @@ and a `*_payload` builder the writer uses. Parsing a payload then dumping it wit
 `json.dumps` settings gives back the very bytes journaled (tests/core/test_checkpoints.py checks
 it over the golden journals). A key this module does not know is kept, after the known ones: a
 reader must not lose what a newer writer added. A payload of the wrong shape is a
-`JournalMismatch`; the `*_or_none` readers (for spans and pages, which must never fail a
-request) answer None instead.
+`JournalMismatch`; `or_none(parse_*, value)` answers None instead, for the readers that only
+describe a run (spans, pages) and must never fail a request over it.
 """
 
 from __future__ import annotations
@@ -77,11 +77,6 @@ def fold_step(base: str, fold: int) -> str:
     return base if fold == 1 else f"{base}:{fold}"
 
 
-def step_kind(name: str) -> str:
-    """The part before the first colon: `persist`, `load`, `history`, `model`, `tool`, `patch`."""
-    return name.split(":", 1)[0]
-
-
 def is_model_step(name: str) -> bool:
     return name.startswith(MODEL_PREFIX)
 
@@ -136,11 +131,11 @@ class ToolCallPayload(TypedDict):
 
 
 class ResponsePayload(TypedDict):
-    """A `ModelResponse`, made storable."""
+    """A `ModelResponse`, made storable (whose defaults a replay fills in where it lacks them)."""
 
     content: str
-    tool_calls: list[ToolCallPayload]
-    usage: UsagePayload
+    tool_calls: NotRequired[list[ToolCallPayload]]
+    usage: NotRequired[UsagePayload]
     model: NotRequired[str]
     finish_reason: NotRequired[str | None]
 
@@ -300,9 +295,11 @@ def _tool_call(v: object) -> bool:
 
 
 def _response(v: object) -> bool:
-    if not isinstance(v, dict) or not _str(v.get("content")) or not _usage(v.get("usage")):
+    if not isinstance(v, dict) or not _str(v.get("content")):
         return False
-    calls = v.get("tool_calls")
+    if "usage" in v and not _usage(v["usage"]):
+        return False
+    calls = v.get("tool_calls", [])
     return isinstance(calls, list) and all(_tool_call(c) for c in calls)
 
 

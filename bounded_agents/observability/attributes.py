@@ -29,7 +29,7 @@ def chat_call(made: ModelPayload | None) -> tuple[tuple[int, int], str]:
     if made is None:
         return (0, 0), ""
     response = made["response"]
-    return tokens(response["usage"]), response.get("model") or ""
+    return tokens(response.get("usage")), response.get("model") or ""
 
 
 def fold_call(fold: SummarizePayload | None) -> tuple[tuple[int, int], str]:

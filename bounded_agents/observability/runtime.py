@@ -313,7 +313,7 @@ class ObservedRuntime:
         attributes: Attributes = {NS + "replayed": replayed}
         if is_model_step(name):
             made = or_none(parse_model, value)
-            for call in made["response"]["tool_calls"] if made is not None else ():
+            for call in made["response"].get("tool_calls", []) if made is not None else ():
                 run.tool_names[call["id"]] = call["name"]
             usage, model = chat_call(made)
             if self.metrics is not None and not replayed:

@@ -93,6 +93,7 @@ def test_the_golden_patch_steps_are_the_rolling_summary_marker() -> None:
             '{"response":{"content":"old","tool_calls":[],"usage":{"prompt_tokens":1,'
             '"completion_tokens":2}},"metrics":{}}',
         ),
+        (cp.parse_model, '{"response":{"content":"older, with defaults left out"},"metrics":{}}'),
         (cp.parse_seq, '{"seq":null}'),
     ],
 )
