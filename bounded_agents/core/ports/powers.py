@@ -23,6 +23,8 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
 | runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
 | runtime | JournalPruner          | supports_pruning             | SqlJournal                 |
+| runtime | RuntimeLauncher        | supports_launch              | DbosRuntime                |
+| context | JournalFigures         | supports_journal_figures     | the project's contexts     |
 | ledger  | TransactionalLedger    | supports_ledger_transactions | SqlLedger                  |
 | ledger  | QuotaReserver          | supports_reservations        | SqlLedger, MemoryLedger    |
 
@@ -307,6 +309,46 @@ def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
     return isinstance(runtime, JournalPruner)
 
 
+@runtime_checkable
+class RuntimeLauncher(Protocol):
+    """Optional: a durable runtime whose engine is launched with the app and shut down after it
+    (`DbosRuntime`: DBOS, on its system database)."""
+
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+def supports_launch(runtime: object) -> TypeGuard[RuntimeLauncher]:
+    return isinstance(runtime, RuntimeLauncher)
+
+
+# --- durable context -----------------------------------------------------------------------
+
+
+@runtime_checkable
+class JournalFigures(Protocol):
+    """Optional: a durable context that says what its journal holds, for the run's report and
+    its spans: each step's stored bytes, and the steps this attempt read back (replayed)
+    instead of running."""
+
+    @property
+    def journal_bytes(self) -> dict[str, int]: ...
+
+    @property
+    def replayed(self) -> list[str]: ...
+
+
+def supports_journal_figures(ctx: object) -> TypeGuard[JournalFigures]:
+    return isinstance(ctx, JournalFigures)
+
+
 # --- ledger --------------------------------------------------------------------------------
 
 
@@ -362,7 +404,7 @@ def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
 class Power:
     """One optional power: what has it (`on`), its protocol and its probe."""
 
-    on: Literal["model", "store", "runtime", "ledger"]
+    on: Literal["model", "store", "runtime", "context", "ledger"]
     protocol: type
     probe: Callable[[object], bool]
 
@@ -382,6 +424,8 @@ POWERS: tuple[Power, ...] = (
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
     Power("runtime", JournalPruner, supports_pruning),
+    Power("runtime", RuntimeLauncher, supports_launch),
+    Power("context", JournalFigures, supports_journal_figures),
     Power("ledger", TransactionalLedger, supports_ledger_transactions),
     Power("ledger", QuotaReserver, supports_reservations),
 )
@@ -390,6 +434,7 @@ POWERS: tuple[Power, ...] = (
 
 __all__ = [
     "POWERS",
+    "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
     "NamedThreadCreator",
@@ -399,6 +444,7 @@ __all__ = [
     "RunExecutor",
     "RunMessagesReader",
     "RunTimelineReader",
+    "RuntimeLauncher",
     "StreamingModelProvider",
     "SummaryStore",
     "ThreadInfoReader",
@@ -409,7 +455,9 @@ __all__ = [
     "TranscriptReader",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_journal_figures",
     "supports_keyed_runs",
+    "supports_launch",
     "supports_ledger_transactions",
     "supports_named_threads",
     "supports_prompt_digests",
