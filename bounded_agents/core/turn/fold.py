@@ -7,6 +7,12 @@ import functools
 import logging
 from typing import Any
 
+from bounded_agents.core.checkpoints import (
+    PERSIST_SUMMARY,
+    PERSIST_USAGE_HISTORY,
+    SUMMARIZE,
+    fold_step,
+)
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
@@ -184,11 +190,10 @@ class FoldPhase(ChunkPhase):
                 stats.deferred = True
                 break
             folds += 1
-            suffix = "" if folds == 1 else f":{folds}"
             task = dataclasses.replace(
                 task, summary=summary, budget=budget, calls_left=calls_left, call_budget=call_budget
             )
-            made, usage = await self._summarize_step(ctx, report, task, suffix)
+            made, usage = await self._summarize_step(ctx, report, task, folds)
             if "fitted_tokens" in made:
                 # The provider refused a larger chunk: the rest of this run's chunks start at
                 # the size it took, instead of being refused (and paid for) again.
@@ -200,13 +205,13 @@ class FoldPhase(ChunkPhase):
                 _note_refusal(stats, request, summary, made, through)
                 break
             assert usage is not None  # an accepted fold always records what it cost
-            summary = await self._keep_summary(ctx, request, stats, task.known, made, usage, suffix)
+            summary = await self._keep_summary(ctx, request, stats, task.known, made, usage, folds)
         stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
         report.summary = stats
         return summary, folds
 
     async def _summarize_step(
-        self, ctx: DurableContext, report: RunReport, task: _ChunkTask, suffix: str
+        self, ctx: DurableContext, report: RunReport, task: _ChunkTask, fold: int
     ) -> tuple[dict[str, Any], Usage | None]:
         """One chunk's `history:summarize` and its `persist:usage:history`. The summary commits
         with its ledger row, as a model step does; the summary row is written after that,
@@ -214,12 +219,12 @@ class FoldPhase(ChunkPhase):
         losing it nor asking for a second one."""
         async with ctx.unit_of_work():
             made = await ctx.step(
-                "history:summarize" + suffix, functools.partial(self._fold_chunk, task)
+                fold_step(SUMMARIZE, fold), functools.partial(self._fold_chunk, task)
             )
             usage = Usage.model_validate(made["usage"]) if "usage" in made else None
             if usage is not None:
                 await ctx.step(
-                    "persist:usage:history" + suffix,
+                    fold_step(PERSIST_USAGE_HISTORY, fold),
                     functools.partial(
                         self._record_usage,
                         ctx,
@@ -241,7 +246,7 @@ class FoldPhase(ChunkPhase):
         known: dict[int | None, Message],
         made: dict[str, Any],
         usage: Usage,
-        suffix: str,
+        fold: int,
     ) -> ThreadSummary:
         """The accepted chunk's summary, stored (`persist:summary`) and counted in `stats`."""
         # What the summary now covers is never needed again: a long backlog is held in memory
@@ -258,7 +263,7 @@ class FoldPhase(ChunkPhase):
         )
         async with ctx.unit_of_work():
             await ctx.step(
-                "persist:summary" + suffix,
+                fold_step(PERSIST_SUMMARY, fold),
                 functools.partial(self._save_summary, ctx, request.thread_id, summary),
             )
         stats.made = True
