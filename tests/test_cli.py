@@ -227,6 +227,7 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
     [
         ("AGENT_API_KEYS", "s3cr3t", "AGENT_API_KEYS: pair 1 is not key=actor"),
         ("AGENT_API_KEYS", "s3cr3t=alice,s3cr3t=bob", "AGENT_API_KEYS: pair 2 repeats"),
+        ("AGENT_API_KEYS", "", "AGENT_API_KEYS: set but names no key=actor pair"),
         (
             "AGENT_DATABASE_URL",
             "postgresql://app:s3cr3t@127.0.0.1/x",
@@ -241,6 +242,7 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
     ids=[
         "key-without-actor",
         "repeated-key",
+        "empty-key-list",
         "postgresql-without-asyncpg",
         "sqlite-without-driver",
     ],
