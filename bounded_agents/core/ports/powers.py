@@ -10,6 +10,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | on      | power                  | probe                        | has it                     |
 |---------|------------------------|------------------------------|----------------------------|
 | model   | StreamingModelProvider | supports_streaming           | OpenAICompatibleProvider   |
+| model   | ClosingModelProvider   | supports_closing             | OpenAICompatibleProvider   |
 | store   | ThreadInfoReader       | supports_thread_info         | SqlAgentStore, MemoryStore |
 | store   | ThreadTurnReader       | supports_bounded_read        | SqlAgentStore              |
 | store   | PromptDigestStore      | supports_prompt_digests      | SqlAgentStore, MemoryStore |
@@ -19,6 +20,8 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | NamedThreadCreator     | supports_named_threads       | SqlAgentStore, MemoryStore |
 | store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
 | store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
+| store   | MigratingStore         | supports_migrations          | SqlAgentStore              |
+| store   | DisposableStore        | supports_disposal            | SqlAgentStore              |
 | runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
 | runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
 | runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
@@ -66,6 +69,18 @@ class StreamingModelProvider(Protocol):
 
 def supports_streaming(model: object) -> TypeGuard[StreamingModelProvider]:
     return isinstance(model, StreamingModelProvider)
+
+
+@runtime_checkable
+class ClosingModelProvider(Protocol):
+    """Optional: a provider holding connections (an HTTP client's pool), which the module's
+    lifespan closes on the way out, after the last turn."""
+
+    async def aclose(self) -> None: ...
+
+
+def supports_closing(model: object) -> TypeGuard[ClosingModelProvider]:
+    return isinstance(model, ClosingModelProvider)
 
 
 # --- store ---------------------------------------------------------------------------------
@@ -235,6 +250,30 @@ class TranscriptReader(Protocol):
 
 def supports_transcripts(store: object) -> TypeGuard[TranscriptReader]:
     return isinstance(store, TranscriptReader)
+
+
+@runtime_checkable
+class MigratingStore(Protocol):
+    """Optional: a store that brings its own database to the newest schema; the module's
+    lifespan runs it at start-up when AGENT_MIGRATE_ON_START is on (the default)."""
+
+    async def create_schema(self) -> None: ...
+
+
+def supports_migrations(store: object) -> TypeGuard[MigratingStore]:
+    return isinstance(store, MigratingStore)
+
+
+@runtime_checkable
+class DisposableStore(Protocol):
+    """Optional: a store holding connections (a pool), closed at shutdown by the module that
+    built it (a store passed to `for_root` is its owner's to close)."""
+
+    async def dispose(self) -> None: ...
+
+
+def supports_disposal(store: object) -> TypeGuard[DisposableStore]:
+    return isinstance(store, DisposableStore)
 
 
 # --- durable runtime -----------------------------------------------------------------------
@@ -411,6 +450,7 @@ class Power:
 
 POWERS: tuple[Power, ...] = (
     Power("model", StreamingModelProvider, supports_streaming),
+    Power("model", ClosingModelProvider, supports_closing),
     Power("store", ThreadInfoReader, supports_thread_info),
     Power("store", ThreadTurnReader, supports_bounded_read),
     Power("store", PromptDigestStore, supports_prompt_digests),
@@ -420,6 +460,8 @@ POWERS: tuple[Power, ...] = (
     Power("store", NamedThreadCreator, supports_named_threads),
     Power("store", ThreadLister, supports_thread_listing),
     Power("store", TranscriptReader, supports_transcripts),
+    Power("store", MigratingStore, supports_migrations),
+    Power("store", DisposableStore, supports_disposal),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
@@ -434,9 +476,12 @@ POWERS: tuple[Power, ...] = (
 
 __all__ = [
     "POWERS",
+    "ClosingModelProvider",
+    "DisposableStore",
     "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
+    "MigratingStore",
     "NamedThreadCreator",
     "Power",
     "PromptDigestStore",
@@ -455,10 +500,13 @@ __all__ = [
     "TranscriptReader",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_closing",
+    "supports_disposal",
     "supports_journal_figures",
     "supports_keyed_runs",
     "supports_launch",
     "supports_ledger_transactions",
+    "supports_migrations",
     "supports_named_threads",
     "supports_prompt_digests",
     "supports_pruning",
