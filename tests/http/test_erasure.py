@@ -93,3 +93,31 @@ async def test_an_erased_message_s_summary_is_folded_again_without_it_keeping_th
     window = (await client.get(f"/threads/{thread}/window", headers=ALICE)).json()
     assert window["summary"]["covers_through_seq"] == boundary
     assert marker not in window["summary"]["text"]
+
+
+async def test_a_fold_span_erased_whole_costs_no_call_and_later_folds_step_over_the_gap(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    model = RecordingEcho()
+    client = await open_client(stack, make_app(make_module(model=model, history=SUMMARIZING)))
+    thread = await new_thread(client)
+    for i in range(6):
+        assert (await post(client, thread, f"turn {i}")).status_code == 200
+    boundary = (await summary_rows(sql_store, thread))[-1][0]
+    erased = range(boundary + 1, boundary + 7)
+    for seq in erased:
+        r = await client.delete(f"/threads/{thread}/messages/{seq}", headers=ALICE)
+        assert r.status_code == 204, r.text
+
+    summaries = len([p for p, _ in model.sent if p == "history_summary"])
+    r = await post(client, thread, "after the erasure")
+    assert r.status_code == 200, r.text
+    folded = r.json()["report"]["summary"]
+    assert (folded["rejected_reasons"], folded["calls"]) == (["erased"], 0)
+    assert len([p for p, _ in model.sent if p == "history_summary"]) == summaries
+    for i in range(3):
+        assert (await post(client, thread, f"later {i}")).status_code == 200
+    newest = (await summary_rows(sql_store, thread))[-1][0]
+    assert newest > erased[-1]
+    seqs = [m["seq"] for m in await transcript(client, thread)]
+    assert not set(erased) & set(seqs)
