@@ -84,3 +84,16 @@ async def test_items_delete_erases_the_item_s_message_and_answers_the_conversati
     for gone in (secret, "msg_999", "not_an_item", "msg_99999999999"):
         with pytest.raises(openai.NotFoundError):
             await alice.conversations.items.delete(gone, conversation_id=conversation)
+
+
+async def test_items_list_oldest_first_steps_over_a_stretch_of_erased_items(
+    alice: AsyncOpenAI,
+) -> None:
+    conversation = await _conversation_with(alice, "one", "two", "three", "four")
+    for seq in range(1, 6):
+        await alice.conversations.items.delete(f"msg_{seq}", conversation_id=conversation)
+
+    page = await alice.conversations.items.list(conversation, order="asc", limit=2)
+
+    assert [i.id for i in page.data] == ["msg_6", "msg_7"]
+    assert [i.id async for i in page] == ["msg_6", "msg_7", "msg_8"]
