@@ -20,7 +20,8 @@ SUMMARIZING = {"max_messages": 4, "fold_messages": 4, "summarize": True}
 class RecordingEcho(EchoModel):
     """EchoModel's summaries (they keep each line's text), but a chat answer that never quotes
     the user: so an erased user message is in no answer, and only erasure can remove it from
-    the summary. Every request's text is kept, in order, in `sent`."""
+    the summary. A turn whose user message is a `/tool` command runs as EchoModel runs it (the
+    tool call, then an answer). Every request's text is kept, in order, in `sent`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,7 +31,8 @@ class RecordingEcho(EchoModel):
     def _respond(self, request: ModelRequest) -> ModelResponse:
         text = "\n".join(m.content or "" for m in request.messages)
         self.sent.append((request.purpose, text))
-        if request.purpose == "history_summary":
+        users = [m.content or "" for m in request.messages if m.role == "user"]
+        if request.purpose == "history_summary" or (users and users[-1].startswith("/")):
             return super()._respond(request)
         content = f"noted ({len(request.messages)} messages)"
         usage = estimate_usage(request, content, [])

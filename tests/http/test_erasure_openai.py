@@ -81,9 +81,10 @@ async def test_items_delete_erases_the_item_s_message_and_answers_the_conversati
     left = [i.id async for i in alice.conversations.items.list(conversation, order="asc")]
     assert left == [i.id for i in items if i.id != secret]
     assert await marker_hits(sql_store, marker) == []
-    for gone in (secret, "msg_999", "not_an_item", "msg_99999999999"):
-        with pytest.raises(openai.NotFoundError):
+    for gone in (secret, "msg_999", "fc_2_0", "not_an_item", "msg_99999999999", "msg_0"):
+        with pytest.raises(openai.NotFoundError) as refused:
             await alice.conversations.items.delete(gone, conversation_id=conversation)
+        assert (refused.value.code, refused.value.param) == ("item_not_found", "item_id")
 
 
 async def test_items_list_oldest_first_steps_over_a_stretch_of_erased_items(
@@ -97,3 +98,23 @@ async def test_items_list_oldest_first_steps_over_a_stretch_of_erased_items(
 
     assert [i.id for i in page.data] == ["msg_6", "msg_7"]
     assert [i.id async for i in page] == ["msg_6", "msg_7", "msg_8"]
+
+
+async def test_deleting_a_tool_call_s_item_erases_the_whole_message_that_made_it(
+    alice: AsyncOpenAI,
+) -> None:
+    conversation = await _conversation_with(alice, "/read_page https://example.org/erase")
+    items = [
+        (i.type, i.id) async for i in alice.conversations.items.list(conversation, order="asc")
+    ]
+    assert items == [
+        ("message", "msg_1"),
+        ("function_call", "fc_2_0"),
+        ("function_call_output", "fco_2_0"),
+        ("message", "msg_2"),
+    ]
+
+    await alice.conversations.items.delete("fco_2_0", conversation_id=conversation)
+
+    left = [i.id async for i in alice.conversations.items.list(conversation, order="asc")]
+    assert left == ["msg_1"]
