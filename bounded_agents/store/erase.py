@@ -48,11 +48,13 @@ _TID = sa.bindparam("tid", type_=sa.String)
 _SEQ = sa.bindparam("seq", type_=sa.Integer)
 
 _TAKE = threads.update().where(threads.c.id == _TID).values(updated_at=threads.c.updated_at)
-"""The erasure's first statement, a write that changes nothing: SQLite's write lock is taken at
-once (see `write_transaction`), and no row means no thread."""
+"""SQLite: the erasure's first statement, a write that changes nothing, so the database's write
+lock is taken at once (see `write_transaction`); no row means no thread."""
 _LOCK = sa.select(threads.c.id).where(threads.c.id == _TID).with_for_update()
-"""PostgreSQL: the thread row's strongest lock, which a run's insert (its foreign key's KEY SHARE
-lock) and an append (its seq bump) both wait for."""
+"""PostgreSQL: the erasure's first statement, the thread row's strongest lock, which a run's
+insert (its foreign key's KEY SHARE lock) and an append (its seq bump) both wait for, and which
+waits for theirs. First, before any other lock of the row: a weaker lock taken first (an
+UPDATE's) would deadlock with a turn holding KEY SHARE and about to bump the seq."""
 _LIVE_RUN = (
     sa.select(runs.c.id)
     .where(
@@ -141,10 +143,12 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:
     """Lock the thread for the erasure; False when there is no thread, `ThreadBusy` when a live
     run holds it."""
-    if (await conn.execute(_TAKE, params)).rowcount == 0:
-        return False
     if conn.dialect.name == "postgresql":
-        await conn.execute(_LOCK, params)
+        found = (await conn.execute(_LOCK, params)).first() is not None
+    else:
+        found = (await conn.execute(_TAKE, params)).rowcount > 0
+    if not found:
+        return False
     if (await conn.execute(_LIVE_RUN, params)).first() is not None:
         raise ThreadBusy(str(params["tid"]))
     return True

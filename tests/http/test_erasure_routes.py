@@ -159,3 +159,22 @@ async def test_an_erasure_during_a_turn_is_409_thread_busy_and_succeeds_once_the
     assert (await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)).status_code == 204
     assert [m["seq"] for m in await transcript(client, thread)] == [2, 3, 4]
     assert (await client.delete(f"/threads/{thread}", headers=ALICE)).status_code == 204
+
+
+async def test_erasures_racing_turns_are_done_or_refused_busy_and_every_turn_answers(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client)
+    assert (await post(client, thread, "first")).status_code == 200
+    outcomes: set[int] = set()
+    for i in range(8):
+        seq = max(m["seq"] for m in await transcript(client, thread))
+        turn, erased = await asyncio.gather(
+            post(client, thread, f"turn {i}"),
+            client.delete(f"/threads/{thread}/messages/{seq}", headers=ALICE),
+        )
+        assert turn.status_code == 200, turn.text  # a turn waits for the erasure, never fails
+        assert erased.status_code in (204, 409), erased.text
+        outcomes.add(erased.status_code)
+    assert 204 in outcomes
