@@ -32,6 +32,7 @@ from bounded_agents.http.openai_conversations import (
     get_conversation,
     list_items,
 )
+from bounded_agents.http.openai_erase import build_openai_erase_router
 from bounded_agents.http.openai_errors import openai_error_response
 from bounded_agents.http.openai_models import get_model, list_models
 from bounded_agents.http.openai_responses import create_response, get_response
@@ -67,6 +68,7 @@ def build_openai_router(module: AgentModule) -> APIRouter:
     _add_model_routes(router)
     _add_conversation_routes(router)
     _add_response_routes(router)
+    router.include_router(build_openai_erase_router(module))
     return router
 
 

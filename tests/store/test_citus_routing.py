@@ -296,3 +296,31 @@ async def test_a_sweep_and_a_prune_reach_every_shard_only_to_find_their_runs(
     routed = [r for r in await stats.ran() if r.partition_key is not None]
     assert {r.partition_key for r in routed} == set(threads)
     assert sum(r.calls for r in routed) == 2 * len(threads)  # a mark and a delete per thread
+
+
+async def test_erasing_a_message_and_a_thread_sends_every_statement_to_one_shard(
+    store: SqlAgentStore, stats: Statements
+) -> None:
+    """The erasure routes (`bounded_agents.store.erase`): the lock, the live-run check and every
+    delete name the thread."""
+    from bounded_agents.module import AgentModule
+
+    module = AgentModule.for_root(
+        store=store,
+        model=EchoModel(),
+        agents=[HelperAgent],
+        history={"max_messages": 4, "fold_messages": 4, "summarize": True},
+        settings=http_settings(),
+    )
+    async with AsyncExitStack() as stack:
+        client = await open_client(stack, make_app(module))
+        thread = await new_thread(client)
+        for content in ["one", "two", "three", "four", "five"]:
+            answered = await post(client, thread, content)
+            assert answered.status_code == 200, answered.text
+        await stats.reset()
+        erased = await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)
+        assert erased.status_code == 204, erased.text
+        gone = await client.delete(f"/threads/{thread}", headers=ALICE)
+        assert gone.status_code == 204, gone.text
+        await _routed(stats, at_least=15)
