@@ -323,6 +323,7 @@ async def get_run(run_id: RunIdPath, actor: ActorDep, module: ModuleDep) -> RunO
         thread_id=record.request.thread_id,
         agent=record.request.agent,
         error=error,
+        input_items_url=f"/v1/responses/{canonical}/input_items",
     )
 
 

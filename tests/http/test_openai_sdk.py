@@ -6,6 +6,8 @@ this test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
@@ -16,6 +18,8 @@ import pytest
 from fastapi import FastAPI
 from openai import AsyncOpenAI, OpenAI
 
+from app.main import fake_page
+from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.errors import ProviderTimeout
 from bounded_agents.http.errors import install_error_handlers
@@ -23,6 +27,7 @@ from bounded_agents.http.openai_api import build_openai_router
 from bounded_agents.module import AgentModule
 from bounded_agents.providers import EchoModel
 from bounded_agents.registry import agent
+from bounded_agents.testing import ScriptedProvider, reply
 from tests.http.conftest import HelperAgent, ModuleFactory, serve_live
 
 
@@ -335,3 +340,192 @@ async def test_models_are_the_agents(stack: AsyncExitStack, make_module: ModuleF
         assert which.value.param == "metadata.agent"
         via_model = await client.conversations.create(extra_body={"model": "other"})
         assert via_model.metadata == {"agent": "other"}
+
+
+# --- responses.input_items: what the model was sent -------------------------------------------
+
+
+class RecordingEcho(EchoModel):
+    """EchoModel (chat and summaries) that keeps every chat request it was sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chats: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "chat":
+            self.chats.append(request)
+        return await super().complete(request)
+
+
+def sent_as_items(request: ModelRequest) -> list[tuple[str, ...]]:
+    """A chat request's messages as (type, ...) rows in the order sent: what the items of the
+    response must say, field by field."""
+    rows: list[tuple[str, ...]] = []
+    for m in request.messages:
+        if m.role == "tool":
+            rows.append(("function_call_output", m.tool_call_id or "", m.content))
+            continue
+        if m.content or not m.tool_calls:
+            rows.append(("message", m.role, m.content))
+        for c in m.tool_calls:
+            rows.append(("function_call", c.id, c.name, json.dumps(c.arguments)))
+    return rows
+
+
+def item_rows(items: list[Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for i in items:
+        if i.type == "message":
+            (part,) = i.content
+            expected_part = "output_text" if i.role == "assistant" else "input_text"
+            assert part.type == expected_part, i
+            rows.append(("message", i.role, part.text))
+        elif i.type == "function_call":
+            rows.append(("function_call", i.call_id, i.name, i.arguments))
+        else:
+            assert i.type == "function_call_output"
+            rows.append(("function_call_output", i.call_id, i.output))
+    return rows
+
+
+async def all_items(client: AsyncOpenAI, response_id: str, **params: Any) -> list[Any]:
+    return [i async for i in client.responses.input_items.list(response_id, **params)]
+
+
+async def test_input_items_are_the_last_prompt_of_a_tool_turn_as_sent(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    provider = ScriptedProvider(
+        [
+            reply("hi, I read pages"),
+            reply(tool_calls=[ToolCall(id="call_7", name="read_page", arguments={"url": "u://a"})]),
+            reply("the page says hello"),
+        ]
+    )
+    base_url = await serve(stack, make_module(model=provider))
+    async with async_client(base_url) as client:
+        first = await client.responses.create(model="helper", input="hello")
+        tool_turn = await client.responses.create(previous_response_id=first.id, input="read u://a")
+        items = await all_items(client, tool_turn.id, order="asc")
+        first_items = await all_items(client, first.id, order="asc")
+    provider.assert_consumed()
+    assert item_rows(items) == sent_as_items(provider.calls[-1])
+    assert [(i.type, getattr(i, "role", None)) for i in items] == [
+        ("message", "system"),
+        ("message", "user"),
+        ("message", "assistant"),
+        ("message", "user"),
+        ("function_call", None),
+        ("function_call_output", None),
+    ]
+    call, output = items[4], items[5]
+    assert (call.call_id, call.name, json.loads(call.arguments)) == (
+        "call_7",
+        "read_page",
+        {"url": "u://a"},
+    )
+    assert output.call_id == "call_7" and output.output == fake_page("u://a")
+    assert item_rows(first_items) == sent_as_items(provider.calls[0])
+    assert [i.type for i in first_items] == ["message", "message"]
+
+
+async def test_input_items_hold_the_summary_as_the_second_system_message(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    model = RecordingEcho()
+    module = make_module(model=model, history={"max_messages": 2, "summarize": True})
+    base_url = await serve(stack, module)
+    async with async_client(base_url) as client:
+        response = await client.responses.create(model="helper", input="point number 0")
+        for n in range(1, 5):
+            response = await client.responses.create(
+                previous_response_id=response.id, input=f"point number {n}"
+            )
+        items = await all_items(client, response.id, order="asc")
+    sent = model.chats[-1]
+    assert item_rows(items) == sent_as_items(sent)
+    assert [getattr(i, "role", None) for i in items[:2]] == ["system", "system"]
+    summary = items[1].content[0].text
+    assert "point number 0" in summary  # folded: the first turn is in the summary only
+    assert all("point number 0" not in row[-1] for row in item_rows(items[2:]))
+    assert item_rows(items[-1:]) == [("message", "user", "point number 4")]
+
+
+async def test_input_items_page_with_after_in_both_orders(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    base_url = await serve(stack, make_module(history={"max_messages": 20}))
+    async with async_client(base_url) as client:
+        response = await client.responses.create(model="helper", input="one")
+        response = await client.responses.create(
+            previous_response_id=response.id, input="/read_page https://a.b"
+        )
+        response = await client.responses.create(previous_response_id=response.id, input="three")
+        oldest_first = [i.id for i in await all_items(client, response.id, order="asc")]
+        newest_first = [i.id for i in await all_items(client, response.id)]
+        # system, one, its answer, /read_page, its answer and call, the output, three
+        assert len(oldest_first) == 8
+        assert newest_first == oldest_first[::-1]
+        assert len(set(oldest_first)) == len(oldest_first)
+
+        walked: list[str] = []
+        after: str | None = None
+        while True:
+            extra = {"after": after} if after is not None else {}
+            page = await client.responses.input_items.list(
+                response.id, limit=1, order="asc", **extra
+            )
+            assert len(page.data) == 1
+            walked.append(page.data[0].id)  # type: ignore[union-attr]
+            assert page.first_id == page.last_id == walked[-1]  # type: ignore[attr-defined]
+            if not page.has_more:
+                break
+            after = walked[-1]
+        assert walked == oldest_first
+        followed = client.responses.input_items.list(response.id, limit=3)
+        assert [i.id async for i in followed] == newest_first  # the SDK follows `after`
+        again = [i.id for i in await all_items(client, response.id, order="asc")]
+        assert again == oldest_first  # stable ids across calls
+
+
+async def test_input_items_of_another_actor_or_with_a_bad_limit_are_refused(
+    base_url: str, alice: AsyncOpenAI
+) -> None:
+    mine = await alice.responses.create(model="helper", input="private")
+    async with async_client(base_url, key="key-b") as bob:
+        with pytest.raises(openai.NotFoundError) as caught:
+            await bob.responses.input_items.list(mine.id)
+        assert caught.value.code == "run_not_found"
+        assert caught.value.type == "invalid_request_error"
+    for unknown in (str(uuid.uuid4()), "not-a-uuid"):
+        with pytest.raises(openai.NotFoundError):
+            await alice.responses.input_items.list(unknown)
+    for limit in (0, 101):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await alice.responses.input_items.list(mine.id, limit=limit)
+        assert refused.value.param == "limit"
+    with pytest.raises(openai.BadRequestError) as foreign:
+        await alice.responses.input_items.list(mine.id, after="msg_1")
+    assert (foreign.value.code, foreign.value.param) == ("invalid_parameter", "after")
+    assert len(await all_items(alice, mine.id, include=["message.input_image.image_url"])) == 2
+
+
+async def test_the_native_run_links_its_input_items(base_url: str, alice: AsyncOpenAI) -> None:
+    response = await alice.responses.create(model="helper", input="where is my prompt")
+    root = base_url.removesuffix("/v1")
+    async with httpx.AsyncClient(base_url=root, trust_env=False) as http:
+        run = await http.get(f"/runs/{response.id}", headers={"Authorization": "Bearer key-a"})
+        assert run.status_code == 200
+        link = run.json()["input_items_url"]
+        assert link == f"/v1/responses/{response.id}/input_items"
+        listed = await http.get(
+            link, params={"order": "asc"}, headers={"Authorization": "Bearer key-a"}
+        )
+    assert listed.status_code == 200
+    body = listed.json()
+    assert body["object"] == "list" and body["has_more"] is False
+    assert [i["content"][0]["text"] for i in body["data"]] == [
+        "You help with pages.",
+        "where is my prompt",
+    ]

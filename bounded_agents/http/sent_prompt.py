@@ -1,0 +1,146 @@
+"""What a run's model was sent, rebuilt from the run's journal: the prompt of its last model call.
+
+The journal does not hold the prompts themselves (a model step journals its answer), but it holds
+everything the loop built them from, because a replay must build the same prompt byte for byte:
+`load:thread` (the kept messages, the summary read, the fold owed) and each `history:summarize*`
+step's summary. So the prompt is rebuilt here with the loop's own helpers (`_history_prompt`,
+`_degraded_history`, the agent's middleware), not with a copy of their rules that could drift.
+
+Which call: a run with tool steps calls its model several times, each prompt the one before plus
+the tool calls and results fed back. The last call's prompt therefore holds everything the model
+was given in the run, in order, and it is what the run's answer was made from: that one is "the
+input" of the response. (A refolding policy that folds mid-run rewrites the head of later calls;
+the head rebuilt here is the one the run's first call was sent.)
+
+The run's pieces are read as the inspector reads them, through `RunTimelineReader.thread_runs`
+(one run's trace), and its tool calls and results from its stored answer, which holds them in
+the order they ran. A run that has not stored an answer (in flight, failed) lists the first
+call's prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bounded_agents.core.loop import ROLLING_SUMMARY, AgentDefinition
+from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.policies import policy_summarizer
+from bounded_agents.core.ports import RunRecord, RunTrace, ThreadSummary, supports_run_timeline
+from bounded_agents.core.turn.calls import _apply_middleware
+from bounded_agents.core.turn.prompts import _degraded_history, _history_prompt
+from bounded_agents.errors import JournalPruned
+from bounded_agents.http.openai_errors import UnsupportedParameter
+from bounded_agents.module import AgentModule
+from bounded_agents.outcome import run_messages
+
+LOAD_THREAD = "load:thread"
+SUMMARIZE = "history:summarize"
+MODEL_PREFIX = "model:"
+TOOL_PREFIX = "tool:"
+"""Step names as the journal spells them (the loop's `model:<n>`, `tool:<n>:<call id>`)."""
+
+
+async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> list[ChatMessage]:
+    """The messages the run's last model call was sent (see the module's docstring)."""
+    request = record.request
+    definition = module.loop.definition(request.agent)
+    stored = await run_messages(module.store, request.thread_id, run_id)
+    user = next((m for m in stored if m.role == "user"), None)
+    answer = next((m for m in stored if m.role == "assistant"), None)
+    trace = await _trace(module, run_id, request.thread_id, user)
+    if trace.pruned:
+        raise JournalPruned(run_id)
+    load = trace.payloads.get(LOAD_THREAD)
+    if f"patch:{ROLLING_SUMMARY}" not in trace.steps or not isinstance(load, dict):
+        raise UnsupportedParameter(
+            "response_id", "this response's journal does not say what its model was sent"
+        )
+    return rebuilt_prompt(definition, trace, answer)
+
+
+async def _trace(
+    module: AgentModule, run_id: str, thread_id: str, user: Message | None
+) -> RunTrace:
+    """The run's trace: the newest run of its thread below its user message's successor."""
+    runtime = module.loop.runtime
+    if user is None or user.seq is None or not supports_run_timeline(runtime):
+        raise UnsupportedParameter(
+            "response_id", "this response's journal cannot be read: its input is not known"
+        )
+    traces = await runtime.thread_runs(thread_id, limit=1, before_seq=user.seq + 1)
+    if not traces or traces[0].run_id != run_id:
+        raise UnsupportedParameter(
+            "response_id", "this response's journal cannot be read: its input is not known"
+        )
+    return traces[0]
+
+
+def rebuilt_prompt(
+    definition: AgentDefinition, trace: RunTrace, answer: Message | None
+) -> list[ChatMessage]:
+    """The first call's prompt as `FoldPhase._rolling_prompt` built it, then each tool step fed
+    back before the last model call, through the agent's middleware as `_model_step` sends it."""
+    load: dict[str, Any] = dict(trace.payloads[LOAD_THREAD])  # a dict: `sent_prompt` checks
+    keep = [Message.model_validate(m) for m in load["keep"]]
+    summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
+    omitted = 0
+    if "fold" in load and policy_summarizer(definition.policy) is not None:
+        summary = _folded(trace, summary)
+        covered = summary.covers_through_seq if summary is not None else 0
+        if covered < int(load["fold"]["through"]):
+            unfolded, omitted = _degraded_history(load["fold"], covered, keep)
+            keep = [*unfolded, *keep]
+    prompt = _history_prompt(definition, summary, keep, omitted)
+    prompt.extend(_tool_turns(trace.steps, answer))
+    messages, _metrics = _apply_middleware(definition.middleware, prompt)
+    return messages
+
+
+def _folded(trace: RunTrace, summary: ThreadSummary | None) -> ThreadSummary | None:
+    """The summary after the fold steps journaled before the first model call: each accepted
+    chunk (one without `rejected`) is the summary the next chunk, and the prompt, start from."""
+    for name in trace.steps:
+        if name.startswith(MODEL_PREFIX):
+            break
+        made = trace.payloads.get(name) if name.startswith(SUMMARIZE) else None
+        if isinstance(made, dict) and "rejected" not in made and "covers_through_seq" in made:
+            summary = ThreadSummary(
+                text=str(made["text"]), covers_through_seq=int(made["covers_through_seq"])
+            )
+    return summary
+
+
+def _tool_turns(steps: list[str], answer: Message | None) -> list[ChatMessage]:
+    """For each model step that asked for tools before the last one: the assistant message with
+    its calls, then one `tool` message per result, as `StepsPhase._answer` appends them. Tools
+    run after the last model call (out of steps) were sent to no model and are left out.
+
+    The text a model step sent along with its tool calls is in that step's payload, which the
+    timeline does not read; the assistant message carries the calls with empty text."""
+    if answer is None:
+        return []
+    last_model = max((_step_number(s) for s in steps if s.startswith(MODEL_PREFIX)), default=0)
+    calls = {c.id: c for c in answer.tool_calls}
+    results = {r.call_id: r for r in answer.tool_results}
+    by_step: dict[int, list[str]] = {}
+    for name in steps:
+        if name.startswith(TOOL_PREFIX) and _step_number(name) < last_model:
+            call_id = name.split(":", 2)[2]
+            if call_id in calls and call_id in results:
+                by_step.setdefault(_step_number(name), []).append(call_id)
+    out: list[ChatMessage] = []
+    for ids in by_step.values():
+        out.append(ChatMessage(role="assistant", content="", tool_calls=[calls[i] for i in ids]))
+        out.extend(
+            ChatMessage(role="tool", content=results[i].content, tool_call_id=i) for i in ids
+        )
+    return out
+
+
+def _step_number(name: str) -> int:
+    """n of `model:<n>` or `tool:<n>:<call id>`."""
+    part = name.split(":", 2)[1]
+    return int(part) if part.isdigit() else 0
+
+
+__all__ = ["rebuilt_prompt", "sent_prompt"]
