@@ -9,8 +9,8 @@ step's summary. So the prompt is rebuilt here with the loop's own helpers (`_his
 Which call: a run with tool steps calls its model several times, each prompt the one before plus
 the tool calls and results fed back. The last call's prompt therefore holds everything the model
 was given in the run, in order, and it is what the run's answer was made from: that one is "the
-input" of the response. (A refolding policy that folds mid-run rewrites the head of later calls;
-the head rebuilt here is the one the run's first call was sent.)
+input" of the response. (A refolding policy that folds mid-run rewrites the head of later calls:
+the refold is replayed here too, so the head is the one the last call was sent.)
 
 The run's pieces are read as the inspector reads them, through `RunTimelineReader.thread_runs`
 (one run's trace), and its tool calls and results from its stored answer, which holds them in
@@ -20,12 +20,14 @@ call's prompt.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from bounded_agents.core.loop import ROLLING_SUMMARY, AgentDefinition
 from bounded_agents.core.messages import ChatMessage, Message
-from bounded_agents.core.policies import policy_summarizer
+from bounded_agents.core.policies import policy_summarizer, supports_refolding
 from bounded_agents.core.ports import RunRecord, RunTrace, ThreadSummary, supports_run_timeline
+from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import _apply_middleware
 from bounded_agents.core.turn.prompts import _degraded_history, _history_prompt
 from bounded_agents.errors import JournalPruned
@@ -38,6 +40,16 @@ SUMMARIZE = "history:summarize"
 MODEL_PREFIX = "model:"
 TOOL_PREFIX = "tool:"
 """Step names as the journal spells them (the loop's `model:<n>`, `tool:<n>:<call id>`)."""
+
+
+@dataclass
+class _Window:
+    """What `_refold` needs of the run's history, as the loop's own `_Window` holds it: the
+    summary so far, the kept messages (with seqs) and how many prompt messages they fill."""
+
+    summary: ThreadSummary | None
+    keep: list[Message]
+    head: int
 
 
 async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> list[ChatMessage]:
@@ -55,7 +67,7 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
         raise UnsupportedParameter(
             "response_id", "this response's journal does not say what its model was sent"
         )
-    return rebuilt_prompt(definition, trace, answer)
+    return rebuilt_prompt(definition, trace, answer, user.seq if user is not None else None)
 
 
 async def _trace(
@@ -76,49 +88,94 @@ async def _trace(
 
 
 def rebuilt_prompt(
-    definition: AgentDefinition, trace: RunTrace, answer: Message | None
+    definition: AgentDefinition, trace: RunTrace, answer: Message | None, user_seq: int | None
 ) -> list[ChatMessage]:
     """The first call's prompt as `FoldPhase._rolling_prompt` built it, then each tool step fed
-    back before the last model call, through the agent's middleware as `_model_step` sends it."""
+    back before the last model call (and, for a refolding policy, each refold between calls,
+    as `_refold` made it), through the agent's middleware as `_model_step` sends it."""
     load: dict[str, Any] = dict(trace.payloads[LOAD_THREAD])  # a dict: `sent_prompt` checks
     keep = [Message.model_validate(m) for m in load["keep"]]
     summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
     omitted = 0
     if "fold" in load and policy_summarizer(definition.policy) is not None:
-        summary = _folded(trace, summary)
+        summary = _folded(_fold_steps(trace, 0), summary)
         covered = summary.covers_through_seq if summary is not None else 0
         if covered < int(load["fold"]["through"]):
             unfolded, omitted = _degraded_history(load["fold"], covered, keep)
             keep = [*unfolded, *keep]
     prompt = _history_prompt(definition, summary, keep, omitted)
-    prompt.extend(_tool_turns(trace.steps, answer))
+    window = None
+    if supports_refolding(definition.policy) and user_seq is not None and keep:
+        first = user_seq - len(keep) + 1  # as `_rolling_prompt` numbers the kept messages
+        kept = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
+        window = _Window(summary=summary, keep=kept, head=len(prompt))
+    for step, turn in _tool_turns(trace.steps, answer).items():
+        prompt.extend(turn)
+        if window is not None:
+            prompt = _refolded(definition, prompt, window, _fold_steps(trace, step))
     messages, _metrics = _apply_middleware(definition.middleware, prompt)
     return messages
 
 
-def _folded(trace: RunTrace, summary: ThreadSummary | None) -> ThreadSummary | None:
-    """The summary after the fold steps journaled before the first model call: each accepted
-    chunk (one without `rejected`) is the summary the next chunk, and the prompt, start from."""
+def _fold_steps(trace: RunTrace, after_model: int) -> list[dict[str, Any]]:
+    """The payloads of the fold steps journaled after model step `after_model` (0: before the
+    first) and before the next one."""
+    model, out = 0, []
     for name in trace.steps:
         if name.startswith(MODEL_PREFIX):
-            break
+            model = _step_number(name)
         made = trace.payloads.get(name) if name.startswith(SUMMARIZE) else None
-        if isinstance(made, dict) and "rejected" not in made and "covers_through_seq" in made:
+        if model == after_model and isinstance(made, dict):
+            out.append(made)
+    return out
+
+
+def _folded(made: list[dict[str, Any]], summary: ThreadSummary | None) -> ThreadSummary | None:
+    """The summary after a fold's steps: each accepted chunk (one without `rejected`) is the
+    summary the next chunk, and the prompt, start from."""
+    for chunk in made:
+        if "rejected" not in chunk and "covers_through_seq" in chunk:
             summary = ThreadSummary(
-                text=str(made["text"]), covers_through_seq=int(made["covers_through_seq"])
+                text=str(chunk["text"]), covers_through_seq=int(chunk["covers_through_seq"])
             )
     return summary
 
 
-def _tool_turns(steps: list[str], answer: Message | None) -> list[ChatMessage]:
-    """For each model step that asked for tools before the last one: the assistant message with
-    its calls, then one `tool` message per result, as `StepsPhase._answer` appends them. Tools
-    run after the last model call (out of steps) were sent to no model and are left out.
+def _refolded(
+    definition: AgentDefinition,
+    prompt: list[ChatMessage],
+    window: _Window,
+    made: list[dict[str, Any]],
+) -> list[ChatMessage]:
+    """`FoldPhase._refold` again, its fold read from the journal: no fold step, no refold; else
+    the policy's count says which kept messages it folded, and a fold that covered them all
+    rewrites the prompt's head (the system prompt, the new summary, the kept rest)."""
+    policy = definition.policy
+    if not made or not supports_refolding(policy):
+        return prompt
+    tokens = sum(estimate_message_tokens(m) for m in prompt[1:])
+    count = max(1, policy.refold_count(window.keep, tokens))  # it folded: at least one
+    through = window.keep[min(count, len(window.keep)) - 1].seq or 0
+    summary = _folded(made, window.summary)
+    window.summary = summary
+    if summary is None or summary.covers_through_seq < through:
+        return prompt
+    rest = window.keep[count:]
+    head = _history_prompt(definition, summary, rest)
+    in_run = prompt[window.head :]
+    window.keep, window.head = rest, len(head)
+    return [*head, *in_run]
+
+
+def _tool_turns(steps: list[str], answer: Message | None) -> dict[int, list[ChatMessage]]:
+    """By model step, for each that asked for tools before the last one: the assistant message
+    with its calls, then one `tool` message per result, as `StepsPhase._answer` appends them.
+    Tools run after the last model call (out of steps) were sent to no model: left out.
 
     The text a model step sent along with its tool calls is in that step's payload, which the
     timeline does not read; the assistant message carries the calls with empty text."""
     if answer is None:
-        return []
+        return {}
     last_model = max((_step_number(s) for s in steps if s.startswith(MODEL_PREFIX)), default=0)
     calls = {c.id: c for c in answer.tool_calls}
     results = {r.call_id: r for r in answer.tool_results}
@@ -128,13 +185,13 @@ def _tool_turns(steps: list[str], answer: Message | None) -> list[ChatMessage]:
             call_id = name.split(":", 2)[2]
             if call_id in calls and call_id in results:
                 by_step.setdefault(_step_number(name), []).append(call_id)
-    out: list[ChatMessage] = []
-    for ids in by_step.values():
-        out.append(ChatMessage(role="assistant", content="", tool_calls=[calls[i] for i in ids]))
-        out.extend(
-            ChatMessage(role="tool", content=results[i].content, tool_call_id=i) for i in ids
-        )
-    return out
+    return {
+        step: [
+            ChatMessage(role="assistant", content="", tool_calls=[calls[i] for i in ids]),
+            *(ChatMessage(role="tool", content=results[i].content, tool_call_id=i) for i in ids),
+        ]
+        for step, ids in by_step.items()
+    }
 
 
 def _step_number(name: str) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -19,14 +19,22 @@ from fastapi import FastAPI
 from openai import AsyncOpenAI, OpenAI
 
 from app.main import fake_page
-from bounded_agents.core.messages import ToolCall
-from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.core.messages import Message, ToolCall
+from bounded_agents.core.ports import (
+    HistoryPolicyContext,
+    HistorySelection,
+    HistorySummary,
+    ModelRequest,
+    ModelResponse,
+    ReadBound,
+    Usage,
+)
 from bounded_agents.errors import ProviderTimeout
 from bounded_agents.http.errors import install_error_handlers
 from bounded_agents.http.openai_api import build_openai_router
 from bounded_agents.module import AgentModule
 from bounded_agents.providers import EchoModel
-from bounded_agents.registry import agent
+from bounded_agents.registry import agent, tool
 from bounded_agents.testing import ScriptedProvider, reply
 from tests.http.conftest import HelperAgent, ModuleFactory, serve_live
 
@@ -433,18 +441,31 @@ async def test_input_items_are_the_last_prompt_of_a_tool_turn_as_sent(
 async def test_input_items_hold_the_summary_as_the_second_system_message(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:
+    """Every turn's items are what its model was sent: those that folded in the turn itself
+    (the summary made before the model call) as well as those that read a summary made before."""
     model = RecordingEcho()
     module = make_module(model=model, history={"max_messages": 2, "summarize": True})
     base_url = await serve(stack, module)
-    async with async_client(base_url) as client:
-        response = await client.responses.create(model="helper", input="point number 0")
+    folded_here: list[bool] = []
+    async with (
+        async_client(base_url) as client,
+        httpx.AsyncClient(base_url=base_url.removesuffix("/v1"), trust_env=False) as http,
+    ):
+        responses = [await client.responses.create(model="helper", input="point number 0")]
         for n in range(1, 5):
-            response = await client.responses.create(
-                previous_response_id=response.id, input=f"point number {n}"
+            responses.append(
+                await client.responses.create(
+                    previous_response_id=responses[-1].id, input=f"point number {n}"
+                )
             )
-        items = await all_items(client, response.id, order="asc")
-    sent = model.chats[-1]
-    assert item_rows(items) == sent_as_items(sent)
+        listed = [await all_items(client, r.id, order="asc") for r in responses]
+        for r in responses:
+            run = await http.get(f"/runs/{r.id}", headers={"Authorization": "Bearer key-a"})
+            summary_report = run.json()["summary"]
+            folded_here.append(bool(summary_report and summary_report["made"]))
+    assert [item_rows(items) for items in listed] == [sent_as_items(c) for c in model.chats]
+    assert any(folded_here[1:]), folded_here  # some turn folded before its own model call
+    items = listed[-1]
     assert [getattr(i, "role", None) for i in items[:2]] == ["system", "system"]
     summary = items[1].content[0].text
     assert "point number 0" in summary  # folded: the first turn is in the summary only
@@ -529,3 +550,62 @@ async def test_the_native_run_links_its_input_items(base_url: str, alice: AsyncO
         "You help with pages.",
         "where is my prompt",
     ]
+
+
+class KeepAtMost:
+    """A refolding policy: keeps everything at load; between model calls, folds all but the
+    newest two kept messages once more than `limit` are kept (its own summarizer, no model)."""
+
+    read_bound: ReadBound | None = None
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    async def summarize(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return HistorySummary(
+            text=f"- {len(messages)} messages folded",
+            usage=Usage(prompt_tokens=20, completion_tokens=4),
+        )
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        return HistorySelection(keep=list(messages), drop=[])
+
+    def refold_count(self, kept: Sequence[Message], history_tokens: int) -> int:
+        return len(kept) - 2 if len(kept) > self.limit else 0
+
+
+@agent(name="folder", system_prompt="You fold.", history=KeepAtMost(limit=3))
+class FoldingAgent:
+    @tool
+    async def find(self, q: str) -> str:
+        """Find q."""
+        return f"found {q}"
+
+
+async def test_input_items_are_the_head_a_refold_between_model_calls_rewrote(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    provider = ScriptedProvider(
+        [
+            reply("a1"),
+            reply("a2"),
+            reply(tool_calls=[ToolCall(id="c1", name="find", arguments={"q": "x"})]),
+            reply("done"),
+        ]
+    )
+    base_url = await serve(stack, make_module(model=provider, agents=[FoldingAgent]))
+    async with async_client(base_url) as client:
+        response = await client.responses.create(model="folder", input="q1")
+        for text in ("q2", "q3"):
+            response = await client.responses.create(previous_response_id=response.id, input=text)
+        items = await all_items(client, response.id, order="asc")
+    provider.assert_consumed()
+    first_call, last_call = sent_as_items(provider.calls[2]), sent_as_items(provider.calls[3])
+    assert first_call != last_call[: len(first_call)]  # the refold rewrote the head
+    assert item_rows(items) == last_call
+    assert item_rows(items[:2]) == [
+        ("message", "system", "You fold."),
+        ("message", "system", provider.calls[3].messages[1].content),
+    ]
+    assert "3 messages folded" in items[1].content[0].text  # type: ignore[union-attr]
+    assert [r[-1] for r in item_rows(items[2:4])] == ["a2", "q3"]
