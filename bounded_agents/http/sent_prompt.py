@@ -59,7 +59,7 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
     stored = await run_messages(module.store, request.thread_id, run_id)
     user = next((m for m in stored if m.role == "user"), None)
     answer = next((m for m in stored if m.role == "assistant"), None)
-    trace = await _trace(module, run_id, request.thread_id, user)
+    trace = await _trace(module, run_id, request.thread_id, user, record.status)
     if trace.pruned:
         raise JournalPruned(run_id)
     load = trace.payloads.get(LOAD_THREAD)
@@ -71,19 +71,21 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
 
 
 async def _trace(
-    module: AgentModule, run_id: str, thread_id: str, user: Message | None
+    module: AgentModule, run_id: str, thread_id: str, user: Message | None, status: str
 ) -> RunTrace:
-    """The run's trace: the newest run of its thread below its user message's successor."""
+    """The run's trace: the newest run of its thread below its user message's successor. A run
+    in flight is listed once its first unit of work (its user message, `load:thread`) commits."""
     runtime = module.loop.runtime
-    if user is None or user.seq is None or not supports_run_timeline(runtime):
-        raise UnsupportedParameter(
-            "response_id", "this response's journal cannot be read: its input is not known"
-        )
-    traces = await runtime.thread_runs(thread_id, limit=1, before_seq=user.seq + 1)
+    traces = []
+    if user is not None and user.seq is not None and supports_run_timeline(runtime):
+        traces = await runtime.thread_runs(thread_id, limit=1, before_seq=user.seq + 1)
     if not traces or traces[0].run_id != run_id:
-        raise UnsupportedParameter(
-            "response_id", "this response's journal cannot be read: its input is not known"
+        why = (
+            "it is in progress and its first model step is not journaled yet"
+            if status == "running"
+            else "its journal cannot be read"
         )
+        raise UnsupportedParameter("response_id", f"this response's input is not known: {why}")
     return traces[0]
 
 

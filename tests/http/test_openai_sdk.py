@@ -29,7 +29,7 @@ from bounded_agents.core.ports import (
     ReadBound,
     Usage,
 )
-from bounded_agents.errors import ProviderTimeout
+from bounded_agents.errors import ProviderError, ProviderTimeout
 from bounded_agents.http.errors import install_error_handlers
 from bounded_agents.http.openai_api import build_openai_router
 from bounded_agents.module import AgentModule
@@ -609,3 +609,33 @@ async def test_input_items_are_the_head_a_refold_between_model_calls_rewrote(
     ]
     assert "3 messages folded" in items[1].content[0].text  # type: ignore[union-attr]
     assert [r[-1] for r in item_rows(items[2:4])] == ["a2", "q3"]
+
+
+class SummarizerDown(RecordingEcho):
+    """Chat answers; every summary call fails, so each fold a turn owes is left undone."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "history_summary":
+            raise ProviderError("provider returned HTTP 503: summarizer overloaded")
+        return await super().complete(request)
+
+
+async def test_input_items_of_a_turn_whose_fold_failed_hold_the_omission_note(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    model = SummarizerDown()
+    module = make_module(model=model, history={"max_messages": 2, "summarize": True})
+    base_url = await serve(stack, module)
+    async with async_client(base_url) as client:
+        responses = [await client.responses.create(model="helper", input="point number 0")]
+        for n in range(1, 6):
+            responses.append(
+                await client.responses.create(
+                    previous_response_id=responses[-1].id, input=f"point number {n}"
+                )
+            )
+        listed = [await all_items(client, r.id, order="asc") for r in responses]
+    assert [item_rows(items) for items in listed] == [sent_as_items(c) for c in model.chats]
+    last = item_rows(listed[-1])
+    assert last[1][:2] == ("message", "system") and "not in any summary" in last[1][2]
+    assert len(last) > 2 + 2  # unsummarized messages ride besides the two kept ones
