@@ -23,7 +23,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bounded_agents.core.loop import ROLLING_SUMMARY, AgentDefinition
+from bounded_agents.core.checkpoints import (
+    LOAD_THREAD,
+    ROLLING_SUMMARY,
+    LoadThreadPayload,
+    SummarizePayload,
+    is_model_step,
+    is_summarize_step,
+    is_tool_step,
+    or_none,
+    parse_load_thread,
+    parse_summarize,
+    patch_step,
+    tool_call_id,
+)
+from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.policies import policy_summarizer, supports_refolding
 from bounded_agents.core.ports import RunRecord, RunTrace, ThreadSummary, supports_run_timeline
@@ -34,12 +48,6 @@ from bounded_agents.errors import JournalPruned
 from bounded_agents.http.openai_errors import UnsupportedParameter
 from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages
-
-LOAD_THREAD = "load:thread"
-SUMMARIZE = "history:summarize"
-MODEL_PREFIX = "model:"
-TOOL_PREFIX = "tool:"
-"""Step names as the journal spells them (the loop's `model:<n>`, `tool:<n>:<call id>`)."""
 
 
 @dataclass
@@ -62,12 +70,12 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
     trace = await _trace(module, run_id, request.thread_id, user, record.status)
     if trace.pruned:
         raise JournalPruned(run_id)
-    load = trace.payloads.get(LOAD_THREAD)
-    if f"patch:{ROLLING_SUMMARY}" not in trace.steps or not isinstance(load, dict):
+    load = or_none(parse_load_thread, trace.payloads.get(LOAD_THREAD))
+    if patch_step(ROLLING_SUMMARY) not in trace.steps or load is None:
         raise UnsupportedParameter(
             "response_id", "this response's journal does not say what its model was sent"
         )
-    return rebuilt_prompt(definition, trace, answer, user.seq if user is not None else None)
+    return rebuilt_prompt(definition, trace, load, answer, user.seq if user else None)
 
 
 async def _trace(
@@ -90,20 +98,24 @@ async def _trace(
 
 
 def rebuilt_prompt(
-    definition: AgentDefinition, trace: RunTrace, answer: Message | None, user_seq: int | None
+    definition: AgentDefinition,
+    trace: RunTrace,
+    load: LoadThreadPayload,
+    answer: Message | None,
+    user_seq: int | None,
 ) -> list[ChatMessage]:
     """The first call's prompt as `FoldPhase._rolling_prompt` built it, then each tool step fed
     back before the last model call (and, for a refolding policy, each refold between calls,
     as `_refold` made it), through the agent's middleware as `_model_step` sends it."""
-    load: dict[str, Any] = dict(trace.payloads[LOAD_THREAD])  # a dict: `sent_prompt` checks
     keep = [Message.model_validate(m) for m in load["keep"]]
     summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
     omitted = 0
     if "fold" in load and policy_summarizer(definition.policy) is not None:
         summary = _folded(_fold_steps(trace, 0), summary)
         covered = summary.covers_through_seq if summary is not None else 0
-        if covered < int(load["fold"]["through"]):
-            unfolded, omitted = _degraded_history(load["fold"], covered, keep)
+        fold: dict[str, Any] = dict(load["fold"])
+        if covered < fold["through"]:
+            unfolded, omitted = _degraded_history(fold, covered, keep)
             keep = [*unfolded, *keep]
     prompt = _history_prompt(definition, summary, keep, omitted)
     window = None
@@ -119,27 +131,27 @@ def rebuilt_prompt(
     return messages
 
 
-def _fold_steps(trace: RunTrace, after_model: int) -> list[dict[str, Any]]:
+def _fold_steps(trace: RunTrace, after_model: int) -> list[SummarizePayload]:
     """The payloads of the fold steps journaled after model step `after_model` (0: before the
     first) and before the next one."""
     model, out = 0, []
     for name in trace.steps:
-        if name.startswith(MODEL_PREFIX):
+        if is_model_step(name):
             model = _step_number(name)
-        made = trace.payloads.get(name) if name.startswith(SUMMARIZE) else None
-        if model == after_model and isinstance(made, dict):
-            out.append(made)
+        if model == after_model and is_summarize_step(name):
+            made = or_none(parse_summarize, trace.payloads.get(name))
+            if made is not None:
+                out.append(made)
     return out
 
 
-def _folded(made: list[dict[str, Any]], summary: ThreadSummary | None) -> ThreadSummary | None:
+def _folded(made: list[SummarizePayload], summary: ThreadSummary | None) -> ThreadSummary | None:
     """The summary after a fold's steps: each accepted chunk (one without `rejected`) is the
     summary the next chunk, and the prompt, start from."""
     for chunk in made:
-        if "rejected" not in chunk and "covers_through_seq" in chunk:
-            summary = ThreadSummary(
-                text=str(chunk["text"]), covers_through_seq=int(chunk["covers_through_seq"])
-            )
+        if "rejected" not in chunk and "text" in chunk and "covers_through_seq" in chunk:
+            covers = chunk["covers_through_seq"]
+            summary = ThreadSummary(text=chunk["text"], covers_through_seq=covers)
     return summary
 
 
@@ -147,7 +159,7 @@ def _refolded(
     definition: AgentDefinition,
     prompt: list[ChatMessage],
     window: _Window,
-    made: list[dict[str, Any]],
+    made: list[SummarizePayload],
 ) -> list[ChatMessage]:
     """`FoldPhase._refold` again, its fold read from the journal: no fold step, no refold; else
     the policy's count says which kept messages it folded, and a fold that covered them all
@@ -178,13 +190,13 @@ def _tool_turns(steps: list[str], answer: Message | None) -> dict[int, list[Chat
     timeline does not read; the assistant message carries the calls with empty text."""
     if answer is None:
         return {}
-    last_model = max((_step_number(s) for s in steps if s.startswith(MODEL_PREFIX)), default=0)
+    last_model = max((_step_number(s) for s in steps if is_model_step(s)), default=0)
     calls = {c.id: c for c in answer.tool_calls}
     results = {r.call_id: r for r in answer.tool_results}
     by_step: dict[int, list[str]] = {}
     for name in steps:
-        if name.startswith(TOOL_PREFIX) and _step_number(name) < last_model:
-            call_id = name.split(":", 2)[2]
+        if is_tool_step(name) and _step_number(name) < last_model:
+            call_id = tool_call_id(name)
             if call_id in calls and call_id in results:
                 by_step.setdefault(_step_number(name), []).append(call_id)
     return {
