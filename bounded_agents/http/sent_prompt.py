@@ -16,6 +16,11 @@ The run's pieces are read as the inspector reads them, through `RunTimelineReade
 (one run's trace), and its tool calls and results from its stored answer, which holds them in
 the order they ran. A run that has not stored an answer (in flight, failed) lists the first
 call's prompt.
+
+Two things are not where this reads: the system prompt is the agent's definition's (a replay
+uses it too: the journal does not hold it), and the text a model step sent along with its tool
+calls is in `model:<n>`, whose payload the timeline does not read, so that assistant turn is its
+calls alone (models mostly send none; a `RunStepsReader` power would close the gap).
 """
 
 from __future__ import annotations
