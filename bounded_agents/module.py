@@ -263,7 +263,7 @@ class AgentModule:
                 name=spec.name,
                 system_prompt=spec.system_prompt,
                 policy=resolve_policy(spec.history, history_policy, history, model),
-                tools=tool_bindings(cls_()),
+                tools=tool_bindings(cls_(), search_store=store if spec.search else None),
                 max_steps=spec.max_steps,
                 middleware=(*chat_middleware, *spec.chat_middleware),
             )

@@ -46,6 +46,7 @@ from bounded_agents.core.ports.model import (
 )
 from bounded_agents.core.ports.powers import (
     POWERS,
+    HistorySearcher,
     JournalPruner,
     KeyedRunFinder,
     NamedThreadCreator,
@@ -65,6 +66,7 @@ from bounded_agents.core.ports.powers import (
     TranscriptReader,
     ledger_supports_transactions,
     supports_bounded_read,
+    supports_history_search,
     supports_keyed_runs,
     supports_ledger_transactions,
     supports_named_threads,
@@ -101,6 +103,7 @@ __all__ = [
     "DurableRuntime",
     "HistoryPolicy",
     "HistoryPolicyContext",
+    "HistorySearcher",
     "HistorySelection",
     "HistorySummary",
     "Idempotency",
@@ -146,6 +149,7 @@ __all__ = [
     "Usage",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_history_search",
     "supports_keyed_runs",
     "supports_ledger_transactions",
     "supports_named_threads",

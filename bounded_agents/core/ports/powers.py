@@ -19,6 +19,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | NamedThreadCreator     | supports_named_threads       | SqlAgentStore, MemoryStore |
 | store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
 | store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
+| store   | HistorySearcher        | supports_history_search      | SqlAgentStore              |
 | runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
 | runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
 | runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
@@ -235,6 +236,24 @@ def supports_transcripts(store: object) -> TypeGuard[TranscriptReader]:
     return isinstance(store, TranscriptReader)
 
 
+@runtime_checkable
+class HistorySearcher(Protocol):
+    """Optional: a store with a full-text index over its messages, so the history search tool
+    (`bounded_agents.core.search`) ranks a whole thread in one indexed query instead of scanning
+    its newest rows (the fallback every other store gets)."""
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        """Up to `limit` messages of `thread_id` whose content matches any word of `query`,
+        best first. `query` is whatever the model wrote: words, never syntax, so no input may
+        raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read names
+        the thread: it never returns, ranks against or scans another thread's messages."""
+        ...
+
+
+def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
+    return isinstance(store, HistorySearcher)
+
+
 # --- durable runtime -----------------------------------------------------------------------
 
 
@@ -378,6 +397,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", NamedThreadCreator, supports_named_threads),
     Power("store", ThreadLister, supports_thread_listing),
     Power("store", TranscriptReader, supports_transcripts),
+    Power("store", HistorySearcher, supports_history_search),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
@@ -390,6 +410,7 @@ POWERS: tuple[Power, ...] = (
 
 __all__ = [
     "POWERS",
+    "HistorySearcher",
     "JournalPruner",
     "KeyedRunFinder",
     "NamedThreadCreator",
@@ -409,6 +430,7 @@ __all__ = [
     "TranscriptReader",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_history_search",
     "supports_keyed_runs",
     "supports_ledger_transactions",
     "supports_named_threads",

@@ -45,6 +45,7 @@ from bounded_agents.core.turn.public import (
     AgentDefinition,
     EventSink,
     ToolCallEvent,
+    ToolContext,
     ToolResultEvent,
 )
 from bounded_agents.core.turn.replay import ReplayPhase
@@ -93,12 +94,30 @@ class StepsPhase(ReplayPhase):
             if window is not None and hctx is not None and pending:
                 async with ctx.unit_of_work():
                     await self._tools(
-                        ctx, definition, step, pending, prompt, calls, results, on_event
+                        ctx,
+                        definition,
+                        step,
+                        pending,
+                        prompt,
+                        calls,
+                        results,
+                        on_event,
+                        thread_id=request.thread_id,
                     )
                 pending = []
                 prompt = await self._refold(request, ctx, definition, hctx, report, prompt, window)
             async with ctx.unit_of_work():
-                await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
+                await self._tools(
+                    ctx,
+                    definition,
+                    step,
+                    pending,
+                    prompt,
+                    calls,
+                    results,
+                    on_event,
+                    thread_id=request.thread_id,
+                )
                 recorded = await ctx.step(
                     f"model:{n}",
                     functools.partial(
@@ -140,7 +159,17 @@ class StepsPhase(ReplayPhase):
             # Out of steps while the model still asked for tools: they run (they were asked
             # for), and the run says it stopped.
             async with ctx.unit_of_work():
-                await self._tools(ctx, definition, step, pending, prompt, calls, results, on_event)
+                await self._tools(
+                    ctx,
+                    definition,
+                    step,
+                    pending,
+                    prompt,
+                    calls,
+                    results,
+                    on_event,
+                    thread_id=request.thread_id,
+                )
             content = content or f"(stopped after {definition.max_steps} model steps)"
 
         answer = Message(
@@ -162,13 +191,19 @@ class StepsPhase(ReplayPhase):
         calls: list[ToolCall],
         results: list[ToolResult],
         on_event: EventSink | None,
+        *,
+        thread_id: str,
     ) -> None:
-        """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`."""
+        """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`. A
+        turn-aware tool is told the thread and the prompt so far (`ToolContext`)."""
         for call in pending:
             if on_event is not None:
                 await on_event(ToolCallEvent(call=call))
             result = ToolResult.model_validate(
-                await ctx.step(f"tool:{n}:{call.id}", _tool_step(definition, call))
+                await ctx.step(
+                    f"tool:{n}:{call.id}",
+                    _tool_step(definition, call, ToolContext(thread_id, tuple(prompt))),
+                )
             )
             if on_event is not None:
                 await on_event(
