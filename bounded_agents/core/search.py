@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from bounded_agents.core.messages import ChatMessage, Message, ToolResult
+from bounded_agents.core.messages import ChatMessage, Message, ToolResult, storable_text
 from bounded_agents.core.ports import (
     AgentStore,
     ToolSpec,
@@ -162,7 +162,7 @@ class HistorySearchTool:
         k = min(k, MAX_SEARCH_RESULTS)
         shown = _shown(context.prompt)
         limit = k + min(len(shown), MAX_SKIPPED_ROWS)
-        query = query[:MAX_QUERY_CHARS]
+        query = storable_text(query[:MAX_QUERY_CHARS])
         try:
             if supports_history_search(self._store):
                 found = await self._store.search_messages(context.thread_id, query, limit=limit)
