@@ -182,3 +182,16 @@ async def test_the_fallback_ranks_by_distinct_words_then_newest_without_a_transc
     found = await _search(bare, tid, [], query="What is the BUDGET in EUR?")
 
     assert [r["seq"] for r in found["results"]] == [2, 3, 1]
+
+
+async def test_a_message_too_long_for_a_tsvector_is_stored_and_its_start_is_searchable(
+    sql_store: SqlAgentStore,
+) -> None:
+    """PostgreSQL refuses a tsvector over 1 MB: the index holds a message's first 100,000
+    characters, so an append of a long message of distinct words never fails on it."""
+    words = " ".join(f"w{i:07d}x" for i in range(150_000))  # 1.5 M characters, all distinct
+    tid = await _thread(sql_store, [user("first " + words)])
+
+    found = await sql_store.search_messages(tid, "first w0000001x", limit=5)
+
+    assert [m.seq for m in found] == [1]
