@@ -18,6 +18,7 @@ tools' own output, and earlier search results among them would answer every late
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -64,6 +65,8 @@ FALLBACK_SCAN_ROWS = 2_000
 """The newest messages `scan_search` reads, at most, from a store without a full-text index:
 what a search costs there stays bounded however long the thread is, and a fact older than
 these rows is out of its reach."""
+
+log = logging.getLogger("bounded_agents.core.search")
 
 _SCAN_PAGE = 500
 _ENVELOPE_BYTES = 64
@@ -117,6 +120,29 @@ async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
     return out
 
 
+_SPEC = ToolSpec(
+    name=SEARCH_TOOL_NAME,
+    description=(
+        "Search this conversation's earlier messages that are no longer in view. "
+        "Returns the best matches with their position (seq) and role."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "words to look for"},
+            "k": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SEARCH_RESULTS,
+                "default": DEFAULT_SEARCH_RESULTS,
+            },
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    },
+)
+
+
 class HistorySearchTool:
     """`search_history` over a store: a `TurnAwareTool` (it needs the turn's thread and
     prompt). Messages the prompt already shows (same role and text) are skipped: the store is
@@ -125,30 +151,11 @@ class HistorySearchTool:
 
     def __init__(self, store: AgentStore) -> None:
         self._store = store
+        self._spec = _SPEC
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec(
-            name=SEARCH_TOOL_NAME,
-            description=(
-                "Search this conversation's earlier messages that are no longer in view. "
-                "Returns the best matches with their position (seq) and role."
-            ),
-            parameters={
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "words to look for"},
-                    "k": {
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": MAX_SEARCH_RESULTS,
-                        "default": DEFAULT_SEARCH_RESULTS,
-                    },
-                },
-                "required": ["query"],
-                "additionalProperties": False,
-            },
-        )
+        return self._spec
 
     async def invoke(self, arguments: dict[str, Any]) -> ToolResult:
         return _error("search_history runs only inside a turn")
@@ -169,6 +176,8 @@ class HistorySearchTool:
             else:
                 found = await scan_search(self._store, context.thread_id, query, limit)
         except Exception as exc:
+            # The model is told, and may answer without it; the cause is the operator's.
+            log.warning("search_history failed in thread %s", context.thread_id, exc_info=exc)
             return _error(f"the search failed: {type(exc).__name__}")
         fresh = [m for m in found if (m.role, m.content) not in shown][:k]
         return ToolResult(call_id="", content=render_hits(fresh))

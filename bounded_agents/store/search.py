@@ -68,8 +68,8 @@ async def search_messages(
     conn: AsyncConnection, thread_id: str, query: str, limit: int
 ) -> list[Message]:
     """See `HistorySearcher.search_messages`."""
-    if limit < 1:
-        return []
+    if limit < 1 or not search_terms(query):
+        return []  # no word (PostgreSQL's parser would find none either): nothing to match
     statement, q = _PG_SEARCH, query
     if conn.dialect.name != "postgresql":
         statement, q = _SQLITE_SEARCH, fts5_query(query)
