@@ -2,7 +2,8 @@
 
 The public names are loaded on first use, so `import bounded_agents.core` stays free of FastAPI
 and SQLAlchemy. Type checkers read the imports under `TYPE_CHECKING` and see each name's real
-type; `__getattr__` serves the same objects at run time.
+type; `__getattr__` serves the same objects at run time, and `__dir__` lists them before they
+are loaded (`tests/test_public_api.py` holds the three lists equal).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bounded_agents.core.history import HistoryConfig
+    from bounded_agents.core.history_config import HistoryConfig
     from bounded_agents.http.auth import Actor
     from bounded_agents.module import AgentModule
     from bounded_agents.registry import agent, tool
@@ -23,11 +24,17 @@ _WHERE = {
     "AgentModule": "bounded_agents.module",
     "agent": "bounded_agents.registry",
     "tool": "bounded_agents.registry",
-    "HistoryConfig": "bounded_agents.core.history",
+    "HistoryConfig": "bounded_agents.core.history_config",
 }
 
 
 def __getattr__(name: str) -> object:
-    if name in _WHERE:
-        return getattr(import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'bounded_agents' has no attribute {name!r}")
+    if name not in _WHERE:
+        raise AttributeError(f"module 'bounded_agents' has no attribute {name!r}")
+    found = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = found  # served once: later reads are plain attribute reads
+    return found
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -361,8 +361,30 @@ _NEEDS_SERVER = (
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog or "bounded-agents", description=__doc__)
+    args = _parser(prog or "bounded-agents").parse_args(argv)
+    try:
+        return _command(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `chat | head -1`: the reader left; so do we, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_database_commands(sub)
+    _add_client_commands(sub)
+    return parser
+
+
+def _add_database_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`serve`, `migrate` and `distribute`: what runs next to the database."""
     serve = sub.add_parser(
         "serve",
         help="serve the HTTP API with uvicorn",
@@ -393,6 +415,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         type=int,
         help="shards per colocation group (default: the server's citus.shard_count, 32)",
     )
+
+
+def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`chat` and `inspect`: clients of a running server."""
     chat_ = sub.add_parser(
         "chat",
         help="chat with an agent on a running server",
@@ -409,18 +435,6 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     )
     _add_server_options(inspect_)
     inspect_.add_argument("thread", help="the thread's id (chat prints it first)")
-    args = parser.parse_args(argv)
-    try:
-        return _command(args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # `chat | head -1`: the reader left; so do we, quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
 
 
 def _command(args: argparse.Namespace) -> int:

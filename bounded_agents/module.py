@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +36,11 @@ from bounded_agents.core.ports import (
     ModelProvider,
     PrunedStatus,
     Thread,
+    supports_closing,
     supports_keyed_runs,
     supports_pruning,
 )
 from bounded_agents.core.report import RunResult
-from bounded_agents.durable import InlineRuntime, SqlJournal
 from bounded_agents.errors import (
     AgentNotFound,
     ConfigError,
@@ -53,12 +53,10 @@ from bounded_agents.errors import (
 )
 from bounded_agents.observability import ObservedRuntime, TurnMetrics, model_names
 from bounded_agents.outcome import await_outcome
+from bounded_agents.persistence import Persistence, build_persistence
 from bounded_agents.providers import provider_from_settings
 from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from bounded_agents.settings import Settings, get_settings
-from bounded_agents.store import SqlAgentStore
-from bounded_agents.store.host import hosts_sql_journal
-from bounded_agents.store.ledger import MemoryLedger, SqlLedger
 
 if TYPE_CHECKING:
     from bounded_agents.http.auth import ActorResolver
@@ -73,68 +71,74 @@ LOCAL_ACTOR_ID = "local"
 this module imports nothing of `http` (a test holds the two equal)."""
 
 
-def _persistence(
-    store: AgentStore, journal: DurableRuntime | None, ledger: Ledger | None, settings: Settings
-) -> tuple[DurableRuntime, Ledger, tuple[int, str]]:
-    """The run journal and the ledger, with the start-up log line (level, text) naming them.
-
-    Given ones win. Otherwise both live in the store's own database when the store can host them
-    (`hosts_sql_journal`: asked of what the store can do, not of its class); a store that cannot
-    gets in-process ones, and the line is then a warning, since a run cut off by a crash is not
-    resumed and spend (with any quota) starts from zero at every restart.
-    """
-    lost: list[str] = []
-    runtime_from = ledger_from = "given"
-    if journal is None and settings.durable == "dbos":
-        if not hosts_sql_journal(store):
-            raise ConfigError(
-                f"AGENT_DURABLE=dbos keeps the thread lease in the store's database, but "
-                f"{type(store).__name__} cannot host it"
-            )
-        runtime_from = "DBOS workflows; leases in the store's database"
-        journal = dbos_runtime(store.engine, settings)
-    elif journal is None and settings.durable == "inline":
-        runtime_from = "in process, AGENT_DURABLE=inline"
-        journal = InlineRuntime()
-        lost.append("a run cut off by a crash is not resumed")
-    if journal is None:
-        if hosts_sql_journal(store):
-            runtime_from = "the store's database"
-            journal = SqlJournal(store.engine, lease_seconds=settings.run_lease_seconds)
-        else:
-            runtime_from = "in process"
-            journal = InlineRuntime()
-            lost.append("a run cut off by a crash is not resumed")
-    if ledger is None:
-        if hosts_sql_journal(store):
-            ledger_from = "the store's database"
-            ledger = SqlLedger(store.engine)
-        else:
-            ledger_from = "in process"
-            ledger = MemoryLedger()
-            lost.append("spent tokens (and quotas) start from zero at every restart")
-    note = (
-        f"run journal: {type(journal).__name__} ({runtime_from}); "
-        f"ledger: {type(ledger).__name__} ({ledger_from})"
+def model_from_settings(settings: Settings) -> ModelProvider:
+    """The model AGENT_MODEL names, with its AGENT_OPENAI_* options."""
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+    return provider_from_settings(
+        settings.model,
+        settings.openai_base_url,
+        key,
+        settings.openai_model,
+        settings.model_timeout,
+        settings.openai_max_tokens,
+        settings.openai_max_tokens_field,
     )
-    if not lost:
-        return journal, ledger, (logging.INFO, note)
-    note += (
-        f". {type(store).__name__} cannot host the SQL journal, so {' and '.join(lost)}; "
-        "pass journal= and ledger= to keep them"
+
+
+def _observed(
+    journal: DurableRuntime,
+    model: ModelProvider,
+    settings: Settings,
+    metrics: TurnMetrics | None,
+    tracer_provider: TracerProvider | None,
+) -> DurableRuntime:
+    """The journal the loop runs, traced and metered unless both are switched off."""
+    if not settings.tracing and metrics is None:
+        return journal
+    model_name, provider_name = model_names(model)
+    return ObservedRuntime(
+        journal,
+        metrics=metrics,
+        tracing=settings.tracing,
+        model_name=model_name,
+        provider_name=provider_name,
+        tracer_provider=tracer_provider,
     )
-    return journal, ledger, (logging.WARNING, note)
 
 
-def dbos_runtime(engine: Any, settings: Settings) -> DurableRuntime:
-    """The DBOS runtime (`AGENT_DURABLE=dbos`), or a ConfigError naming the missing extra."""
-    try:
-        from bounded_agents.durable.dbos_runtime import DbosRuntime
-    except ImportError as exc:
-        raise ConfigError(
-            f"AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' ({exc})"
-        ) from None
-    return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
+def _definitions(
+    agents: Sequence[type],
+    history_policy: HistoryPolicy | None,
+    history: HistoryConfig | Mapping[str, Any] | None,
+    model: ModelProvider,
+    chat_middleware: Sequence[ChatMiddleware],
+    store: AgentStore,
+) -> dict[str, AgentDefinition]:
+    """Each `@agent` class as the loop runs it, by name; its own history outranks the module's.
+    An agent declared `search=True` gets the history search tool over `store`."""
+    definitions: dict[str, AgentDefinition] = {}
+    for cls_ in agents:
+        spec = agent_spec(cls_)
+        if spec.name in definitions:
+            raise ConfigError(f"two agents named {spec.name!r}")
+        definitions[spec.name] = AgentDefinition(
+            name=spec.name,
+            system_prompt=spec.system_prompt,
+            policy=resolve_policy(spec.history, history_policy, history, model),
+            tools=tool_bindings(cls_(), search_store=store if spec.search else None),
+            max_steps=spec.max_steps,
+            middleware=(*chat_middleware, *spec.chat_middleware),
+        )
+    return definitions
+
+
+def _resolver(given: ActorResolver | None, settings: Settings) -> tuple[ActorResolver, bool]:
+    """The actor resolver, and whether it is local development mode (never for a given one)."""
+    if given is not None:
+        return given, False
+    from bounded_agents.http.auth import default_resolver  # on build, never on import
+
+    return default_resolver(settings.actor_keys())
 
 
 PRUNE_BATCH = 500
@@ -150,9 +154,8 @@ class AgentModule:
         settings: Settings,
         loop: AgentLoop,
         actor_resolver: ActorResolver,
-        owns_store: bool,
         local_mode: bool,
-        persistence_note: tuple[int, str],
+        persistence: Persistence,
         metrics: TurnMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -161,9 +164,9 @@ class AgentModule:
         `settings.metrics` is off."""
         self.loop = loop
         self.actor_resolver = actor_resolver
-        self._owns_store = owns_store
         self.local_mode = local_mode
-        self._persistence_note = persistence_note
+        self.persistence = persistence
+        """The store, journal and ledger `for_root` chose; the lifespan starts and stops them."""
         self._tasks: set[asyncio.Task[Any]] = set()
         self._resuming: set[str] = set()
         """Runs this process's sweep claimed and is resuming now."""
@@ -210,72 +213,30 @@ class AgentModule:
         configured model, the API-key actor resolver, the module-wide history.
 
         Without `journal=`/`ledger=`, they go in the store's database when the store can host
-        them (`bounded_agents.store.host.hosts_sql_journal`), else in process; the lifespan logs
-        which.
+        them, else in process (`bounded_agents.persistence.build_persistence`, the one rule);
+        the lifespan logs which.
 
         Spans go to `tracer_provider`, or to OpenTelemetry's global one (a no-op until the host
         installs an SDK); `settings.tracing` and `settings.metrics` switch them off."""
         settings = settings or get_settings()
         if model is None:
-            key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-            model = provider_from_settings(
-                settings.model,
-                settings.openai_base_url,
-                key,
-                settings.openai_model,
-                settings.model_timeout,
-                settings.openai_max_tokens,
-                settings.openai_max_tokens_field,
-            )
-        owns_store = store is None
-        if store is None:
-            if settings.db_pgbouncer and not settings.database_url.startswith("postgresql"):
-                log.warning("AGENT_DB_PGBOUNCER is ignored: AGENT_DATABASE_URL is not PostgreSQL")
-            store = SqlAgentStore.from_url(
-                settings.database_url,
-                pool_size=settings.db_pool_size,
-                max_overflow=settings.db_max_overflow,
-                pool_timeout=settings.db_pool_timeout,
-                pgbouncer=settings.db_pgbouncer,
-            )
-        runtime, ledger, persistence_note = _persistence(store, journal, ledger, settings)
+            model = model_from_settings(settings)
+        persistence = build_persistence(
+            store=store, journal=journal, ledger=ledger, settings=settings
+        )
         metrics = TurnMetrics() if settings.metrics else None
-        if settings.tracing or metrics is not None:
-            model_name, provider_name = model_names(model)
-            runtime = ObservedRuntime(
-                runtime,
-                metrics=metrics,
-                tracing=settings.tracing,
-                model_name=model_name,
-                provider_name=provider_name,
-                tracer_provider=tracer_provider,
-            )
+        runtime = _observed(persistence.journal, model, settings, metrics, tracer_provider)
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
-
-        definitions: dict[str, AgentDefinition] = {}
-        for cls_ in agents:
-            spec = agent_spec(cls_)
-            if spec.name in definitions:
-                raise ConfigError(f"two agents named {spec.name!r}")
-            definitions[spec.name] = AgentDefinition(
-                name=spec.name,
-                system_prompt=spec.system_prompt,
-                policy=resolve_policy(spec.history, history_policy, history, model),
-                tools=tool_bindings(cls_(), search_store=store if spec.search else None),
-                max_steps=spec.max_steps,
-                middleware=(*chat_middleware, *spec.chat_middleware),
-            )
-        local_mode = False
-        if actor_resolver is None:
-            from bounded_agents.http.auth import default_resolver  # on build, never on import
-
-            actor_resolver, local_mode = default_resolver(settings.actor_keys())
+        definitions = _definitions(
+            agents, history_policy, history, model, chat_middleware, persistence.store
+        )
+        actor_resolver, local_mode = _resolver(actor_resolver, settings)
         loop = AgentLoop(
-            store=store,
+            store=persistence.store,
             runtime=runtime,
-            ledger=ledger,
+            ledger=persistence.ledger,
             model=model,
             agents=definitions,
             token_quota=quota if quota is not None else settings.token_quota,
@@ -286,9 +247,8 @@ class AgentModule:
             settings=settings,
             loop=loop,
             actor_resolver=actor_resolver,
-            owns_store=owns_store,
             local_mode=local_mode,
-            persistence_note=persistence_note,
+            persistence=persistence,
             metrics=metrics,
         )
 
@@ -429,38 +389,23 @@ class AgentModule:
             except Exception:
                 log.exception("pruning the run journal failed; retrying next period")
 
-    async def _launch_dbos(self) -> Callable[[], Awaitable[None]] | None:
-        """With the DBOS runtime (`AGENT_DURABLE=dbos`): launch DBOS, after the migrations and
-        before the sweep (its recovery of this executor's runs starts here). Returns its
-        shutdown."""
-        launch = getattr(self.loop.runtime, "launch", None)
-        if launch is None:
-            return None
-        settings = self.settings
-        await launch(
-            settings.dbos_system_database_url or settings.database_url,
-            executor_id=settings.dbos_executor_id,
-            application_version=settings.dbos_application_version,
-        )
-        shutdown: Callable[[], Awaitable[None]] = self.loop.runtime.shutdown  # type: ignore[attr-defined]
-        return shutdown
-
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:
         """Migrate (when configured), say which run journal and ledger are in use, resume runs
         whose process died (now and periodically), and on the way out let running turns finish
         before the engine is disposed. Nest it in your own lifespan with
         `async with module.lifespan(app): ...` to compose."""
-        if self.settings.migrate_on_start and isinstance(self.store, SqlAgentStore):
-            await self.store.create_schema()
+        persistence = self.persistence
+        if self.settings.migrate_on_start:
+            await persistence.migrate()
         if self.local_mode:
             log.warning(
                 "no AGENT_API_KEYS configured: local development mode, every request "
                 "is actor 'local'"
             )
-        level, note = self._persistence_note
+        level, note = persistence.note
         log.log(level, "%s", note)
-        dbos = await self._launch_dbos()
+        await persistence.launch(self.settings)
         await self.resume_expired_runs()
         sweeper = asyncio.create_task(self._sweep_forever())
         try:
@@ -471,10 +416,7 @@ class AgentModule:
                 await sweeper
             if self._tasks:
                 await asyncio.wait(set(self._tasks), timeout=30)
-            if dbos is not None:
-                await dbos()
-            aclose = getattr(self.loop.model, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            if self._owns_store and isinstance(self.store, SqlAgentStore):
-                await self.store.dispose()
+            await persistence.shutdown()  # before the model closes: a DBOS step may still call it
+            if supports_closing(self.loop.model):
+                await self.loop.model.aclose()
+            await persistence.dispose()

@@ -101,7 +101,10 @@ class Settings(BaseSettings):
     api_keys: SecretStr | None = None
     """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,
     every request is actor `local`. A pair that is not key=actor, or a key given twice,
-    stops start-up (naming the pair by position, never the key)."""
+    stops start-up (naming the pair by position, never the key). So does a value that names
+    no key at all (`AGENT_API_KEYS=""`, or only commas): that is a list of keys gone missing
+    (a deployment's secret not filled in), and taking it for local mode would open every
+    thread to anyone; leave the variable unset for local mode."""
     max_content_bytes: int = Field(default=256 * 1024, ge=1)
     """Largest user message accepted (UTF-8 bytes); bigger is a 413 before any work is done."""
     durable: Literal["sql", "inline", "dbos"] = "sql"
@@ -189,8 +192,11 @@ class Settings(BaseSettings):
     @field_validator("api_keys")
     @classmethod
     def _api_keys_are_pairs(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            parse_api_keys(value.get_secret_value())
+        if value is not None and not parse_api_keys(value.get_secret_value()):
+            raise ValueError(
+                "set but names no key=actor pair; list them like 'key1=alice,key2=bob', or "
+                "unset AGENT_API_KEYS for local development mode (every request actor 'local')"
+            )
         return value
 
     @field_validator(

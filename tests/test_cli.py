@@ -227,6 +227,7 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
     [
         ("AGENT_API_KEYS", "s3cr3t", "AGENT_API_KEYS: pair 1 is not key=actor"),
         ("AGENT_API_KEYS", "s3cr3t=alice,s3cr3t=bob", "AGENT_API_KEYS: pair 2 repeats"),
+        ("AGENT_API_KEYS", "", "AGENT_API_KEYS: set but names no key=actor pair"),
         (
             "AGENT_DATABASE_URL",
             "postgresql://app:s3cr3t@127.0.0.1/x",
@@ -241,6 +242,7 @@ def test_serve_with_a_bad_setting_stops_with_one_line_naming_it(tmp_path: Path) 
     ids=[
         "key-without-actor",
         "repeated-key",
+        "empty-key-list",
         "postgresql-without-asyncpg",
         "sqlite-without-driver",
     ],
@@ -416,3 +418,81 @@ def test_a_model_answer_with_escape_sequences_reaches_the_terminal_escaped(
     )
     assert shown.returncode == 0, shown.stderr
     assert said in shown.stdout and not _RAW_CONTROL.search(shown.stdout)
+
+
+# --- where chat and inspect look, and what they say when nothing is there -------------------
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """`monkeypatch` whose AGENT_* variables `get_settings()` reads afresh, none inherited."""
+    for name in [k for k in os.environ if k.startswith("AGENT_")]:
+        monkeypatch.delenv(name)
+    get_settings.cache_clear()
+    yield monkeypatch
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.2", "http://127.0.0.2:{port}"),
+        ("0.0.0.0", "http://127.0.0.1:{port}"),  # bound to every address: reached on loopback
+        ("::1", "http://[::1]:{port}"),
+    ],
+)
+def test_default_url_is_where_serve_would_listen_by_agent_host_and_agent_port(
+    environment: pytest.MonkeyPatch, host: str, url: str
+) -> None:
+    environment.setenv("AGENT_HOST", host)
+    environment.setenv("AGENT_PORT", "8123")
+    assert cli.default_url() == url.format(port=8123)
+
+
+@pytest.mark.parametrize("command", [["chat"], ["inspect", "some-thread"]])
+def test_chat_and_inspect_default_to_agent_host_and_port_and_name_url_when_nothing_answers(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    port = _free_port()  # closed: nothing listens there
+    environment.setenv("AGENT_HOST", "127.0.0.1")
+    environment.setenv("AGENT_PORT", str(port))
+    environment.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert cli.main(command) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: no server at http://127.0.0.1:{port} "), line
+    assert "--url" in line and "bounded-agents serve" in line, line
+
+
+def test_serve_with_an_app_that_cannot_be_loaded_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Not uvicorn's (nor importlib's) traceback: the line names the target and `--app`."""
+    for target, says in [
+        ("no_such_module_xyz:app", "cannot import 'no_such_module_xyz' for no_such_module_xyz:app"),
+        ("app.main:no_such_attr", "'app.main' has no 'no_such_attr' for app.main:no_such_attr"),
+        ("app.main", "--app 'app.main' is not module:attribute"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "app", "serve", "--app", target, "--port", str(_free_port())],
+            cwd=ROOT,
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith(f"error: {says}"), line
+
+
+def test_a_thread_id_with_control_characters_from_a_hostile_server_is_one_escaped_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hostile server names the new thread `t<escape sequences>`; the turn's URL cannot
+    hold them (httpx.InvalidURL), which must end the command as an error, not a traceback."""
+    monkeypatch.setattr(cli, "_client", lambda _url, _key: _hostile_client())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    assert cli.main(["chat", "--agent", "evil", "--url", "http://evil"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"thread t{HOSTILE_SHOWN}"]
+    [line] = err.strip().splitlines()
+    assert line.startswith("error: http://evil: Invalid non-printable ASCII character in URL")
+    assert not _RAW_CONTROL.search(out + err) and "Traceback" not in err

@@ -1,4 +1,4 @@
-"""The layers point one way: core <- store/durable/providers <- module <- http.
+"""The layers point one way: core <- store/durable/providers <- persistence/module <- http.
 
 `module.py` is the composition root: it may reach the HTTP layer only from inside a function
 (when a module is built), never on import, so importing any of them in any order works and no
@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "bounded_agents"
 HTTP_MODULES = sorted(
     f"bounded_agents.http.{p.stem}" for p in (PACKAGE / "http").glob("*.py") if p.stem != "__init__"
 )
-LAYERS = ("core", ("store", "durable", "providers"), "module", "http")
+LAYERS = ("core", ("store", "durable", "providers"), ("persistence", "module"), "http")
 """Lowest first: a layer may import those before it, never those after it (at top level)."""
 
 

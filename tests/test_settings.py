@@ -100,6 +100,33 @@ def test_bad_or_repeated_api_keys_are_one_line_at_start_up_without_the_keys(
     assert "\n" not in message and "s3cr3t" not in message
 
 
+@pytest.mark.parametrize("value", ["", "   ", ",", " , ,"])
+def test_api_keys_set_but_naming_no_key_stop_start_up_instead_of_opening_local_mode(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """`AGENT_API_KEYS=""` (a secret not filled in) used to parse to no keys, so every request
+    became actor `local`, with only a start-up warning. Unset is local mode; set is keys."""
+    monkeypatch.setenv("AGENT_API_KEYS", value)
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as caught:
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    message = str(caught.value)
+    assert message.startswith(
+        "invalid settings: AGENT_API_KEYS: set but names no key=actor pair"
+    ), message
+    assert "unset AGENT_API_KEYS for local development mode" in message
+    with pytest.raises(ValidationError, match="names no key=actor pair"):
+        Settings(api_keys=value)  # type: ignore[arg-type]
+
+
+def test_unset_api_keys_are_local_mode_and_a_trailing_comma_is_no_empty_list() -> None:
+    assert Settings(api_keys=None).actor_keys() == {}
+    assert Settings(api_keys="k1=alice,").actor_keys() == {"k1": "alice"}
+
+
 def test_two_keys_for_one_actor_are_fine() -> None:
     """Rotating a key means both work for a while: the same actor twice is no repeat."""
     assert Settings(api_keys="old=alice,new=alice").actor_keys() == {"old": "alice", "new": "alice"}

@@ -164,6 +164,26 @@ def _check_limit(name: str, value: int | None) -> None:
         raise ConfigError(f"context_window {name} must be a positive int, got {value!r}")
 
 
+def _resolved_notice(
+    notice: str | Literal[False] | None, warn_index_failure: str | Literal[False] | None
+) -> str | Literal[False]:
+    """The notice to leave, the deprecated `warn_index_failure` honoured (and warned about,
+    at the caller of `context_window`) only where `notice` is not given."""
+    if warn_index_failure is not None:
+        warnings.warn(
+            "context_window(warn_index_failure=...) is deprecated; use notice=...",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if notice is None:
+            notice = warn_index_failure
+    if notice is None:
+        notice = DEFAULT_WINDOW_NOTICE
+    if notice is not False and not isinstance(notice, str):
+        raise ConfigError(f"context_window notice must be a str or False, got {notice!r}")
+    return notice
+
+
 def context_window(
     max_turns: int | None = None,
     max_chars: int | None = None,
@@ -205,18 +225,7 @@ def context_window(
     `warn_index_failure` is the deprecated old name of `notice`: it still works, emits a
     `DeprecationWarning`, and loses to `notice` when both are given.
     """
-    if warn_index_failure is not None:
-        warnings.warn(
-            "context_window(warn_index_failure=...) is deprecated; use notice=...",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if notice is None:
-            notice = warn_index_failure
-    if notice is None:
-        notice = DEFAULT_WINDOW_NOTICE
-    if notice is not False and not isinstance(notice, str):
-        raise ConfigError(f"context_window notice must be a str or False, got {notice!r}")
+    resolved = _resolved_notice(notice, warn_index_failure)
     if max_turns is None and max_chars is None and max_chars_per_tool is None:
         warnings.warn(
             "context_window() was given no limit, so it trims nothing (it has no defaults on "
@@ -231,7 +240,7 @@ def context_window(
         max_turns=max_turns,
         max_chars=max_chars,
         max_chars_per_tool=max_chars_per_tool,
-        notice=notice,
+        notice=resolved,
     )
 
 

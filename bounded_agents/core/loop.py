@@ -27,6 +27,14 @@ import functools
 import logging
 from collections.abc import Mapping
 
+from bounded_agents.core.checkpoints import (
+    LOAD_THREAD,
+    PERSIST_USER,
+    ROLLING_SUMMARY,
+    SELECTED_HISTORY,
+    parse_load_thread,
+    parse_seq,
+)
 from bounded_agents.core.messages import (
     Message,
 )
@@ -67,8 +75,6 @@ from bounded_agents.core.turn.constants import (
     COMPLETION_RESERVE,
     DEFAULT_FOLD_CALLS_PER_TURN,
     DEFAULT_FOLD_TIMEOUT_SECONDS,
-    ROLLING_SUMMARY,
-    SELECTED_HISTORY,
 )
 from bounded_agents.core.turn.preview import PreviewPhase
 from bounded_agents.core.turn.prompts import (
@@ -315,12 +321,12 @@ class AgentLoop(PreviewPhase):
         # The user's message, the version marker and the read commit together (one unit).
         async with ctx.unit_of_work():
             persisted = await ctx.step(
-                "persist:user", functools.partial(self._persist, ctx, request.thread_id, user)
+                PERSIST_USER, functools.partial(self._persist, ctx, request.thread_id, user)
             )
             rolling = await ctx.patched(ROLLING_SUMMARY)
             if rolling:
                 recorded = await ctx.step(
-                    "load:thread",
+                    LOAD_THREAD,
                     functools.partial(
                         self._load_rolling, ctx, request.thread_id, definition.policy, hctx, report
                     ),
@@ -331,9 +337,9 @@ class AgentLoop(PreviewPhase):
         last_prompt: str | None = None
         if rolling:
             prompt, window = await self._rolling_prompt(
-                request, ctx, definition, hctx, report, recorded, persisted.get("seq")
+                request, ctx, definition, hctx, report, recorded, parse_seq(persisted)["seq"]
             )
-            last_prompt = recorded.get("last_prompt")
+            last_prompt = parse_load_thread(recorded).get("last_prompt")
         else:
             prompt = await self._legacy_prompt(request, ctx, definition, hctx, report, *legacy)
         return await self._answer(

@@ -21,6 +21,7 @@ from bounded_agents.core.ports import (
     HistorySummary,
     ModelProvider,
     ModelRequest,
+    ModelResponse,
     Summarizer,
 )
 from bounded_agents.core.tokens import MESSAGE_ALLOWANCE
@@ -266,6 +267,52 @@ def fold_input(messages: Sequence[Message], ctx: HistoryPolicyContext) -> str:
     return f"{PREVIOUS_SUMMARY_HEADING}\n{ctx.summary.text}\n\n{NEW_MESSAGES_HEADING}\n{transcript}"
 
 
+def _summary_request(
+    messages: list[Message],
+    ctx: HistoryPolicyContext,
+    instruction: str,
+    appending: bool,
+    previous: str,
+) -> ModelRequest:
+    """The one call's request: the instruction with its word limit, then what the task hands
+    the model (the over-long summary alone, the new messages alone, or the summary so far and
+    them), with no tools, so a summary cannot act."""
+    if ctx.fold_task == "compress":
+        system, user = COMPRESS_SUMMARY_INSTRUCTION, previous
+    elif appending:
+        system, user = instruction, _render_transcript(messages)
+    else:
+        system, user = instruction, fold_input(messages, ctx)
+    return ModelRequest(
+        messages=[
+            ChatMessage(role="system", content=system + _limit(ctx)),
+            ChatMessage(role="user", content=user),
+        ],
+        tools=[],
+        purpose="history_summary",
+        max_tokens=_model_tokens(ctx.summary_max_tokens),
+    )
+
+
+def _summary_made(response: ModelResponse, previous: str) -> HistorySummary:
+    """The call's answer as a summary; appended to `previous` (the notes so far, `""` unless
+    they are carried by appending)."""
+    finish = response.finish_reason
+    if response.tool_calls and not response.content.strip():
+        finish = "tool_calls"  # told to call none; whatever the provider named it
+    text = response.content
+    if previous and text.strip():
+        # An empty answer stays empty, so the loop refuses it rather than storing the old
+        # notes as if the new messages had been read.
+        text = f"{previous}\n{text.strip()}"
+    return HistorySummary(
+        text=text,
+        usage=response.usage,
+        model=response.model or None,
+        finish_reason=finish,
+    )
+
+
 def summarize_with_model(
     model: ModelProvider,
     instruction: str | None = None,
@@ -308,36 +355,8 @@ def summarize_with_model(
     async def summarize(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
         previous = ctx.summary.text.strip() if ctx.summary is not None else ""
         extend = appending and ctx.fold_task == "fold" and bool(previous)
-        if ctx.fold_task == "compress":
-            system, user = COMPRESS_SUMMARY_INSTRUCTION, previous
-        elif appending:
-            system, user = told, _render_transcript(messages)
-        else:
-            system, user = told, fold_input(messages, ctx)
-        request = ModelRequest(
-            messages=[
-                ChatMessage(role="system", content=system + _limit(ctx)),
-                ChatMessage(role="user", content=user),
-            ],
-            tools=[],
-            purpose="history_summary",
-            max_tokens=_model_tokens(ctx.summary_max_tokens),
-        )
-        response = await model.complete(request)
-        finish = response.finish_reason
-        if response.tool_calls and not response.content.strip():
-            finish = "tool_calls"  # told to call none; whatever the provider named it
-        text = response.content
-        if extend and text.strip():
-            # An empty answer stays empty, so the loop refuses it rather than storing the old
-            # notes as if the new messages had been read.
-            text = f"{previous}\n{text.strip()}"
-        return HistorySummary(
-            text=text,
-            usage=response.usage,
-            model=response.model or None,
-            finish_reason=finish,
-        )
+        response = await model.complete(_summary_request(messages, ctx, told, appending, previous))
+        return _summary_made(response, previous if extend else "")
 
     return summarize
 

@@ -7,11 +7,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
+from bounded_agents.core.checkpoints import patch_step
 from bounded_agents.core.messages import storable_json
 from bounded_agents.core.ports import JsonValue, Transaction
 from bounded_agents.errors import JournalMismatch
-
-PATCH_PREFIX = "patch:"
 
 
 class StepRecord(Protocol):
@@ -181,7 +180,7 @@ class JournaledContext(Replay):
         return first
 
     async def patched(self, marker: str) -> bool:
-        name = PATCH_PREFIX + marker
+        name = patch_step(marker)
         if self.replaying:
             record = self._history[self._position]
             if record.name == name:

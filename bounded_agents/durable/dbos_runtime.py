@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bounded_agents.core.checkpoints import patch_step
 from bounded_agents.core.messages import storable_json
 from bounded_agents.core.ports import (
     DurableContext,
@@ -52,7 +53,7 @@ from bounded_agents.core.ports import (
     RunTrace,
     Transaction,
 )
-from bounded_agents.durable.context import PATCH_PREFIX, Replay, encode_payload
+from bounded_agents.durable.context import Replay, encode_payload
 from bounded_agents.durable.dbos_setup import (
     APPLICATION_VERSION,
     dbos_config,
@@ -61,6 +62,7 @@ from bounded_agents.durable.dbos_setup import (
     launch_dbos,
 )
 from bounded_agents.durable.journal import SqlJournal
+from bounded_agents.durable.journal_history import timeline_payloads
 from bounded_agents.errors import RunFailed, ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.engine import write_transaction
@@ -181,14 +183,14 @@ class DbosContext(Replay):
     async def patched(self, marker: str) -> bool:
         if self.replaying:
             record = self._history[self._position]
-            if record.name != PATCH_PREFIX + marker:
+            if record.name != patch_step(marker):
                 return False  # journaled before the marker existed: the old path
             self._position += 1
             self.journal_bytes[record.name] = len(record.payload.encode())
             return True
         patched = await DBOS.patch_async(marker)
         if patched:
-            self.journal_bytes[PATCH_PREFIX + marker] = 4
+            self.journal_bytes[patch_step(marker)] = 4
         return patched
 
     def unit_of_work(self) -> AbstractAsyncContextManager[None]:
@@ -283,11 +285,7 @@ class DbosRuntime(SqlJournal):
         filled = []
         for trace in traces:
             steps = await self.steps(trace.run_id, thread_id)
-            payloads = {
-                name: json.loads(payload)
-                for name, payload in steps
-                if name == "load:thread" or name.startswith("history:")
-            }
+            payloads = timeline_payloads(steps)
             filled.append(
                 trace.model_copy(update={"steps": [n for n, _ in steps], "payloads": payloads})
             )
@@ -415,7 +413,7 @@ class DbosRuntime(SqlJournal):
                 if step["error"] is not None:
                     continue
                 if name.startswith(_DBOS_PATCH):
-                    carried.append(_Step(PATCH_PREFIX + name[len(_DBOS_PATCH) :], "true"))
+                    carried.append(_Step(patch_step(name[len(_DBOS_PATCH) :]), "true"))
                 elif not name.startswith("DBOS.") and isinstance(step["output"], str):
                     carried.append(_Step(name, step["output"]))
         return carried

@@ -5,14 +5,16 @@ apart from the leases and the step writes."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.core.checkpoints import HISTORY_PREFIX, LOAD_THREAD, is_timeline_step
 from bounded_agents.core.ports import (
+    JsonValue,
     PrunedStatus,
     RunRecord,
     RunRequest,
@@ -184,69 +186,17 @@ class JournalHistory:
 
         Payloads are read for the steps that say what the model was sent (`load:thread`,
         `history:summarize*`); every other step only by name."""
-        found = (
-            sa.select(
-                messages.c.seq,
-                runs.c.id,
-                runs.c.status,
-                runs.c.created_at,
-                runs.c.error_code,
-                runs.c.error_message,
-                runs.c.report,
-                runs.c.steps_pruned_at,
-            )
-            .join(
-                runs,
-                sa.and_(runs.c.thread_id == messages.c.thread_id, runs.c.id == messages.c.run_id),
-            )
-            .where(messages.c.thread_id == thread_id, messages.c.role == "user")
-            .order_by(messages.c.seq.desc())
-            .limit(limit)
-        )
-        if before_seq is not None:
-            found = found.where(messages.c.seq < before_seq)
-        wanted = sa.or_(run_steps.c.name == "load:thread", run_steps.c.name.like("history:%"))
         async with wrap_db_errors("thread_runs"), self._reader.connect() as conn:
-            rows = (await conn.execute(found)).all()
+            rows = (await conn.execute(_thread_runs_query(thread_id, limit, before_seq))).all()
             ids = [r.id for r in rows]
-            steps = (
-                (
-                    await conn.execute(
-                        sa.select(
-                            run_steps.c.run_id,
-                            run_steps.c.name,
-                            sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
-                        )
-                        .where(run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(ids))
-                        .order_by(run_steps.c.run_id, run_steps.c.position)
-                    )
-                ).all()
-                if ids
-                else []
-            )
+            steps = (await conn.execute(_timeline_steps_query(thread_id, ids))).all() if ids else []
         names: dict[str, list[str]] = {}
-        payloads: dict[str, dict[str, Any]] = {}
+        payloads: dict[str, dict[str, JsonValue]] = {}
         for step in steps:
             names.setdefault(step.run_id, []).append(step.name)
             if step.payload is not None:
                 payloads.setdefault(step.run_id, {})[step.name] = json.loads(step.payload)
-        return [
-            RunTrace(
-                run_id=r.id,
-                status=r.status,
-                seq=r.seq,
-                created_at=r.created_at.replace(tzinfo=UTC)
-                if r.created_at.tzinfo is None
-                else r.created_at,
-                error_code=r.error_code,
-                error_message=r.error_message,
-                report=json.loads(r.report) if r.report else None,
-                steps=names.get(r.id, []),
-                payloads=payloads.get(r.id, {}),
-                pruned=r.steps_pruned_at is not None,
-            )
-            for r in rows
-        ]
+        return [_trace(r, names.get(r.id, []), payloads.get(r.id, {})) for r in rows]
 
     async def steps(self, run_id: str, thread_id: str | None = None) -> list[tuple[str, str]]:
         """(name, payload) of every journaled step, in order: for tests and inspection. With
@@ -257,3 +207,65 @@ class JournalHistory:
         async with wrap_db_errors("run_steps"), self._reader.connect() as conn:
             rows = await conn.execute(stmt.order_by(run_steps.c.position))
             return [(r.name, r.payload) for r in rows]
+
+
+def timeline_payloads(steps: Iterable[tuple[str, str]]) -> dict[str, JsonValue]:
+    """The decoded payloads of a journal's timeline steps (`is_timeline_step`), by name."""
+    return {name: json.loads(payload) for name, payload in steps if is_timeline_step(name)}
+
+
+def _thread_runs_query(thread_id: str, limit: int, before_seq: int | None) -> sa.Select[Any]:
+    """The thread's newest runs by their user messages' seq (below `before_seq`, if given)."""
+    found = (
+        sa.select(
+            messages.c.seq,
+            runs.c.id,
+            runs.c.status,
+            runs.c.created_at,
+            runs.c.error_code,
+            runs.c.error_message,
+            runs.c.report,
+            runs.c.steps_pruned_at,
+        )
+        .join(
+            runs,
+            sa.and_(runs.c.thread_id == messages.c.thread_id, runs.c.id == messages.c.run_id),
+        )
+        .where(messages.c.thread_id == thread_id, messages.c.role == "user")
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
+    )
+    if before_seq is not None:
+        found = found.where(messages.c.seq < before_seq)
+    return found
+
+
+def _timeline_steps_query(thread_id: str, run_ids: list[str]) -> sa.Select[Any]:
+    """Every step of the runs by name, in order; the payload only of the timeline's steps (the
+    SQL spelling of `is_timeline_step`)."""
+    wanted = sa.or_(run_steps.c.name == LOAD_THREAD, run_steps.c.name.like(HISTORY_PREFIX + "%"))
+    return (
+        sa.select(
+            run_steps.c.run_id,
+            run_steps.c.name,
+            sa.case((wanted, run_steps.c.payload), else_=None).label("payload"),
+        )
+        .where(run_steps.c.thread_id == thread_id, run_steps.c.run_id.in_(run_ids))
+        .order_by(run_steps.c.run_id, run_steps.c.position)
+    )
+
+
+def _trace(row: Any, names: list[str], payloads: dict[str, JsonValue]) -> RunTrace:
+    created = row.created_at
+    return RunTrace(
+        run_id=row.id,
+        status=row.status,
+        seq=row.seq,
+        created_at=created.replace(tzinfo=UTC) if created.tzinfo is None else created,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        report=json.loads(row.report) if row.report else None,
+        steps=names,
+        payloads=payloads,
+        pruned=row.steps_pruned_at is not None,
+    )

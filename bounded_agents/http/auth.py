@@ -52,7 +52,8 @@ async def local_actor(_request: Request) -> Actor:
 
 def default_resolver(keys: Mapping[str, str]) -> tuple[ActorResolver, bool]:
     """The resolver a module gets when none is given, and whether that is local mode: API keys
-    when `AGENT_API_KEYS` names any, else everyone is `local`."""
+    when `AGENT_API_KEYS` names any, else everyone is `local`. No keys means the variable is
+    unset: the settings refuse one that is set but names none (`AGENT_API_KEYS=""`)."""
     return (api_key_resolver(keys), False) if keys else (local_actor, True)
 
 

@@ -96,6 +96,19 @@ def build_router(module: AgentModule) -> APIRouter:
     """The module's routes. Include it in any FastAPI app: errors are mapped by its route
     class, so it keeps its contract without `install_error_handlers`."""
     router = APIRouter(route_class=agent_route_class(module))
+    _add_turn_routes(router)
+    _add_thread_routes(router)
+    _add_run_and_health_routes(router)
+    if module.metrics is not None:
+        router.add_api_route(
+            "/metrics", metrics, methods=["GET"], include_in_schema=False, response_class=Response
+        )
+    if module.settings.inspector:
+        router.include_router(build_inspector_router(module, "/inspect"))
+    return router
+
+
+def _add_turn_routes(router: APIRouter) -> None:
     router.add_api_route(
         "/agents/{agent}/threads",
         create_thread,
@@ -121,6 +134,9 @@ def build_router(module: AgentModule) -> APIRouter:
         },
         summary="Send a message and get the agent's answer",
     )
+
+
+def _add_thread_routes(router: APIRouter) -> None:
     router.add_api_route(
         "/threads/{thread_id}",
         get_thread,
@@ -145,6 +161,9 @@ def build_router(module: AgentModule) -> APIRouter:
         responses=_errors(401, 404, 422, 500, 503),
         summary="What the next turn would send the model",
     )
+
+
+def _add_run_and_health_routes(router: APIRouter) -> None:
     router.add_api_route(
         "/runs/{run_id}",
         get_run,
@@ -161,13 +180,6 @@ def build_router(module: AgentModule) -> APIRouter:
         responses=_errors(500, 503),
         summary="Liveness, and a cheap query against the store",
     )
-    if module.metrics is not None:
-        router.add_api_route(
-            "/metrics", metrics, methods=["GET"], include_in_schema=False, response_class=Response
-        )
-    if module.settings.inspector:
-        router.include_router(build_inspector_router(module, "/inspect"))
-    return router
 
 
 # --- threads -------------------------------------------------------------------------------

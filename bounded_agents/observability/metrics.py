@@ -23,7 +23,13 @@ class TurnMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
-        r = self.registry
+        self._add_run_collectors(self.registry)
+        self._add_read_collectors(self.registry)
+        self._add_summary_collectors(self.registry)
+
+    def _add_run_collectors(self, r: CollectorRegistry) -> None:
+        """How runs end, how long they and their model calls take, what they spend, and runs
+        refused or resumed."""
         self.turns = Counter(
             "agent_turns",
             "Runs that ended, by agent and outcome (completed, failed, cancelled); `error` is "
@@ -53,6 +59,22 @@ class TurnMetrics:
             ["agent", "purpose", "type"],
             registry=r,
         )
+        self.busy = Counter(
+            "agent_thread_busy",
+            "Turns refused because another run held the thread (HTTP 409 `thread_busy`).",
+            ["agent"],
+            registry=r,
+        )
+        self.resumed = Counter(
+            "agent_runs_resumed",
+            "Runs taken back from their journal: `lease_expired` after their process died, "
+            "`failed` when a failed run was resumed.",
+            ["agent", "reason"],
+            registry=r,
+        )
+
+    def _add_read_collectors(self, r: CollectorRegistry) -> None:
+        """What each turn's thread read returned: the figures a bounded read keeps flat."""
         self.rows_read = Histogram(
             "agent_turn_rows_read",
             "Messages the turn's thread read returned.",
@@ -67,6 +89,9 @@ class TurnMetrics:
             buckets=BYTE_BUCKETS,
             registry=r,
         )
+
+    def _add_summary_collectors(self, r: CollectorRegistry) -> None:
+        """What became of each fold: made, refused, compressed, clipped."""
         self.summaries = Counter(
             "agent_summaries",
             "Rolling summaries made and stored (one per fold chunk; a long backlog folds in "
@@ -93,19 +118,6 @@ class TurnMetrics:
             "Summaries still over their cap after that, cut to it: what was cut is lost (the "
             "summary tells the model so).",
             ["agent"],
-            registry=r,
-        )
-        self.busy = Counter(
-            "agent_thread_busy",
-            "Turns refused because another run held the thread (HTTP 409 `thread_busy`).",
-            ["agent"],
-            registry=r,
-        )
-        self.resumed = Counter(
-            "agent_runs_resumed",
-            "Runs taken back from their journal: `lease_expired` after their process died, "
-            "`failed` when a failed run was resumed.",
-            ["agent", "reason"],
             registry=r,
         )
 

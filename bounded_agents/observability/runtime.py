@@ -25,26 +25,59 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import trace
-from opentelemetry.util.types import AttributeValue
 
+from bounded_agents.core.checkpoints import (
+    LOAD_THREAD,
+    SummarizePayload,
+    is_history_step,
+    is_model_step,
+    is_tool_step,
+    or_none,
+    parse_load_thread,
+    parse_model,
+    parse_summarize,
+    parse_tool,
+    tool_call_id,
+)
 from bounded_agents.core.ports import (
     DurableContext,
     DurableRuntime,
+    JournalFigures,
     JsonValue,
+    PrunedStatus,
     RunRecord,
     RunRequest,
+    RunResumer,
+    RunTrace,
+    Transaction,
+    supports_journal_figures,
+    supports_keyed_runs,
+    supports_launch,
+    supports_pruning,
+    supports_run_executor,
+    supports_run_timeline,
 )
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, ThreadBusy
+from bounded_agents.observability.attributes import (
+    NS,
+    Attributes,
+    chat_attributes,
+    chat_call,
+    fold_attributes,
+    fold_call,
+    load_attributes,
+    read_attributes,
+    run_attributes,
+    tool_attributes,
+)
 from bounded_agents.observability.metrics import TurnMetrics
 
 TRACER_NAME = "bounded_agents"
-NS = "bounded_agents."
-
-Attributes = dict[str, AttributeValue]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -60,10 +93,22 @@ class _Run:
     read_replayed: bool = False
     tool_names: dict[str, str] = field(default_factory=dict)
     """Tool call id -> tool name, from the model steps: a tool step's payload names only the id."""
+    figures: JournalFigures | None = None
+    """The inner context, when it says which steps it replayed (probed once per run: a
+    protocol check per step would cost more than the rest of the step's bookkeeping)."""
 
 
 class ObservedRuntime:
-    """A `DurableRuntime` that traces and meters the runs of `inner` (see the module doc)."""
+    """A `DurableRuntime` that traces and meters the runs of `inner` (see the module doc).
+
+    It has exactly the optional powers `inner` has (`supports_*` answers for it as for
+    `inner`): constructing one makes an instance of the subclass that delegates those powers
+    (`_DELEGATES`), so the probes need no `__getattr__` forwarding and see no power `inner`
+    lacks."""
+
+    def __new__(cls, inner: DurableRuntime, **_options: Any) -> ObservedRuntime:
+        chosen = _observer_class(inner) if cls is ObservedRuntime else cls
+        return super().__new__(chosen)
 
     def __init__(
         self,
@@ -152,13 +197,6 @@ class ObservedRuntime:
         self._expired.update(run_ids)
         return run_ids
 
-    def __getattr__(self, name: str) -> Any:
-        """Whatever else the inner runtime offers (its journal's timeline, say): the wrapper
-        observes runs and changes nothing else, so optional powers probe through it."""
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
     # --- the run span ------------------------------------------------------------------------
 
     def _watch(self, request: RunRequest, ctx: DurableContext, *, resumed: bool) -> DurableContext:
@@ -177,7 +215,13 @@ class ObservedRuntime:
                     NS + "resumed": resumed,
                 },
             )
-        run = _Run(request=request, span=span, started=time.perf_counter(), resumed=resumed)
+        run = _Run(
+            request=request,
+            span=span,
+            started=time.perf_counter(),
+            resumed=resumed,
+            figures=ctx if supports_journal_figures(ctx) else None,
+        )
         self._runs[request.run_id] = run
         return ObservedContext(ctx, run, self)
 
@@ -202,13 +246,13 @@ class ObservedRuntime:
         span = run.span
         if span.is_recording():  # the report is parsed only for a span that keeps it
             parsed = RunReport.model_validate(report) if report else None
-            read = _read_attributes(parsed, run.kept) if parsed is not None else {}
+            read = read_attributes(parsed, run.kept) if parsed is not None else {}
             for deferred, end_ns in run.deferred:
                 deferred.set_attributes(read)
                 deferred.end(end_time=end_ns)
             span.set_attributes(read)
             if parsed is not None:
-                span.set_attributes(_run_attributes(parsed))
+                span.set_attributes(run_attributes(parsed))
             span.set_attribute(NS + "status", outcome)
             if error_code is not None:
                 span.set_attribute("error.type", error_code)
@@ -247,94 +291,96 @@ class ObservedRuntime:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, code))
             span.end()
             raise
-        elapsed = time.perf_counter() - started
-        # The project's contexts list the steps an attempt read back instead of running (read by
-        # attribute: a runtime-checkable protocol check costs more than the rest of the step).
-        replayed = name in getattr(inner, "replayed", ())
-        kind = name.split(":", 1)[0]
-        if name == "load:thread":
-            run.kept = len(value["keep"]) if isinstance(value, dict) and "keep" in value else None
-            run.read_replayed = replayed
-        elif kind == "model" and isinstance(value, dict):
-            for call in (value.get("response") or {}).get("tool_calls") or ():
-                run.tool_names[str(call.get("id"))] = str(call.get("name"))
-        if kind in ("model", "history") and self.metrics is not None and not replayed:
-            self._meter_model_call(run, name, value, elapsed)
-        if not span.is_recording():  # no SDK: no attributes to build
-            span.end()
-            return value
-        attributes: Attributes = {NS + "replayed": replayed}
-        if name == "load:thread":
-            attributes.update(_load_attributes(value))
-            span.set_attributes(attributes)
-            run.deferred.append((span, time.time_ns()))
-            return value
-        if kind == "model" or kind == "history":
-            attributes.update(self._model_attributes(name, value))
-            if kind == "model":
-                span.update_name(f"chat {attributes.get('gen_ai.response.model') or self._model}")
-        elif kind == "tool":
-            tool = run.tool_names.get(name.split(":", 2)[-1], "")
-            attributes.update(_tool_attributes(name, tool, value))
-            span.update_name(f"execute_tool {tool}".rstrip())
-        span.set_attributes(attributes)
-        span.end()
+        self._observe(run, span, name, value, time.perf_counter() - started)
         return value
 
-    def _meter_model_call(self, run: _Run, name: str, value: JsonValue, elapsed: float) -> None:
+    def _observe(
+        self, run: _Run, span: trace.Span, name: str, value: JsonValue, elapsed: float
+    ) -> None:
+        """What a step returned, as metrics and its span's attributes (the span ends here, or
+        with the run for `load:thread`)."""
+        replayed = run.figures is not None and name in run.figures.replayed
+        if name == LOAD_THREAD:
+            load = or_none(parse_load_thread, value)
+            run.kept = len(load["keep"]) if load is not None else None
+            run.read_replayed = replayed
+            if span.is_recording():
+                span.set_attributes({NS + "replayed": replayed, **load_attributes(load)})
+                run.deferred.append((span, time.time_ns()))
+            else:
+                span.end()
+            return
+        attributes: Attributes = {NS + "replayed": replayed}
+        if is_model_step(name):
+            made = or_none(parse_model, value)
+            for call in made["response"].get("tool_calls", []) if made is not None else ():
+                run.tool_names[call["id"]] = call["name"]
+            usage, model = chat_call(made)
+            if self.metrics is not None and not replayed:
+                self._meter_call(run, "chat", usage, elapsed)
+            if span.is_recording():
+                attributes.update(self._call_attributes("chat", usage, model))
+                attributes.update(chat_attributes(made))
+                span.update_name(f"chat {model or self._model}")
+        elif is_history_step(name):
+            fold = or_none(parse_summarize, value)
+            usage, model = fold_call(fold)
+            if self.metrics is not None and not replayed:
+                self._meter_call(run, "history_summary", usage, elapsed)
+                self._meter_fold(run, fold)
+            if span.is_recording():
+                attributes.update(self._call_attributes("history_summary", usage, model))
+                attributes.update(fold_attributes(fold))
+        elif is_tool_step(name) and span.is_recording():
+            call_id = tool_call_id(name)
+            tool = run.tool_names.get(call_id, "")
+            attributes.update(tool_attributes(call_id, tool, or_none(parse_tool, value)))
+            span.update_name(f"execute_tool {tool}".rstrip())
+        if span.is_recording():
+            span.set_attributes(attributes)
+        span.end()
+
+    def _meter_call(self, run: _Run, purpose: str, usage: tuple[int, int], elapsed: float) -> None:
         assert self.metrics is not None
-        purpose, usage, _ = _model_call(name, value)
         agent = run.request.agent
         self.metrics.child(self.metrics.model_seconds, agent, purpose).observe(elapsed)
         self.metrics.child(self.metrics.tokens, agent, purpose, "input").inc(usage[0])
         self.metrics.child(self.metrics.tokens, agent, purpose, "output").inc(usage[1])
-        if purpose != "history_summary" or not isinstance(value, dict):
+
+    def _meter_fold(self, run: _Run, fold: SummarizePayload | None) -> None:
+        """A fold step's summary: made (compressed, clipped) or refused."""
+        assert self.metrics is not None
+        if fold is None:
             return
-        if "rejected" in value:
-            reason = str(value["rejected"])[:40]
+        agent = run.request.agent
+        if "rejected" in fold:
+            reason = fold["rejected"][:40]
             self.metrics.child(self.metrics.summaries_rejected, agent, reason).inc()
             return
         self.metrics.child(self.metrics.summaries, agent).inc()
-        if value.get("compressed"):
+        if fold.get("compressed"):
             self.metrics.child(self.metrics.summaries_compressed, agent).inc()
-        if value.get("clipped_chars"):
+        if fold.get("clipped_chars"):
             self.metrics.child(self.metrics.summaries_clipped, agent).inc()
 
-    def _model_attributes(self, name: str, value: JsonValue) -> Attributes:
+    def _call_attributes(self, purpose: str, usage: tuple[int, int], model: str) -> Attributes:
         """A chat step (`model:n`) or a summarizer step (`history:summarize[:n]`)."""
-        purpose, (prompt, completion), model = _model_call(name, value)
         out: Attributes = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": self._model,
-            "gen_ai.usage.input_tokens": prompt,
-            "gen_ai.usage.output_tokens": completion,
+            "gen_ai.usage.input_tokens": usage[0],
+            "gen_ai.usage.output_tokens": usage[1],
             NS + "purpose": purpose,
         }
         if model:
             out["gen_ai.response.model"] = model
-        if not isinstance(value, dict):
-            return out
-        if purpose == "chat":
-            metrics = value.get("metrics") or {}
-            out[NS + "messages_sent"] = int(metrics.get("messages_sent", 0))
-            out[NS + "window_trimmed"] = bool(metrics.get("window_trimmed", False))
-        else:
-            if "covers_through_seq" in value:
-                out[NS + "summary.covers_through_seq"] = int(value["covers_through_seq"])
-            out[NS + "summary.input_messages"] = int(value.get("input_messages", 0))
-            out[NS + "summary.input_tokens"] = int(value.get("input_tokens", 0))
-            out[NS + "summary.calls"] = int(value.get("calls", 1))
-            if "rejected" in value:
-                out[NS + "summary.rejected"] = str(value["rejected"])
-            for key in ("compressed", "clipped_chars"):
-                if value.get(key):
-                    out[NS + "summary." + key] = int(value[key])
         return out
 
 
 class ObservedContext:
-    """The run's `DurableContext`, each step in a span. Everything else is the inner one's."""
+    """The run's `DurableContext`, each step in a span. Everything else is the inner one's,
+    delegated one method at a time."""
 
     def __init__(self, inner: DurableContext, run: _Run, runtime: ObservedRuntime) -> None:
         self.inner = inner
@@ -343,12 +389,15 @@ class ObservedContext:
 
     @property
     def journal_bytes(self) -> dict[str, int]:
-        """The inner context's figures: the loop copies them into the run's report."""
-        return dict(getattr(self.inner, "journal_bytes", {}))
+        """The inner context's figures (none if it keeps none): the loop copies them into the
+        run's report."""
+        figures = self._run.figures
+        return dict(figures.journal_bytes) if figures is not None else {}
 
     @property
     def replayed(self) -> list[str]:
-        return list(getattr(self.inner, "replayed", []))
+        figures = self._run.figures
+        return list(figures.replayed) if figures is not None else []
 
     async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
         return await self._runtime._step(self._run, self.inner, name, fn)
@@ -356,110 +405,89 @@ class ObservedContext:
     async def patched(self, marker: str) -> bool:
         return await self.inner.patched(marker)
 
-    def __getattr__(self, name: str) -> Any:
-        """Whatever else the inner context offers (a unit of work, its transaction...) is the
-        inner context's own: only steps are observed."""
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    def unit_of_work(self) -> AbstractAsyncContextManager[None]:
+        return self.inner.unit_of_work()
+
+    async def transaction(self) -> Transaction | None:
+        return await self.inner.transaction()
 
 
-def _model_call(name: str, value: JsonValue) -> tuple[str, tuple[int, int], str]:
-    """(purpose, (input, output) tokens, response model) of a model or summarizer step's
-    journaled result."""
-    purpose = "chat" if name.startswith("model:") else "history_summary"
-    if not isinstance(value, dict):
-        return purpose, (0, 0), ""
-    carrier = (value.get("response") or {}) if purpose == "chat" else value
-    usage = carrier.get("usage") or {}
-    tokens = (int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)))
-    return purpose, tokens, str(carrier.get("model") or "")
+class _ObservedKeyedRuns(ObservedRuntime):
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        inner = self.inner
+        assert supports_keyed_runs(inner)
+        return await inner.find_keyed_run(thread_id, actor_id, key)
 
 
-def _load_attributes(value: JsonValue) -> Attributes:
-    """What `load:thread` journaled: how many messages were kept, the summary read, the fold."""
-    out: Attributes = {}
-    if not isinstance(value, dict):
-        return out
-    keep = value.get("keep")
-    if isinstance(keep, list):
-        out[NS + "history.kept"] = len(keep)
-    summary = value.get("summary")
-    if isinstance(summary, dict):
-        out[NS + "summary.covers_through_seq"] = int(summary.get("covers_through_seq", 0))
-    fold = value.get("fold")
-    if isinstance(fold, dict):
-        out[NS + "history.fold_through_seq"] = int(fold.get("through", 0))
-    return out
+class _ObservedExecutor(ObservedRuntime):
+    def register_resumer(self, resume: RunResumer) -> None:
+        inner = self.inner
+        assert supports_run_executor(inner)
+        inner.register_resumer(resume)
+
+    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        inner = self.inner
+        assert supports_run_executor(inner)
+        return await inner.execute(run_id, attempt)
 
 
-def _tool_attributes(name: str, tool: str, value: JsonValue) -> Attributes:
-    out: Attributes = {
-        "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.call.id": name.split(":", 2)[-1],
-    }
-    if tool:
-        out["gen_ai.tool.name"] = tool
-    if isinstance(value, dict):
-        out[NS + "tool.is_error"] = bool(value.get("is_error", False))
-        out[NS + "tool.result_chars"] = len(str(value.get("content", "")))
-    return out
+class _ObservedTimeline(ObservedRuntime):
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        inner = self.inner
+        assert supports_run_timeline(inner)
+        return await inner.thread_runs(thread_id, limit=limit, before_seq=before_seq)
 
 
-def _read_attributes(report: RunReport, kept: int | None) -> Attributes:
-    """What the turn's read asked for and returned, and how much of it the prompt kept."""
-    out: Attributes = {
-        NS + "read.rows": report.rows_read,
-        NS + "read.bytes": report.bytes_read,
-    }
-    for key, bound in (
-        ("read.bound_messages", report.read_bound),
-        ("read.bound_tokens", report.read_token_bound),
-        ("read.bound_runs", report.read_run_bound),
-        ("read.after_seq", report.read_after_seq),
-    ):
-        if bound is not None:
-            out[NS + key] = bound
-    if kept is not None and report.rows_read:
-        out[NS + "history.dropped"] = max(0, report.rows_read - kept)
-    return out
+class _ObservedPruner(ObservedRuntime):
+    async def prune_steps(
+        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
+    ) -> int:
+        inner = self.inner
+        assert supports_pruning(inner)
+        return await inner.prune_steps(older_than_seconds, limit, status=status)
 
 
-def _run_attributes(report: RunReport) -> Attributes:
-    """Tokens by purpose and what became of the summary, over the whole run."""
-    out: Attributes = {}
-    totals: dict[str, list[int]] = {}
-    for call in report.model_calls:
-        prompt_completion = totals.setdefault(call.purpose, [0, 0])
-        prompt_completion[0] += call.prompt_tokens
-        prompt_completion[1] += call.completion_tokens
-    for purpose, (prompt, completion) in totals.items():
-        out[f"{NS}tokens.{purpose}.input"] = prompt
-        out[f"{NS}tokens.{purpose}.output"] = completion
-    out["gen_ai.usage.input_tokens"] = sum(p for p, _ in totals.values())
-    out["gen_ai.usage.output_tokens"] = sum(c for _, c in totals.values())
-    out[NS + "model_calls"] = len(report.model_calls)
-    summary = report.summary
-    if summary is not None:
-        out[NS + "summary.made"] = summary.made
-        out[NS + "summary.covers_through_seq"] = summary.covers_through_seq
-        out[NS + "summary.folds"] = summary.folds
-        out[NS + "summary.calls"] = summary.calls
-        # What a fold lost or left for later: the figures an operator alerts on.
-        for key in ("rejected", "compressed", "clipped", "pending", "omitted"):
-            out[NS + "summary." + key] = getattr(summary, key)
-        out[NS + "summary.deferred"] = summary.deferred
-    out[NS + "journal_bytes"] = sum(report.journal_bytes.values())
-    return out
+class _ObservedLauncher(ObservedRuntime):
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None:
+        inner = self.inner
+        assert supports_launch(inner)
+        await inner.launch(
+            system_database_url, executor_id=executor_id, application_version=application_version
+        )
+
+    async def shutdown(self) -> None:
+        inner = self.inner
+        assert supports_launch(inner)
+        await inner.shutdown()
 
 
-_PROVIDERS = {"OpenAICompatibleProvider": "openai", "EchoModel": "echo"}
+_DELEGATES: tuple[tuple[Callable[[object], bool], type[ObservedRuntime]], ...] = (
+    (supports_keyed_runs, _ObservedKeyedRuns),
+    (supports_run_executor, _ObservedExecutor),
+    (supports_run_timeline, _ObservedTimeline),
+    (supports_pruning, _ObservedPruner),
+    (supports_launch, _ObservedLauncher),
+)
+"""The runtime powers an observed runtime passes on, each with the class that implements it by
+delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
+_CLASSES: dict[tuple[type[ObservedRuntime], ...], type[ObservedRuntime]] = {}
 
 
-def model_names(model: object) -> tuple[str, str]:
-    """(`gen_ai.request.model`, `gen_ai.provider.name`) for a provider: the model name it
-    declares (as the ledger books it), and `openai` for the OpenAI-compatible adapter (the wire
-    protocol it speaks), else the provider's class name."""
-    name = getattr(model, "model", None) or getattr(model, "name", None)
-    kind = type(model).__name__
-    return (name if isinstance(name, str) else kind), _PROVIDERS.get(kind, kind)
+def _observer_class(inner: DurableRuntime) -> type[ObservedRuntime]:
+    bases = tuple(cls for probe, cls in _DELEGATES if probe(inner))
+    if not bases:
+        return ObservedRuntime
+    found = _CLASSES.get(bases)
+    if found is None:
+        found = _CLASSES[bases] = type("ObservedRuntime", bases, {"__module__": __name__})
+    return found

@@ -2,9 +2,9 @@
 
 The journal's tables (`runs`, `run_steps`) and the ledger's (`ledger`, `actor_usage`) are part of
 this project's schema, so a store whose threads live in a database migrated with that schema can
-host them too, on its own engine. `AgentModule.for_root` asks `hosts_sql_journal(store)` rather
-than which class the store is, so a store of your own on that database gets durable runs as
-`SqlAgentStore` does.
+host them too, on its own engine. `build_persistence` (what `AgentModule.for_root` chooses them
+with) asks `hosts_sql_journal(store)` rather than which class the store is, so a store of your
+own on that database gets durable runs as `SqlAgentStore` does.
 
 It lives here and not in `bounded_agents.core.ports` because it names SQLAlchemy's `AsyncEngine`,
 which the framework-free core must not import.

@@ -226,6 +226,14 @@ def test_warn_index_failure_is_a_deprecated_alias_for_notice() -> None:
     assert mw(msgs)[0] == [user("3")]
 
 
+def test_the_deprecation_and_no_limit_warnings_point_at_the_line_that_called() -> None:
+    with pytest.warns(DeprecationWarning) as deprecated:
+        context_window(max_turns=1, warn_index_failure="[old]")
+    with pytest.warns(UserWarning) as limitless:
+        context_window()
+    assert [w.filename for w in (*deprecated, *limitless)] == [__file__, __file__]
+
+
 def test_notice_wins_over_warn_index_failure() -> None:
     msgs = [user("1"), assistant("2"), user("3")]
     with pytest.warns(DeprecationWarning):

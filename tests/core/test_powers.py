@@ -5,14 +5,17 @@ import inspect
 from typing import Protocol
 
 from bounded_agents.core import ports
-from bounded_agents.core.ports import POWERS, powers
+from bounded_agents.core.ports import POWERS, powers, runtime_powers
 
 
 def _power_protocols() -> set[type]:
+    """The protocols defined in the two powers modules (the model's and store's, and the
+    runtime's, context's and ledger's)."""
     return {
         obj
-        for _, obj in inspect.getmembers(powers, inspect.isclass)
-        if obj.__module__ == powers.__name__ and Protocol in obj.__mro__[1:]
+        for module in (powers, runtime_powers)
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if obj.__module__ == module.__name__ and Protocol in obj.__mro__[1:]
     }
 
 

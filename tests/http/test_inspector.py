@@ -313,3 +313,29 @@ async def test_the_script_and_styles_are_served_from_the_package(
     assert "innerHTML" in js.text and "http" not in js.text.replace("text/html", "")  # no CDN
     assert (await client.get("/inspect/static/inspector.css")).status_code == 200
     assert (await client.get("/inspect/static/..%2Fschemas.py")).status_code == 404
+
+
+LOG_OUT = 'action="/inspect/logout"'
+
+
+async def test_local_mode_pages_offer_no_log_out_since_every_request_is_actor_local(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    module = make_module(settings=http_settings(api_keys=None))
+    client = await open_client(stack, make_app(module))
+    thread = await new_thread(client, headers={})
+    for page in ("/inspect/", f"/inspect/threads/{thread}"):
+        r = await client.get(page)
+        assert r.status_code == 200 and "actor <strong>local</strong>" in r.text
+        assert LOG_OUT not in r.text
+
+
+async def test_pages_signed_in_with_an_api_key_offer_log_out(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client, ALICE)
+    for page in ("/inspect/", f"/inspect/threads/{thread}"):
+        r = await client.get(page, headers=ALICE)
+        assert r.status_code == 200 and "actor <strong>alice</strong>" in r.text
+        assert LOG_OUT in r.text

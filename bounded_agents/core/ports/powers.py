@@ -10,6 +10,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | on      | power                  | probe                        | has it                     |
 |---------|------------------------|------------------------------|----------------------------|
 | model   | StreamingModelProvider | supports_streaming           | OpenAICompatibleProvider   |
+| model   | ClosingModelProvider   | supports_closing             | OpenAICompatibleProvider   |
 | store   | ThreadInfoReader       | supports_thread_info         | SqlAgentStore, MemoryStore |
 | store   | ThreadTurnReader       | supports_bounded_read        | SqlAgentStore              |
 | store   | PromptDigestStore      | supports_prompt_digests      | SqlAgentStore, MemoryStore |
@@ -20,10 +21,14 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
 | store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
 | store   | HistorySearcher        | supports_history_search      | SqlAgentStore              |
+| store   | MigratingStore         | supports_migrations          | SqlAgentStore              |
+| store   | DisposableStore        | supports_disposal            | SqlAgentStore              |
 | runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
 | runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
 | runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
 | runtime | JournalPruner          | supports_pruning             | SqlJournal                 |
+| runtime | RuntimeLauncher        | supports_launch              | DbosRuntime                |
+| context | JournalFigures         | supports_journal_figures     | the project's contexts     |
 | ledger  | TransactionalLedger    | supports_ledger_transactions | SqlLedger                  |
 | ledger  | QuotaReserver          | supports_reservations        | SqlLedger, MemoryLedger    |
 
@@ -34,14 +39,32 @@ imports no framework. It follows the same style.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
-from bounded_agents.core.ports.ledger import LedgerEntry
+from bounded_agents.core.ports.durable import Transaction
 from bounded_agents.core.ports.model import ModelRequest, ModelResponse, TextDelta
+from bounded_agents.core.ports.runtime_powers import (
+    JournalFigures,
+    JournalPruner,
+    KeyedRunFinder,
+    QuotaReserver,
+    RunExecutor,
+    RuntimeLauncher,
+    RunTimelineReader,
+    TransactionalLedger,
+    ledger_supports_transactions,
+    supports_journal_figures,
+    supports_keyed_runs,
+    supports_launch,
+    supports_ledger_transactions,
+    supports_pruning,
+    supports_reservations,
+    supports_run_executor,
+    supports_run_timeline,
+)
 from bounded_agents.core.ports.store import (
     Thread,
     ThreadListing,
@@ -65,6 +88,18 @@ class StreamingModelProvider(Protocol):
 
 def supports_streaming(model: object) -> TypeGuard[StreamingModelProvider]:
     return isinstance(model, StreamingModelProvider)
+
+
+@runtime_checkable
+class ClosingModelProvider(Protocol):
+    """Optional: a provider holding connections (an HTTP client's pool), which the module's
+    lifespan closes on the way out, after the last turn."""
+
+    async def aclose(self) -> None: ...
+
+
+def supports_closing(model: object) -> TypeGuard[ClosingModelProvider]:
+    return isinstance(model, ClosingModelProvider)
 
 
 # --- store ---------------------------------------------------------------------------------
@@ -254,124 +289,28 @@ def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
     return isinstance(store, HistorySearcher)
 
 
-# --- durable runtime -----------------------------------------------------------------------
+@runtime_checkable
+class MigratingStore(Protocol):
+    """Optional: a store that brings its own database to the newest schema; the module's
+    lifespan runs it at start-up when AGENT_MIGRATE_ON_START is on (the default)."""
+
+    async def create_schema(self) -> None: ...
+
+
+def supports_migrations(store: object) -> TypeGuard[MigratingStore]:
+    return isinstance(store, MigratingStore)
 
 
 @runtime_checkable
-class KeyedRunFinder(Protocol):
-    """Optional: a runtime that finds a run by its Idempotency-Key. `begin` already refuses a
-    second run under a key; this lets a request refused before `begin` (a spent quota) still
-    be answered with the run its key names."""
+class DisposableStore(Protocol):
+    """Optional: a store holding connections (a pool), closed at shutdown by the module that
+    built it (a store passed to `for_root` is its owner's to close)."""
 
-    async def find_keyed_run(
-        self, thread_id: str, actor_id: str, key: str
-    ) -> tuple[str, str] | None:
-        """(run id, request fingerprint) of the run under `key`, or None."""
-        ...
+    async def dispose(self) -> None: ...
 
 
-def supports_keyed_runs(runtime: object) -> TypeGuard[KeyedRunFinder]:
-    return isinstance(runtime, KeyedRunFinder)
-
-
-@runtime_checkable
-class RunExecutor(Protocol):
-    """Optional: a durable runtime that executes each attempt of a run itself, as a workflow of
-    an outside engine (`DbosRuntime`: a DBOS workflow). The engine's own recovery then calls
-    the run again after a restart, through the resumer the loop registers; the runtime's lease
-    stays the thread's lock. A runtime without it is simply awaited by the loop (`SqlJournal`)."""
-
-    def register_resumer(self, resume: RunResumer) -> None:
-        """What the engine's recovery calls with a run id (the loop registers its `resume`)."""
-        ...
-
-    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
-        """Run one attempt of the run (begun or reopened just before) inside the engine's
-        workflow, and return what it returns; its context's steps are that workflow's steps."""
-        ...
-
-
-def supports_run_executor(runtime: object) -> TypeGuard[RunExecutor]:
-    return isinstance(runtime, RunExecutor)
-
-
-@runtime_checkable
-class RunTimelineReader(Protocol):
-    """Optional: a durable runtime that lists a thread's runs with their journal (`SqlJournal`)."""
-
-    async def thread_runs(
-        self, thread_id: str, *, limit: int, before_seq: int | None = None
-    ) -> list[RunTrace]:
-        """The newest `limit` runs whose user message has `seq < before_seq`, newest first."""
-        ...
-
-
-def supports_run_timeline(runtime: object) -> TypeGuard[RunTimelineReader]:
-    return isinstance(runtime, RunTimelineReader)
-
-
-@runtime_checkable
-class JournalPruner(Protocol):
-    """Optional: a durable runtime whose finished runs' journals can be deleted (`SqlJournal`)."""
-
-    async def prune_steps(
-        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
-    ) -> int:
-        """Delete the journals of up to `limit` runs that ended with `status` at least that
-        long ago; returns how many runs were pruned (fewer than `limit`: none are left now)."""
-        ...
-
-
-def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
-    return isinstance(runtime, JournalPruner)
-
-
-# --- ledger --------------------------------------------------------------------------------
-
-
-@runtime_checkable
-class TransactionalLedger(Protocol):
-    """Optional: a ledger whose rows can join a durable context's transaction, so a model step
-    and its ledger row commit once."""
-
-    joins_transactions: bool
-
-    async def record(self, entry: LedgerEntry, *, tx: Transaction | None = None) -> None: ...
-
-
-def supports_ledger_transactions(ledger: object) -> TypeGuard[TransactionalLedger]:
-    return isinstance(ledger, TransactionalLedger)
-
-
-ledger_supports_transactions = supports_ledger_transactions
-"""The probe's earlier name, kept for code written against it."""
-
-
-@runtime_checkable
-class QuotaReserver(Protocol):
-    """Optional: a ledger that holds tokens for a model call while it is in flight, so a quota
-    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
-    start only while that total is below the quota, checked and bumped in one atomic step."""
-
-    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
-        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
-        nothing added) when it is not."""
-        ...
-
-    async def release(self, actor_id: str, tokens: int) -> None:
-        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
-        ...
-
-    async def record_reserved(
-        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
-    ) -> None:
-        """`record(entry)` and give back the call's reservation, in one transaction: the
-        total goes from reserved to spent without a moment in which it counts neither."""
-        ...
-
-
-def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
-    return isinstance(ledger, QuotaReserver)
+def supports_disposal(store: object) -> TypeGuard[DisposableStore]:
+    return isinstance(store, DisposableStore)
 
 
 # --- the list ------------------------------------------------------------------------------
@@ -381,13 +320,14 @@ def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
 class Power:
     """One optional power: what has it (`on`), its protocol and its probe."""
 
-    on: Literal["model", "store", "runtime", "ledger"]
+    on: Literal["model", "store", "runtime", "context", "ledger"]
     protocol: type
     probe: Callable[[object], bool]
 
 
 POWERS: tuple[Power, ...] = (
     Power("model", StreamingModelProvider, supports_streaming),
+    Power("model", ClosingModelProvider, supports_closing),
     Power("store", ThreadInfoReader, supports_thread_info),
     Power("store", ThreadTurnReader, supports_bounded_read),
     Power("store", PromptDigestStore, supports_prompt_digests),
@@ -398,10 +338,14 @@ POWERS: tuple[Power, ...] = (
     Power("store", ThreadLister, supports_thread_listing),
     Power("store", TranscriptReader, supports_transcripts),
     Power("store", HistorySearcher, supports_history_search),
+    Power("store", MigratingStore, supports_migrations),
+    Power("store", DisposableStore, supports_disposal),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
     Power("runtime", JournalPruner, supports_pruning),
+    Power("runtime", RuntimeLauncher, supports_launch),
+    Power("context", JournalFigures, supports_journal_figures),
     Power("ledger", TransactionalLedger, supports_ledger_transactions),
     Power("ledger", QuotaReserver, supports_reservations),
 )
@@ -410,9 +354,13 @@ POWERS: tuple[Power, ...] = (
 
 __all__ = [
     "POWERS",
+    "ClosingModelProvider",
+    "DisposableStore",
     "HistorySearcher",
+    "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
+    "MigratingStore",
     "NamedThreadCreator",
     "Power",
     "PromptDigestStore",
@@ -420,6 +368,7 @@ __all__ = [
     "RunExecutor",
     "RunMessagesReader",
     "RunTimelineReader",
+    "RuntimeLauncher",
     "StreamingModelProvider",
     "SummaryStore",
     "ThreadInfoReader",
@@ -430,9 +379,14 @@ __all__ = [
     "TranscriptReader",
     "ledger_supports_transactions",
     "supports_bounded_read",
+    "supports_closing",
+    "supports_disposal",
     "supports_history_search",
+    "supports_journal_figures",
     "supports_keyed_runs",
+    "supports_launch",
     "supports_ledger_transactions",
+    "supports_migrations",
     "supports_named_threads",
     "supports_prompt_digests",
     "supports_pruning",

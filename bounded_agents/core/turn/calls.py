@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from bounded_agents.core.checkpoints import legacy_summarize_payload
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.messages import (
     ChatMessage,
@@ -46,7 +47,9 @@ async def _legacy_load() -> JsonValue:
 async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
     async with _provider_boundary("history summary"):
         summary = await summarizer(drop, hctx)
-    return {"text": storable_text(summary.text), "usage": summary.usage.model_dump(mode="json")}
+    return legacy_summarize_payload(
+        storable_text(summary.text), summary.usage.model_dump(mode="json")
+    )
 
 
 @asynccontextmanager

@@ -1,13 +1,8 @@
-"""The loop's numbers and patch markers: persisted or configured, so named once."""
+"""The loop's numbers: configured defaults and bounds, so named once. The journal's names and
+patch markers are `bounded_agents.core.checkpoints`'."""
 
 from __future__ import annotations
 
-SELECTED_HISTORY = "agent:selected-history"
-"""The patch marker of the selection-only `load:thread` payload (runs journaled before
-`ROLLING_SUMMARY` only)."""
-ROLLING_SUMMARY = "agent:rolling-summary"
-"""The patch marker of the current path: reads after the thread's summary, folds only what is
-new into it and stores each fold. A run journaled without it replays the path it recorded."""
 COMPLETION_RESERVE = 1024
 """Tokens held for a model call's answer while it is in flight, on top of its estimated prompt
 (see `AgentLoop._reserve`): the quota is then overshot by at most the last call it admitted,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import logging
 
+from bounded_agents.core.checkpoints import PERSIST_ASSISTANT, parse_seq
 from bounded_agents.core.messages import (
     Message,
 )
 from bounded_agents.core.ports import (
     DurableContext,
     RunRequest,
+    supports_journal_figures,
 )
 from bounded_agents.core.report import (
     RunReport,
@@ -52,7 +54,7 @@ class FinishPhase(StepsPhase):
         ended = False
         try:
             async with ctx.unit_of_work():
-                stored = await ctx.step("persist:assistant", persist)
+                stored = await ctx.step(PERSIST_ASSISTANT, persist)
                 await self._finish_report(ctx, report, fresh)
                 tx = await self._tx(ctx)
                 if tx is not None:
@@ -65,7 +67,7 @@ class FinishPhase(StepsPhase):
                 raise
             log.warning("run %s: the answer and the run's end failed to commit", request.run_id)
             async with ctx.unit_of_work():  # the report is finished: only the answer again
-                stored = await ctx.step("persist:assistant", persist)
+                stored = await ctx.step(PERSIST_ASSISTANT, persist)
         if not ended:
             try:
                 await self.runtime.complete(request.run_id, report.model_dump(mode="json"))
@@ -74,12 +76,12 @@ class FinishPhase(StepsPhase):
                 log.warning(
                     "run %s: answered, but its end could not be recorded yet", request.run_id
                 )
-        return answer.model_copy(update={"seq": stored.get("seq")})
+        return answer.model_copy(update={"seq": parse_seq(stored)["seq"]})
 
     async def _finish_report(self, ctx: DurableContext, report: RunReport, fresh: bool) -> None:
         """A fresh run's ledger rows were collected as they were written; a resumed run reads
         them back, since an earlier attempt may have paid for calls this one replayed."""
-        report.journal_bytes = dict(getattr(ctx, "journal_bytes", {}))
+        report.journal_bytes = dict(ctx.journal_bytes) if supports_journal_figures(ctx) else {}
         report.prompt_cache = prompt_cache_report(report.model_calls)
         if fresh:
             return

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any
 
+from bounded_agents.core.checkpoints import (
+    PERSIST_SUMMARY,
+    PERSIST_USAGE_HISTORY,
+    SUMMARIZE,
+    fold_step,
+)
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
-    storable_text,
 )
 from bounded_agents.core.policies import (
     fold_budget,
@@ -20,7 +26,6 @@ from bounded_agents.core.ports import (
     DurableContext,
     HistoryPolicy,
     HistoryPolicyContext,
-    JsonValue,
     RunRequest,
     Summarizer,
     ThreadSummary,
@@ -32,25 +37,19 @@ from bounded_agents.core.report import (
     SummaryReport,
 )
 from bounded_agents.core.summary import (
-    CLIP_NOTE,
-    clip_summary,
-    fold_rejection,
-    summary_fits,
     summary_token_cap,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.constants import (
     _UNBOUNDED_CALLS,
 )
-from bounded_agents.core.turn.fold_calls import (
-    _FoldCalls,
-    _halved_message,
+from bounded_agents.core.turn.fold_chunk import (
+    ChunkPhase,
+    _ChunkTask,
 )
-from bounded_agents.core.turn.load import LoadPhase
 from bounded_agents.core.turn.prompts import (
     _degraded_history,
     _history_prompt,
-    _summary_tokens,
 )
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -58,17 +57,12 @@ from bounded_agents.core.turn.public import (
 from bounded_agents.core.turn.state import (
     _Window,
 )
-from bounded_agents.errors import (
-    ProviderContextExceeded,
-    ProviderError,
-    StoreError,
-)
 
 log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 
-class FoldPhase(LoadPhase):
+class FoldPhase(ChunkPhase):
     async def _rolling_prompt(
         self,
         request: RunRequest,
@@ -183,23 +177,9 @@ class FoldPhase(LoadPhase):
         never stored, so the boundary and the previous summary stay. The caller then sends what
         the summary does not cover, up to a cap (`_degraded_history`). Returns the summary (None
         if there is still none) and the run's chunk count."""
-        through = int(fold["through"])
-        known = {m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])}
-        budget = fold_budget(policy)
-        cap = summary_token_cap(budget)  # the policy's; a chunk may be made smaller, not this
-        prior = report.summary
-        stats = (
-            prior.model_copy(deep=True)
-            if prior is not None
-            else SummaryReport(
-                made=False,
-                covers_through_seq=summary.covers_through_seq if summary is not None else 0,
-            )
-        )
-        if not stats.made:
-            stats.previous_covers_through_seq = (
-                summary.covers_through_seq if summary is not None else None
-            )
+        task = _first_task(request, hctx, summarizer, policy, summary, fold)
+        through, budget = task.through, task.budget
+        stats = _fold_stats(report.summary, summary)
         folds = made_before
         while summary is None or summary.covers_through_seq < through:
             # The budget the run's first fold step journaled, once there is one: a resumed run
@@ -210,226 +190,168 @@ class FoldPhase(LoadPhase):
                 stats.deferred = True
                 break
             folds += 1
-            suffix = "" if folds == 1 else f":{folds}"
-            # The summary commits with its ledger row, as a model step does; the summary row is
-            # written after that, idempotently: a process killed in between resumes with the
-            # journaled summary, neither losing it nor asking for a second one.
-            async with ctx.unit_of_work():
-                made = await ctx.step(
-                    "history:summarize" + suffix,
-                    functools.partial(
-                        self._fold_chunk,
-                        request,
-                        hctx,
-                        summarizer,
-                        summary,
-                        through,
-                        known,
-                        budget,
-                        cap,
-                        calls_left,
-                        call_budget,
-                    ),
-                )
-                usage = Usage.model_validate(made["usage"]) if "usage" in made else None
-                if "fitted_tokens" in made:
-                    # The provider refused a larger chunk: the rest of this run's chunks start
-                    # at the size it took, instead of being refused (and paid for) again.
-                    budget = min(budget, int(made["fitted_tokens"]))
-                if usage is not None:
-                    await ctx.step(
-                        "persist:usage:history" + suffix,
-                        functools.partial(
-                            self._record_usage,
-                            ctx,
-                            request,
-                            report,
-                            "history_summary",
-                            made["model"],
-                            usage,
-                            made.get("reserved", 0),
-                        ),
-                    )
-            if "calls" not in made:
-                # Journaled before calls were counted, so before there was a budget: the run's
-                # replay follows its journal, however many chunks it holds.
-                stats.call_budget = stats.call_budget or _UNBOUNDED_CALLS
-            stats.call_budget = stats.call_budget or int(made.get("budget", 0)) or None
-            stats.calls += int(made.get("calls", 1))
-            stats.folds = folds
+            task = dataclasses.replace(
+                task, summary=summary, budget=budget, calls_left=calls_left, call_budget=call_budget
+            )
+            made, usage = await self._summarize_step(ctx, report, task, folds)
+            if "fitted_tokens" in made:
+                # The provider refused a larger chunk: the rest of this run's chunks start at
+                # the size it took, instead of being refused (and paid for) again.
+                budget = min(budget, int(made["fitted_tokens"]))
+            _count_calls(stats, made, folds)
             if usage is not None:
-                report.model_calls.append(
-                    ModelCallReport(
-                        purpose="history_summary",
-                        prompt_tokens=usage.prompt_tokens,
-                        completion_tokens=usage.completion_tokens,
-                        messages_sent=made["input_messages"],
-                        messages_original=made["input_messages"],
-                    )
-                )
+                report.model_calls.append(_summary_call(usage, made))
             if "rejected" in made:
-                stats.rejected += 1
-                stats.rejected_reasons.append(str(made["rejected"]))
-                log.warning(
-                    "run %s: fold of messages %d-%d refused (%s); the summary stays at %d",
-                    request.run_id,
-                    (summary.covers_through_seq if summary is not None else 0) + 1,
-                    made.get("last_seq", through),
-                    made["rejected"],
-                    summary.covers_through_seq if summary is not None else 0,
-                )
+                _note_refusal(stats, request, summary, made, through)
                 break
             assert usage is not None  # an accepted fold always records what it cost
-            # What the summary now covers is never needed again: a long backlog is held in
-            # memory a read page at a time, not whole.
-            for seen in [s for s in known if s is not None and s <= made["covers_through_seq"]]:
-                del known[seen]
-            summary = ThreadSummary(
-                text=made["text"],
-                covers_through_seq=made["covers_through_seq"],
-                model=made["model"],
-                prompt_tokens=usage.prompt_tokens,
-                completion_tokens=usage.completion_tokens,
-                run_id=request.run_id,
-            )
-            async with ctx.unit_of_work():
-                await ctx.step(
-                    "persist:summary" + suffix,
-                    functools.partial(self._save_summary, ctx, request.thread_id, summary),
-                )
-            stats.made = True
-            stats.covers_through_seq = summary.covers_through_seq
-            stats.input_messages += made["input_messages"]
-            stats.input_tokens += made["input_tokens"]
-            stats.compressed += int(made.get("compressed", 0))
-            stats.messages_cut += int(made.get("messages_cut", 0))
-            stats.clipped += 1 if made.get("clipped_chars") else 0
+            summary = await self._keep_summary(ctx, request, stats, task.known, made, usage, folds)
         stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
         report.summary = stats
         return summary, folds
 
-    async def _fold_chunk(
-        self,
-        request: RunRequest,
-        hctx: HistoryPolicyContext,
-        summarizer: Summarizer,
-        summary: ThreadSummary | None,
-        through: int,
-        known: dict[int | None, Message],
-        budget: int,
-        cap: int,
-        calls_left: int,
-        call_budget: int,
-    ) -> JsonValue:
-        """One `history:summarize` step: the messages after the summary's boundary, oldest
-        first, while the summary so far and they fit `budget` (at least one message), handed to
-        the summarizer with that summary, in at most `calls_left` summarizer calls.
-
-        A chunk the provider refuses as too long (`ProviderContextExceeded`: its tokenizer
-        counts more than the estimate's four characters) is halved and sent again, never resent
-        as it was. A summary longer than its cap is asked to compress itself
-        (`fold_task="compress"`), and only clipped (`clip_summary`, reported) when that fails.
-        A refused answer or a failed call is journaled as `rejected`, with its cost if it had
-        one: a replay takes the same decision, and the turn goes on without it."""
-        seq = (summary.covers_through_seq if summary is not None else 0) + 1
-        base = _summary_tokens(summary)
-        chunk: list[Message] = []
-        tokens = base
-        learned = self._chunk_cap.get(request.agent)
-        capped = learned is not None and learned < budget
-        full = budget if learned is None else max(budget, learned)
-        budget = min(budget, learned) if learned is not None else budget
-        while seq <= through:
-            message = known.get(seq)
-            if message is None:
-                await self._fetch_backlog(request.thread_id, seq - 1, through, known)
-                message = known.get(seq)
-                if message is None:
-                    raise StoreError(f"fold: message {seq} of thread {request.thread_id} is gone")
-            cost = estimate_message_tokens(message)
-            if chunk and tokens + cost > budget:
-                break
-            chunk.append(message)
-            tokens += cost
-            seq += 1
-        fold_ctx = hctx.model_copy(update={"summary": summary, "summary_max_tokens": cap})
-        calls = _FoldCalls(self, request, summarizer, call_budget)
-        halved = False
-        cut_messages = 0
-        try:
-            while True:
-                tokens = base + sum(estimate_message_tokens(m) for m in chunk)
-                try:
-                    made = await calls.call(chunk, fold_ctx, tokens, cap)
-                except ProviderContextExceeded:
-                    # Remembered past this run (per agent, per process): the next chunk starts
-                    # at half the size refused, so a model that needs more halvings than one
-                    # turn's calls still gets its folds through, a turn or two later.
-                    self._chunk_cap[request.agent] = min(
-                        self._chunk_cap.get(request.agent, tokens), max(1, tokens // 2)
-                    )
-                    if calls.count >= calls_left:
-                        return calls.rejected("too_long", chunk, tokens)
-                    if len(chunk) < 2:
-                        # One message over the summarizer's context: it is handed the message
-                        # halved (its head and its end), so the fold gets past it; counted.
-                        halved_one = _halved_message(chunk[0])
-                        if halved_one is None:
-                            return calls.rejected("too_long", chunk, tokens)
-                        chunk, cut_messages = [halved_one], 1
-                        continue
-                    chunk = chunk[: len(chunk) // 2]
-                    halved = True
-                    continue
-                break
-        except (ProviderError, TimeoutError) as exc:
-            reason = "timeout" if isinstance(exc, TimeoutError) else exc.code
-            return calls.rejected(f"failed:{reason}", chunk, tokens)
-        text = storable_text(made.text)
-        refused = fold_rejection(made.model_copy(update={"text": text}))
-        if refused is not None:
-            return calls.rejected(refused, chunk, tokens)
-        if capped and not halved and seq <= through:
-            # Taken at the learned size with more to fold: try twice that next time (a server
-            # back from an outage, or with a larger context, is not held to it for good).
-            grown = 2 * (learned or budget)
-            if grown >= full:
-                self._chunk_cap.pop(request.agent, None)
-            else:
-                self._chunk_cap[request.agent] = grown
-        compressed = 0
-        if not summary_fits(text, cap) and calls.count < calls_left:
-            shorter = await calls.compress(text, fold_ctx, cap)  # None unless shorter
-            if shorter is not None:
-                text, compressed = shorter, 1
-        kept = clip_summary(text, cap)
-        cut = 0
-        if not summary_fits(text, cap):
-            # Booked as made (the provider billed all of it); only the end is kept, and the
-            # summary says so (`CLIP_NOTE`, not counted as kept text).
-            cut = max(1, len(text.strip()) - len(kept.removeprefix(CLIP_NOTE).strip()))
-            log.warning(
-                "run %s: the summary came back at %d characters, over its cap of %d estimated "
-                "tokens (compressed: %s); clipped by %d",
-                request.run_id,
-                len(text),
-                cap,
-                bool(compressed),
-                cut,
+    async def _summarize_step(
+        self, ctx: DurableContext, report: RunReport, task: _ChunkTask, fold: int
+    ) -> tuple[dict[str, Any], Usage | None]:
+        """One chunk's `history:summarize` and its `persist:usage:history`. The summary commits
+        with its ledger row, as a model step does; the summary row is written after that,
+        idempotently: a process killed in between resumes with the journaled summary, neither
+        losing it nor asking for a second one."""
+        async with ctx.unit_of_work():
+            made = await ctx.step(
+                fold_step(SUMMARIZE, fold), functools.partial(self._fold_chunk, task)
             )
-        recorded: dict[str, Any] = {
-            **calls.cost(),
-            "text": kept,
-            "covers_through_seq": chunk[-1].seq,
-            "input_messages": len(chunk),
-            "input_tokens": tokens,
-        }
-        if compressed:
-            recorded["compressed"] = compressed
-        if halved:
-            recorded["fitted_tokens"] = tokens
-        if cut_messages:
-            recorded["messages_cut"] = cut_messages
-        if cut:
-            recorded["clipped_chars"] = cut
-        return recorded
+            usage = Usage.model_validate(made["usage"]) if "usage" in made else None
+            if usage is not None:
+                await ctx.step(
+                    fold_step(PERSIST_USAGE_HISTORY, fold),
+                    functools.partial(
+                        self._record_usage,
+                        ctx,
+                        task.request,
+                        report,
+                        "history_summary",
+                        made["model"],
+                        usage,
+                        made.get("reserved", 0),
+                    ),
+                )
+        return made, usage
+
+    async def _keep_summary(
+        self,
+        ctx: DurableContext,
+        request: RunRequest,
+        stats: SummaryReport,
+        known: dict[int | None, Message],
+        made: dict[str, Any],
+        usage: Usage,
+        fold: int,
+    ) -> ThreadSummary:
+        """The accepted chunk's summary, stored (`persist:summary`) and counted in `stats`."""
+        # What the summary now covers is never needed again: a long backlog is held in memory
+        # a read page at a time, not whole.
+        for seen in [s for s in known if s is not None and s <= made["covers_through_seq"]]:
+            del known[seen]
+        summary = ThreadSummary(
+            text=made["text"],
+            covers_through_seq=made["covers_through_seq"],
+            model=made["model"],
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            run_id=request.run_id,
+        )
+        async with ctx.unit_of_work():
+            await ctx.step(
+                fold_step(PERSIST_SUMMARY, fold),
+                functools.partial(self._save_summary, ctx, request.thread_id, summary),
+            )
+        stats.made = True
+        stats.covers_through_seq = summary.covers_through_seq
+        stats.input_messages += made["input_messages"]
+        stats.input_tokens += made["input_tokens"]
+        stats.compressed += int(made.get("compressed", 0))
+        stats.messages_cut += int(made.get("messages_cut", 0))
+        stats.clipped += 1 if made.get("clipped_chars") else 0
+        return summary
+
+
+def _first_task(
+    request: RunRequest,
+    hctx: HistoryPolicyContext,
+    summarizer: Summarizer,
+    policy: HistoryPolicy,
+    summary: ThreadSummary | None,
+    fold: dict[str, Any],
+) -> _ChunkTask:
+    """What the fold's first step is handed; each later step replaces what moved since (the
+    summary, a budget the provider made smaller, the calls left)."""
+    budget = fold_budget(policy)
+    return _ChunkTask(
+        request=request,
+        hctx=hctx,
+        summarizer=summarizer,
+        summary=summary,
+        through=int(fold["through"]),
+        known={m.seq: m for m in (Message.model_validate(x) for x in fold["messages"])},
+        budget=budget,
+        cap=summary_token_cap(budget),  # the policy's; a chunk may be made smaller, not this
+        calls_left=0,
+        call_budget=0,
+    )
+
+
+def _fold_stats(prior: SummaryReport | None, summary: ThreadSummary | None) -> SummaryReport:
+    """The run's fold figures so far, copied: a refold adds to those of the load's fold."""
+    stats = (
+        prior.model_copy(deep=True)
+        if prior is not None
+        else SummaryReport(
+            made=False,
+            covers_through_seq=summary.covers_through_seq if summary is not None else 0,
+        )
+    )
+    if not stats.made:
+        stats.previous_covers_through_seq = (
+            summary.covers_through_seq if summary is not None else None
+        )
+    return stats
+
+
+def _count_calls(stats: SummaryReport, made: dict[str, Any], folds: int) -> None:
+    if "calls" not in made:
+        # Journaled before calls were counted, so before there was a budget: the run's replay
+        # follows its journal, however many chunks it holds.
+        stats.call_budget = stats.call_budget or _UNBOUNDED_CALLS
+    stats.call_budget = stats.call_budget or int(made.get("budget", 0)) or None
+    stats.calls += int(made.get("calls", 1))
+    stats.folds = folds
+
+
+def _summary_call(usage: Usage, made: dict[str, Any]) -> ModelCallReport:
+    return ModelCallReport(
+        purpose="history_summary",
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        messages_sent=made["input_messages"],
+        messages_original=made["input_messages"],
+    )
+
+
+def _note_refusal(
+    stats: SummaryReport,
+    request: RunRequest,
+    summary: ThreadSummary | None,
+    made: dict[str, Any],
+    through: int,
+) -> None:
+    stats.rejected += 1
+    stats.rejected_reasons.append(str(made["rejected"]))
+    log.warning(
+        "run %s: fold of messages %d-%d refused (%s); the summary stays at %d",
+        request.run_id,
+        (summary.covers_through_seq if summary is not None else 0) + 1,
+        made.get("last_seq", through),
+        made["rejected"],
+        summary.covers_through_seq if summary is not None else 0,
+    )

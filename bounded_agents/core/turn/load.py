@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
+from bounded_agents.core.checkpoints import (
+    FoldPayload,
+    JsonObject,
+    load_thread_payload,
+    seq_payload,
+    summary_saved_payload,
+)
 from bounded_agents.core.messages import (
     Message,
     journal_form,
@@ -70,15 +76,14 @@ class LoadPhase(SpendPhase):
             thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
         )
         selection = policy.select(page.messages, _page_context(hctx, page))
-        recorded: dict[str, Any] = {"keep": [journal_form(m) for m in selection.keep]}
-        if page.last_prompt is not None:
-            recorded["last_prompt"] = page.last_prompt
+        summary: JsonObject | None = None
+        fold: FoldPayload | None = None
         if summarizer is not None:
             boundary, through = _fold_range(page, selection)
             if page.summary is not None:
-                recorded["summary"] = page.summary.model_dump(mode="json", exclude_defaults=True)
+                summary = page.summary.model_dump(mode="json", exclude_defaults=True)
             if through > boundary:
-                recorded["fold"] = {
+                fold = {
                     "through": through,
                     "messages": [
                         m.model_dump(mode="json", exclude_defaults=True)
@@ -86,9 +91,14 @@ class LoadPhase(SpendPhase):
                         if (m.seq or 0) <= through
                     ],
                 }
-        recorded["title"] = page.title
-        recorded["has_assistant_message"] = page.has_assistant_message
-        return recorded
+        return load_thread_payload(
+            [journal_form(m) for m in selection.keep],
+            last_prompt=page.last_prompt,
+            summary=summary,
+            fold=fold,
+            title=page.title,
+            has_assistant_message=page.has_assistant_message,
+        )
 
     async def _persist(
         self,
@@ -112,9 +122,9 @@ class LoadPhase(SpendPhase):
                 stored = await self._tx_store.append_messages(thread_id, [message], tx=tx)
             else:
                 stored = await self.store.append_messages(thread_id, [message])
-            return {"seq": stored[0].seq}
+            return seq_payload(stored[0].seq)
         except DuplicateMessage:
-            return {"seq": None}
+            return seq_payload(None)
 
     async def _read_page(
         self,
@@ -181,4 +191,4 @@ class LoadPhase(SpendPhase):
             await store.save_summary(thread_id, summary)
         else:
             raise ConfigError("a summarizing history needs a store that keeps summaries")
-        return {"covers_through_seq": summary.covers_through_seq}
+        return summary_saved_payload(summary.covers_through_seq)

@@ -5,6 +5,14 @@ from __future__ import annotations
 import functools
 import logging
 
+from bounded_agents.core.checkpoints import (
+    LOAD_THREAD,
+    PERSIST_USAGE_HISTORY,
+    SELECTED_HISTORY,
+    SUMMARIZE,
+    parse_legacy_load,
+    parse_legacy_summarize,
+)
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
@@ -30,9 +38,6 @@ from bounded_agents.core.turn.calls import (
     _booked_model,
     _legacy_load,
 )
-from bounded_agents.core.turn.constants import (
-    SELECTED_HISTORY,
-)
 from bounded_agents.core.turn.fold import FoldPhase
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -50,11 +55,11 @@ class ReplayPhase(FoldPhase):
         (a journal without one takes the new path), so it is only ever read back."""
         policy = definition.policy
         if await ctx.patched(SELECTED_HISTORY):
-            recorded = await ctx.step("load:thread", _legacy_load)
-            keep = [Message.model_validate(m) for m in recorded["keep"]]
-            return keep, [Message.model_validate(m) for m in recorded.get("drop", [])]
-        recorded = await ctx.step("load:thread", _legacy_load)
-        messages = [Message.model_validate(m) for m in recorded["messages"]]
+            selected = parse_legacy_load(await ctx.step(LOAD_THREAD, _legacy_load))
+            keep = [Message.model_validate(m) for m in selected.get("keep", [])]
+            return keep, [Message.model_validate(m) for m in selected.get("drop", [])]
+        recorded = parse_legacy_load(await ctx.step(LOAD_THREAD, _legacy_load))
+        messages = [Message.model_validate(m) for m in recorded.get("messages", [])]
         legacy = (
             policy.window(messages)
             if supports_legacy_window(policy)
@@ -80,15 +85,17 @@ class ReplayPhase(FoldPhase):
         summarizer = policy_summarizer(policy)
         if drop and summarizer is not None:
             async with ctx.unit_of_work():
-                made = await ctx.step(
-                    "history:summarize",
-                    functools.partial(
-                        self._summarize_reserved, request.actor_id, summarizer, drop, hctx
-                    ),
+                made = parse_legacy_summarize(
+                    await ctx.step(
+                        SUMMARIZE,
+                        functools.partial(
+                            self._summarize_reserved, request.actor_id, summarizer, drop, hctx
+                        ),
+                    )
                 )
                 usage = Usage.model_validate(made["usage"])
                 await ctx.step(
-                    "persist:usage:history",
+                    PERSIST_USAGE_HISTORY,
                     functools.partial(
                         self._record_usage,
                         ctx,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from bounded_agents.core.checkpoints import usage_recorded_payload
 from bounded_agents.core.messages import (
     Message,
 )
@@ -111,7 +112,7 @@ class SpendPhase(TurnDeps):
             raise
         await self._book(entry, reserved, tx)
         report.ledger.append(_ledger_row(entry))
-        return {"recorded": True}
+        return usage_recorded_payload()
 
     async def _book(self, entry: LedgerEntry, reserved: int, tx: Transaction | None) -> None:
         if reserved and self._reserving is not None:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 
+from bounded_agents.core.checkpoints import (
+    model_payload,
+    model_step,
+    parse_model,
+    parse_tool,
+    tool_step,
+)
 from bounded_agents.core.messages import (
     MAX_TOOL_ARGUMENT_DEPTH,
     ChatMessage,
@@ -75,103 +83,43 @@ class StepsPhase(ReplayPhase):
         last_prompt: str | None = None,
     ) -> tuple[Message, _Digest]:
         """The model steps and tool calls, up to the answer (stored by the caller, with the
-        run's end). Each model step commits in one unit with its ledger row and with the tool
-        calls that fed it: one transaction per step, none held while the model or a tool runs.
-        With a `window` (a policy that re-checks between model calls) the tools commit on
-        their own first, then the history may be folded before the next call (`_refold`).
-        `last_prompt` (the digest of the thread's previous chat prompt) is what the first
-        step's prefix reuse is measured against; each step's digest comes back in its journaled
-        payload for the next, and the last one is returned, to be stored with the answer.
-        """
+        run's end). Each model step commits in one unit with its ledger row and the tool calls
+        that fed it; none is held while the model or a tool runs. With a `window` the tools
+        commit on their own first, then the history may be folded before the next call. Prefix
+        reuse is measured against the previous prompt's digest (`last_prompt`, then each step's)."""
         specs = [binding.spec for binding in definition.tools.values()]
         reported: int | None = None
         calls: list[ToolCall] = []
         results: list[ToolResult] = []
-        content = ""
+        content, step = "", 0
         pending: list[ToolCall] = []
-        step = 0
+        run_tools = self._tool_runner(ctx, definition, request.thread_id, calls, results, on_event)
+        call_model = functools.partial(
+            self._model_step, ctx, request, report, definition, specs=specs, on_event=on_event
+        )
         for n in range(1, definition.max_steps + 1):
             if window is not None and hctx is not None and pending:
                 async with ctx.unit_of_work():
-                    await self._tools(
-                        ctx,
-                        definition,
-                        step,
-                        pending,
-                        prompt,
-                        calls,
-                        results,
-                        on_event,
-                        thread_id=request.thread_id,
-                    )
+                    await run_tools(step, pending, prompt)
                 pending = []
                 prompt = await self._refold(request, ctx, definition, hctx, report, prompt, window)
             async with ctx.unit_of_work():
-                await self._tools(
-                    ctx,
-                    definition,
-                    step,
-                    pending,
-                    prompt,
-                    calls,
-                    results,
-                    on_event,
-                    thread_id=request.thread_id,
-                )
+                await run_tools(step, pending, prompt)
                 recorded = await ctx.step(
-                    f"model:{n}",
-                    functools.partial(
-                        self._model_step,
-                        ctx,
-                        request,
-                        report,
-                        definition,
-                        prompt,
-                        specs,
-                        on_event,
-                        last_prompt,
-                    ),
+                    model_step(n), functools.partial(call_model, prompt, last_prompt=last_prompt)
                 )
             step, pending = n, []
-            response = ModelResponse.model_validate(recorded["response"])
-            last_prompt = recorded.get("prompt_digest")
-            usage = response.usage
-            reported = None if usage.estimated else usage.prompt_tokens + usage.completion_tokens
-            report.model_calls.append(
-                ModelCallReport(
-                    purpose="chat",
-                    prompt_tokens=response.usage.prompt_tokens,
-                    completion_tokens=response.usage.completion_tokens,
-                    cached_tokens=response.usage.cached_tokens,
-                    **recorded["metrics"],
-                )
-            )
+            response, last_prompt, reported = _reported_step(recorded, report)
             content = response.content
             if not response.tool_calls:
                 break
-            prompt.append(
-                ChatMessage(
-                    role="assistant", content=response.content, tool_calls=response.tool_calls
-                )
-            )
+            prompt.append(_asked_for_tools(response))
             pending = list(response.tool_calls)
         else:
-            # Out of steps while the model still asked for tools: they run (they were asked
-            # for), and the run says it stopped.
+            # Out of steps with tools asked for: they run, and the run says it stopped.
             async with ctx.unit_of_work():
-                await self._tools(
-                    ctx,
-                    definition,
-                    step,
-                    pending,
-                    prompt,
-                    calls,
-                    results,
-                    on_event,
-                    thread_id=request.thread_id,
-                )
+                await run_tools(step, pending, prompt)
             content = content or f"(stopped after {definition.max_steps} model steps)"
-
         answer = Message(
             role="assistant",
             content=content,
@@ -180,6 +128,26 @@ class StepsPhase(ReplayPhase):
             run_id=request.run_id,
         )
         return answer, _Digest(last_prompt, reported)
+
+    def _tool_runner(
+        self,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        thread_id: str,
+        calls: list[ToolCall],
+        results: list[ToolResult],
+        on_event: EventSink | None,
+    ) -> Callable[[int, list[ToolCall], list[ChatMessage]], Awaitable[None]]:
+        """`_tools` for one run: (step, calls asked for, prompt so far)."""
+        return functools.partial(
+            self._tools,
+            ctx,
+            definition,
+            calls=calls,
+            results=results,
+            on_event=on_event,
+            thread_id=thread_id,
+        )
 
     async def _tools(
         self,
@@ -200,9 +168,11 @@ class StepsPhase(ReplayPhase):
             if on_event is not None:
                 await on_event(ToolCallEvent(call=call))
             result = ToolResult.model_validate(
-                await ctx.step(
-                    f"tool:{n}:{call.id}",
-                    _tool_step(definition, call, ToolContext(thread_id, tuple(prompt))),
+                parse_tool(
+                    await ctx.step(
+                        tool_step(n, call.id),
+                        _tool_step(definition, call, ToolContext(thread_id, tuple(prompt))),
+                    )
                 )
             )
             if on_event is not None:
@@ -261,11 +231,7 @@ class StepsPhase(ReplayPhase):
         await self._record_usage(ctx, request, report, "chat", model, usage, reserved)
         # Made storable before it is journaled: the journal, the stored answer and every later
         # prompt then hold the same text.
-        return {
-            "response": storable_json(response.model_dump(mode="json")),
-            "metrics": metrics,
-            "prompt_digest": digest,
-        }
+        return model_payload(storable_json(response.model_dump(mode="json")), metrics, digest)
 
     async def _call_model(
         self, model_request: ModelRequest, on_event: EventSink | None
@@ -290,3 +256,29 @@ class StepsPhase(ReplayPhase):
         if streamed is None:
             raise ProviderBadResponse("the provider's stream ended without a final response")
         return streamed
+
+
+def _reported_step(
+    recorded: JsonValue, report: RunReport
+) -> tuple[ModelResponse, str | None, int | None]:
+    """A `model:<n>` step's response, its prompt's digest and the tokens the provider reported
+    for it (None: estimated); its call is added to the run's report."""
+    made = parse_model(recorded)
+    response = ModelResponse.model_validate(made["response"])
+    usage = response.usage
+    report.model_calls.append(
+        ModelCallReport(
+            purpose="chat",
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=usage.cached_tokens,
+            **made["metrics"],
+        )
+    )
+    reported = None if usage.estimated else usage.prompt_tokens + usage.completion_tokens
+    return response, made.get("prompt_digest"), reported
+
+
+def _asked_for_tools(response: ModelResponse) -> ChatMessage:
+    """The assistant message of a response that asked for tools, as the next prompt holds it."""
+    return ChatMessage(role="assistant", content=response.content, tool_calls=response.tool_calls)

@@ -1,0 +1,377 @@
+"""Message and token windows: the newest messages of a thread a turn keeps, by count and/or
+estimated tokens.
+
+The sliding window moves every turn; the hysteresis window (`min_messages`/`min_tokens`) cuts
+in steps, so the prompts between two cuts extend each other and a provider's prompt cache hits;
+with a summarizer the window rolls, folding what it leaves out into the thread's summary.
+`whole_thread` is the window without an edge. `bounded_agents.core.history` re-exports them all:
+import them from there.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import (
+    HistoryPolicyContext,
+    HistorySelection,
+    ReadBound,
+    Summarizer,
+    SummaryRenderer,
+)
+from bounded_agents.core.summary import (
+    DEFAULT_FOLD_MAX_TOKENS,
+    render_history_summary,
+)
+from bounded_agents.core.tokens import TokenEstimator, estimate_message_tokens
+from bounded_agents.errors import ConfigError
+
+DEFAULT_WINDOW_MESSAGES = 40
+"""What `window_history()` keeps when given no limit at all, as Adonis's sliding window does."""
+DEFAULT_FOLD_MESSAGES = 4
+"""The smallest default fold batch: two turns' worth, so even a small summarizing window folds
+every other turn at most, not on every turn."""
+
+
+def _cut(messages: Sequence[Message], cut: int) -> HistorySelection:
+    return HistorySelection(keep=list(messages[cut:]), drop=list(messages[:cut]))
+
+
+def _token_fit(messages: Sequence[Message], budget: int, estimate: TokenEstimator) -> int:
+    """How many of the newest messages fit `budget`, walking back from the newest; the walk
+    stops at the FIRST message that would exceed it (the kept part stays contiguous)."""
+    total = fits = 0
+    for m in reversed(messages):
+        cost = estimate(m)
+        if total + cost > budget:
+            break
+        total += cost
+        fits += 1
+    return fits
+
+
+class WindowHistory:
+    """Keeps the newest messages that fit a message count and/or a token budget; with a
+    summarizer, folds the rest into a rolling summary; with a low mark (`min_messages`,
+    `min_tokens`) and no summarizer, cuts in steps (hysteresis). Build it with
+    `window_history(...)`."""
+
+    count_limit: int | None
+    """Most messages kept (the newest always rides, so 0 behaves like 1). Summarizing, the
+    count the window is cut back to when it folds."""
+    token_limit: int | None
+    """Token budget for the kept messages, by `estimate`."""
+    min_messages: int | None
+    """Not summarizing: the low mark of a hysteresis window, whose high mark is `count_limit`."""
+    min_tokens: int | None
+    """Not summarizing: the low mark of a token hysteresis window (high mark `token_limit`)."""
+    fold_messages: int
+    """Summarizing only: unsummarized messages past `count_limit` that trigger a fold."""
+    fold_tokens: int
+    """Summarizing only: unsummarized tokens past `token_limit` that trigger a fold."""
+    estimate: TokenEstimator
+    summarize: Summarizer | None
+    """Folds what `select` dropped into the rolling summary; None drops it."""
+    render_summary: SummaryRenderer
+    read_bound: ReadBound | None
+    """What the store reads per turn (see `window_history`)."""
+    fold_max_tokens: int
+    """Summarizer input per call at most (the summary so far plus a chunk of messages)."""
+
+    def __init__(
+        self,
+        *,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        estimate: TokenEstimator = estimate_message_tokens,
+        summarize: Summarizer | None = None,
+        render_summary: SummaryRenderer = render_history_summary,
+        fold_messages: int | None = None,
+        fold_tokens: int | None = None,
+        fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+        min_messages: int | None = None,
+        min_tokens: int | None = None,
+    ) -> None:
+        for name, value in (
+            ("max_messages", max_messages),
+            ("max_tokens", max_tokens),
+            ("fold_messages", fold_messages),
+            ("fold_tokens", fold_tokens),
+        ):
+            if value is not None and value < 0:
+                raise ConfigError(f"{name} must be >= 0, got {value!r}")
+        if fold_max_tokens < 1:
+            raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
+        _check_marks("messages", max_messages, min_messages)
+        _check_marks("tokens", max_tokens, min_tokens)
+        if summarize is not None:
+            # One rhythm for both knobs: the high mark is `max_*`, the fold cuts back to `min_*`.
+            if min_messages is not None:
+                assert max_messages is not None  # _check_marks
+                fold_messages = _fold_from_marks(
+                    "messages", max_messages, min_messages, fold_messages
+                )
+                max_messages, min_messages = min_messages, None
+            if min_tokens is not None:
+                assert max_tokens is not None
+                fold_tokens = _fold_from_marks("tokens", max_tokens, min_tokens, fold_tokens)
+                max_tokens, min_tokens = min_tokens, None
+        elif min_tokens is not None and estimate is not estimate_message_tokens:
+            raise ConfigError(
+                "min_tokens: a token hysteresis window cuts by the running token count the "
+                "store keeps, which only the default estimator (estimate_message_tokens) gives"
+            )
+        self.count_limit = max_messages
+        self.token_limit = max_tokens
+        self.min_messages = min_messages
+        self.min_tokens = min_tokens
+        self.estimate = estimate
+        self.summarize = summarize
+        self.render_summary = render_summary
+        self.fold_max_tokens = fold_max_tokens
+        self.fold_messages = (
+            fold_messages
+            if fold_messages is not None
+            else max(DEFAULT_FOLD_MESSAGES, (max_messages or 0) // 2)
+        )
+        self.fold_tokens = (
+            fold_tokens if fold_tokens is not None else max(1, (max_tokens or 0) // 2)
+        )
+        self.read_bound = self._read_bound()
+
+    def _read_bound(self) -> ReadBound | None:
+        # Summarizing, the unsummarized part may grow to the high mark before it folds, so the
+        # read takes up to a fold batch more than the window. A token budget reaches the store
+        # only with the estimator the store itself stores per message.
+        extra_m = self.fold_messages if self.summarize is not None else 0
+        extra_t = self.fold_tokens if self.summarize is not None else 0
+        messages = None if self.count_limit is None else max(1, self.count_limit) + extra_m
+        tokens = None
+        if self.token_limit is not None and self.estimate is estimate_message_tokens:
+            tokens = self.token_limit + extra_t
+        if messages is None and tokens is None:
+            return None
+        return ReadBound(messages=messages, tokens=tokens)
+
+    def window(self, messages: Sequence[Message]) -> HistorySelection:
+        """The plain sliding window: the larger of the count cut and the token cut, clamped so
+        the newest rides. What `select` does without a summarizer."""
+        n = len(messages)
+        if n == 0:
+            return HistorySelection(keep=[], drop=[])
+        cut = 0
+        if self.count_limit is not None:
+            cut = max(cut, n - self.count_limit)
+        if self.token_limit is not None:
+            cut = max(cut, n - _token_fit(messages, self.token_limit, self.estimate))
+        return _cut(messages, min(cut, n - 1))
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        if self.summarize is None:
+            if self.min_messages is None and self.min_tokens is None:
+                return self.window(messages)
+            return self.hysteresis(messages, ctx)
+        # Rolling: `messages` is what the summary does not cover. Below the high mark all of it
+        # rides (it is in no summary yet); past it, the window is cut and the rest is folded.
+        if ctx.skipped > 0 or self._past_high_mark(messages):
+            return self.window(messages)
+        return _cut(messages, 0)
+
+    def hysteresis(
+        self, messages: Sequence[Message], ctx: HistoryPolicyContext
+    ) -> HistorySelection:
+        """The window cut in steps: where it starts is a function of the thread's length alone
+        (`seq`, or the running token count), so it stays put turn after turn and every prompt
+        extends the previous one until the kept part would reach the high mark; then it moves
+        by one step (high - low) and starts again at the low mark. The cut then moves forward
+        to the next run's start, so a run is never split. `ctx.skipped` and `ctx.tokens_before`
+        say where `messages` start in the thread, so a bounded page cuts where the whole thread
+        would. A limit without a low mark still cuts as the sliding window does.
+
+        A sliding window moves its start every turn, so no two prompts share more than the
+        system prompt and a provider's prompt cache never hits. The start here is the newest
+        multiple of the step at or below `len(thread) - min_*` (in messages, or in the thread's
+        running token count), a function of the stored thread only: replay and the bounded
+        read (at most the high mark) cut exactly where the in-memory policy does. It sends
+        `min_*` to `max_* - 1` messages (or tokens), so on average about halfway between the
+        marks."""
+        n = len(messages)
+        if n == 0:
+            return HistorySelection(keep=[], drop=[])
+        cut = 0
+        if self.min_messages is not None and self.count_limit is not None:
+            step = self.count_limit - self.min_messages
+            cut = _grid(ctx.skipped + n, self.min_messages, step) - ctx.skipped
+        elif self.count_limit is not None:
+            cut = n - self.count_limit
+        if self.min_tokens is not None and self.token_limit is not None:
+            starts = list(itertools.accumulate((self.estimate(m) for m in messages), initial=0))
+            total = ctx.tokens_before + starts[-1]
+            grid = _grid(total, self.min_tokens, self.token_limit - self.min_tokens)
+            first = next(
+                (i for i, s in enumerate(starts[:-1]) if ctx.tokens_before + s >= grid), n - 1
+            )
+            cut = max(cut, first)
+        elif self.token_limit is not None:
+            cut = max(cut, n - _token_fit(messages, self.token_limit, self.estimate))
+        cut = min(max(cut, 0), n - 1)
+        while cut < n - 1 and messages[cut].role != "user":
+            cut += 1
+        return _cut(messages, cut)
+
+    def _past_high_mark(self, messages: Sequence[Message]) -> bool:
+        if self.count_limit is not None and len(messages) >= (
+            max(1, self.count_limit) + self.fold_messages
+        ):
+            return True
+        if self.token_limit is not None:
+            total = sum(self.estimate(m) for m in messages)
+            return total >= self.token_limit + self.fold_tokens
+        return False
+
+    def __repr__(self) -> str:
+        marks = "".join(
+            f", {name}={value!r}"
+            for name, value in (
+                ("min_messages", self.min_messages),
+                ("min_tokens", self.min_tokens),
+            )
+            if value is not None
+        )
+        return (
+            f"WindowHistory(max_messages={self.count_limit!r}, max_tokens={self.token_limit!r}"
+            f"{marks}, summarize={self.summarize!r})"
+        )
+
+
+def _grid(length: int, low: int, step: int) -> int:
+    """Where a hysteresis window starts: the newest multiple of `step` at or below
+    `length - low` (0 while the thread is shorter than the low mark). What is kept,
+    `length - grid`, is then between `low` and `low + step - 1`."""
+    return max(0, (length - low) // step * step)
+
+
+def _check_marks(unit: str, high: int | None, low: int | None) -> None:
+    if low is None:
+        return
+    if low < 1:
+        raise ConfigError(f"min_{unit} must be >= 1, got {low!r}")
+    if high is None:
+        raise ConfigError(f"min_{unit}: needs max_{unit} (the high mark)")
+    if low >= high:
+        raise ConfigError(
+            f"min_{unit}: the low mark must be below max_{unit} ({high!r}), got {low!r}"
+        )
+
+
+def _fold_from_marks(unit: str, high: int, low: int, fold: int | None) -> int:
+    """A summarizing window given both marks folds `high - low` at a time; a `fold_*` that
+    says otherwise is refused rather than silently losing to one of them."""
+    if fold is not None and fold != high - low:
+        raise ConfigError(
+            f"fold_{unit}: with min_{unit} the fold is max_{unit} - min_{unit} ({high - low}), "
+            f"got {fold!r}; give one of fold_{unit} and min_{unit}"
+        )
+    return high - low
+
+
+_UNSET: Any = object()
+
+
+def window_history(
+    max_messages: int | None = _UNSET,
+    max_tokens: int | None = None,
+    estimate: TokenEstimator = estimate_message_tokens,
+    summarize: Summarizer | None = None,
+    render_summary: SummaryRenderer = render_history_summary,
+    *,
+    fold_messages: int | None = None,
+    fold_tokens: int | None = None,
+    fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+    min_messages: int | None = None,
+    min_tokens: int | None = None,
+) -> WindowHistory:
+    """The built-in window: keep the newest messages that fit; the rest is dropped or folded.
+
+    - `max_messages`: the cut by count is `len - max_messages` (never below 0). Called with no
+      limit at all, `window_history()` keeps `DEFAULT_WINDOW_MESSAGES` (40); pass
+      `max_messages=None` with `max_tokens` for a token-only window.
+    - `max_tokens`: walking from the newest message backwards, the walk stops at the FIRST
+      message that would push the total over the budget (it does not skip it and look further
+      back: the kept part stays contiguous).
+    - With both, whichever cuts more wins. The newest message always rides (a turn with
+      nothing to answer is worse than a turn over budget).
+
+    The store reads only what the window can keep (`read_bound`): the newest `max_messages`,
+    and the newest messages within `max_tokens` by the stored estimate (a custom `estimate`
+    cannot be computed by the store, so then only the count bounds the read).
+
+    With `summarize` (`summarize_with_model(model)` is the built-in) the window is ROLLING:
+    every message the thread's summary does not cover rides verbatim until that part reaches
+    a high mark, `max_messages + fold_messages` messages or `max_tokens + fold_tokens` tokens
+    (defaults: half the window, and `fold_messages` at least 4, two turns). Then the window is
+    cut back to `max_messages`/`max_tokens` and what it left out is folded into the summary
+    with the summary so far, in calls of at most `fold_max_tokens` input each. So a fold
+    happens every few turns, the prompt between folds extends the previous one, and the
+    summarizer's input per fold is O(fold batch), never O(thread). `min_messages` /
+    `min_tokens` say the same in marks: `max_*` is the high mark and the fold cuts back to
+    `min_*` (so `fold_* = max_* - min_*`; giving a different `fold_*` as well is refused).
+
+    Without `summarize`, `min_messages` (and/or `min_tokens`) make the window HYSTERESIS
+    (`WindowHistory.hysteresis`): a sliding window moves its start every turn, so a provider's
+    prompt cache never hits; this one moves it in steps, and between two cuts each prompt
+    extends the previous one. `min_tokens` needs the default estimator.
+    Raises `ConfigError` for a negative limit, or a low mark without a high one or not below it.
+    """
+    if max_messages is _UNSET:
+        max_messages = DEFAULT_WINDOW_MESSAGES if max_tokens is None else None
+    return WindowHistory(
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        estimate=estimate,
+        summarize=summarize,
+        render_summary=render_summary,
+        fold_messages=fold_messages,
+        fold_tokens=fold_tokens,
+        fold_max_tokens=fold_max_tokens,
+        min_messages=min_messages,
+        min_tokens=min_tokens,
+    )
+
+
+def latest_message_only() -> WindowHistory:
+    """What `HistoryConfig(enabled=False)` builds: only the newest message (the current user
+    message) is sent, and the store reads that single row."""
+    return window_history(max_messages=1)
+
+
+class WholeThread:
+    """No ceiling: `select` keeps every message, and the whole thread is read."""
+
+    read_bound: ReadBound | None = None
+    summarize: Summarizer | None = None
+
+    def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
+        return HistorySelection(keep=list(messages), drop=[])
+
+    def __repr__(self) -> str:
+        return "WholeThread()"
+
+
+def whole_thread() -> WholeThread:
+    """The policy when nothing is configured anywhere: the whole thread is sent."""
+    return WholeThread()
+
+
+__all__ = [
+    "DEFAULT_FOLD_MESSAGES",
+    "DEFAULT_WINDOW_MESSAGES",
+    "WholeThread",
+    "WindowHistory",
+    "latest_message_only",
+    "whole_thread",
+    "window_history",
+]

@@ -1,0 +1,173 @@
+"""The optional powers of a durable runtime, its step context and a ledger (the model's and the
+store's are in `powers`, which lists all of them in `POWERS`): the same style, one
+`runtime_checkable` Protocol and one `supports_*` probe each."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
+
+from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
+from bounded_agents.core.ports.ledger import LedgerEntry
+
+_T = TypeVar("_T")
+
+
+# --- durable runtime -----------------------------------------------------------------------
+
+
+@runtime_checkable
+class KeyedRunFinder(Protocol):
+    """Optional: a runtime that finds a run by its Idempotency-Key. `begin` already refuses a
+    second run under a key; this lets a request refused before `begin` (a spent quota) still
+    be answered with the run its key names."""
+
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        """(run id, request fingerprint) of the run under `key`, or None."""
+        ...
+
+
+def supports_keyed_runs(runtime: object) -> TypeGuard[KeyedRunFinder]:
+    return isinstance(runtime, KeyedRunFinder)
+
+
+@runtime_checkable
+class RunExecutor(Protocol):
+    """Optional: a durable runtime that executes each attempt of a run itself, as a workflow of
+    an outside engine (`DbosRuntime`: a DBOS workflow). The engine's own recovery then calls
+    the run again after a restart, through the resumer the loop registers; the runtime's lease
+    stays the thread's lock. A runtime without it is simply awaited by the loop (`SqlJournal`)."""
+
+    def register_resumer(self, resume: RunResumer) -> None:
+        """What the engine's recovery calls with a run id (the loop registers its `resume`)."""
+        ...
+
+    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one attempt of the run (begun or reopened just before) inside the engine's
+        workflow, and return what it returns; its context's steps are that workflow's steps."""
+        ...
+
+
+def supports_run_executor(runtime: object) -> TypeGuard[RunExecutor]:
+    return isinstance(runtime, RunExecutor)
+
+
+@runtime_checkable
+class RunTimelineReader(Protocol):
+    """Optional: a durable runtime that lists a thread's runs with their journal (`SqlJournal`)."""
+
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        """The newest `limit` runs whose user message has `seq < before_seq`, newest first."""
+        ...
+
+
+def supports_run_timeline(runtime: object) -> TypeGuard[RunTimelineReader]:
+    return isinstance(runtime, RunTimelineReader)
+
+
+@runtime_checkable
+class JournalPruner(Protocol):
+    """Optional: a durable runtime whose finished runs' journals can be deleted (`SqlJournal`)."""
+
+    async def prune_steps(
+        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
+    ) -> int:
+        """Delete the journals of up to `limit` runs that ended with `status` at least that
+        long ago; returns how many runs were pruned (fewer than `limit`: none are left now)."""
+        ...
+
+
+def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
+    return isinstance(runtime, JournalPruner)
+
+
+@runtime_checkable
+class RuntimeLauncher(Protocol):
+    """Optional: a durable runtime whose engine is launched with the app and shut down after it
+    (`DbosRuntime`: DBOS, on its system database)."""
+
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+def supports_launch(runtime: object) -> TypeGuard[RuntimeLauncher]:
+    return isinstance(runtime, RuntimeLauncher)
+
+
+# --- durable context -----------------------------------------------------------------------
+
+
+@runtime_checkable
+class JournalFigures(Protocol):
+    """Optional: a durable context that says what its journal holds, for the run's report and
+    its spans: each step's stored bytes, and the steps this attempt read back (replayed)
+    instead of running."""
+
+    @property
+    def journal_bytes(self) -> dict[str, int]: ...
+
+    @property
+    def replayed(self) -> list[str]: ...
+
+
+def supports_journal_figures(ctx: object) -> TypeGuard[JournalFigures]:
+    return isinstance(ctx, JournalFigures)
+
+
+# --- ledger --------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class TransactionalLedger(Protocol):
+    """Optional: a ledger whose rows can join a durable context's transaction, so a model step
+    and its ledger row commit once."""
+
+    joins_transactions: bool
+
+    async def record(self, entry: LedgerEntry, *, tx: Transaction | None = None) -> None: ...
+
+
+def supports_ledger_transactions(ledger: object) -> TypeGuard[TransactionalLedger]:
+    return isinstance(ledger, TransactionalLedger)
+
+
+ledger_supports_transactions = supports_ledger_transactions
+"""The probe's earlier name, kept for code written against it."""
+
+
+@runtime_checkable
+class QuotaReserver(Protocol):
+    """Optional: a ledger that holds tokens for a model call while it is in flight, so a quota
+    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
+    start only while that total is below the quota, checked and bumped in one atomic step."""
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
+        nothing added) when it is not."""
+        ...
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
+        ...
+
+    async def record_reserved(
+        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
+    ) -> None:
+        """`record(entry)` and give back the call's reservation, in one transaction: the
+        total goes from reserved to spent without a moment in which it counts neither."""
+        ...
+
+
+def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
+    return isinstance(ledger, QuotaReserver)
