@@ -10,8 +10,9 @@ as written.
 SQLite: `messages_fts`, an FTS5 table over `messages.content` (external content, by rowid:
 the text is not stored twice), kept by triggers on insert, delete and update of `messages`,
 and rebuilt from the table here, so old messages are searchable too. A later migration that
-rebuilds `messages` (batch mode, which renumbers rowids) must end with
-`INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')`.
+rebuilds `messages` (batch mode: copy, DROP, rename) loses the triggers with the dropped table
+and may renumber rowids: it must create the three triggers again and end with
+`INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')`. (VACUUM keeps the rowids.)
 
 Neither object is in `schema.metadata` (`bounded_agents.store.search` says why).
 
