@@ -26,7 +26,7 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
-from bounded_agents.store import direct, erase, migrate
+from bounded_agents.store import direct, erase, migrate, search
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
 from bounded_agents.store.engine import (
     autocommit,
@@ -416,6 +416,11 @@ class SqlAgentStore:
         async with wrap_db_errors("run_messages"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in rows]
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        """`HistorySearcher`: one ranked full-text query of the thread (`store.search`)."""
+        async with wrap_db_errors("search_messages"), self._reader.connect() as conn:
+            return await search.search_messages(conn, thread_id, query, limit)
 
 
 def _check_title(title: str | None) -> None:

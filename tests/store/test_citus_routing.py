@@ -157,6 +157,26 @@ async def test_a_turn_with_a_tool_call_sends_every_statement_to_one_shard(
     assert "tool:1:c1" in await env.step_names(run_id)
 
 
+async def test_a_turn_searching_its_history_sends_every_statement_to_one_shard(
+    env: LoopEnv, stats: Statements
+) -> None:
+    """The search names the thread: its ranked full-text query goes to the thread's shard."""
+    from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+
+    call = ToolCall(id="c1", name=SEARCH_TOOL_NAME, arguments={"query": "q0 a1"})
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done")])
+    tid = await env.thread(HISTORY)
+    tools = {SEARCH_TOOL_NAME: HistorySearchTool(env.store)}
+    loop = env.loop(model, window_history(max_messages=2), tools=tools)
+    await stats.reset()
+    await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="find", run_id=rid()
+    )
+    await _routed(stats, at_least=10)
+    assert any("search_vector" in r.query for r in await stats.ran())
+    assert '"content": "q0"' in model.calls[1].messages[-1].content
+
+
 async def test_folding_turns_send_every_statement_to_one_shard(
     env: LoopEnv, stats: Statements
 ) -> None:

@@ -21,6 +21,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
 | store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
 | store   | ErasingStore           | supports_erasure             | SqlAgentStore, MemoryStore |
+| store   | HistorySearcher        | supports_history_search      | SqlAgentStore              |
 | store   | MigratingStore         | supports_migrations          | SqlAgentStore              |
 | store   | DisposableStore        | supports_disposal            | SqlAgentStore              |
 | runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
@@ -292,6 +293,24 @@ def supports_erasure(store: object) -> TypeGuard[ErasingStore]:
 
 
 @runtime_checkable
+class HistorySearcher(Protocol):
+    """Optional: a store with a full-text index over its messages, so the history search tool
+    (`bounded_agents.core.search`) ranks a whole thread in one indexed query instead of scanning
+    its newest rows (the fallback every other store gets)."""
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        """Up to `limit` messages of `thread_id` whose content matches any word of `query`,
+        best first. `query` is whatever the model wrote: words, never syntax, so no input may
+        raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read names
+        the thread: it never returns, ranks against or scans another thread's messages."""
+        ...
+
+
+def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
+    return isinstance(store, HistorySearcher)
+
+
+@runtime_checkable
 class MigratingStore(Protocol):
     """Optional: a store that brings its own database to the newest schema; the module's
     lifespan runs it at start-up when AGENT_MIGRATE_ON_START is on (the default)."""
@@ -340,6 +359,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", ThreadLister, supports_thread_listing),
     Power("store", TranscriptReader, supports_transcripts),
     Power("store", ErasingStore, supports_erasure),
+    Power("store", HistorySearcher, supports_history_search),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
@@ -359,6 +379,7 @@ __all__ = [
     "ClosingModelProvider",
     "DisposableStore",
     "ErasingStore",
+    "HistorySearcher",
     "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
@@ -384,6 +405,7 @@ __all__ = [
     "supports_closing",
     "supports_disposal",
     "supports_erasure",
+    "supports_history_search",
     "supports_journal_figures",
     "supports_keyed_runs",
     "supports_launch",
