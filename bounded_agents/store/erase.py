@@ -19,6 +19,12 @@ Where a message's bytes can be, and what becomes of each:
   runs' rows stay (their report and status hold no content) except for one field:
 - `runs.request`: the run whose user message it is keeps the content in its request, which is
   blanked (`content: ""`).
+- the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
+  SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
+  tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
+  `secure-delete`; so an erasure ends with FTS5's `optimize`, which merges the whole index into
+  one segment without them. It rewrites the index, work in proportion to every thread's
+  messages, which an erasure (rare, and owed) can pay; a turn never does.
 - `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
   the next turn only loses its `prefix_reused` figure.
 
@@ -43,6 +49,7 @@ from bounded_agents.store.clock import db_now
 from bounded_agents.store.engine import write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
+from bounded_agents.store.search import FTS_TABLE
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _SEQ = sa.bindparam("seq", type_=sa.Integer)
@@ -116,6 +123,7 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
             return False
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
+        await _purge_search_index(conn)
     return True
 
 
@@ -137,7 +145,21 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
         if found.role == "user" and found.run_id is not None:
             await _blank_request(conn, {**params, "rid": found.run_id})
         await conn.execute(_FORGET_PROMPT, params)
+        await _purge_search_index(conn)
     return True
+
+
+_FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
+_FTS_OPTIMIZE = sa.text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+
+
+async def _purge_search_index(conn: AsyncConnection) -> None:
+    """SQLite only: merge the FTS5 index so no segment still holds an erased row's terms (see
+    the module docstring). A database without the index (before migration 0011) has none."""
+    if conn.dialect.name != "sqlite":
+        return
+    if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
+        await conn.execute(_FTS_OPTIMIZE)
 
 
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:

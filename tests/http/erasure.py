@@ -40,11 +40,13 @@ class RecordingEcho(EchoModel):
 
 
 def _holds(value: Any, marker: str) -> bool:
+    """Case-insensitive: a full-text index keeps its terms case-folded (SQLite's FTS5 segments
+    hold `mark1f...` for `MARK1F...`), and a copy in another case is a copy all the same."""
     if value is None:
         return False
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return marker.encode() in bytes(value)
-    return marker in str(value)
+        return marker.lower().encode() in bytes(value).lower()
+    return marker.lower() in str(value).lower()
 
 
 def _scan(conn: Connection, marker: str) -> list[str]:
