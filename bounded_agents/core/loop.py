@@ -50,20 +50,9 @@ from bounded_agents.core.ports import (
     Idempotency,
     Ledger,
     ModelProvider,
-    PromptDigestStore,
-    QuotaReserver,
     RunRequest,
     Thread,
-    ThreadTurnReader,
-    TransactionalLedger,
-    TransactionalStore,
-    ledger_supports_transactions,
-    supports_bounded_read,
-    supports_prompt_digests,
-    supports_reservations,
     supports_run_executor,
-    supports_summaries,
-    supports_transactions,
 )
 from bounded_agents.core.report import (
     RunReport,
@@ -76,6 +65,7 @@ from bounded_agents.core.turn.constants import (
     DEFAULT_FOLD_CALLS_PER_TURN,
     DEFAULT_FOLD_TIMEOUT_SECONDS,
 )
+from bounded_agents.core.turn.ledger import TurnLedger
 from bounded_agents.core.turn.preview import PreviewPhase
 from bounded_agents.core.turn.prompts import (
     omission_note,
@@ -94,6 +84,7 @@ from bounded_agents.core.turn.state import (
     _Digest,
     _Window,
 )
+from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import (
     AgentError,
     ConfigError,
@@ -156,8 +147,9 @@ class AgentLoop(PreviewPhase):
         self._compress_cap: dict[str, int] = {}
         """Per agent, half the smallest summary its summarizer refused to compress: a longer
         one is compressed by its oldest part within this (see `_FoldCalls.compress`)."""
+        turn_store = TurnStore(store)
         for definition in agents.values():
-            if policy_summarizer(definition.policy) is not None and not supports_summaries(store):
+            if policy_summarizer(definition.policy) is not None and not turn_store.keeps_summaries:
                 raise ConfigError(
                     f"agent {definition.name!r} summarizes its history, but the store "
                     f"({type(store).__name__}) keeps no summaries (the SummaryStore port): "
@@ -167,22 +159,16 @@ class AgentLoop(PreviewPhase):
         self.runtime = runtime
         self.ledger = ledger
         self.model = model
-        # What the store and the ledger can do, probed once: a runtime-checkable protocol's
-        # isinstance walks its members on every call (5-13 us each on CPython 3.11), and a turn
-        # asked a dozen times of the same two objects.
-        tx_store = store if supports_transactions(store) else None
-        tx_ledger = ledger if ledger_supports_transactions(ledger) else None
-        self._shares_transactions = tx_store is not None and tx_ledger is not None
+        # What the store and the ledger can do, probed once, each in its adapter: every phase
+        # reads and writes through these two and has no fallback branch of its own.
+        self.turn_store = turn_store
+        self.turn_ledger = TurnLedger(ledger)
+        self._shares_transactions = (
+            turn_store.joins_transactions and self.turn_ledger.joins_transactions
+        )
         """Writes join a step's unit of work only when every writer can: one that wrote on a
         connection of its own while the unit's transaction is open could wait for that very
         transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
-        self._tx_store: TransactionalStore | None = tx_store if self._shares_transactions else None
-        self._tx_ledger: TransactionalLedger | None = (
-            tx_ledger if self._shares_transactions else None
-        )
-        self._bounded: ThreadTurnReader | None = store if supports_bounded_read(store) else None
-        self._digests: PromptDigestStore | None = store if supports_prompt_digests(store) else None
-        self._reserving: QuotaReserver | None = ledger if supports_reservations(ledger) else None
         self.agents = dict(agents)
         self.token_quota = token_quota
         if supports_run_executor(runtime):

@@ -8,9 +8,9 @@ import pytest
 
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import Thread, ThreadSummary, ThreadTurnQuery
+from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import ConfigError, ThreadNotFound
 from bounded_agents.store import MemoryStore
-from bounded_agents.store.turn_store import TurnStore
 from tests.factories import assistant, user
 from tests.store.conftest import ContractStore
 

@@ -10,18 +10,14 @@ from bounded_agents.core.ports import (
     DurableRuntime,
     Ledger,
     ModelProvider,
-    PromptDigestStore,
-    QuotaReserver,
     Thread,
-    ThreadTurnReader,
     Transaction,
-    TransactionalLedger,
-    TransactionalStore,
-    supports_thread_info,
 )
+from bounded_agents.core.turn.ledger import TurnLedger
 from bounded_agents.core.turn.public import (
     AgentDefinition,
 )
+from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import (
     AgentNotFound,
     ThreadNotFound,
@@ -32,8 +28,9 @@ log = logging.getLogger("bounded_agents.core.loop")
 
 
 class TurnDeps:
-    """What every phase of a turn may use: the loop's collaborators and what they can do,
-    probed once in `AgentLoop.__init__`."""
+    """What every phase of a turn may use: the loop's collaborators, and the store and the
+    ledger as a turn uses them (`turn_store`, `turn_ledger`: every read and write of a phase
+    goes through those, which probed the powers once)."""
 
     store: AgentStore
     runtime: DurableRuntime
@@ -45,12 +42,9 @@ class TurnDeps:
     fold_timeout: float | None
     _chunk_cap: dict[str, int]
     _compress_cap: dict[str, int]
+    turn_store: TurnStore
+    turn_ledger: TurnLedger
     _shares_transactions: bool
-    _tx_store: TransactionalStore | None
-    _tx_ledger: TransactionalLedger | None
-    _bounded: ThreadTurnReader | None
-    _digests: PromptDigestStore | None
-    _reserving: QuotaReserver | None
 
     def definition(self, agent: str) -> AgentDefinition:
         try:
@@ -60,10 +54,7 @@ class TurnDeps:
 
     async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
         """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
-        if supports_thread_info(self.store):
-            thread = await self.store.get_thread_info(thread_id)
-        else:
-            thread = await self.store.get_thread(thread_id)
+        thread = await self.turn_store.thread_info(thread_id)
         if thread is None or thread.actor_id != actor_id or (agent and thread.agent != agent):
             raise ThreadNotFound(thread_id)
         return thread

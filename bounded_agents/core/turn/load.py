@@ -29,11 +29,7 @@ from bounded_agents.core.ports import (
     ThreadTurnPage,
     ThreadTurnQuery,
     Transaction,
-    supports_prompt_digests,
-    supports_summaries,
-    supports_transactions,
 )
-from bounded_agents.core.reads import bounded_page
 from bounded_agents.core.report import (
     RunReport,
 )
@@ -48,9 +44,7 @@ from bounded_agents.core.turn.prompts import (
 from bounded_agents.core.turn.spend import SpendPhase
 from bounded_agents.core.turn.state import _Digest
 from bounded_agents.errors import (
-    ConfigError,
     DuplicateMessage,
-    ThreadNotFound,
 )
 
 log = logging.getLogger("bounded_agents.core.loop")
@@ -113,15 +107,11 @@ class LoadPhase(SpendPhase):
         With `last_prompt` (an answer's), a store that keeps prompt digests remembers it in the
         same write."""
         tx = await self._tx(ctx)
+        prompt, reported = (digest.prompt, digest.reported) if digest is not None else (None, None)
         try:
-            if digest is not None and digest.prompt is not None and self._digests is not None:
-                stored = await self._digests.append_answer(
-                    thread_id, [message], digest.prompt, tx=tx, reported_tokens=digest.reported
-                )
-            elif tx is not None and self._tx_store is not None:
-                stored = await self._tx_store.append_messages(thread_id, [message], tx=tx)
-            else:
-                stored = await self.store.append_messages(thread_id, [message])
+            stored = await self.turn_store.append(
+                thread_id, [message], tx=tx, last_prompt=prompt, reported_tokens=reported
+            )
             return seq_payload(stored[0].seq)
         except DuplicateMessage:
             return seq_payload(None)
@@ -138,57 +128,29 @@ class LoadPhase(SpendPhase):
         thread cut the same way in memory. The report says what was actually read. With `tx`
         it reads inside the turn's transaction, which holds the turn's own user message."""
         query = ThreadTurnQuery.of(thread_id, bound, after_summary=after_summary)
-        if self._bounded is not None:
-            if tx is not None and self._tx_store is not None:
-                page = await self._tx_store.load_thread_for_turn(query, tx=tx)
-            else:
-                page = await self._bounded.load_thread_for_turn(query)
-            if page is None:
-                raise ThreadNotFound(thread_id)
+        read = await self.turn_store.read(query, tx=tx)
+        page = read.page
+        if read.bounded:
             report.read_bound = query.message_limit
             report.read_token_bound = query.token_limit
             report.read_run_bound = query.run_limit
-            if page.summary is not None:
-                report.read_after_seq = page.summary.covers_through_seq
-            _count_read(report, page.messages)
-            return page
-        thread = await self.store.get_thread(thread_id)
-        if thread is None:
-            raise ThreadNotFound(thread_id)
-        summary = None
-        if after_summary and supports_summaries(self.store):
-            summary = await self.store.latest_summary(thread_id)
-        last_prompt = reported = None
-        if supports_prompt_digests(self.store):
-            last_prompt = await self.store.last_prompt(thread_id)
-            reported = await self.store.reported_tokens(thread_id)
-        _count_read(report, thread.messages)  # no bound reached the store: all of it was read
-        if summary is not None:
-            report.read_after_seq = summary.covers_through_seq
-        page = bounded_page(thread, query, summary, last_prompt)
-        return page.model_copy(update={"reported_tokens": reported})
+        if page.summary is not None:
+            report.read_after_seq = page.summary.covers_through_seq
+        _count_read(report, read.read)  # unbounded: no bound reached the store, all was read
+        return page
 
     async def _fetch_backlog(
         self, thread_id: str, after_seq: int, through: int, known: dict[int | None, Message]
     ) -> None:
-        store = self.store
-        if not supports_summaries(store):
-            raise ConfigError("a summarizing history needs a store that keeps summaries")
         # Only the gap: up to the next message the fold already holds (the turn read's page).
         held = [s for s in known if s is not None and after_seq < s <= through]
         rows = min(BACKLOG_READ_ROWS, (min(held) if held else through + 1) - after_seq - 1)
-        for m in await store.messages_after(thread_id, after_seq, max(1, rows)):
+        for m in await self.turn_store.messages_after(thread_id, after_seq, max(1, rows)):
             if m.seq is not None and m.seq <= through:
                 known.setdefault(m.seq, m)
 
     async def _save_summary(
         self, ctx: DurableContext, thread_id: str, summary: ThreadSummary
     ) -> JsonValue:
-        store = self.store
-        if supports_transactions(store):
-            await store.save_summary(thread_id, summary, tx=await self._tx(ctx))
-        elif supports_summaries(store):
-            await store.save_summary(thread_id, summary)
-        else:
-            raise ConfigError("a summarizing history needs a store that keeps summaries")
+        await self.turn_store.save_summary(thread_id, summary, tx=await self._tx(ctx))
         return summary_saved_payload(summary.covers_through_seq)

@@ -15,7 +15,6 @@ from bounded_agents.core.ports import (
     JsonValue,
     LedgerEntry,
     RunRequest,
-    Transaction,
     Usage,
 )
 from bounded_agents.core.report import (
@@ -50,18 +49,16 @@ class SpendPhase(TurnDeps):
         quota = self.token_quota
         if quota is None:
             return 0
-        if self._reserving is not None:
-            if await self._reserving.reserve(actor_id, tokens, quota):
-                return tokens
-        elif await self.ledger.tokens_used(actor_id) < quota:
-            return 0
+        held = await self.turn_ledger.hold(actor_id, tokens, quota)
+        if held is not None:
+            return held
         raise QuotaExceeded(actor_id, await self.ledger.tokens_used(actor_id), quota)
 
     async def _release(self, actor_id: str, reserved: int) -> None:
-        if not reserved or self._reserving is None:
+        if not reserved:
             return
         try:
-            await self._reserving.release(actor_id, reserved)
+            await self.turn_ledger.release(actor_id, reserved)
         except Exception:  # the call's own failure is what the caller must see
             log.exception("could not give back %d reserved tokens of %s", reserved, actor_id)
 
@@ -108,17 +105,8 @@ class SpendPhase(TurnDeps):
         try:
             tx = await self._tx(ctx) if ctx is not None else None
         except LeaseLost:
-            await self._book(entry, reserved, None)
+            await self.turn_ledger.book(entry, reserved, None)
             raise
-        await self._book(entry, reserved, tx)
+        await self.turn_ledger.book(entry, reserved, tx)
         report.ledger.append(_ledger_row(entry))
         return usage_recorded_payload()
-
-    async def _book(self, entry: LedgerEntry, reserved: int, tx: Transaction | None) -> None:
-        if reserved and self._reserving is not None:
-            # The reservation becomes the spend in the same write: the total never counts both.
-            await self._reserving.record_reserved(entry, reserved, tx=tx)
-        elif tx is not None and self._tx_ledger is not None:
-            await self._tx_ledger.record(entry, tx=tx)
-        else:
-            await self.ledger.record(entry)
