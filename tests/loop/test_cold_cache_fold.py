@@ -183,3 +183,17 @@ async def test_a_history_config_ttl_overrides_the_modules(
     tid = await env.thread()
     await _turns(loop, tid, [0, 0, 0, 0, gap], clock)
     assert len(summarizer.folds) == folds
+
+
+async def test_the_window_preview_shows_the_fold_a_turn_would_make_now(env: LoopEnv) -> None:
+    """`GET .../window` reads the way a turn reads: on a thread idle past the TTL, within half
+    a batch once the next message is counted, the preview says the next turn folds."""
+    summarizer, clock = Summarizer(), ScriptedClock()
+    loop = _loop(env, _policy(summarizer), clock)
+    tid = await env.thread()
+    await _turns(loop, tid, [0, 0, 0, 0], clock)  # 8 messages: the next turn reads 9
+    assert (await loop.preview(tid, "alice")).next_fold is None, "hot"
+    clock.gap = TTL + 100
+    cold = await loop.preview(tid, "alice")
+    assert cold.next_fold is not None and cold.next_fold.through_seq == 3
+    assert summarizer.folds == [], "a preview folds nothing"
