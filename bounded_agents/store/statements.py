@@ -183,7 +183,7 @@ def _turn_read(
         ).label("last_reported_tokens"),
         # The thread's last activity before its newest message (in a turn: before the turn's
         # own user message), on that one row: how long the thread sat idle.
-        sa.case((page.c.seq == t.c.last_seq - 1, page.c.created_at), else_=sa.null()).label(
+        sa.case((page.c.seq + 1 == t.c.last_seq, page.c.created_at), else_=sa.null()).label(
             "previous_at"
         ),
     ]
