@@ -65,6 +65,11 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="only the recall benchmark: planted facts, probe points (bench/recall.py)",
     )
     parser.add_argument(
+        "--recall-search",
+        action="store_true",
+        help="only recall with the history search tool on, beside without (bench/recall_search.py)",
+    )
+    parser.add_argument(
         "--recall-turns", type=_ints, default=(120, 500), help="conversation lengths (120,500)"
     )
     parser.add_argument(
@@ -98,7 +103,9 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         n.strip() for n in args.recall_summarizers.split(",") if n.strip()
     )
     only = (
-        "recall"
+        "recall-search"
+        if args.recall_search
+        else "recall"
         if args.recall
         else "cache"
         if args.cache
@@ -115,6 +122,12 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
 
 def main(argv: list[str] | None = None) -> int:
     config, json_path, chart_path, only = parse_args(sys.argv[1:] if argv is None else argv)
+    if only == "recall-search":
+        from bench.recall_search import recall_search_main
+
+        return recall_search_main(
+            RESULTS / "recall-search.json", config.recall_turns, config.recall_seeds
+        )
     if only == "recall":
         from bench.recall import recall_main
 

@@ -112,8 +112,10 @@ def _definitions(
     history: HistoryConfig | Mapping[str, Any] | None,
     model: ModelProvider,
     chat_middleware: Sequence[ChatMiddleware],
+    store: AgentStore,
 ) -> dict[str, AgentDefinition]:
-    """Each `@agent` class as the loop runs it, by name; its own history outranks the module's."""
+    """Each `@agent` class as the loop runs it, by name; its own history outranks the module's.
+    An agent declared `search=True` gets the history search tool over `store`."""
     definitions: dict[str, AgentDefinition] = {}
     for cls_ in agents:
         spec = agent_spec(cls_)
@@ -123,7 +125,7 @@ def _definitions(
             name=spec.name,
             system_prompt=spec.system_prompt,
             policy=resolve_policy(spec.history, history_policy, history, model),
-            tools=tool_bindings(cls_()),
+            tools=tool_bindings(cls_(), search_store=store if spec.search else None),
             max_steps=spec.max_steps,
             middleware=(*chat_middleware, *spec.chat_middleware),
         )
@@ -227,7 +229,9 @@ class AgentModule:
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
-        definitions = _definitions(agents, history_policy, history, model, chat_middleware)
+        definitions = _definitions(
+            agents, history_policy, history, model, chat_middleware, persistence.store
+        )
         actor_resolver, local_mode = _resolver(actor_resolver, settings)
         loop = AgentLoop(
             store=persistence.store,

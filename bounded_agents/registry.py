@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.history import HistorySpec
 from bounded_agents.core.messages import ToolResult
-from bounded_agents.core.ports import ToolSpec
+from bounded_agents.core.ports import AgentStore, ToolSpec
+from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+from bounded_agents.core.turn.public import ToolBinding
 from bounded_agents.errors import ConfigError
 
 C = TypeVar("C", bound=type)
@@ -37,6 +39,8 @@ class AgentSpec:
     history: HistorySpec | None = None
     max_steps: int = 8
     chat_middleware: Sequence[ChatMiddleware] = field(default_factory=tuple)
+    search: bool = False
+    """Whether the agent gets the `search_history` tool (`bounded_agents.core.search`)."""
 
 
 def agent(
@@ -46,10 +50,13 @@ def agent(
     history: HistorySpec | None = None,
     max_steps: int = 8,
     chat_middleware: Sequence[ChatMiddleware] = (),
+    search: bool = False,
 ) -> Callable[[C], C]:
     """Declare a class as an agent. `history=` (a HistoryConfig, a dict or a HistoryPolicy)
     outranks everything set module-wide, for this agent only; `chat_middleware` runs after
-    the module's. The class must be constructible without arguments."""
+    the module's. `search=True` adds the built-in `search_history` tool: the model can look up
+    messages of its thread that its bounded prompt no longer holds (`bounded_agents.core.search`
+    says what it returns and its bounds). The class must be constructible without arguments."""
     if max_steps < 1:
         raise ConfigError(f"agent {name!r}: max_steps must be at least 1, got {max_steps}")
 
@@ -57,7 +64,7 @@ def agent(
         setattr(
             cls,
             _AGENT_ATTR,
-            AgentSpec(name, system_prompt, history, max_steps, tuple(chat_middleware)),
+            AgentSpec(name, system_prompt, history, max_steps, tuple(chat_middleware), search),
         )
         return cls
 
@@ -142,14 +149,24 @@ def _arguments_model(name: str, method: Callable[..., Any]) -> type[BaseModel]:
     return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
-def tool_bindings(instance: object) -> dict[str, MethodTool]:
-    """The `@tool` methods of an agent instance, bound, by tool name."""
-    out: dict[str, MethodTool] = {}
+def tool_bindings(
+    instance: object, *, search_store: AgentStore | None = None
+) -> dict[str, ToolBinding]:
+    """The `@tool` methods of an agent instance, bound, by tool name; with `search_store` (an
+    agent declared with `search=True`) the `search_history` tool over it too."""
+    out: dict[str, ToolBinding] = {}
+    if search_store is not None:
+        out[SEARCH_TOOL_NAME] = HistorySearchTool(search_store)
     for attr in dir(type(instance)):
         fn = getattr(type(instance), attr, None)
         tool_name = getattr(fn, _TOOL_ATTR, None)
         if isinstance(tool_name, str):
             if tool_name in out:
-                raise ConfigError(f"two tools named {tool_name!r} on {type(instance).__qualname__}")
+                what = (
+                    "the built-in search tool and a tool"
+                    if tool_name == SEARCH_TOOL_NAME
+                    else "two tools"
+                )
+                raise ConfigError(f"{what} named {tool_name!r} on {type(instance).__qualname__}")
             out[tool_name] = MethodTool(tool_name, getattr(instance, attr))
     return out

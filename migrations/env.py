@@ -24,6 +24,7 @@ from bounded_agents.store.migrate import (
     require_foreign_keys_off,
 )
 from bounded_agents.store.schema import metadata
+from bounded_agents.store.search import include_name
 
 config = context.config
 target_metadata = metadata
@@ -40,6 +41,7 @@ def _configure(connection: Connection) -> None:
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_name=include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

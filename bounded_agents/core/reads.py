@@ -3,8 +3,8 @@ return for a thread, computed in memory.
 
 It is the contract the SQL store implements in one statement, and the loop's own read for a
 store that can only hand over whole threads, so both paths give `select` the same messages. Every
-limit is a `seq` floor (the thread's messages are numbered 1..n without gaps), so combining them
-is a max (every limit) or a min (any limit) of floors.
+limit is a `seq` floor (numbered 1..n, with a gap only where a message was erased), so
+combining them is a max (every limit) or a min (any limit) of floors.
 """
 
 from __future__ import annotations
@@ -68,12 +68,15 @@ def bounded_page(
     floor = page_floor(after, query)
     page = after[floor:]
     before = len(thread.messages) - len(page)
+    # Seqs skipped, as the SQL read counts them: an erased message leaves a gap, and a fold
+    # through `boundary + skipped` must still reach the page.
+    skipped = (page[0].seq or 0) - boundary - 1 if page and page[0].seq else floor
     return ThreadTurnPage(
         messages=page,
         title=thread.title,
         has_assistant_message=any(m.role == "assistant" for m in thread.messages),
         summary=summary if query.after_summary else None,
-        skipped=floor,
+        skipped=skipped,
         tokens_before=sum(estimate_message_tokens(m) for m in thread.messages[:before])
         if page
         else 0,

@@ -8,6 +8,7 @@ the official `openai` SDK works unchanged with `base_url="http://127.0.0.1:8000/
     GET  /v1/conversations/{conversation_id}/items   its transcript as items (?limit&after&order)
     POST /v1/responses                           run one turn (JSON, or SSE with "stream": true)
     GET  /v1/responses/{response_id}             a run as a Response
+    GET  /v1/responses/{response_id}/input_items what its model was sent, as items
 
 The mapping: a conversation is a thread, a response is a run (same id: `GET /runs/{id}` reports
 it too), `model` is the agent's name. `responses.create` runs the turn in `conversation`, or in
@@ -17,8 +18,9 @@ bounded history applies as on every other route, because this router calls the s
 and an actor sees only its own conversations and responses (404 otherwise).
 
 Errors have the OpenAI shape (`openai_errors`). The routes live by subject: `openai_models`,
-`openai_conversations`, `openai_responses`; the shapes in `openai_schemas` and `openai_items`,
-the SSE events in `openai_stream`. This module only assembles them into one router.
+`openai_conversations`, `openai_responses`, `openai_input_items`; the shapes in `openai_schemas`
+and `openai_items`, the SSE events in `openai_stream`. This module only assembles them into one
+router.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from bounded_agents.http.openai_conversations import (
     get_conversation,
     list_items,
 )
+from bounded_agents.http.openai_erase import build_openai_erase_router
 from bounded_agents.http.openai_errors import openai_error_response
+from bounded_agents.http.openai_input_items import list_input_items
 from bounded_agents.http.openai_models import get_model, list_models
 from bounded_agents.http.openai_responses import create_response, get_response
 from bounded_agents.http.openai_schemas import (
@@ -67,6 +71,7 @@ def build_openai_router(module: AgentModule) -> APIRouter:
     _add_model_routes(router)
     _add_conversation_routes(router)
     _add_response_routes(router)
+    router.include_router(build_openai_erase_router(module))
     return router
 
 
@@ -138,6 +143,14 @@ def _add_response_routes(router: APIRouter) -> None:
         response_model=ResponseOut,
         responses=_errors(*_COMMON),
         summary="A response (a run)",
+    )
+    router.add_api_route(
+        "/responses/{response_id}/input_items",
+        list_input_items,
+        methods=["GET"],
+        response_model=ItemsPage,
+        responses=_errors(*_COMMON, 410),
+        summary="What a response's model was sent, as items",
     )
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Final, Literal
 from fastapi import Body, Path, Query
 
 from bounded_agents.core.messages import MAX_SEQ, Message
-from bounded_agents.core.ports import Thread
+from bounded_agents.core.ports import Thread, supports_summaries
 from bounded_agents.errors import ThreadNotFound, clipped, echoed
 from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
@@ -144,8 +144,9 @@ async def _items_desc(
 async def _items_asc(
     module: AgentModule, thread_id: str, want: int, cursor: tuple[int, int] | None
 ) -> list[Item]:
-    """Oldest first. A thread's seqs are contiguous from 1, so the messages from `start` on
-    are the newest ones below `start + n`."""
+    """Oldest first. A thread's seqs run from 1, so the messages from `start` on are the
+    newest ones below `start + n`; where a message was erased there is a gap, and a window of
+    gap alone goes on from the next stored seq."""
     out: list[Item] = []
     start = cursor[0] if cursor is not None else 1
     while len(out) < want:
@@ -155,13 +156,26 @@ async def _items_asc(
             if (m.seq or 0) >= start
         ]
         if not messages:
-            break
+            resumed = await _next_stored(module, thread_id, start)
+            if resumed is None:
+                break
+            start = resumed
+            continue
         for message in messages:
             for position, item in message_items(message):
                 if cursor is None or position > cursor:
                     out.append(item)
         start = (messages[-1].seq or start) + 1
     return out[:want]
+
+
+async def _next_stored(module: AgentModule, thread_id: str, start: int) -> int | None:
+    """The first stored seq from `start` on (one read), or None: past an erased stretch."""
+    store = module.store
+    if not supports_summaries(store):
+        return None
+    found = await store.messages_after(thread_id, start - 1, 1)
+    return found[0].seq if found else None
 
 
 def _below(seq: int) -> int | None:

@@ -43,6 +43,7 @@ from bounded_agents.http.deps import (
     RunIdPath,
     run_id_or_404,
 )
+from bounded_agents.http.erase import build_erase_router
 from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency
 from bounded_agents.http.inspector import build_inspector_router
@@ -105,6 +106,7 @@ def build_router(module: AgentModule) -> APIRouter:
         )
     if module.settings.inspector:
         router.include_router(build_inspector_router(module, "/inspect"))
+    router.include_router(build_erase_router(module))
     return router
 
 
@@ -321,6 +323,7 @@ async def get_run(run_id: RunIdPath, actor: ActorDep, module: ModuleDep) -> RunO
         thread_id=record.request.thread_id,
         agent=record.request.agent,
         error=error,
+        input_items_url=f"/v1/responses/{canonical}/input_items",
     )
 
 

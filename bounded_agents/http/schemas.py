@@ -112,6 +112,9 @@ class RunOut(RunReport):
     agent: str
     error: ErrorDetail | None = None
     """Set when `status` is `failed`."""
+    input_items_url: str | None = None
+    """`GET` it for what the run's model was sent, as OpenAI input items (where the app
+    includes the `/v1` router: a response is a run, of the same id)."""
 
 
 class HealthOut(BaseModel):

@@ -3,7 +3,8 @@
 It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
 whole thread, then cut it in memory as the bounded read would) is exercised by every test that
 uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too, and
-each thread's last prompt digest (`PromptDigestStore`).
+each thread's last prompt digest (`PromptDigestStore`). It erases (`ErasingStore`) what it holds;
+it knows no runs, so it cannot refuse an erasure during one as the SQL store does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     AgentStore,
+    ErasingStore,
     NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
@@ -35,6 +37,8 @@ class MemoryStore:
         self._summaries: dict[str, dict[int, ThreadSummary]] = {}
         self._last_prompts: dict[str, str] = {}
         self._reported: dict[str, int | None] = {}
+        self._last_seq: dict[str, int] = {}
+        """The newest seq handed out per thread: an erased message's seq is never reused."""
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -77,7 +81,8 @@ class MemoryStore:
             for m in messages:
                 if m.run_id is not None and (m.run_id, m.role) in stored_keys:
                     raise DuplicateMessage(m.run_id, m.role)
-            start = len(thread.messages) + 1
+            start = self._last_seq.get(thread_id, 0) + 1
+            self._last_seq[thread_id] = start + len(messages) - 1
             stored = [m.model_copy(update={"seq": start + i}) for i, m in enumerate(messages)]
             self._threads[thread_id] = thread.model_copy(
                 update={"messages": [*thread.messages, *stored], "updated_at": datetime.now(UTC)}
@@ -143,6 +148,27 @@ class MemoryStore:
             return []
         return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]
 
+    async def delete_thread(self, thread_id: str) -> bool:
+        async with self._lock:
+            for kept in (self._summaries, self._last_prompts, self._reported, self._last_seq):
+                kept.pop(thread_id, None)
+            return self._threads.pop(thread_id, None) is not None
+
+    async def delete_message(self, thread_id: str, seq: int) -> bool:
+        """The message, the summaries covering it and the thread's prompt digest."""
+        async with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or all(m.seq != seq for m in thread.messages):
+                return False
+            kept = [m for m in thread.messages if m.seq != seq]
+            self._threads[thread_id] = thread.model_copy(update={"messages": kept})
+            summaries = self._summaries.get(thread_id, {})
+            for boundary in [b for b in summaries if b >= seq]:
+                del summaries[boundary]
+            self._last_prompts.pop(thread_id, None)
+            self._reported.pop(thread_id, None)
+            return True
+
     async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
         thread = self._threads.get(thread_id)
         return [m for m in thread.messages if m.run_id == run_id] if thread else []
@@ -155,3 +181,4 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_RUN_MESSAGES: RunMessagesReader = MemoryStore()
     _AS_NAMED_THREADS: NamedThreadCreator = MemoryStore()
     _AS_LISTER: ThreadLister = MemoryStore()
+    _AS_ERASING: ErasingStore = MemoryStore()

@@ -90,6 +90,11 @@ class MessageCache:
     def _forget(self, key: tuple[str, int]) -> None:
         self._bytes -= self._entries.pop(key)[2]
 
+    def forget(self, thread_id: str) -> None:
+        """Drop every message of the thread: an erased message must not outlive its row here."""
+        for key in [k for k in self._entries if k[0] == thread_id]:
+            self._forget(key)
+
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0

@@ -26,7 +26,7 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
-from bounded_agents.store import direct, migrate
+from bounded_agents.store import direct, erase, migrate, search
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
 from bounded_agents.store.engine import (
     autocommit,
@@ -62,8 +62,9 @@ from bounded_agents.store.tx import joined, writing
 
 
 class SqlAgentStore:
-    """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore` and
-    `PromptDigestStore` over SQLAlchemy Core (no ORM identity map to pay for)."""
+    """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore`,
+    `PromptDigestStore` and `ErasingStore` over SQLAlchemy Core (no ORM identity map to pay
+    for)."""
 
     joins_transactions = True
 
@@ -378,6 +379,19 @@ class SqlAgentStore:
             for r in rows
         ]
 
+    # --- ErasingStore (bounded_agents.store.erase) -----------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        erased = await erase.delete_thread(self._engine, thread_id)
+        self.message_cache.forget(thread_id)
+        return erased
+
+    async def delete_message(self, thread_id: str, seq: int) -> bool:
+        """The cache is dropped for the thread too: it holds the message's text in memory."""
+        erased = await erase.delete_message(self._engine, thread_id, seq)
+        self.message_cache.forget(thread_id)
+        return erased
+
     # --- transcript paging (HTTP) ----------------------------------------------------------
 
     async def list_messages(
@@ -403,6 +417,11 @@ class SqlAgentStore:
         async with wrap_db_errors("run_messages"), self._reader.connect() as conn:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in rows]
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        """`HistorySearcher`: one ranked full-text query of the thread (`store.search`)."""
+        async with wrap_db_errors("search_messages"), self._reader.connect() as conn:
+            return await search.search_messages(conn, thread_id, query, limit)
 
 
 def _check_title(title: str | None) -> None:

@@ -30,6 +30,8 @@ EXPECTED: dict[tuple[str, str], set[str]] = {
     ("get", "/threads/{thread_id}/window"): {"401", "404", "500"},
     ("get", "/runs/{run_id}"): {"401", "404", "500"},
     ("get", "/healthz"): {"503"},
+    ("delete", "/threads/{thread_id}"): {"401", "404", "409", "500"},
+    ("delete", "/threads/{thread_id}/messages/{seq}"): {"401", "404", "409", "422", "500"},
 }
 
 

@@ -60,7 +60,9 @@ async def test_get_run_returns_its_report(client: httpx.AsyncClient) -> None:
     assert all(c["prompt_tokens"] > 0 for c in run["model_calls"])
     assert [row["purpose"] for row in run["ledger"]] == ["chat", "chat"]
     assert [row["model"] for row in run["ledger"]] == ["echo", "echo"]
-    assert run == {**answered["report"], **{k: run[k] for k in ("thread_id", "agent", "error")}}
+    assert run["input_items_url"] == f"/v1/responses/{answered['run_id']}/input_items"
+    linked = ("thread_id", "agent", "error", "input_items_url")
+    assert run == {**answered["report"], **{k: run[k] for k in linked}}
 
 
 async def test_two_turns_at_once_on_one_thread_one_runs_one_gets_409(

@@ -15,6 +15,7 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -120,6 +121,12 @@ class Recording(EchoModel):
         return await super().complete(request)
 
 
+# Hypothesis warns when the global `random` state moves while it draws an example, taking it
+# for a strategy that uses `random`. None here does: DBOS, launched once for the loop tests
+# (tests/loop/conftest.py), keeps worker threads that draw from the global `random` (jitter)
+# for the rest of the session, and the warning (an error under filterwarnings=error) then
+# lands on whichever example was being drawn.
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 @settings(max_examples=60)
 @given(
     policy=policies,

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from bounded_agents.core.messages import Attachment, Message, ToolCall, ToolResult
 from bounded_agents.core.ports import RunRequest
 from bounded_agents.store.codec import to_row
+from bounded_agents.store.search import is_search_object
 
 ACTORS = ("alice", "bøb", "carol")
 ROOT_ROWS = len(ACTORS)
@@ -115,9 +116,17 @@ Rows = dict[str, list[dict[str, Any]]]
 
 
 def reflect(conn: sa.Connection) -> sa.MetaData:
+    """The schema's tables; not the search index's (an FTS5 table and its shadow tables are
+    SQLite's own, filled by triggers, never written or compared as data)."""
     meta = sa.MetaData()
-    meta.reflect(bind=conn)
+    meta.reflect(bind=conn, only=lambda name, _meta: not is_search_object(name, "table"))
     return meta
+
+
+def _data_columns(table: sa.Table) -> list[sa.Column[Any]]:
+    """The columns that hold data: a generated one (`messages.search_vector`) is the database's
+    function of the others, never written, and compared through them."""
+    return [c for c in table.columns if c.computed is None]
 
 
 def seed(conn: sa.Connection, *, big: bool = True) -> Rows:
@@ -136,7 +145,7 @@ def seed(conn: sa.Connection, *, big: bool = True) -> Rows:
 def snapshot(conn: sa.Connection) -> Rows:
     """Every row of every table, read back through the tables as reflected now."""
     return {
-        table.name: [dict(row._mapping) for row in conn.execute(sa.select(table))]
+        table.name: [dict(row._mapping) for row in conn.execute(sa.select(*_data_columns(table)))]
         for table in reflect(conn).sorted_tables
         if table.name not in SKIPPED
     }
@@ -197,7 +206,7 @@ def _rows(table: sa.Table, made: Rows, big: bool) -> list[dict[str, Any]]:
                 assert referred is not None
                 for element in fk.elements:
                     row[element.parent.name] = referred[element.column.name]
-            for column in table.columns:
+            for column in _data_columns(table):
                 if column.name not in row and column.name not in _HINTS:
                     row[column.name] = _value(table, column, i, k, numbered_per_parent, big)
             for name, hint in _HINTS.items():

@@ -11,10 +11,12 @@ from alembic.migration import MigrationContext
 from bounded_agents.store import migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.schema import metadata
+from bounded_agents.store.search import include_name
 
 
 def _diff(connection: sa.Connection) -> list[Any]:
-    return list(compare_metadata(MigrationContext.configure(connection), metadata))
+    context = MigrationContext.configure(connection, opts={"include_name": include_name})
+    return list(compare_metadata(context, metadata))
 
 
 def _tables(connection: sa.Connection) -> set[str]:

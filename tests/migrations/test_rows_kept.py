@@ -28,6 +28,7 @@ from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.schema import metadata
+from bounded_agents.store.search import include_name
 from tests.migrations import rows
 from tests.reliability.processes import app_env, run_command
 
@@ -132,7 +133,11 @@ async def test_down_to_base_and_up_again_keeps_every_row_the_first_revision_has(
         await migrate.upgrade(engine)
         async with engine.connect() as conn:
             diff = await conn.run_sync(
-                lambda c: list(compare_metadata(MigrationContext.configure(c), metadata))
+                lambda c: list(
+                    compare_metadata(
+                        MigrationContext.configure(c, opts={"include_name": include_name}), metadata
+                    )
+                )
             )
         assert diff == []
     finally:

@@ -37,8 +37,9 @@ from bounded_agents.settings import Settings
 
 MAX_EXAMPLES = 50
 AUTH = {"Authorization": "Bearer k"}
-REAL = {"agent", "thread_id", "run_id"}
-"""Path parameters that every other example sets to alice's real agent, thread and run."""
+REAL = {"agent", "thread_id", "run_id", "response_id"}
+"""Path parameters that every other example sets to alice's real agent, thread and run (a
+response is a run: `/v1/responses/{response_id}` and its input items are fuzzed on it too)."""
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -125,7 +126,8 @@ def test_no_operation_answers_a_server_error(
     params = case.path_parameters or {}
     real = bool(REAL & set(params)) and tally.cases[case.operation.label] % 2 == 1
     if real:
-        for name, value in (("agent", "assistant"), ("thread_id", thread_id), ("run_id", run_id)):
+        reals = {"agent": "assistant", "thread_id": thread_id, "run_id": run_id}
+        for name, value in [*reals.items(), ("response_id", run_id)]:
             if name in params:
                 params[name] = value
     response = case.call(headers=AUTH, app=app)

@@ -215,7 +215,10 @@ async def test_on_sqlite_every_statement_announced_is_one_the_database_ran(
             await driver.set_trace_callback(None)
             await tx.close(commit=False)
         assert [s.split()[0] for s in announced] == ["UPDATE", "INSERT", "SELECT"]
-        assert [s.split()[0] for s in ran] == ["UPDATE", "INSERT", "SELECT"], ran
+        # SQLite's trace also reports, as `-- ...` comments, what runs inside a statement: the
+        # search index's triggers and FTS5's own reads (migration 0011), not statements sent.
+        statements = [s for s in ran if not s.startswith("--")]
+        assert [s.split()[0] for s in statements] == ["UPDATE", "INSERT", "SELECT"], ran
         assert [r[2] for r in await _rows(store, thread.id)] == ["first"]
 
 

@@ -157,6 +157,26 @@ async def test_a_turn_with_a_tool_call_sends_every_statement_to_one_shard(
     assert "tool:1:c1" in await env.step_names(run_id)
 
 
+async def test_a_turn_searching_its_history_sends_every_statement_to_one_shard(
+    env: LoopEnv, stats: Statements
+) -> None:
+    """The search names the thread: its ranked full-text query goes to the thread's shard."""
+    from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+
+    call = ToolCall(id="c1", name=SEARCH_TOOL_NAME, arguments={"query": "q0 a1"})
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done")])
+    tid = await env.thread(HISTORY)
+    tools = {SEARCH_TOOL_NAME: HistorySearchTool(env.store)}
+    loop = env.loop(model, window_history(max_messages=2), tools=tools)
+    await stats.reset()
+    await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="find", run_id=rid()
+    )
+    await _routed(stats, at_least=10)
+    assert any("search_vector" in r.query for r in await stats.ran())
+    assert '"content": "q0"' in model.calls[1].messages[-1].content
+
+
 async def test_folding_turns_send_every_statement_to_one_shard(
     env: LoopEnv, stats: Statements
 ) -> None:
@@ -296,3 +316,31 @@ async def test_a_sweep_and_a_prune_reach_every_shard_only_to_find_their_runs(
     routed = [r for r in await stats.ran() if r.partition_key is not None]
     assert {r.partition_key for r in routed} == set(threads)
     assert sum(r.calls for r in routed) == 2 * len(threads)  # a mark and a delete per thread
+
+
+async def test_erasing_a_message_and_a_thread_sends_every_statement_to_one_shard(
+    store: SqlAgentStore, stats: Statements
+) -> None:
+    """The erasure routes (`bounded_agents.store.erase`): the lock, the live-run check and every
+    delete name the thread."""
+    from bounded_agents.module import AgentModule
+
+    module = AgentModule.for_root(
+        store=store,
+        model=EchoModel(),
+        agents=[HelperAgent],
+        history={"max_messages": 4, "fold_messages": 4, "summarize": True},
+        settings=http_settings(),
+    )
+    async with AsyncExitStack() as stack:
+        client = await open_client(stack, make_app(module))
+        thread = await new_thread(client)
+        for content in ["one", "two", "three", "four", "five"]:
+            answered = await post(client, thread, content)
+            assert answered.status_code == 200, answered.text
+        await stats.reset()
+        erased = await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)
+        assert erased.status_code == 204, erased.text
+        gone = await client.delete(f"/threads/{thread}", headers=ALICE)
+        assert gone.status_code == 204, gone.text
+        await _routed(stats, at_least=15)

@@ -20,6 +20,8 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | NamedThreadCreator     | supports_named_threads       | SqlAgentStore, MemoryStore |
 | store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
 | store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
+| store   | ErasingStore           | supports_erasure             | SqlAgentStore, MemoryStore |
+| store   | HistorySearcher        | supports_history_search      | SqlAgentStore              |
 | store   | MigratingStore         | supports_migrations          | SqlAgentStore              |
 | store   | DisposableStore        | supports_disposal            | SqlAgentStore              |
 | runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
@@ -271,6 +273,44 @@ def supports_transcripts(store: object) -> TypeGuard[TranscriptReader]:
 
 
 @runtime_checkable
+class ErasingStore(Protocol):
+    """Optional: a store that erases a message or a whole thread (the right to erasure): no
+    byte of it stays in the store, summaries made of it included; one transaction each,
+    refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay."""
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Erase the thread and all of it but its ledger rows; False if there was none."""
+        ...
+
+    async def delete_message(self, thread_id: str, seq: int) -> bool:
+        """Erase one message and every summary covering it (the next turns fold that span
+        again from what is left); False if the thread has no message `seq`."""
+        ...
+
+
+def supports_erasure(store: object) -> TypeGuard[ErasingStore]:
+    return isinstance(store, ErasingStore)
+
+
+@runtime_checkable
+class HistorySearcher(Protocol):
+    """Optional: a store with a full-text index over its messages, so the history search tool
+    (`bounded_agents.core.search`) ranks a whole thread in one indexed query instead of scanning
+    its newest rows (the fallback every other store gets)."""
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        """Up to `limit` messages of `thread_id` whose content matches any word of `query`,
+        best first. `query` is whatever the model wrote: words, never syntax, so no input may
+        raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read names
+        the thread: it never returns, ranks against or scans another thread's messages."""
+        ...
+
+
+def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
+    return isinstance(store, HistorySearcher)
+
+
+@runtime_checkable
 class MigratingStore(Protocol):
     """Optional: a store that brings its own database to the newest schema; the module's
     lifespan runs it at start-up when AGENT_MIGRATE_ON_START is on (the default)."""
@@ -318,6 +358,8 @@ POWERS: tuple[Power, ...] = (
     Power("store", NamedThreadCreator, supports_named_threads),
     Power("store", ThreadLister, supports_thread_listing),
     Power("store", TranscriptReader, supports_transcripts),
+    Power("store", ErasingStore, supports_erasure),
+    Power("store", HistorySearcher, supports_history_search),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
@@ -336,6 +378,8 @@ __all__ = [
     "POWERS",
     "ClosingModelProvider",
     "DisposableStore",
+    "ErasingStore",
+    "HistorySearcher",
     "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
@@ -360,6 +404,8 @@ __all__ = [
     "supports_bounded_read",
     "supports_closing",
     "supports_disposal",
+    "supports_erasure",
+    "supports_history_search",
     "supports_journal_figures",
     "supports_keyed_runs",
     "supports_launch",

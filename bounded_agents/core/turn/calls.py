@@ -25,6 +25,8 @@ from bounded_agents.core.ports import (
 )
 from bounded_agents.core.turn.public import (
     AgentDefinition,
+    ToolContext,
+    takes_turn_context,
 )
 from bounded_agents.errors import (
     AgentError,
@@ -64,14 +66,19 @@ async def _provider_boundary(what: str) -> AsyncIterator[None]:
         raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
 
 
-def _tool_step(definition: AgentDefinition, call: ToolCall) -> Callable[[], Awaitable[JsonValue]]:
-    return lambda: _run_tool(definition, call)
+def _tool_step(
+    definition: AgentDefinition, call: ToolCall, context: ToolContext
+) -> Callable[[], Awaitable[JsonValue]]:
+    return lambda: _run_tool(definition, call, context)
 
 
-async def _run_tool(definition: AgentDefinition, call: ToolCall) -> JsonValue:
+async def _run_tool(definition: AgentDefinition, call: ToolCall, context: ToolContext) -> JsonValue:
     binding = definition.tools.get(call.name)
     if binding is None:
         result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
+    elif takes_turn_context(binding):
+        result = await binding.invoke_in_turn(dict(call.arguments), context)
+        result = result.model_copy(update={"call_id": call.id})
     else:
         result = await binding.invoke(dict(call.arguments))
         result = result.model_copy(update={"call_id": call.id})

@@ -36,7 +36,6 @@ from bounded_agents.core.turn.prompts import (
 from bounded_agents.errors import (
     ProviderContextExceeded,
     ProviderError,
-    StoreError,
 )
 
 log = logging.getLogger("bounded_agents.core.loop")
@@ -74,6 +73,9 @@ class _Chunk:
     tokens: int
     halved: bool = False
     cut_messages: int = 0
+    erased_through: int = 0
+    """`through`, when the seqs from the chunk's last message to it were all erased
+    (`ErasingStore`): the summary then covers them too."""
 
 
 class ChunkPhase(LoadPhase):
@@ -95,6 +97,8 @@ class ChunkPhase(LoadPhase):
             update={"summary": task.summary, "summary_max_tokens": task.cap}
         )
         calls = _FoldCalls(self, task.request, task.summarizer, task.call_budget)
+        if not chunk.messages:  # all of it erased: nothing to summarize; a later range passes
+            return {**calls.rejected("erased", [], chunk.tokens), "last_seq": task.through}
         made = await self._summarize_chunk(task, chunk, calls, fold_ctx)
         if not isinstance(made, HistorySummary):
             return made
@@ -115,22 +119,25 @@ class ChunkPhase(LoadPhase):
         seq = (summary.covers_through_seq if summary is not None else 0) + 1
         base = _summary_tokens(summary)
         messages: list[Message] = []
-        tokens = base
+        tokens, erased = base, 0
         while seq <= task.through:
             message = task.known.get(seq)
             if message is None:
                 thread_id = task.request.thread_id
                 await self._fetch_backlog(thread_id, seq - 1, task.through, task.known)
                 message = task.known.get(seq)
-                if message is None:
-                    raise StoreError(f"fold: message {seq} of thread {thread_id} is gone")
+                if message is None:  # erased: the fold goes on from the next one stored
+                    later = [s for s in task.known if s is not None and seq < s <= task.through]
+                    seq = min(later) if later else task.through + 1
+                    erased = 0 if later else task.through
+                    continue
             cost = estimate_message_tokens(message)
             if messages and tokens + cost > budget:
                 break
             messages.append(message)
             tokens += cost
             seq += 1
-        return _Chunk(messages=messages, next_seq=seq, base=base, tokens=tokens)
+        return _Chunk(messages, next_seq=seq, base=base, tokens=tokens, erased_through=erased)
 
     async def _summarize_chunk(
         self,
@@ -209,7 +216,7 @@ def _halve(chunk: _Chunk) -> bool:
         chunk.messages, chunk.cut_messages = [halved_one], 1
         return True
     chunk.messages = chunk.messages[: len(chunk.messages) // 2]
-    chunk.halved = True
+    chunk.halved, chunk.erased_through = True, 0
     return True
 
 
@@ -221,7 +228,7 @@ def _chunk_record(
     recorded: dict[str, Any] = {
         **calls.cost(),
         "text": kept,
-        "covers_through_seq": chunk.messages[-1].seq,
+        "covers_through_seq": max(chunk.messages[-1].seq or 0, chunk.erased_through),
         "input_messages": len(chunk.messages),
         "input_tokens": chunk.tokens,
     }

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.messages import (
+    ChatMessage,
     Message,
     ToolCall,
     ToolResult,
@@ -32,6 +33,30 @@ class ToolBinding(Protocol):
         """Run the tool. Bad arguments or a raising tool give an `is_error` result, not an
         exception: the model sees the error and can correct itself."""
         ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a turn-aware tool is told about the turn calling it: the thread (the only one it
+    may read) and the prompt the model saw when it asked, tool results so far included. Kept
+    this small on purpose: a tool that needs the run's request or journal is a loop feature."""
+
+    thread_id: str
+    prompt: tuple[ChatMessage, ...]
+
+
+@runtime_checkable
+class TurnAwareTool(ToolBinding, Protocol):
+    """A tool that needs its turn (the history search tool): the loop calls `invoke_in_turn`
+    instead of `invoke`. Its result is journaled like any tool's, so a replay never calls it."""
+
+    async def invoke_in_turn(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        """`invoke`, for the turn `context` describes."""
+        ...
+
+
+def takes_turn_context(binding: ToolBinding) -> TypeGuard[TurnAwareTool]:
+    return isinstance(binding, TurnAwareTool)
 
 
 @dataclass(frozen=True)

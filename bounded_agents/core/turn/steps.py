@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 
 from bounded_agents.core.checkpoints import (
     model_payload,
@@ -52,6 +53,7 @@ from bounded_agents.core.turn.public import (
     AgentDefinition,
     EventSink,
     ToolCallEvent,
+    ToolContext,
     ToolResultEvent,
 )
 from bounded_agents.core.turn.replay import ReplayPhase
@@ -91,9 +93,7 @@ class StepsPhase(ReplayPhase):
         results: list[ToolResult] = []
         content, step = "", 0
         pending: list[ToolCall] = []
-        run_tools = functools.partial(
-            self._tools, ctx, definition, calls=calls, results=results, on_event=on_event
-        )
+        run_tools = self._tool_runner(ctx, definition, request.thread_id, calls, results, on_event)
         call_model = functools.partial(
             self._model_step, ctx, request, report, definition, specs=specs, on_event=on_event
         )
@@ -129,6 +129,26 @@ class StepsPhase(ReplayPhase):
         )
         return answer, _Digest(last_prompt, reported)
 
+    def _tool_runner(
+        self,
+        ctx: DurableContext,
+        definition: AgentDefinition,
+        thread_id: str,
+        calls: list[ToolCall],
+        results: list[ToolResult],
+        on_event: EventSink | None,
+    ) -> Callable[[int, list[ToolCall], list[ChatMessage]], Awaitable[None]]:
+        """`_tools` for one run: (step, calls asked for, prompt so far)."""
+        return functools.partial(
+            self._tools,
+            ctx,
+            definition,
+            calls=calls,
+            results=results,
+            on_event=on_event,
+            thread_id=thread_id,
+        )
+
     async def _tools(
         self,
         ctx: DurableContext,
@@ -139,13 +159,21 @@ class StepsPhase(ReplayPhase):
         calls: list[ToolCall],
         results: list[ToolResult],
         on_event: EventSink | None,
+        *,
+        thread_id: str,
     ) -> None:
-        """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`."""
+        """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`. A
+        turn-aware tool is told the thread and the prompt so far (`ToolContext`)."""
         for call in pending:
             if on_event is not None:
                 await on_event(ToolCallEvent(call=call))
             result = ToolResult.model_validate(
-                parse_tool(await ctx.step(tool_step(n, call.id), _tool_step(definition, call)))
+                parse_tool(
+                    await ctx.step(
+                        tool_step(n, call.id),
+                        _tool_step(definition, call, ToolContext(thread_id, tuple(prompt))),
+                    )
+                )
             )
             if on_event is not None:
                 await on_event(

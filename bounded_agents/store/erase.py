@@ -1,0 +1,190 @@
+"""Erasure (the right to erasure): a message, or a whole thread, gone from every table.
+
+Where a message's bytes can be, and what becomes of each:
+
+- `messages`: its row is deleted. Its `seq` is never handed out again (`threads.last_seq` stays),
+  so an id a client saw never names another message; the thread's seqs have a gap from now on,
+  which every bounded read tolerates (a count window over the gap shows one message fewer, a
+  token window counts the erased message's tokens still: both stay within their bound).
+- `thread_summaries`: every summary with `covers_through_seq >= seq` folded it in (a summary
+  rolls up the one before it), so all of them are deleted. The newest summary left ends before
+  the message; the next turns' fold rules fold the span after it again from the messages left,
+  `fold_calls_per_turn` summarizer calls a turn, as any backlog.
+- `run_steps`: the journal of EVERY run of the thread is deleted and the runs are marked pruned
+  (`steps_pruned_at`), as retention would. Which steps hold the message is not written anywhere
+  a statement can see: the run that stored it journals it, every later run's `load:thread` may
+  hold it in its window or fold, and a fold's summary text may quote it. Reading the payloads to
+  find them would be slow and fragile; a finished run's journal is only there to replay a crash
+  (and for the timeline), and a pruned run already answers that it cannot be replayed. The
+  runs' rows stay (their report and status hold no content) except for one field:
+- `runs.request`: the run whose user message it is keeps the content in its request, which is
+  blanked (`content: ""`).
+- the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
+  SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
+  tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
+  `secure-delete`; so an erasure ends with FTS5's `optimize`, which merges the whole index into
+  one segment without them. It rewrites the index, work in proportion to every thread's
+  messages, which an erasure (rare, and owed) can pay; a turn never does.
+- `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
+  the next turn only loses its `prefix_reused` figure.
+
+A live run (running, lease not lapsed) may be holding the message in memory and about to write a
+summary of it, so an erasure refuses with `ThreadBusy` (409) while one holds the thread; the
+thread's row is locked first, so no run can begin or append between that check and the commit.
+A run whose lease lapsed is dead: it is failed for good (its journal is gone).
+
+Every statement names the thread: on Citus each one is routed to the thread's shard.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from bounded_agents.errors import ThreadBusy
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.engine import write_transaction
+from bounded_agents.store.errors import wrap_db_errors
+from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
+from bounded_agents.store.search import FTS_TABLE
+
+_TID = sa.bindparam("tid", type_=sa.String)
+_SEQ = sa.bindparam("seq", type_=sa.Integer)
+
+_TAKE = threads.update().where(threads.c.id == _TID).values(updated_at=threads.c.updated_at)
+"""SQLite: the erasure's first statement, a write that changes nothing, so the database's write
+lock is taken at once (see `write_transaction`); no row means no thread."""
+_LOCK = sa.select(threads.c.id).where(threads.c.id == _TID).with_for_update()
+"""PostgreSQL: the erasure's first statement, the thread row's strongest lock, which a run's
+insert (its foreign key's KEY SHARE lock) and an append (its seq bump) both wait for, and which
+waits for theirs. First, before any other lock of the row: a weaker lock taken first (an
+UPDATE's) would deadlock with a turn holding KEY SHARE and about to bump the seq."""
+_LIVE_RUN = (
+    sa.select(runs.c.id)
+    .where(
+        runs.c.thread_id == _TID,
+        runs.c.status == "running",
+        sa.or_(runs.c.lease_expires_at.is_(None), runs.c.lease_expires_at >= db_now()),
+    )
+    .limit(1)
+)
+_MESSAGE = sa.select(messages.c.role, messages.c.run_id).where(
+    messages.c.thread_id == _TID, messages.c.seq == _SEQ
+)
+_DELETE_MESSAGE = messages.delete().where(messages.c.thread_id == _TID, messages.c.seq == _SEQ)
+_DELETE_COVERING = thread_summaries.delete().where(
+    thread_summaries.c.thread_id == _TID, thread_summaries.c.covers_through_seq >= _SEQ
+)
+_DELETE_STEPS = run_steps.delete().where(run_steps.c.thread_id == _TID)
+_FAIL_LAPSED = (
+    runs.update()
+    .where(runs.c.thread_id == _TID, runs.c.status == "running")
+    .values(
+        status="failed",
+        error_code="journal_erased",
+        error_message="the run's process stopped, and an erasure deleted its journal",
+        lease_expires_at=None,
+    )
+)
+_MARK_PRUNED = (
+    runs.update()
+    .where(runs.c.thread_id == _TID, runs.c.steps_pruned_at.is_(None))
+    .values(steps_pruned_at=sa.func.current_timestamp())
+)
+_RID = sa.bindparam("rid", type_=sa.String)
+_REQUEST = sa.select(runs.c.request).where(runs.c.thread_id == _TID, runs.c.id == _RID)
+_SET_REQUEST = (
+    runs.update()
+    .where(runs.c.thread_id == _TID, runs.c.id == _RID)
+    .values(request=sa.bindparam("request", type_=sa.Text))
+)
+_FORGET_PROMPT = (
+    threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
+)
+_DELETE_THREAD = (
+    run_steps.delete().where(run_steps.c.thread_id == _TID),
+    runs.delete().where(runs.c.thread_id == _TID),
+    thread_summaries.delete().where(thread_summaries.c.thread_id == _TID),
+    messages.delete().where(messages.c.thread_id == _TID),
+    threads.delete().where(threads.c.id == _TID),
+)
+"""Children first, each by the thread: no reliance on foreign-key cascades (SQLite enforces them
+only with its pragma on, and each cascade would be a statement the thread does not route)."""
+
+
+async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
+    """The thread and all of it but its ledger rows, in one transaction; False when unknown."""
+    params = {"tid": thread_id}
+    async with wrap_db_errors("delete_thread"), write_transaction(engine) as conn:
+        if not await _take(conn, params):
+            return False
+        for statement in _DELETE_THREAD:
+            await conn.execute(statement, params)
+        await _purge_search_index(conn)
+    return True
+
+
+async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
+    """The message `seq` and every trace of it (see the module docstring), in one transaction;
+    False when the thread has no such message (nothing is changed then)."""
+    params: dict[str, Any] = {"tid": thread_id, "seq": seq}
+    async with wrap_db_errors("delete_message"), write_transaction(engine) as conn:
+        if not await _take(conn, params):
+            return False
+        found = (await conn.execute(_MESSAGE, params)).one_or_none()
+        if found is None:
+            return False
+        await conn.execute(_DELETE_MESSAGE, params)
+        await conn.execute(_DELETE_COVERING, params)
+        await conn.execute(_DELETE_STEPS, params)
+        await conn.execute(_FAIL_LAPSED, params)
+        await conn.execute(_MARK_PRUNED, params)
+        if found.role == "user" and found.run_id is not None:
+            await _blank_request(conn, {**params, "rid": found.run_id})
+        await conn.execute(_FORGET_PROMPT, params)
+        await _purge_search_index(conn)
+    return True
+
+
+_FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
+_FTS_OPTIMIZE = sa.text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+
+
+async def _purge_search_index(conn: AsyncConnection) -> None:
+    """SQLite only: merge the FTS5 index so no segment still holds an erased row's terms (see
+    the module docstring). A database without the index (before migration 0011) has none."""
+    if conn.dialect.name != "sqlite":
+        return
+    if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
+        await conn.execute(_FTS_OPTIMIZE)
+
+
+async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:
+    """Lock the thread for the erasure; False when there is no thread, `ThreadBusy` when a live
+    run holds it."""
+    if conn.dialect.name == "postgresql":
+        found = (await conn.execute(_LOCK, params)).first() is not None
+    else:
+        found = (await conn.execute(_TAKE, params)).rowcount > 0
+    if not found:
+        return False
+    if (await conn.execute(_LIVE_RUN, params)).first() is not None:
+        raise ThreadBusy(str(params["tid"]))
+    return True
+
+
+async def _blank_request(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """The run's request without the erased content; its other members as they were, so a
+    resume (refused anyway: the journal is pruned) still reads it."""
+    text = (await conn.execute(_REQUEST, params)).scalar_one_or_none()
+    if text is None:
+        return
+    request = json.loads(text)
+    request["content"] = ""
+    await conn.execute(_SET_REQUEST, {**params, "request": json.dumps(request)})
+
+
+__all__ = ["delete_message", "delete_thread"]

@@ -1,0 +1,149 @@
+"""The history search tool in a turn: an agent declared with `search=True` advertises it, the
+model's call searches the turn's own thread past the window, and the result is journaled like
+any tool result, so a resumed run returns it without searching again."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from bounded_agents import AgentModule, agent, tool
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import Message, ToolCall
+from bounded_agents.core.ports import ModelRequest, ModelResponse, Thread
+from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+from bounded_agents.errors import ConfigError, ProviderError, RunFailed
+from bounded_agents.settings import Settings
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.testing import ScriptedProvider, reply
+from tests.factories import assistant, user
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
+
+FACT = "Please note: the discount code is SPRING-7731."
+FILLER = [m for i in range(10) for m in (user(f"Chat {i} about films."), assistant("Sure."))]
+
+
+def _search_call(query: str, call_id: str = "c1") -> ModelResponse:
+    call = ToolCall(id=call_id, name=SEARCH_TOOL_NAME, arguments={"query": query})
+    return reply("", tool_calls=[call])
+
+
+async def _answer_from_the_tool(request: ModelRequest) -> ModelResponse:
+    found = json.loads(request.messages[-1].content)["results"]
+    return reply(f"Found: {found[0]['content']}" if found else "Nothing found.")
+
+
+@agent(name="seeker", history={"max_messages": 4}, search=True)
+class Seeker:
+    pass
+
+
+@agent(name="plain", history={"max_messages": 4})
+class Plain:
+    pass
+
+
+async def test_a_search_agent_finds_a_fact_past_its_window_through_the_module(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = ScriptedProvider([_search_call("discount code"), _answer_from_the_tool])
+    module = AgentModule.for_root(
+        model=model,
+        store=sql_store,
+        agents=[Seeker, Plain],
+        settings=Settings(migrate_on_start=False),
+    )
+    thread = await sql_store.create_thread(actor_id="alice", agent="seeker")
+    await sql_store.append_messages(thread.id, [user(FACT), assistant("Noted."), *FILLER])
+
+    result = await module.run_turn(
+        agent="seeker", thread_id=thread.id, actor_id="alice", content="Which discount code?"
+    )
+
+    first = model.calls[0]
+    assert [t.name for t in first.tools] == [SEARCH_TOOL_NAME]
+    assert all("SPRING-7731" not in m.content for m in first.messages)  # outside the window
+    assert result.message.content == f"Found: {FACT}"
+    stored = json.loads(result.message.tool_results[0].content)
+    assert stored["results"][0] == {"seq": 1, "role": "user", "content": FACT}
+
+
+async def test_an_agent_without_search_is_not_offered_the_tool(sql_store: SqlAgentStore) -> None:
+    model = ScriptedProvider([reply("ok")])
+    module = AgentModule.for_root(
+        model=model, store=sql_store, agents=[Plain], settings=Settings(migrate_on_start=False)
+    )
+    thread = await sql_store.create_thread(actor_id="alice", agent="plain")
+    await module.run_turn(agent="plain", thread_id=thread.id, actor_id="alice", content="hi")
+    assert model.calls[0].tools == []
+
+
+def test_an_agent_tool_may_not_take_the_search_tools_name() -> None:
+    @agent(name="clash", search=True)
+    class Clash:
+        @tool(name=SEARCH_TOOL_NAME)
+        async def mine(self) -> str:
+            """Mine."""
+            return ""
+
+    with pytest.raises(ConfigError, match="built-in search tool"):
+        AgentModule.for_root(
+            model=ScriptedProvider(), agents=[Clash], settings=Settings(migrate_on_start=False)
+        )
+
+
+class CountingSearches:
+    """The store, counting the searches made through it."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        self.inner = inner
+        self.searches = 0
+
+    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+        self.searches += 1
+        return await self.inner.search_messages(thread_id, query, limit=limit)
+
+    async def create_thread(self, **kw: Any) -> Thread:
+        return await self.inner.create_thread(**kw)
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self.inner.get_thread(thread_id)
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        return await self.inner.append_messages(thread_id, messages)
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_again(
+    env: LoopEnv,
+) -> None:
+    """A tool step commits with the model step it fed (one unit), so the search the second
+    model call saw is journaled; the third call fails, and its unit's search with it."""
+    tid = await env.thread([user(FACT), assistant("Noted."), *FILLER])
+    policy = window_history(max_messages=4)
+    counting = CountingSearches(env.store)
+    tools = {SEARCH_TOOL_NAME: HistorySearchTool(counting)}
+    run_id = str(uuid.uuid4())
+    script = [_search_call("discount code"), _search_call("films", "c2"), ProviderError("down")]
+    failing = ScriptedProvider(script)
+    with pytest.raises(RunFailed):
+        await env.loop(failing, policy, tools=tools).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="code?", run_id=run_id
+        )
+    assert counting.searches == 2
+    assert "tool:1:c1" in await env.step_names(run_id)
+    first_result = failing.calls[1].messages[-1].content
+    # The thread changes before the resume: a search made again would see the newer message.
+    await env.store.append_messages(tid, [user("Please note: the discount code is now X-1.")])
+
+    model = ScriptedProvider([reply("done")])
+    await env.loop(model, policy, tools=tools).resume(run_id)
+
+    assert counting.searches == 3  # c2's unit did not commit: it searches again; c1 never does
+    replayed = [m for m in model.calls[0].messages if m.tool_call_id == "c1"]
+    assert [m.content for m in replayed] == [first_result]
+    assert json.loads(first_result)["results"][0]["content"] == FACT

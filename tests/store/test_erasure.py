@@ -1,0 +1,122 @@
+"""`ErasingStore` over every backend (memory, SQLite, PostgreSQL): a message or a thread erased,
+the summaries covering the message with it and no other, an erased seq never handed out again;
+and the SQL store's own traces (the prompt digest, its message cache) gone too."""
+
+from __future__ import annotations
+
+import pytest
+
+from bounded_agents.core.ports import (
+    ThreadSummary,
+    ThreadTurnQuery,
+    supports_erasure,
+    supports_summaries,
+)
+from bounded_agents.errors import ThreadBusy
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.schema import runs
+from tests.factories import assistant, user
+from tests.store.conftest import ContractStore
+
+
+async def _thread_of_six(store: ContractStore) -> str:
+    thread = await store.create_thread(actor_id="alice", agent="assistant")
+    await store.append_messages(
+        thread.id, [m for i in range(3) for m in (user(f"q{i}"), assistant(f"a{i}"))]
+    )
+    for boundary in (2, 4, 6):
+        await store.save_summary(
+            thread.id, ThreadSummary(text=f"through {boundary}", covers_through_seq=boundary)
+        )
+    return thread.id
+
+
+async def test_erasing_a_message_removes_it_and_exactly_the_summaries_that_cover_it(
+    store: ContractStore,
+) -> None:
+    assert supports_erasure(store) and supports_summaries(store)
+    thread_id = await _thread_of_six(store)
+
+    assert await store.delete_message(thread_id, 4) is True
+
+    thread = await store.get_thread(thread_id)
+    assert thread is not None
+    assert [(m.seq, m.content) for m in thread.messages] == [
+        (1, "q0"),
+        (2, "a0"),
+        (3, "q1"),
+        (5, "q2"),
+        (6, "a2"),
+    ]
+    latest = await store.latest_summary(thread_id)
+    assert latest is not None and latest.covers_through_seq == 2
+    assert [m.seq for m in await store.messages_after(thread_id, 2, 10)] == [3, 5, 6]
+    assert await store.delete_message(thread_id, 4) is False
+    assert await store.delete_message(thread_id, 99) is False
+    assert await store.delete_message("no-such-thread", 1) is False
+
+
+async def test_an_erased_seq_is_never_handed_out_again(store: ContractStore) -> None:
+    assert supports_erasure(store)
+    thread_id = await _thread_of_six(store)
+    assert await store.delete_message(thread_id, 6) is True
+    stored = await store.append_messages(thread_id, [user("after")])
+    assert stored[0].seq == 7
+
+
+async def test_erasing_a_thread_removes_it_and_says_so_once(store: ContractStore) -> None:
+    assert supports_erasure(store)
+    thread_id = await _thread_of_six(store)
+    other = await _thread_of_six(store)
+
+    assert await store.delete_thread(thread_id) is True
+
+    assert await store.get_thread(thread_id) is None
+    assert await store.latest_summary(thread_id) is None
+    assert await store.delete_thread(thread_id) is False
+    kept = await store.get_thread(other)
+    assert kept is not None and len(kept.messages) == 6
+
+
+async def test_the_sql_store_forgets_the_prompt_digest_and_its_cached_rows_of_the_thread(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="assistant")
+    await sql_store.append_messages(thread.id, [user("secret")])
+    await sql_store.append_answer(thread.id, [assistant("ok")], "digest", reported_tokens=7)
+    await sql_store.load_thread_for_turn(ThreadTurnQuery(thread_id=thread.id, message_limit=5))
+    assert len(sql_store.message_cache) == 2
+
+    assert await sql_store.delete_message(thread.id, 1) is True
+
+    assert len(sql_store.message_cache) == 0
+    assert await sql_store.last_prompt(thread.id) is None
+    assert await sql_store.reported_tokens(thread.id) is None
+
+
+@pytest.mark.parametrize("erase", ["message", "thread"])
+async def test_the_sql_store_refuses_to_erase_while_a_live_run_holds_the_thread(
+    sql_store: SqlAgentStore, erase: str
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="assistant")
+    await sql_store.append_messages(thread.id, [user("secret")])
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(
+            runs.insert().values(
+                id="r1",
+                thread_id=thread.id,
+                actor_id="alice",
+                agent="assistant",
+                status="running",
+                request="{}",
+                lease_expires_at=db_now(600),
+            )
+        )
+    with pytest.raises(ThreadBusy):
+        if erase == "message":
+            await sql_store.delete_message(thread.id, 1)
+        else:
+            await sql_store.delete_thread(thread.id)
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and [m.content for m in loaded.messages] == ["secret"]
