@@ -128,7 +128,9 @@ class ThreadTurnPage(_Frozen):
     previous_at: datetime | None = None
     """When the message before the page's newest was stored (timezone-aware), if the page holds
     it. In a turn the newest is the turn's own user message, so this is the thread's last
-    activity before it: how long the thread sat idle (`HistoryPolicyContext.idle_seconds`)."""
+    activity before it: how long the thread sat idle (`HistoryPolicyContext.idle_seconds`).
+    None when the page does not hold it, or when that message was erased (the seq before the
+    newest is then a gap): unknown, so nothing is folded early."""
 
 
 class ThreadListing(_Frozen):
