@@ -30,7 +30,8 @@ from bounded_agents.errors import ProviderError, RunFailed
 from bounded_agents.providers.echo import EchoModel
 from bounded_agents.testing import ScriptedProvider, reply
 from tests.factories import summary_rows
-from tests.loop.conftest import CountingPolicy, CountingStore, LoopEnv
+from tests.loop.conftest import SQL_JOURNAL_ONLY, CountingPolicy, CountingStore, LoopEnv
+from tests.store.test_store import captured_sql
 
 TTL = 300.0
 
@@ -197,3 +198,22 @@ async def test_the_window_preview_shows_the_fold_a_turn_would_make_now(env: Loop
     cold = await loop.preview(tid, "alice")
     assert cold.next_fold is not None and cold.next_fold.through_seq == 3
     assert summarizer.folds == [], "a preview folds nothing"
+
+
+@SQL_JOURNAL_ONLY
+async def test_the_idle_time_costs_the_turn_no_statement(env: LoopEnv) -> None:
+    """It rides on the turn's one bounded read: a turn with the TTL on sends exactly the
+    statements it sends with it off, among them one read of the thread."""
+    counts = []
+    for ttl in (TTL, 0.0):
+        summarizer, clock = Summarizer(), ScriptedClock()
+        loop = _loop(env, _policy(summarizer), clock, ttl=ttl)
+        tid = await env.thread()
+        await _turns(loop, tid, [0, 0, 0], clock)
+        with captured_sql(env.store) as statements:
+            await _turns(loop, tid, [TTL + 100], clock)  # cold, 7 messages: no fold either way
+        assert summarizer.folds == []
+        reads = [s for s in statements if " AS page " in s and "previous_at" in s]
+        assert len(reads) == 1, "one turn read, the idle time in it"
+        counts.append(len(statements))
+    assert counts[0] == counts[1]
