@@ -345,9 +345,15 @@ def live_main(argv: list[str] | None = None) -> int:
 
 
 def cache_main(json_path: Path, turns: int = TURNS) -> int:
-    """`python -m bench --cache`: the table, and the figures as JSON beside the other results."""
+    """`python -m bench --cache`: the tables (bench/cache_cold.py's too), and the figures as
+    JSON beside the other results."""
+    from bench.cache_cold import COLD_EVERY, render_cold, run_cold_bench
+
     results = asyncio.run(run_cache_bench(turns))
     print(render_cache(results))
+    results["cold"] = [asyncio.run(run_cold_bench(turns, every)) for every in COLD_EVERY]
+    for cold in results["cold"]:
+        print("\n" + render_cold(cold))
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(f"\nwrote {json_path}")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.cache_cold import cold_holds
 from bench.stats import ratio
 
 FLOOR_LIMIT = 1.2
@@ -454,7 +455,27 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         out.extend(_issue_11_targets(name, b, at))
-    return out + policy_targets(results)
+    return out + policy_targets(results) + cold_targets(results)
+
+
+def cold_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 30: folding when the cache is cold anyway never leaves a cache more to do."""
+    cold = results.get("cache_cold")
+    if cold is None:
+        return []
+    out = []
+    for name, (before, after) in cold_holds(cold).items():
+        out.append(
+            _target(
+                f"cache-cold fold ({name}): uncached tokens after <= before",
+                "sqlite",
+                ratio(after, before),
+                1.0,
+                f"{cold['turns']} turns, every {cold['cold_every']}th idle past the TTL: "
+                f"{before:,} -> {after:,} tokens a cache cannot serve",
+            )
+        )
+    return out
 
 
 def _issue_11_targets(

@@ -20,6 +20,7 @@ import asyncpg
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from bench.cache_cold import run_cold_bench
 from bench.conversation import scripted_conversation
 from bench.data import TOOL_BYTES, analyze, build_thread, settle
 from bench.floor import open_floor
@@ -70,6 +71,8 @@ class Config:
     10,000 tokens keep the newest 9 messages (the issue's 2,000 would keep the question alone)."""
     conversation_turns: int = 200
     """Turns of the scripted conversation (window 10 + summarize)."""
+    cold_turns: int = 200
+    """Turns of the conversation with idle gaps (bench/cache_cold.py), folding early or not."""
     recall_turns: tuple[int, ...] = (120, 500)
     """Conversation lengths of the recall benchmark (`--recall`)."""
     recall_summarizers: tuple[str, ...] = ("reference", "verbose")
@@ -92,6 +95,7 @@ class Config:
             nowindow_budget_s=5.0,
             breakdown_reps=100,
             policy_reps=12,
+            cold_turns=100,
         )
 
 
@@ -113,6 +117,8 @@ async def run_benchmark(config: Config, log: Log = _stderr) -> dict[str, Any]:
     for backend in config.backends:
         async with _database(backend, config.postgres_url) as url:
             results["backends"][backend] = await _run_backend(backend, url, config, log)
+    results["cache_cold"] = await run_cold_bench(config.cold_turns)
+    log(f"[sqlite] {config.cold_turns}-turn conversation with idle gaps, before/after, done")
     results["machine"]["loadavg_end"] = _loadavg()
     results["elapsed_s"] = time.perf_counter() - started
     return results

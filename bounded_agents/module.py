@@ -242,6 +242,7 @@ class AgentModule:
             token_quota=quota if quota is not None else settings.token_quota,
             fold_calls_per_turn=settings.history_fold_calls_per_turn,
             fold_timeout=settings.history_fold_timeout_seconds,
+            cache_ttl_seconds=settings.history_cache_ttl_seconds,
         )
         return cls(
             settings=settings,

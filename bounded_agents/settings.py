@@ -97,6 +97,15 @@ class Settings(BaseSettings):
     prompt bounded meanwhile (docs/history.md)."""
     history_fold_timeout_seconds: float = Field(default=120.0, gt=0)
     """How long one summarizer call may take before the turn answers without that fold."""
+    history_cache_ttl_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
+    """How long the provider keeps a prompt cache while the thread is idle. A summarizing
+    window whose thread sat idle this long folds as soon as the fold is within half a batch:
+    the cache is lost anyway, so a later fold does not break a hot one (docs/history.md).
+    0 turns it off. Per provider: OpenAI's automatic caching keeps a prefix 5-10 minutes idle
+    (up to an hour off-peak; 24 h with extended retention), Anthropic's cache lives 5 minutes
+    by default (refreshed on each hit; 1 h on request), DeepSeek's disk cache hours, and
+    llama.cpp or vLLM keep a slot's prefix until another request evicts it (set a large value
+    for a server that serves one thread, 0 for one shared by many)."""
 
     api_keys: SecretStr | None = None
     """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,

@@ -104,6 +104,7 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
         fold_max_tokens=config.fold_max_tokens,
         min_messages=config.min_messages,
         min_tokens=config.min_tokens,
+        cache_ttl_seconds=config.cache_ttl_seconds,
     )
 
 

@@ -64,6 +64,10 @@ class HistoryConfig(BaseModel):
     """Summarizing window: unsummarized tokens past `max_tokens` that trigger a fold."""
     fold_max_tokens: int = Field(default=DEFAULT_FOLD_MAX_TOKENS, ge=1)
     """Summarizer input per call at most; a longer backlog is folded in several calls."""
+    cache_ttl_seconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Summarizing window: how long this agent's provider keeps a prompt cache idle, where it
+    differs from the module's AGENT_HISTORY_CACHE_TTL_SECONDS (None: that one). A thread idle
+    this long folds as soon as a fold is within half a batch; 0 never folds early."""
     summary_carry: Literal["rewrite", "append"] = "rewrite"
     """With `summarize=True`: how the built-in summarizer carries the summary so far forward
     (`summarize_with_model`'s `carry`): `rewrite` asks the model for the updated summary,
@@ -94,7 +98,7 @@ class HistoryConfig(BaseModel):
                 raise ValueError("summary_token_threshold: needs summarize (True or a summarizer)")
         elif "keep_recent_runs" in self.model_fields_set:
             raise ValueError("keep_recent_runs: only applies with summary_token_threshold")
-        for key in ("fold_messages", "fold_tokens"):
+        for key in ("fold_messages", "fold_tokens", "cache_ttl_seconds"):
             if getattr(self, key) is not None and not (window and summarizing):
                 raise ValueError(f"{key}: only applies to a summarizing window")
         for unit in ("messages", "tokens"):

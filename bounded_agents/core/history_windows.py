@@ -80,6 +80,9 @@ class WindowHistory:
     """What the store reads per turn (see `window_history`)."""
     fold_max_tokens: int
     """Summarizer input per call at most (the summary so far plus a chunk of messages)."""
+    cache_ttl_seconds: float | None
+    """Summarizing only: how long the provider keeps a prompt cache idle; None takes the
+    loop's (`HistoryPolicyContext.cache_ttl_seconds`), 0 never folds early (see `select`)."""
 
     def __init__(
         self,
@@ -94,17 +97,16 @@ class WindowHistory:
         fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
         min_messages: int | None = None,
         min_tokens: int | None = None,
+        cache_ttl_seconds: float | None = None,
     ) -> None:
-        for name, value in (
-            ("max_messages", max_messages),
-            ("max_tokens", max_tokens),
-            ("fold_messages", fold_messages),
-            ("fold_tokens", fold_tokens),
-        ):
-            if value is not None and value < 0:
-                raise ConfigError(f"{name} must be >= 0, got {value!r}")
-        if fold_max_tokens < 1:
-            raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
+        _check_limits(
+            fold_max_tokens,
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            fold_messages=fold_messages,
+            fold_tokens=fold_tokens,
+            cache_ttl_seconds=cache_ttl_seconds,
+        )
         _check_marks("messages", max_messages, min_messages)
         _check_marks("tokens", max_tokens, min_tokens)
         if summarize is not None:
@@ -132,6 +134,7 @@ class WindowHistory:
         self.summarize = summarize
         self.render_summary = render_summary
         self.fold_max_tokens = fold_max_tokens
+        self.cache_ttl_seconds = cache_ttl_seconds
         self.fold_messages = (
             fold_messages
             if fold_messages is not None
@@ -176,9 +179,27 @@ class WindowHistory:
             return self.hysteresis(messages, ctx)
         # Rolling: `messages` is what the summary does not cover. Below the high mark all of it
         # rides (it is in no summary yet); past it, the window is cut and the rest is folded.
-        if ctx.skipped > 0 or self._past_high_mark(messages):
+        if ctx.skipped > 0 or self._past_high_mark(messages) or self._cold_and_near(messages, ctx):
             return self.window(messages)
         return _cut(messages, 0)
+
+    def cold(self, ctx: HistoryPolicyContext) -> bool:
+        """Whether the provider's prompt cache is lost anyway: the thread sat idle at least
+        the cache's lifetime (this policy's `cache_ttl_seconds`, else the loop's, from
+        `AGENT_HISTORY_CACHE_TTL_SECONDS`; 0 is off). A summarizing window then folds as soon
+        as its unsummarized part is within half a fold batch of the high mark."""
+        own = self.cache_ttl_seconds
+        ttl = own if own is not None else ctx.cache_ttl_seconds
+        return ttl > 0 and ctx.idle_seconds is not None and ctx.idle_seconds >= ttl
+
+    def _cold_and_near(self, messages: Sequence[Message], ctx: HistoryPolicyContext) -> bool:
+        """Fold now rather than in a few turns: between folds each prompt extends the previous
+        one (a cache hit) and a fold breaks that prefix once. When the cache is cold anyway
+        and the fold is within half a batch, folding now costs no extra miss, and the hot
+        turns that would have reached the mark keep extending the prompt instead."""
+        return self.cold(ctx) and self._past_high_mark(
+            messages, self.fold_messages // 2, self.fold_tokens // 2
+        )
 
     def hysteresis(
         self, messages: Sequence[Message], ctx: HistoryPolicyContext
@@ -222,14 +243,17 @@ class WindowHistory:
             cut += 1
         return _cut(messages, cut)
 
-    def _past_high_mark(self, messages: Sequence[Message]) -> bool:
+    def _past_high_mark(
+        self, messages: Sequence[Message], slack_messages: int = 0, slack_tokens: int = 0
+    ) -> bool:
+        """Whether the unsummarized part reached the high mark, or came within the slack of it."""
         if self.count_limit is not None and len(messages) >= (
-            max(1, self.count_limit) + self.fold_messages
+            max(1, self.count_limit) + self.fold_messages - slack_messages
         ):
             return True
         if self.token_limit is not None:
             total = sum(self.estimate(m) for m in messages)
-            return total >= self.token_limit + self.fold_tokens
+            return total >= self.token_limit + self.fold_tokens - slack_tokens
         return False
 
     def __repr__(self) -> str:
@@ -252,6 +276,15 @@ def _grid(length: int, low: int, step: int) -> int:
     `length - low` (0 while the thread is shorter than the low mark). What is kept,
     `length - grid`, is then between `low` and `low + step - 1`."""
     return max(0, (length - low) // step * step)
+
+
+def _check_limits(fold_max_tokens: int, **limits: float | None) -> None:
+    """Every limit is a count, a budget or a time: none may be negative (nor NaN)."""
+    if fold_max_tokens < 1:
+        raise ConfigError(f"fold_max_tokens must be >= 1, got {fold_max_tokens!r}")
+    for name, value in limits.items():
+        if value is not None and not value >= 0:
+            raise ConfigError(f"{name} must be >= 0, got {value!r}")
 
 
 def _check_marks(unit: str, high: int | None, low: int | None) -> None:
@@ -293,6 +326,7 @@ def window_history(
     fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
     min_messages: int | None = None,
     min_tokens: int | None = None,
+    cache_ttl_seconds: float | None = None,
 ) -> WindowHistory:
     """The built-in window: keep the newest messages that fit; the rest is dropped or folded.
 
@@ -306,8 +340,7 @@ def window_history(
       nothing to answer is worse than a turn over budget).
 
     The store reads only what the window can keep (`read_bound`): the newest `max_messages`,
-    and the newest messages within `max_tokens` by the stored estimate (a custom `estimate`
-    cannot be computed by the store, so then only the count bounds the read).
+    and within `max_tokens` by the stored estimate (not with a custom `estimate`).
 
     With `summarize` (`summarize_with_model(model)` is the built-in) the window is ROLLING:
     every message the thread's summary does not cover rides verbatim until that part reaches
@@ -320,10 +353,10 @@ def window_history(
     `min_tokens` say the same in marks: `max_*` is the high mark and the fold cuts back to
     `min_*` (so `fold_* = max_* - min_*`; giving a different `fold_*` as well is refused).
 
-    Without `summarize`, `min_messages` (and/or `min_tokens`) make the window HYSTERESIS
-    (`WindowHistory.hysteresis`): a sliding window moves its start every turn, so a provider's
-    prompt cache never hits; this one moves it in steps, and between two cuts each prompt
-    extends the previous one. `min_tokens` needs the default estimator.
+    Without `summarize`, `min_messages` (and/or `min_tokens`, which needs the default
+    estimator) make the window HYSTERESIS (`WindowHistory.hysteresis`): a sliding window moves
+    its start every turn, so a provider's prompt cache never hits; this one moves it in steps,
+    and between two cuts each prompt extends the previous one. `cache_ttl_seconds`: see `cold`.
     Raises `ConfigError` for a negative limit, or a low mark without a high one or not below it.
     """
     if max_messages is _UNSET:
@@ -339,6 +372,7 @@ def window_history(
         fold_max_tokens=fold_max_tokens,
         min_messages=min_messages,
         min_tokens=min_tokens,
+        cache_ttl_seconds=cache_ttl_seconds,
     )
 
 

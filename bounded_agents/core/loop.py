@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from bounded_agents.core.checkpoints import (
     LOAD_THREAD,
@@ -62,6 +63,7 @@ from bounded_agents.core.turn.constants import (
     _READ_FIGURES,
     BACKLOG_READ_ROWS,
     COMPLETION_RESERVE,
+    DEFAULT_CACHE_TTL_SECONDS,
     DEFAULT_FOLD_CALLS_PER_TURN,
     DEFAULT_FOLD_TIMEOUT_SECONDS,
 )
@@ -133,13 +135,16 @@ class AgentLoop(PreviewPhase):
         token_quota: int | None = None,
         fold_calls_per_turn: int = DEFAULT_FOLD_CALLS_PER_TURN,
         fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
+        cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
         several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
-        call may take before the fold is given up for this turn (None: no limit)."""
-        if fold_calls_per_turn < 1:
-            raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
-        self.fold_calls_per_turn = fold_calls_per_turn
+        call may take before the fold is given up for this turn (None: no limit). `clock`
+        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`)."""
+        self.fold_calls_per_turn, self.cache_ttl_seconds, self.clock = _checked(
+            fold_calls_per_turn, cache_ttl_seconds, clock
+        )
         self.fold_timeout = fold_timeout
         self._chunk_cap: dict[str, int] = {}
         """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
@@ -302,6 +307,7 @@ class AgentLoop(PreviewPhase):
             agent=request.agent,
             actor_id=request.actor_id,
             run_id=request.run_id,
+            cache_ttl_seconds=self.cache_ttl_seconds,
         )
         user = Message(role="user", content=request.content, run_id=request.run_id)
         # The user's message, the version marker and the read commit together (one unit).
@@ -331,3 +337,18 @@ class AgentLoop(PreviewPhase):
         return await self._answer(
             request, ctx, definition, prompt, on_event, report, window, hctx, last_prompt
         )
+
+
+def _checked(
+    fold_calls_per_turn: int, cache_ttl_seconds: float, clock: Callable[[], datetime] | None
+) -> tuple[int, float, Callable[[], datetime]]:
+    """The loop's turn limits, refused when they make no sense; the clock defaults to UTC."""
+    if fold_calls_per_turn < 1:
+        raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
+    if not cache_ttl_seconds >= 0:
+        raise ConfigError(f"cache_ttl_seconds must be >= 0, got {cache_ttl_seconds!r}")
+    return fold_calls_per_turn, cache_ttl_seconds, clock or _utc_now
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)

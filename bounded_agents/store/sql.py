@@ -316,6 +316,7 @@ class SqlAgentStore:
             tokens_before=int(first[at["page_tokens_before"]] or 0),
             last_prompt=last[at["last_prompt"]],
             reported_tokens=last[at["last_reported_tokens"]],
+            previous_at=_previous_at(rows, at["previous_at"]),
         )
 
     # --- SummaryStore ----------------------------------------------------------------------
@@ -440,6 +441,15 @@ def _thread(row: Any, msgs: list[Message]) -> Thread:
         created_at=aware_utc(row.created_at),
         updated_at=aware_utc(row.updated_at),
     )
+
+
+def _previous_at(rows: Sequence[Any], at: int) -> datetime | None:
+    """The page's `previous_at` column, set on one of its last two rows at most. A raw SQLite
+    read returns the text SQLite stores; every other way a datetime."""
+    value = next((r[at] for r in rows[-2:] if r[at] is not None), None)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return aware_utc(value)
 
 
 def aware_utc(value: datetime | None) -> datetime | None:

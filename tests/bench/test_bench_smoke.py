@@ -34,6 +34,7 @@ def _tiny() -> Config:
         policy_reps=6,
         token_budget=TOKEN_BUDGET,
         conversation_turns=TURNS,
+        cold_turns=40,
     )
 
 
@@ -108,6 +109,8 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     assert bytes_target["status"] == journal_target["status"] == "PASS"
     tx_target = next(t for name, t in by_name.items() if name.startswith("committed transactions"))
     assert tx_target["status"] == "PASS" and tx_target["value"] == 4
+    cold = [t for name, t in by_name.items() if name.startswith("cache-cold fold")]
+    assert len(cold) == 2 and all(t["status"] == "PASS" for t in cold), cold
     turn_target = next(t for name, t in by_name.items() if name.startswith("turn overhead"))
     assert "commits alone" in turn_target["detail"]
 

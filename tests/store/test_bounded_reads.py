@@ -9,13 +9,20 @@ from __future__ import annotations
 import random
 
 import pytest
+import sqlalchemy as sa
 
 from bounded_agents.core.history import runs_window, split_runs, window_history
 from bounded_agents.core.messages import Message, ToolCall, ToolResult
-from bounded_agents.core.ports import HistoryPolicyContext, ThreadSummary, ThreadTurnQuery
+from bounded_agents.core.ports import (
+    HistoryPolicyContext,
+    ThreadSummary,
+    ThreadTurnPage,
+    ThreadTurnQuery,
+)
 from bounded_agents.core.reads import bounded_page
 from bounded_agents.store import SqlAgentStore
-from bounded_agents.store.sql import turn_read
+from bounded_agents.store.schema import messages
+from bounded_agents.store.sql import aware_utc, turn_read
 from tests.store.conftest import ContractStore
 from tests.store.test_store import captured_sql
 
@@ -62,6 +69,12 @@ async def _thread(store: ContractStore | SqlAgentStore, msgs: list[Message]) -> 
     return thread.id
 
 
+def _timeless(page: ThreadTurnPage) -> ThreadTurnPage:
+    """The page without `previous_at`: messages carry no times in memory, so the in-memory
+    contract leaves it None (its own test is below)."""
+    return page.model_copy(update={"previous_at": None})
+
+
 def _queries(rng: random.Random, tid: str) -> list[ThreadTurnQuery]:
     out = []
     for _ in range(12):
@@ -95,7 +108,7 @@ async def test_every_query_shape_returns_exactly_the_in_memory_page(
         with captured_sql(sql_store) as statements:
             page = await sql_store.load_thread_for_turn(query)
         assert page is not None
-        assert page == bounded_page(thread, query, summary), query
+        assert _timeless(page) == bounded_page(thread, query, summary), query
         assert len(statements) == 1, "one round trip, whatever the shape"
 
 
@@ -294,7 +307,7 @@ async def test_a_hysteresis_window_over_the_bounded_read_cuts_where_the_whole_th
             query = ThreadTurnQuery.of(thread.id, policy.read_bound, after_summary=False)
             page = await sql_store.load_thread_for_turn(query)
             assert page is not None
-            assert page == bounded_page(whole, query), policy
+            assert _timeless(page) == bounded_page(whole, query), policy
             ctx = CTX.model_copy(
                 update={"skipped": page.skipped, "tokens_before": page.tokens_before}
             )
@@ -319,3 +332,38 @@ async def test_the_last_prompt_digest_is_written_with_the_answer_and_read_with_t
     assert await sql_store.last_prompt(thread.id) == "AAAAAAAA"
     whole = await sql_store.get_thread(thread.id)
     assert whole is not None and [m.seq for m in whole.messages] == [1, 2, 3]
+
+
+async def test_the_turn_read_says_when_the_message_before_the_newest_was_stored(
+    sql_store: SqlAgentStore,
+) -> None:
+    """How long a thread sat idle comes with the turn read (one round trip, no new one): the
+    stored time of the message before the newest (the turn's own user message), and None
+    when the page does not hold it."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper", title="t")
+    await sql_store.append_messages(thread.id, [Message(role="user", content="q")])
+    query = ThreadTurnQuery(thread_id=thread.id, message_limit=10)
+    alone = await sql_store.load_thread_for_turn(query)
+    assert alone is not None and alone.previous_at is None, "no message before the newest"
+    await sql_store.append_messages(thread.id, [Message(role="assistant", content="a")])
+    await sql_store.append_messages(thread.id, [Message(role="user", content="q2")])
+    async with sql_store.engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                sa.select(messages.c.created_at).where(
+                    messages.c.thread_id == thread.id, messages.c.seq == 2
+                )
+            )
+        ).scalar_one()
+    for limit in (2, 10, None):
+        with captured_sql(sql_store) as statements:
+            page = await sql_store.load_thread_for_turn(
+                query.model_copy(update={"message_limit": limit})
+            )
+        assert page is not None and page.previous_at == aware_utc(stored), limit
+        assert page.previous_at is not None and page.previous_at.tzinfo is not None
+        assert len(statements) == 1, "the time rides on the turn read"
+    newest_only = await sql_store.load_thread_for_turn(
+        query.model_copy(update={"message_limit": 1})
+    )
+    assert newest_only is not None and newest_only.previous_at is None

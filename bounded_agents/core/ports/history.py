@@ -63,6 +63,16 @@ class HistoryPolicyContext(_Frozen):
     reported_tokens: int | None = None
     """The provider's own count of the thread's last chat call (prompt plus completion), when
     it reported one: the history as the model saw it before this turn's message."""
+    idle_seconds: float | None = None
+    """Seconds the thread sat idle before this turn's user message: from the thread's last
+    stored message before it to the loop's clock when the turn read it (inside `load:thread`,
+    so a replay keeps the selection made with it). None when unknown (no such message on the
+    page, or a store that keeps no message times). A provider's prompt cache outlives an idle
+    thread only for `cache_ttl_seconds`: past that, the next prompt is uncached whatever its
+    prefix, so a fold that is near anyway costs no extra cache miss now."""
+    cache_ttl_seconds: float = Field(default=0.0, ge=0)
+    """How long the provider keeps a prompt cache idle (`AGENT_HISTORY_CACHE_TTL_SECONDS`);
+    0: unknown or off, no policy should take the cache for lost."""
     summary_max_tokens: int | None = Field(default=None, ge=1)
     """Set for a summarizer call: the estimated tokens (`estimate_message_tokens`) the summary
     it returns may have. A longer one is clipped to it by the loop (see

@@ -125,6 +125,12 @@ class ThreadTurnPage(_Frozen):
     usage was an estimate, or no store keeps it."""
     """The digest of the thread's last chat prompt (`bounded_agents.core.prefix`), when the store
     keeps one: what the first model call of this turn is compared with."""
+    previous_at: datetime | None = None
+    """When the message before the page's newest was stored (timezone-aware), if the page holds
+    it. In a turn the newest is the turn's own user message, so this is the thread's last
+    activity before it: how long the thread sat idle (`HistoryPolicyContext.idle_seconds`).
+    None when the page does not hold it, or when that message was erased (the seq before the
+    newest is then a gap): unknown, so nothing is folded early."""
 
 
 class ThreadListing(_Frozen):

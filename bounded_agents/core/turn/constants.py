@@ -13,6 +13,9 @@ this many calls on top of the turn's own, however long the backlog."""
 DEFAULT_FOLD_TIMEOUT_SECONDS = 120.0
 """How long one summarizer call may take (`AGENT_HISTORY_FOLD_TIMEOUT_SECONDS`) before the turn
 gives the fold up and answers without it."""
+DEFAULT_CACHE_TTL_SECONDS = 300.0
+"""How long a provider keeps a prompt cache idle (`AGENT_HISTORY_CACHE_TTL_SECONDS`): 5
+minutes, Anthropic's default and the low end of OpenAI's in-memory retention."""
 _UNBOUNDED_CALLS = 1_000_000
 """The call budget of a run whose journal predates the budget: its replay is not cut short."""
 BACKLOG_READ_ROWS = 256

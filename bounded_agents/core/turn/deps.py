@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import datetime
 
 from bounded_agents.core.ports import (
     AgentStore,
@@ -40,6 +42,12 @@ class TurnDeps:
     token_quota: int | None
     fold_calls_per_turn: int
     fold_timeout: float | None
+    cache_ttl_seconds: float
+    """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
+    idle time (`HistoryPolicyContext`). 0: off."""
+    clock: Callable[[], datetime]
+    """The time now, timezone-aware: what the thread's idle time is measured to. A parameter
+    so a test or a benchmark can script idle gaps."""
     _chunk_cap: dict[str, int]
     _compress_cap: dict[str, int]
     turn_store: TurnStore
@@ -58,6 +66,13 @@ class TurnDeps:
         if thread is None or thread.actor_id != actor_id or (agent and thread.agent != agent):
             raise ThreadNotFound(thread_id)
         return thread
+
+    def idle_seconds(self, previous_at: datetime | None) -> float | None:
+        """Seconds from the thread's last activity (`ThreadTurnPage.previous_at`, the store's
+        time) to the loop's clock, never negative; None when the store gave no such time."""
+        if previous_at is None:
+            return None
+        return max(0.0, (self.clock() - previous_at).total_seconds())
 
     async def _tx(self, ctx: DurableContext) -> Transaction | None:
         """The unit of work's transaction for a write, or None: write on your own."""

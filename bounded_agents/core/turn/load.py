@@ -69,7 +69,9 @@ class LoadPhase(SpendPhase):
         page = await self._read_page(
             thread_id, read_bound(policy), summarizer is not None, report, await self._tx(ctx)
         )
-        selection = policy.select(page.messages, _page_context(hctx, page))
+        # The idle time is taken here, inside the step: a replay reads the selection back.
+        idle = self.idle_seconds(page.previous_at)
+        selection = policy.select(page.messages, _page_context(hctx, page, idle))
         summary: JsonObject | None = None
         fold: FoldPayload | None = None
         if summarizer is not None:

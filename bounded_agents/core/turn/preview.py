@@ -43,7 +43,8 @@ class PreviewPhase(FinishPhase):
         so `kept` is exactly the history the next turn keeps. `dropped` lists what this read saw
         and the next turn will not send; under a read bound older messages are not read at all.
         For a summarizing policy it shows the thread's summary and the fold the next turn would
-        make (nothing is summarized here: folds happen only in turns).
+        make if it came now (nothing is summarized here: folds happen only in turns), the
+        thread's idle time included (`WindowHistory.cold`).
         """
         if thread is None or thread.id != thread_id or thread.actor_id != actor_id:
             thread = await self.owned_thread(thread_id, actor_id)
@@ -53,11 +54,17 @@ class PreviewPhase(FinishPhase):
         bound = read_bound(policy)
         report = RunReport(run_id="preview")
         page = await self._read_page(thread_id, bound, summarizer is not None, report)
+        # A turn now would find the thread idle since its last activity (`updated_at`).
         ctx = _page_context(
             HistoryPolicyContext(
-                thread_id=thread_id, agent=thread.agent, actor_id=actor_id, run_id="preview"
+                thread_id=thread_id,
+                agent=thread.agent,
+                actor_id=actor_id,
+                run_id="preview",
+                cache_ttl_seconds=self.cache_ttl_seconds,
             ),
             page,
+            self.idle_seconds(thread.updated_at),
         )
         next_message = Message(role="user", content="")
         selection = policy.select([*page.messages, next_message], ctx)

@@ -103,14 +103,18 @@ def _fold_range(page: ThreadTurnPage, selection: HistorySelection) -> tuple[int,
     return boundary, through
 
 
-def _page_context(hctx: HistoryPolicyContext, page: ThreadTurnPage) -> HistoryPolicyContext:
-    """What `select` learns from the read: the summary, and where its messages start."""
+def _page_context(
+    hctx: HistoryPolicyContext, page: ThreadTurnPage, idle_seconds: float | None = None
+) -> HistoryPolicyContext:
+    """What `select` learns from the read: the summary, where its messages start, and how
+    long the thread sat idle before this turn (None: not measured, as in a preview)."""
     return hctx.model_copy(
         update={
             "summary": page.summary,
             "skipped": page.skipped,
             "tokens_before": page.tokens_before,
             "reported_tokens": page.reported_tokens,
+            "idle_seconds": idle_seconds,
         }
     )
 
