@@ -15,7 +15,8 @@ from pydantic import AliasChoices, AliasPath
 from bounded_agents.settings import Settings
 
 SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
-VARIABLE = re.compile(r"\bAGENT_[A-Z0-9_]+\b")
+VARIABLE = re.compile(r"\bAGENT_[A-Z0-9_]*[A-Z0-9]\b")
+"""A variable's name; `AGENT_HISTORY_*`, a family of them, is none (it ends in `_`)."""
 
 
 def env_names() -> dict[str, set[str]]:
