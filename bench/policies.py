@@ -68,8 +68,8 @@ AGENTS: dict[str, AgentSpec] = {
     "summarize": lambda window, _budget: {"max_messages": window, "summarize": True},
     "tokens": lambda _window, budget: {"max_tokens": budget},
 }
-"""The agents compared, by name: the window-only one (the baseline), the summarizing one (the
-README's wiring example) and the token-only one."""
+"""The agents compared, by name: the window-only one (the baseline), the summarizing one and
+the token-only one."""
 
 
 def turn_figures(result: RunResult, store: CountingStore, seconds: float) -> dict[str, Any]:

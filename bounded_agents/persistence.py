@@ -159,7 +159,8 @@ def dbos_runtime(engine: AsyncEngine, settings: Settings) -> DurableRuntime:
         from bounded_agents.durable.dbos_runtime import DbosRuntime
     except ImportError as exc:
         raise ConfigError(
-            f"AGENT_DURABLE=dbos needs the dbos package: pip install 'bounded-agents[dbos]' ({exc})"
+            "AGENT_DURABLE=dbos needs the dbos package (the dbos extra: "
+            f"pip install '.[dbos]' from a clone) ({exc})"
         ) from None
     return DbosRuntime(engine, lease_seconds=settings.run_lease_seconds)
 

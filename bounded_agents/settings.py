@@ -119,8 +119,9 @@ class Settings(BaseSettings):
     durable: Literal["sql", "inline", "dbos"] = "sql"
     """Where runs are journaled. `sql`: the `runs`/`run_steps` tables of the store's database
     (in-process when the store cannot host them). `inline`: no journal (a run cut off by a crash
-    is lost). `dbos`: each run a DBOS workflow, each checkpoint a DBOS step (needs
-    `pip install 'bounded-agents[dbos]'`; docs/dbos.md); the thread lease stays in `runs`."""
+    is lost). `dbos`: each run a DBOS workflow, each checkpoint a DBOS step (needs the `dbos`
+    extra, `pip install '.[dbos]'` from a clone; docs/dbos.md); the thread lease stays in
+    `runs`."""
     dbos_system_database_url: str | None = None
     """DBOS's system database (`AGENT_DURABLE=dbos`); unset: the app's own database (schema
     `dbos` on PostgreSQL). Async drivers are swapped for DBOS's synchronous ones."""
@@ -150,7 +151,7 @@ class Settings(BaseSettings):
     until resumed. 0 prunes at the next sweep."""
     failed_run_retention_seconds: float = Field(default=7 * 86_400.0, ge=0, le=100 * 365 * 86_400)
     """A failed run's journal is kept this long after it failed, so it can be resumed
-    (`POST /runs/{id}/resume`); then it is deleted like a completed run's, and resuming the run
+    (`module.loop.resume(run_id)`); then it is deleted like a completed run's, and resuming the run
     is refused (410)."""
     idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
     """How long a request repeating an Idempotency-Key whose turn still runs (in this process

@@ -252,7 +252,7 @@ def test_a_bad_key_list_or_driver_stops_serve_and_migrate_with_one_line(
 ) -> None:
     """Found by attack: `AGENT_API_KEYS=key1` was a 24-line traceback, exit 1, from `serve`
     (and `migrate` went on regardless); a repeated key was taken; `postgresql://` said only
-    `ModuleNotFoundError`. The README promises one line and exit 2 for a bad setting; the
+    `ModuleNotFoundError`. docs/settings.md promises one line and exit 2 for a bad setting; the
     line never shows the key."""
     args = [sys.executable, "-m", "app", command]
     done = subprocess.run(

@@ -126,7 +126,7 @@ def resolve_policy(
     module_history: HistoryConfig | Mapping[str, Any] | None,
     model: ModelProvider | None = None,
 ) -> HistoryPolicy:
-    """The policy a turn uses, most specific first (README "Wire it into your app"): the
+    """The policy a turn uses, most specific first (docs/history.md): the
     agent's `@agent(history=...)` (config, dict or policy), then the module's `history_policy`,
     then the module's `history`.
 

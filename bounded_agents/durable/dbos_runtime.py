@@ -1,7 +1,7 @@
 """DbosRuntime: every attempt of a run is a DBOS workflow, every checkpoint a DBOS step.
 
-Optional (`pip install 'bounded-agents[dbos]'`, `AGENT_DURABLE=dbos`); docs/dbos.md has the whole
-design. In short:
+Optional (the `dbos` extra: `pip install '.[dbos]'` from a clone; `AGENT_DURABLE=dbos`);
+docs/dbos.md has the whole design. In short:
 
 - The `runs` row and its lease stay `SqlJournal`'s (this class is one): the partial unique
   index is the thread's lock (a second turn gets `ThreadBusy`, 409), `keep_alive` renews the

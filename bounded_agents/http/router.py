@@ -1,4 +1,4 @@
-"""The HTTP API (README "HTTP API"): threads, turns (JSON or SSE), transcript, window, runs.
+"""The HTTP API (docs/http-api.md): threads, turns (JSON or SSE), transcript, window, runs.
 
     POST /agents/{agent}/threads                      201 ThreadCreated
     POST /agents/{agent}/threads/{thread_id}/messages TurnOut, or SSE (Accept: text/event-stream)
