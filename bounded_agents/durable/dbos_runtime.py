@@ -40,6 +40,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -305,6 +306,20 @@ class DbosRuntime(SqlJournal):
             )
         )
         await _outside(DBOS.delete_workflows, [*run_ids, *(w.workflow_id for w in later)])
+
+    # --- RunEraser -----------------------------------------------------------------------------
+
+    async def thread_run_ids(self, thread_id: str) -> list[str]:
+        """The thread's runs, by the `runs` rows (one shard on Citus: it names the thread)."""
+        async with wrap_db_errors("thread_run_ids"), self._engine.connect() as conn:
+            rows = await conn.execute(sa.select(runs.c.id).where(runs.c.thread_id == thread_id))
+            return [str(row[0]) for row in rows]
+
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+        """An erasure reaches DBOS too: the runs' workflows, every attempt's, and their step
+        outputs (the selections, model answers and tool results the message may be in)."""
+        if run_ids:
+            await self._forget(run_ids)
 
     # --- RunExecutor ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from bounded_agents.core.messages import MAX_SEQ
-from bounded_agents.core.ports import ErasingStore, supports_erasure
+from bounded_agents.core.ports import ErasingStore, supports_erasure, supports_run_erasure
 from bounded_agents.errors import AgentError, NotFound, echoed
 from bounded_agents.http.deps import ModuleDep, OwnedThreadDep
 from bounded_agents.http.route import agent_route_class
@@ -92,13 +92,35 @@ def erasing_store(module: AgentModule) -> ErasingStore:
 async def erase_thread(module: AgentModule, thread_id: str) -> None:
     """Erase an owned thread (the caller checked the owner). A thread gone between that check
     and now was erased by a concurrent request: the outcome asked for, so no error."""
-    await erasing_store(module).delete_thread(thread_id)
+    store = erasing_store(module)
+    held = await _runs_held_elsewhere(module, thread_id)
+    await store.delete_thread(thread_id)
+    await _erase_runs(module, held)
 
 
 async def erase_message(module: AgentModule, thread_id: str, seq: int) -> None:
     """Erase a message of an owned thread; `MessageNotFound` when it has none at `seq`."""
-    if not await erasing_store(module).delete_message(thread_id, seq):
+    store = erasing_store(module)
+    held = await _runs_held_elsewhere(module, thread_id)
+    if not await store.delete_message(thread_id, seq):
         raise MessageNotFound(thread_id, seq)
+    await _erase_runs(module, held)
+
+
+async def _runs_held_elsewhere(module: AgentModule, thread_id: str) -> list[str]:
+    """The thread's runs a runtime keeps records of outside the store (DBOS's workflows), read
+    before the store's erasure deletes the `runs` rows that name them. The store erases every
+    run's journal of the thread (`bounded_agents.store.erase`), so all of them go there too;
+    a run begun in between would be live, and the store refuses the erasure then."""
+    runtime = module.loop.runtime
+    return await runtime.thread_run_ids(thread_id) if supports_run_erasure(runtime) else []
+
+
+async def _erase_runs(module: AgentModule, run_ids: list[str]) -> None:
+    """After the store's erasure committed (a refused one, `ThreadBusy`, reaches no runtime)."""
+    runtime = module.loop.runtime
+    if run_ids and supports_run_erasure(runtime):
+        await runtime.erase_runs(run_ids)
 
 
 async def delete_thread(thread: OwnedThreadDep, module: ModuleDep) -> Response:

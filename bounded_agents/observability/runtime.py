@@ -47,18 +47,10 @@ from bounded_agents.core.ports import (
     DurableRuntime,
     JournalFigures,
     JsonValue,
-    PrunedStatus,
     RunRecord,
     RunRequest,
-    RunResumer,
-    RunTrace,
     Transaction,
     supports_journal_figures,
-    supports_keyed_runs,
-    supports_launch,
-    supports_pruning,
-    supports_run_executor,
-    supports_run_timeline,
 )
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, ThreadBusy
@@ -107,7 +99,9 @@ class ObservedRuntime:
     lacks."""
 
     def __new__(cls, inner: DurableRuntime, **_options: Any) -> ObservedRuntime:
-        chosen = _observer_class(inner) if cls is ObservedRuntime else cls
+        from bounded_agents.observability.delegates import observer_class  # it subclasses this
+
+        chosen = observer_class(inner) if cls is ObservedRuntime else cls
         return super().__new__(chosen)
 
     def __init__(
@@ -410,84 +404,3 @@ class ObservedContext:
 
     async def transaction(self) -> Transaction | None:
         return await self.inner.transaction()
-
-
-class _ObservedKeyedRuns(ObservedRuntime):
-    async def find_keyed_run(
-        self, thread_id: str, actor_id: str, key: str
-    ) -> tuple[str, str] | None:
-        inner = self.inner
-        assert supports_keyed_runs(inner)
-        return await inner.find_keyed_run(thread_id, actor_id, key)
-
-
-class _ObservedExecutor(ObservedRuntime):
-    def register_resumer(self, resume: RunResumer) -> None:
-        inner = self.inner
-        assert supports_run_executor(inner)
-        inner.register_resumer(resume)
-
-    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
-        inner = self.inner
-        assert supports_run_executor(inner)
-        return await inner.execute(run_id, attempt)
-
-
-class _ObservedTimeline(ObservedRuntime):
-    async def thread_runs(
-        self, thread_id: str, *, limit: int, before_seq: int | None = None
-    ) -> list[RunTrace]:
-        inner = self.inner
-        assert supports_run_timeline(inner)
-        return await inner.thread_runs(thread_id, limit=limit, before_seq=before_seq)
-
-
-class _ObservedPruner(ObservedRuntime):
-    async def prune_steps(
-        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
-    ) -> int:
-        inner = self.inner
-        assert supports_pruning(inner)
-        return await inner.prune_steps(older_than_seconds, limit, status=status)
-
-
-class _ObservedLauncher(ObservedRuntime):
-    async def launch(
-        self,
-        system_database_url: str,
-        *,
-        executor_id: str | None = None,
-        application_version: str | None = None,
-    ) -> None:
-        inner = self.inner
-        assert supports_launch(inner)
-        await inner.launch(
-            system_database_url, executor_id=executor_id, application_version=application_version
-        )
-
-    async def shutdown(self) -> None:
-        inner = self.inner
-        assert supports_launch(inner)
-        await inner.shutdown()
-
-
-_DELEGATES: tuple[tuple[Callable[[object], bool], type[ObservedRuntime]], ...] = (
-    (supports_keyed_runs, _ObservedKeyedRuns),
-    (supports_run_executor, _ObservedExecutor),
-    (supports_run_timeline, _ObservedTimeline),
-    (supports_pruning, _ObservedPruner),
-    (supports_launch, _ObservedLauncher),
-)
-"""The runtime powers an observed runtime passes on, each with the class that implements it by
-delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
-_CLASSES: dict[tuple[type[ObservedRuntime], ...], type[ObservedRuntime]] = {}
-
-
-def _observer_class(inner: DurableRuntime) -> type[ObservedRuntime]:
-    bases = tuple(cls for probe, cls in _DELEGATES if probe(inner))
-    if not bases:
-        return ObservedRuntime
-    found = _CLASSES.get(bases)
-    if found is None:
-        found = _CLASSES[bases] = type("ObservedRuntime", bases, {"__module__": __name__})
-    return found

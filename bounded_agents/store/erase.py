@@ -33,7 +33,9 @@ summary of it, so an erasure refuses with `ThreadBusy` (409) while one holds the
 thread's row is locked first, so no run can begin or append between that check and the commit.
 A run whose lease lapsed is dead: it is failed for good (its journal is gone).
 
-Every statement names the thread: on Citus each one is routed to the thread's shard.
+Every statement names the thread: on Citus each one is routed to the thread's shard. A runtime
+that keeps run records of its own (DBOS: workflows and step outputs in its system database) is
+erased by the route after the store (`bounded_agents.http.erase`, the `RunEraser` power).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,7 +185,7 @@ class LoopEnv:
 
 
 @pytest.fixture(scope="package")
-def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """DBOS, launched once for the loop tests (it is one instance per process), its system
     database a SQLite file of its own: workflow ids are run ids, unique across the tests'
     databases. Destroyed when the loop tests end: its queue threads draw on the global
@@ -196,7 +197,7 @@ def dbos_launched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     path = tmp_path_factory.mktemp("dbos") / "system.sqlite"
     launch_dbos(dbos_config(f"sqlite:///{path}", executor_id=f"tests-{os.getpid()}"))
     try:
-        yield
+        yield path  # the system database, for a test that looks inside it
     finally:
         destroy_dbos()
 

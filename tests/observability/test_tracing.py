@@ -15,6 +15,7 @@ from bounded_agents.core.ports import (
     supports_journal_figures,
     supports_launch,
     supports_pruning,
+    supports_run_erasure,
     supports_run_executor,
     supports_run_timeline,
 )
@@ -236,6 +237,13 @@ class _EveryPower(InlineRuntime):
     async def shutdown(self) -> None:
         self.calls.append(("shutdown",))
 
+    async def thread_run_ids(self, thread_id: str) -> list[str]:
+        self.calls.append(("thread_run_ids", thread_id))
+        return ["r1"]
+
+    async def erase_runs(self, run_ids: Any) -> None:
+        self.calls.append(("erase_runs", list(run_ids)))
+
 
 async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() -> None:
     inner = _EveryPower()
@@ -254,6 +262,9 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
     assert await runtime.prune_steps(60.0, 5, status="failed") == 7
     await runtime.launch("sqlite://", executor_id="e", application_version="v")
     await runtime.shutdown()
+    assert supports_run_erasure(runtime)
+    assert await runtime.thread_run_ids("t1") == ["r1"]
+    await runtime.erase_runs(["r1"])
     assert inner.calls == [
         ("register_resumer", resume),
         ("execute", "r1"),
@@ -261,4 +272,6 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
         ("prune_steps", 60.0, 5, "failed"),
         ("launch", "sqlite://", "e", "v"),
         ("shutdown",),
+        ("thread_run_ids", "t1"),
+        ("erase_runs", ["r1"]),
     ]

@@ -28,6 +28,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
 | runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
 | runtime | JournalPruner          | supports_pruning             | SqlJournal                 |
+| runtime | RunEraser              | supports_run_erasure         | DbosRuntime                |
 | runtime | RuntimeLauncher        | supports_launch              | DbosRuntime                |
 | context | JournalFigures         | supports_journal_figures     | the project's contexts     |
 | ledger  | TransactionalLedger    | supports_ledger_transactions | SqlLedger                  |
@@ -52,6 +53,7 @@ from bounded_agents.core.ports.runtime_powers import (
     JournalPruner,
     KeyedRunFinder,
     QuotaReserver,
+    RunEraser,
     RunExecutor,
     RuntimeLauncher,
     RunTimelineReader,
@@ -63,6 +65,7 @@ from bounded_agents.core.ports.runtime_powers import (
     supports_ledger_transactions,
     supports_pruning,
     supports_reservations,
+    supports_run_erasure,
     supports_run_executor,
     supports_run_timeline,
 )
@@ -366,6 +369,7 @@ POWERS: tuple[Power, ...] = (
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
     Power("runtime", JournalPruner, supports_pruning),
+    Power("runtime", RunEraser, supports_run_erasure),
     Power("runtime", RuntimeLauncher, supports_launch),
     Power("context", JournalFigures, supports_journal_figures),
     Power("ledger", TransactionalLedger, supports_ledger_transactions),
@@ -388,6 +392,7 @@ __all__ = [
     "Power",
     "PromptDigestStore",
     "QuotaReserver",
+    "RunEraser",
     "RunExecutor",
     "RunMessagesReader",
     "RunTimelineReader",
@@ -415,6 +420,7 @@ __all__ = [
     "supports_prompt_digests",
     "supports_pruning",
     "supports_reservations",
+    "supports_run_erasure",
     "supports_run_executor",
     "supports_run_messages",
     "supports_run_timeline",

@@ -4,7 +4,7 @@ store's are in `powers`, which lists all of them in `POWERS`): the same style, o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
@@ -83,6 +83,28 @@ class JournalPruner(Protocol):
 
 def supports_pruning(runtime: object) -> TypeGuard[JournalPruner]:
     return isinstance(runtime, JournalPruner)
+
+
+@runtime_checkable
+class RunEraser(Protocol):
+    """Optional: a durable runtime that keeps records of its runs outside the project's tables
+    (`DbosRuntime`: DBOS's workflows and their step outputs, in its system database), which an
+    erasure must reach too. The SQL journal's steps are in the project's own tables, which the
+    store's erasure deletes, so it needs no such power."""
+
+    async def thread_run_ids(self, thread_id: str) -> list[str]:
+        """Every run of the thread the runtime may hold records of: asked before the store's
+        erasure, which deletes a thread's `runs` rows."""
+        ...
+
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete everything the runtime keeps of these runs (every attempt); runs it has no
+        record of are no error, so a retried erasure finishes the job."""
+        ...
+
+
+def supports_run_erasure(runtime: object) -> TypeGuard[RunEraser]:
+    return isinstance(runtime, RunEraser)
 
 
 @runtime_checkable

@@ -1,0 +1,122 @@
+"""The optional runtime powers an `ObservedRuntime` passes on to the runtime it wraps: one
+subclass per power, each delegating that power's methods, combined per wrapped runtime so the
+observed runtime has exactly the powers the runtime has (the `supports_*` probes answer alike,
+with no `__getattr__` forwarding). Apart from `runtime.py` because it subclasses its class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from bounded_agents.core.ports import (
+    DurableRuntime,
+    PrunedStatus,
+    RunResumer,
+    RunTrace,
+    supports_keyed_runs,
+    supports_launch,
+    supports_pruning,
+    supports_run_erasure,
+    supports_run_executor,
+    supports_run_timeline,
+)
+from bounded_agents.observability.runtime import ObservedRuntime
+
+_T = TypeVar("_T")
+
+
+class _ObservedKeyedRuns(ObservedRuntime):
+    async def find_keyed_run(
+        self, thread_id: str, actor_id: str, key: str
+    ) -> tuple[str, str] | None:
+        inner = self.inner
+        assert supports_keyed_runs(inner)
+        return await inner.find_keyed_run(thread_id, actor_id, key)
+
+
+class _ObservedExecutor(ObservedRuntime):
+    def register_resumer(self, resume: RunResumer) -> None:
+        inner = self.inner
+        assert supports_run_executor(inner)
+        inner.register_resumer(resume)
+
+    async def execute(self, run_id: str, attempt: Callable[[], Awaitable[_T]]) -> _T:
+        inner = self.inner
+        assert supports_run_executor(inner)
+        return await inner.execute(run_id, attempt)
+
+
+class _ObservedTimeline(ObservedRuntime):
+    async def thread_runs(
+        self, thread_id: str, *, limit: int, before_seq: int | None = None
+    ) -> list[RunTrace]:
+        inner = self.inner
+        assert supports_run_timeline(inner)
+        return await inner.thread_runs(thread_id, limit=limit, before_seq=before_seq)
+
+
+class _ObservedPruner(ObservedRuntime):
+    async def prune_steps(
+        self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
+    ) -> int:
+        inner = self.inner
+        assert supports_pruning(inner)
+        return await inner.prune_steps(older_than_seconds, limit, status=status)
+
+
+class _ObservedLauncher(ObservedRuntime):
+    async def launch(
+        self,
+        system_database_url: str,
+        *,
+        executor_id: str | None = None,
+        application_version: str | None = None,
+    ) -> None:
+        inner = self.inner
+        assert supports_launch(inner)
+        await inner.launch(
+            system_database_url, executor_id=executor_id, application_version=application_version
+        )
+
+    async def shutdown(self) -> None:
+        inner = self.inner
+        assert supports_launch(inner)
+        await inner.shutdown()
+
+
+class _ObservedEraser(ObservedRuntime):
+    async def thread_run_ids(self, thread_id: str) -> list[str]:
+        inner = self.inner
+        assert supports_run_erasure(inner)
+        return await inner.thread_run_ids(thread_id)
+
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+        inner = self.inner
+        assert supports_run_erasure(inner)
+        await inner.erase_runs(run_ids)
+
+
+_DELEGATES: tuple[tuple[Callable[[object], bool], type[ObservedRuntime]], ...] = (
+    (supports_keyed_runs, _ObservedKeyedRuns),
+    (supports_run_executor, _ObservedExecutor),
+    (supports_run_timeline, _ObservedTimeline),
+    (supports_pruning, _ObservedPruner),
+    (supports_launch, _ObservedLauncher),
+    (supports_run_erasure, _ObservedEraser),
+)
+"""The runtime powers an observed runtime passes on, each with the class that implements it by
+delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
+_CLASSES: dict[tuple[type[ObservedRuntime], ...], type[ObservedRuntime]] = {}
+
+
+def observer_class(inner: DurableRuntime) -> type[ObservedRuntime]:
+    bases = tuple(cls for probe, cls in _DELEGATES if probe(inner))
+    if not bases:
+        return ObservedRuntime
+    found = _CLASSES.get(bases)
+    if found is None:
+        found = _CLASSES[bases] = type(
+            "ObservedRuntime", bases, {"__module__": ObservedRuntime.__module__}
+        )
+    return found

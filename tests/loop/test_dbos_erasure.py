@@ -1,0 +1,102 @@
+"""An erasure reaches DBOS too. With `AGENT_DURABLE=dbos` every checkpoint of a run is also a
+DBOS step output in DBOS's system database (the selection, the model's answer, the summarizer's
+output): a message folded into a summary is there in plain text. Erasing it (the route's own
+function, `bounded_agents.http.erase.erase_message`) deletes the thread's runs' workflows, so
+no table of the system database holds it afterwards, as no table of the app's does.
+
+The module is driven without its lifespan: DBOS is launched once for the loop tests
+(`dbos_launched`), and a module's shutdown would stop it for the tests after this one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import sqlite3
+import uuid
+from pathlib import Path
+
+import pytest
+
+from bounded_agents.http.erase import erase_message, erase_thread
+from bounded_agents.module import AgentModule
+from bounded_agents.registry import agent
+from bounded_agents.settings import Settings
+from bounded_agents.store import SqlAgentStore
+from tests.factories import summary_rows
+from tests.http.erasure import SUMMARIZING, RecordingEcho, marker_hits
+
+pytest.importorskip("dbos", reason="the dbos extra is not installed")
+
+
+@agent(name="helper", system_prompt="You help.")
+class Helper:
+    pass
+
+
+def _readable(value: object) -> str:
+    """A value as text, a base64 one decoded too: DBOS stores step outputs as base64 pickles,
+    where a plain scan would find nothing."""
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    try:
+        decoded = base64.b64decode(text, validate=True).decode(errors="replace")
+    except (binascii.Error, ValueError):
+        return text
+    return text + decoded
+
+
+def _system_hits(path: Path, marker: str) -> list[str]:
+    """`table.column` of every value in DBOS's system database (a SQLite file here) holding
+    `marker`, case-insensitively."""
+    found: list[str] = []
+    with sqlite3.connect(path) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            cursor = conn.execute(f'SELECT * FROM "{table}"')
+            names = [d[0] for d in cursor.description]
+            for row in cursor:
+                for name, value in zip(names, row, strict=True):
+                    if value is not None and marker.lower() in _readable(value).lower():
+                        found.append(f"{table}.{name}")
+    return found
+
+
+async def _folded(module: AgentModule, marker: str) -> tuple[str, int]:
+    thread = await module.create_thread("helper", actor_id="alice")
+    for text in [f"my secret is {marker}", "the order is ORD-7", "a", "b", "c", "d", "e"]:
+        await module.run_turn(agent="helper", thread_id=thread.id, actor_id="alice", content=text)
+    summaries = await summary_rows(module.store, thread.id)  # type: ignore[arg-type]
+    assert summaries and marker in summaries[-1][1], summaries
+    return thread.id, 1
+
+
+def _module(store: SqlAgentStore) -> AgentModule:
+    from bounded_agents.durable.dbos_runtime import DbosRuntime
+
+    return AgentModule.for_root(
+        store=store,
+        journal=DbosRuntime(store.engine, lease_seconds=60),
+        model=RecordingEcho(),  # never quotes the user: the marker is in one message
+        agents=[Helper],
+        history=SUMMARIZING,
+        settings=Settings(migrate_on_start=False, metrics=False, tracing=False),
+    )
+
+
+@pytest.mark.parametrize("what", ["message", "thread"])
+async def test_an_erasure_leaves_no_byte_of_the_message_in_dbos_system_tables_either(
+    sql_store: SqlAgentStore, dbos_launched: Path, what: str
+) -> None:
+    module = _module(sql_store)
+    marker = f"MARK{uuid.uuid4().hex}"
+    thread, seq = await _folded(module, marker)
+    # the test can fail: DBOS's step outputs hold it before the erasure
+    assert _system_hits(dbos_launched, marker), "DBOS keeps the run's checkpoints"
+
+    if what == "message":
+        await erase_message(module, thread, seq)
+    else:
+        await erase_thread(module, thread)
+
+    assert _system_hits(dbos_launched, marker) == []
+    assert await marker_hits(sql_store, marker) == []
