@@ -127,7 +127,7 @@ def test_agent_durable_dbos_without_the_extra_is_a_config_error(
 
     monkeypatch.setitem(sys.modules, "dbos", None)  # as if not installed: importing it fails
     monkeypatch.delitem(sys.modules, "bounded_agents.durable.dbos_runtime", raising=False)
-    with pytest.raises(ConfigError, match=r"pip install 'bounded-agents\[dbos\]'"):
+    with pytest.raises(ConfigError, match=r"pip install '\.\[dbos\]' from a clone"):
         _module(sql_store, settings=Settings(migrate_on_start=False, durable="dbos"))
 
 
