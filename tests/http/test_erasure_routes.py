@@ -178,3 +178,27 @@ async def test_erasures_racing_turns_are_done_or_refused_busy_and_every_turn_ans
         assert erased.status_code in (204, 409), erased.text
         outcomes.add(erased.status_code)
     assert 204 in outcomes
+
+
+async def test_two_erasures_of_one_message_at_once_are_one_204_and_one_404(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Attack: the same DELETE sent twice at once (a client retrying on a timeout). The thread's
+    lock orders them: one erases, the other finds nothing; never two 204s, never a 500."""
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client)
+    for text in ("first", "second"):
+        assert (await post(client, thread, text)).status_code == 200
+    url = f"/threads/{thread}/messages/3"
+    answers = await asyncio.gather(*(client.delete(url, headers=ALICE) for _ in range(2)))
+    assert sorted(r.status_code for r in answers) == [204, 404], [r.text for r in answers]
+    assert [m["seq"] for m in await transcript(client, thread)] == [1, 2, 4]
+
+    # and a thread erasure racing a message erasure: the thread is gone either way
+    both = await asyncio.gather(
+        client.delete(f"/threads/{thread}/messages/4", headers=ALICE),
+        client.delete(f"/threads/{thread}", headers=ALICE),
+    )
+    assert all(r.status_code in (204, 404) for r in both), [r.text for r in both]
+    assert both[1].status_code == 204
+    assert (await client.get(f"/threads/{thread}", headers=ALICE)).status_code == 404
