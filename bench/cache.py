@@ -90,6 +90,26 @@ class RecordingModel:
         return response
 
 
+def bench_loop(
+    store: SqlAgentStore, recorder: RecordingModel, history: dict[str, Any], **options: Any
+) -> AgentLoop:
+    """One agent, `bench`, with `history`, on the SQL store, journal and ledger of `store`;
+    `options` go to `AgentLoop` (the cache-cold bench's TTL and clock)."""
+    definition = AgentDefinition(
+        name="bench",
+        system_prompt=SYSTEM_PROMPT,
+        policy=policy_from_config(HistoryConfig.coerce(history), recorder),
+    )
+    return AgentLoop(
+        store=store,
+        runtime=SqlJournal(store.engine, lease_seconds=60),
+        ledger=SqlLedger(store.engine),
+        model=recorder,
+        agents={"bench": definition},
+        **options,
+    )
+
+
 async def conversation(
     history: dict[str, Any],
     model: ModelProvider,
@@ -101,18 +121,7 @@ async def conversation(
     store = SqlAgentStore.from_url(url)
     await store.create_schema()
     recorder = RecordingModel(model)
-    definition = AgentDefinition(
-        name="bench",
-        system_prompt=SYSTEM_PROMPT,
-        policy=policy_from_config(HistoryConfig.coerce(history), recorder),
-    )
-    loop = AgentLoop(
-        store=store,
-        runtime=SqlJournal(store.engine, lease_seconds=60),
-        ledger=SqlLedger(store.engine),
-        model=recorder,
-        agents={"bench": definition},
-    )
+    loop = bench_loop(store, recorder, history)
     thread = await store.create_thread(actor_id="bench", agent="bench")
     reports = []
     try:

@@ -25,12 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.cache import SYSTEM_PROMPT, RecordingModel, script
-from bounded_agents.core.history import HistoryConfig, policy_from_config
-from bounded_agents.core.loop import AgentDefinition, AgentLoop
-from bounded_agents.durable import SqlJournal
+from bench.cache import RecordingModel, bench_loop, script
 from bounded_agents.providers.echo import EchoModel
-from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.sql import SqlAgentStore
 
 TURNS = 200
@@ -69,20 +65,7 @@ async def cold_conversation(
     await store.create_schema()
     recorder = RecordingModel(EchoModel())
     clock = ScriptedClock()
-    definition = AgentDefinition(
-        name="bench",
-        system_prompt=SYSTEM_PROMPT,
-        policy=policy_from_config(HistoryConfig.coerce(history), recorder),
-    )
-    loop = AgentLoop(
-        store=store,
-        runtime=SqlJournal(store.engine, lease_seconds=60),
-        ledger=SqlLedger(store.engine),
-        model=recorder,
-        agents={"bench": definition},
-        cache_ttl_seconds=ttl,
-        clock=clock,
-    )
+    loop = bench_loop(store, recorder, history, cache_ttl_seconds=ttl, clock=clock)
     thread = await store.create_thread(actor_id="bench", agent="bench")
     reports = []
     try:
