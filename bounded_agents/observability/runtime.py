@@ -21,6 +21,7 @@ few attribute dicts per step.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -49,7 +50,8 @@ from bounded_agents.core.ports import (
     JsonValue,
     RunRecord,
     RunRequest,
-    Transaction,
+    StepFn,
+    StepRecorder,
     supports_journal_figures,
 )
 from bounded_agents.core.report import RunReport
@@ -259,8 +261,9 @@ class ObservedRuntime:
     # --- a step ------------------------------------------------------------------------------
 
     async def _step(
-        self, run: _Run, inner: DurableContext, name: str, fn: Callable[[], Awaitable[JsonValue]]
+        self, run: _Run, name: str, inner_step: Callable[[], Awaitable[JsonValue]]
     ) -> JsonValue:
+        """`inner_step` (the wrapped context's step, its arguments bound) under a span."""
         span: trace.Span = trace.INVALID_SPAN
         if self._tracing:
             span = self._tracer.start_span(
@@ -274,9 +277,9 @@ class ObservedRuntime:
                 with trace.use_span(
                     span, end_on_exit=False, record_exception=False, set_status_on_exception=False
                 ):
-                    value = await inner.step(name, fn)
+                    value = await inner_step()
             else:  # nothing would nest under a span that records nothing
-                value = await inner.step(name, fn)
+                value = await inner_step()
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 span.record_exception(exc)
@@ -393,14 +396,19 @@ class ObservedContext:
         figures = self._run.figures
         return list(figures.replayed) if figures is not None else []
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
-        return await self._runtime._step(self._run, self.inner, name, fn)
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
+        run = functools.partial(self.inner.step, name, fn, writes=writes, record=record)
+        return await self._runtime._step(self._run, name, run)
 
     async def patched(self, marker: str) -> bool:
         return await self.inner.patched(marker)
 
     def unit_of_work(self) -> AbstractAsyncContextManager[None]:
         return self.inner.unit_of_work()
-
-    async def transaction(self) -> Transaction | None:
-        return await self.inner.transaction()
