@@ -57,7 +57,7 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
         raise UnsupportedParameter(
             "response_id", "this response's journal does not say what its model was sent"
         )
-    return rebuilt_prompt(definition, trace, load, answer, user.seq if user else None)
+    return rebuilt_prompt(definition, trace, load, answer, user_seq=user.seq if user else None)
 
 
 async def _trace(

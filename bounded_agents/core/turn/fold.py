@@ -87,7 +87,7 @@ async def refold(deps: TurnDeps, turn: Turn, prompt: list[ChatMessage]) -> list[
         # did store is where the next refold starts: none is summarized twice.
         window.summary = summary
         return prompt
-    return refolded_prompt(turn.definition, prompt, window, summary, len(older))
+    return refolded_prompt(turn.definition, prompt, window, summary=summary, folded=len(older))
 
 
 async def fold(
@@ -136,7 +136,7 @@ async def fold(
         if usage is not None:
             turn.report.model_calls.append(_summary_call(usage, made))
         if "rejected" in made:
-            _note_refusal(stats, turn.request, summary, made, through)
+            _note_refusal(stats, turn.request, summary, made, through=through)
             break
         assert usage is not None  # an accepted fold always records what it cost
         summary = await _keep_summary(deps, turn, task.known, made, (usage, folds))
@@ -280,6 +280,7 @@ def _note_refusal(
     request: RunRequest,
     summary: ThreadSummary | None,
     made: dict[str, Any],
+    *,
     through: int,
 ) -> None:
     stats.rejected += 1

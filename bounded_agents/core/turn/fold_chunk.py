@@ -105,7 +105,7 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
     if learned is not None and learned < task.budget and not chunk.halved and more:
         grow_chunk_cap(deps, task.request.agent, learned, max(task.budget, learned))
     kept, compressed, cut = await fit_summary(task, calls, fold_ctx, text)
-    return _chunk_record(calls, chunk, kept, compressed, cut)
+    return _chunk_record(calls, chunk, kept, compressed=compressed, cut=cut)
 
 
 async def gather_chunk(deps: TurnDeps, task: ChunkTask, budget: int) -> Chunk:
@@ -220,7 +220,7 @@ def _halve(chunk: Chunk) -> bool:
 
 
 def _chunk_record(
-    calls: FoldCalls, chunk: Chunk, kept: str, compressed: int, cut: int
+    calls: FoldCalls, chunk: Chunk, kept: str, *, compressed: int, cut: int
 ) -> dict[str, Any]:
     """What the step journals for a taken chunk; the optional keys only when they happened,
     so the payload of an ordinary fold stays as it always was."""

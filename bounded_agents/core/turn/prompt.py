@@ -136,6 +136,7 @@ def refolded_prompt(
     definition: AgentDefinition,
     prompt: list[ChatMessage],
     window: Window,
+    *,
     summary: ThreadSummary,
     folded: int,
 ) -> list[ChatMessage]:
@@ -167,6 +168,7 @@ def rebuilt_prompt(
     trace: RunTrace,
     load: LoadThreadPayload,
     answer: Message | None,
+    *,
     user_seq: int | None,
 ) -> list[ChatMessage]:
     """A run's LAST model call's prompt, from its journal: the opening prompt as the loop built
@@ -203,7 +205,7 @@ def _replayed_refold(
     window.summary = summary
     if summary is None or summary.covers_through_seq < through:
         return prompt
-    return refolded_prompt(definition, prompt, window, summary, count)
+    return refolded_prompt(definition, prompt, window, summary=summary, folded=count)
 
 
 def _fold_steps(trace: RunTrace, after_model: int) -> list[SummarizePayload]:
