@@ -41,4 +41,5 @@ __all__ = [
     "TurnDeps",
     "TurnLimits",
     "Window",
+    "WindowPreview",
 ]
