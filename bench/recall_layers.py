@@ -24,7 +24,8 @@ against the estimated tokens of the whole thread at that point; `summarizer toke
 summarizer was handed plus what it answered (estimates), failed calls included.
 
 One command, one markdown table: `python -m bench --recall` (2 lengths x 2 seeds x 2 windows x
-(1 + 6 styles) runs; `--quick` is 120 turns, seed 0, window 20).
+(1 + 6 styles) runs, about 4 minutes on 2 cores; `--quick` is 120 turns, seed 0, window 20,
+about 25 s). The table alone goes to stdout, progress and file names to stderr.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -473,14 +475,16 @@ def layers_main(
     # A summarizer that is down or refused is what some rows measure: the loop's warnings (a
     # traceback per failed fold) would bury the table. The counts are in the table.
     logging.getLogger("bounded_agents").setLevel(logging.CRITICAL)
-    results = asyncio.run(
-        run_layers(turn_counts, seeds, windows, styles, log=lambda line: print(line, flush=True))
-    )
-    print()
-    print(render(results))
+
+    def note(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    results = asyncio.run(run_layers(turn_counts, seeds, windows, styles, log=note))
+    # The table alone on stdout: `python -m bench --recall > table.md` is the table.
+    print(render(results), flush=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(results, indent=1, default=str))
-    print(f"\nwrote {json_path}")
-    print(write_chart(results, chart_path))
-    print(f"{len(results['runs'])} runs in {time.perf_counter() - started:.0f} s")
+    note(f"wrote {json_path}")
+    note(write_chart(results, chart_path))
+    note(f"{len(results['runs'])} runs in {time.perf_counter() - started:.0f} s")
     return 0
