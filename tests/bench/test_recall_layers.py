@@ -23,9 +23,14 @@ from typing import Any
 
 import pytest
 
+import bench.recall_layers
 import bench.recall_styles
+from bench.__main__ import parse_args
 from bench.recall_layers import probe_points, render, run_layers, run_one, write_chart
 from bench.recall_material import FACTS, TOOL_FACTS, UPDATES, generate, template_strings
+from bench.recall_styles import STYLES, Compact
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
 
 TURNS = 300
 WINDOW = 20
@@ -172,3 +177,48 @@ async def test_one_command_makes_one_table_and_the_chart_is_optional(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert write_chart(results, tmp_path / "chart.png").startswith("chart skipped")
     assert not (tmp_path / "chart.png").exists()
+
+
+class _KeyedOnWordingA(Compact):
+    """A note-taker that cheats: it notes only sentences opening like wording set A's. The
+    held-out check must catch it."""
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        opening = ("The ", "For the record", "Just so", "Please keep", "It is", "Sure:")
+        kept = [
+            m.model_copy(update={"content": m.content if m.content.startswith(opening) else ""})
+            for m in messages
+        ]
+        return await super().__call__(kept, ctx)
+
+
+async def test_the_held_out_wording_catches_a_summarizer_keyed_on_the_benchs_phrasing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above can fail: a summarizer that keys on set A's openings recalls less on B."""
+    monkeypatch.setattr(bench.recall_layers, "style", lambda name: _KeyedOnWordingA())
+    a = await _run(tmp_path, "keyed", turns=120, seed=0, wording="A")
+    b = await _run(tmp_path, "keyed", turns=120, seed=0, wording="B")
+    recall_a = [p["recall"] for p in a["without_search"]]
+    recall_b = [p["recall"] for p in b["without_search"]]
+    assert sum(recall_b) < sum(recall_a), (recall_a, recall_b)
+
+
+def test_the_command_line_picks_the_layers_bench_and_its_quick_form() -> None:
+    config, _, _, only = parse_args(["--recall"])
+    assert only == "recall"
+    assert (config.recall_turns, config.recall_seeds, config.recall_windows) == (
+        (120, 500),
+        (0, 1),
+        (20, 40),
+    )
+    assert config.recall_styles == STYLES
+    config, _, _, only = parse_args(["--recall", "--quick", "--recall-styles", "compact,down"])
+    assert (config.recall_turns, config.recall_seeds, config.recall_windows) == (
+        (120,),
+        (0,),
+        (20,),
+    )
+    assert config.recall_styles == ("compact", "down")
+    config, _, _, only = parse_args(["--recall-legacy"])
+    assert only == "recall-legacy" and config.recall_summarizers == ("reference", "verbose")
