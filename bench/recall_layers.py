@@ -24,7 +24,7 @@ against the estimated tokens of the whole thread at that point; `summarizer toke
 summarizer was handed plus what it answered (estimates), failed calls included.
 
 One command, one markdown table: `python -m bench --recall` (2 lengths x 2 seeds x 2 windows x
-(1 + 6 styles) runs, about 4 minutes on 2 cores; `--quick` is 120 turns, seed 0, window 20,
+(1 + 6 styles) runs, about 2.5 minutes of CPU; `--quick` is 120 turns, seed 0, window 20,
 about 25 s). The table alone goes to stdout, progress and file names to stderr.
 """
 
