@@ -77,8 +77,8 @@ bench: install
 	$(BIN)/python -m bench --recall
 
 ## Recall of planted facts by memory layer and summarizer style, one markdown table (2.5
-## minutes of CPU, 4-7 on 2 shared cores); SmolLM2 on the legacy material with `make bench-recall-llama` (needs
-## `make llama`; about 30 minutes on 2 cores)
+## minutes of CPU, 4-7 on 2 shared cores); SmolLM2 on the legacy material with
+## `make bench-recall-llama` (needs `make llama`; about 30 minutes on 2 cores)
 bench-recall: install
 	$(BIN)/python -m bench --recall
 
