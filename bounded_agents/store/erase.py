@@ -19,6 +19,14 @@ Where a message's bytes can be, and what becomes of each:
   runs' rows stay (their report and status hold no content) except for one field:
 - `runs.request`: the run whose user message it is keeps the content in its request, which is
   blanked (`content: ""`).
+- later answers' `search_history` results (`messages.tool_results`): a search made after the
+  message was written may have quoted it, and a quote is a copy the next prompts, the views
+  and the Conversations items show. Every row of such a result that quotes the message
+  (`bounded_agents.core.erasure`) keeps its seq and role, its text becomes `[erased]`. Bounded:
+  one statement reads only the thread's messages after the erased seq (a range of the primary
+  key) that hold a `search_history` call, filtered in the database; each row it returns costs
+  one JSON parse and, if it quoted the message, one UPDATE of that row. Those answers' journals
+  (their `tool:` steps hold the same result) are among the thread's steps deleted above.
 - the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
   SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
   tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
@@ -46,6 +54,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.core.erasure import redact_search_results
+from bounded_agents.core.messages import decode_tool_calls, decode_tool_results, encode_json_list
+from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.engine import write_transaction
@@ -103,6 +114,19 @@ _SET_REQUEST = (
     .where(runs.c.thread_id == _TID, runs.c.id == _RID)
     .values(request=sa.bindparam("request", type_=sa.Text))
 )
+_SEARCHED_AFTER = sa.select(messages.c.seq, messages.c.tool_calls, messages.c.tool_results).where(
+    messages.c.thread_id == _TID,
+    messages.c.seq > _SEQ,
+    messages.c.tool_results.is_not(None),
+    messages.c.tool_calls.contains(f'"name":"{SEARCH_TOOL_NAME}"', autoescape=True),
+)
+"""The thread's later answers that called `search_history` (a tool call's JSON, as
+`encode_json_list` writes it, holds `"name":"search_history"`; a false positive is only parsed)."""
+_SET_RESULTS = (
+    messages.update()
+    .where(messages.c.thread_id == _TID, messages.c.seq == sa.bindparam("at", type_=sa.Integer))
+    .values(tool_results=sa.bindparam("results", type_=sa.Text))
+)
 _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
@@ -141,6 +165,7 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
             return False
         await conn.execute(_DELETE_MESSAGE, params)
         await conn.execute(_DELETE_COVERING, params)
+        await _erase_search_quotes(conn, params)
         await conn.execute(_DELETE_STEPS, params)
         await conn.execute(_FAIL_LAPSED, params)
         await conn.execute(_MARK_PRUNED, params)
@@ -162,6 +187,20 @@ async def _purge_search_index(conn: AsyncConnection) -> None:
         return
     if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
         await conn.execute(_FTS_OPTIMIZE)
+
+
+async def _erase_search_quotes(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """Rewrite the later `search_history` results that quoted the message (see the module
+    docstring): one read of the candidates, one UPDATE per answer that quoted it."""
+    seq = int(params["seq"])
+    for row in (await conn.execute(_SEARCHED_AFTER, params)).all():
+        redacted = redact_search_results(
+            decode_tool_calls(row.tool_calls), decode_tool_results(row.tool_results), seq
+        )
+        if redacted is not None:
+            await conn.execute(
+                _SET_RESULTS, {**params, "at": row.seq, "results": encode_json_list(redacted)}
+            )
 
 
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:

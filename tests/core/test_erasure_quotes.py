@@ -1,0 +1,57 @@
+"""`bounded_agents.core.erasure`: which rows of a stored search result an erasure rewrites."""
+
+from __future__ import annotations
+
+import json
+
+from bounded_agents.core.erasure import ERASED, redact_search_result, redact_search_results
+from bounded_agents.core.messages import ToolCall, ToolResult
+from bounded_agents.core.search import render_hits
+from tests.factories import user
+
+
+def _result(*rows: dict[str, object], omitted: int = 0) -> str:
+    return json.dumps({"results": list(rows), "omitted": omitted}, ensure_ascii=False)
+
+
+def test_only_the_rows_quoting_the_seq_lose_their_text_and_other_text_keys() -> None:
+    content = _result(
+        {"seq": 3, "role": "user", "content": "secret", "snippet": "…secret…", "at": "2026"},
+        {"seq": 4, "role": "assistant", "content": "kept", "newer": 1},
+        {"role": "summary", "content": "covers 2-5 secret", "from_seq": 2, "to_seq": 5},
+        {"role": "summary", "content": "covers 6-9", "from_seq": 6, "to_seq": 9},
+        omitted=2,
+    )
+    redacted = json.loads(redact_search_result(content, 3) or "")
+    assert redacted == {
+        "results": [
+            {"seq": 3, "role": "user", "content": ERASED},
+            {"seq": 4, "role": "assistant", "content": "kept", "newer": 1},
+            {"role": "summary", "content": ERASED, "from_seq": 2, "to_seq": 5},
+            {"role": "summary", "content": "covers 6-9", "from_seq": 6, "to_seq": 9},
+        ],
+        "omitted": 2,
+    }
+    assert "secret" not in json.dumps(redacted)
+
+
+def test_a_result_that_does_not_quote_the_seq_or_is_not_a_result_is_left_alone() -> None:
+    hits = render_hits([user("a").model_copy(update={"seq": 5})])
+    assert redact_search_result(hits, 4) is None
+    assert redact_search_result("the search failed: OperationalError", 4) is None
+    assert redact_search_result('["not", "a", "result"]', 4) is None
+    assert redact_search_result(redact_search_result(hits, 5) or "", 5) is None  # idempotent
+
+
+def test_only_the_results_of_search_calls_are_rewritten() -> None:
+    quoted = render_hits([user("secret").model_copy(update={"seq": 2})])
+    calls = [
+        ToolCall(id="a", name="search_history", arguments={"query": "secret"}),
+        ToolCall(id="b", name="read_page", arguments={"url": "x"}),
+    ]
+    results = [ToolResult(call_id="a", content=quoted), ToolResult(call_id="b", content=quoted)]
+    redacted = redact_search_results(calls, results, 2)
+    assert redacted is not None
+    assert ERASED in redacted[0].content and "secret" not in redacted[0].content
+    assert redacted[1] == results[1]  # a user tool's output is its own, not a search's quote
+    assert redact_search_results(calls, results, 7) is None
