@@ -15,6 +15,7 @@ Pure functions over the stored JSON: the store runs them on the rows it selected
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,4 +82,37 @@ def redact_search_results(
     return out if changed else None
 
 
-__all__ = ["ERASED", "quotes", "redact_search_result", "redact_search_results"]
+ERROR_REDACTED = "(its text was removed when a message of the thread was erased)"
+"""What is left of a failed run's error text once a message of its thread is erased."""
+
+FIXED_TEXT_ERRORS = frozenset({"journal_erased", "lease_expired"})
+"""Error codes whose message is a fixed text of the project's own: nothing to redact."""
+
+_CONTENT_FREE_PREFIX = re.compile(
+    r"^(provider returned HTTP \d{3}|provider returned invalid JSON|provider failed mid-stream|"
+    r"the [a-z ]+ call failed \(details are in the server log\)|"
+    r"the [a-z ]+ timed out after [0-9.]+ ?s)"
+)
+"""How the project's provider errors begin before they quote the provider's own text (which a
+validating server fills with the input it refused): that part names no content."""
+
+
+def redact_error(code: str, message: str) -> str | None:
+    """A failed run's error text without anything a provider or a tool may have echoed of the
+    thread, or None when it is a fixed text already (or redacted already). The code stays,
+    and so does a provider error's HTTP status: the prefix the project wrote itself."""
+    if code in FIXED_TEXT_ERRORS or message.endswith(ERROR_REDACTED):
+        return None
+    found = _CONTENT_FREE_PREFIX.match(message)
+    return f"{found.group(1)}: {ERROR_REDACTED}" if found else ERROR_REDACTED
+
+
+__all__ = [
+    "ERASED",
+    "ERROR_REDACTED",
+    "FIXED_TEXT_ERRORS",
+    "quotes",
+    "redact_error",
+    "redact_search_result",
+    "redact_search_results",
+]

@@ -33,6 +33,15 @@ Where a message's bytes can be, and what becomes of each:
   `secure-delete`; so an erasure ends with FTS5's `optimize`, which merges the whole index into
   one segment without them. It rewrites the index, work in proportion to every thread's
   messages, which an erasure (rare, and owed) can pay; a turn never does.
+- `runs.error_message` of the thread's failed runs: a provider that refuses a request may quote
+  it in its error (a validating server echoes the input it refused), and the prompt of any run
+  after the message may have held it (window, summary, search result), so every failed run of
+  the thread loses the text after the part the project wrote itself (`provider returned HTTP
+  400`: `bounded_agents.core.erasure.redact_error`); the code stays. Bounded by the thread's
+  runs: one read of its failed ones, one UPDATE each. Chosen over never storing the provider's
+  text because that text is what tells an operator why a provider refused (a bad parameter, a
+  model name), and it is kept only until an erasure asks for it to go; spans never record it
+  unless content capture is on (`bounded_agents.observability`).
 - `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
   the next turn only loses its `prefix_reused` figure.
 
@@ -54,7 +63,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from bounded_agents.core.erasure import redact_search_results
+from bounded_agents.core.erasure import redact_error, redact_search_results
 from bounded_agents.core.messages import decode_tool_calls, decode_tool_results, encode_json_list
 from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
@@ -127,6 +136,14 @@ _SET_RESULTS = (
     .where(messages.c.thread_id == _TID, messages.c.seq == sa.bindparam("at", type_=sa.Integer))
     .values(tool_results=sa.bindparam("results", type_=sa.Text))
 )
+_FAILED = sa.select(runs.c.id, runs.c.error_code, runs.c.error_message).where(
+    runs.c.thread_id == _TID, runs.c.status == "failed", runs.c.error_message.is_not(None)
+)
+_SET_ERROR = (
+    runs.update()
+    .where(runs.c.thread_id == _TID, runs.c.id == _RID)
+    .values(error_message=sa.bindparam("message", type_=sa.Text))
+)
 _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
@@ -169,6 +186,7 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
         await conn.execute(_DELETE_STEPS, params)
         await conn.execute(_FAIL_LAPSED, params)
         await conn.execute(_MARK_PRUNED, params)
+        await _redact_errors(conn, params)
         if found.role == "user" and found.run_id is not None:
             await _blank_request(conn, {**params, "rid": found.run_id})
         await conn.execute(_FORGET_PROMPT, params)
@@ -201,6 +219,15 @@ async def _erase_search_quotes(conn: AsyncConnection, params: dict[str, Any]) ->
             await conn.execute(
                 _SET_RESULTS, {**params, "at": row.seq, "results": encode_json_list(redacted)}
             )
+
+
+async def _redact_errors(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """Every failed run of the thread without the text an error may have echoed (see the
+    module docstring)."""
+    for row in (await conn.execute(_FAILED, params)).all():
+        redacted = redact_error(row.error_code or "", row.error_message)
+        if redacted is not None:
+            await conn.execute(_SET_ERROR, {**params, "rid": row.id, "message": redacted})
 
 
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:

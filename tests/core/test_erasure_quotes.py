@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
-from bounded_agents.core.erasure import ERASED, redact_search_result, redact_search_results
+from bounded_agents.core.erasure import (
+    ERASED,
+    ERROR_REDACTED,
+    redact_error,
+    redact_search_result,
+    redact_search_results,
+)
 from bounded_agents.core.messages import ToolCall, ToolResult
 from bounded_agents.core.search import render_hits
 from tests.factories import user
@@ -55,3 +61,17 @@ def test_only_the_results_of_search_calls_are_rewritten() -> None:
     assert ERASED in redacted[0].content and "secret" not in redacted[0].content
     assert redacted[1] == results[1]  # a user tool's output is its own, not a search's quote
     assert redact_search_results(calls, results, 7) is None
+
+
+def test_an_error_keeps_the_part_the_project_wrote_and_loses_the_provider_s_text() -> None:
+    assert redact_error("provider_error", "provider returned HTTP 400: bad 'secret'") == (
+        f"provider returned HTTP 400: {ERROR_REDACTED}"
+    )
+    assert redact_error("internal_error", "KeyError: 'secret'") == ERROR_REDACTED
+    assert redact_error("provider_bad_response", "provider failed mid-stream: secret") == (
+        f"provider failed mid-stream: {ERROR_REDACTED}"
+    )
+    # fixed texts and texts redacted already are left as they are (no write)
+    assert redact_error("journal_erased", "the run's process stopped, and ...") is None
+    assert redact_error("lease_expired", "the run's process stopped before it finished") is None
+    assert redact_error("provider_error", f"provider returned HTTP 400: {ERROR_REDACTED}") is None
