@@ -6,6 +6,7 @@ root, and tests build `Settings(...)` directly or clear the cache.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any, Literal
@@ -16,6 +17,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bounded_agents.core.history import HistoryConfig, config_error
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
+
+MIN_FINGERPRINT_KEY_CHARS = 32
+DEVELOPMENT_FINGERPRINT_KEY = b"bounded-agents local development: not a secret"
+"""The fingerprint key of local development mode (no AGENT_FINGERPRINT_KEY, no API keys)."""
 
 _URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
 
@@ -157,6 +162,15 @@ class Settings(BaseSettings):
     """How long a request repeating an Idempotency-Key whose turn still runs (in this process
     or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;
     a client whose run another process took over (its lease lapsed) waits as long for it."""
+    fingerprint_key: SecretStr | None = None
+    """Secret that keys the digest kept of a request sent with an Idempotency-Key
+    (`runs.request_fingerprint`, an HMAC-SHA256): without it a digest of a guessed content
+    could be confirmed by anyone holding the database, even after the content was erased. At
+    least 32 characters; keep it out of the database, the same in every process, and stable
+    (a new key makes the repeat of a turn sent before it a 422 `idempotency_key_reused`).
+    Unset: derived from AGENT_API_KEYS (a secret every deployment with keys has; changing the
+    keys changes it); in local development mode (no keys either) a fixed, public key, as
+    guessable as a plain digest."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every
@@ -260,6 +274,26 @@ class Settings(BaseSettings):
             return HistoryConfig.model_validate(given)
         except ValidationError as exc:
             raise config_error("history settings", exc, prefix="AGENT_HISTORY_") from None
+
+    @field_validator("fingerprint_key")
+    @classmethod
+    def _fingerprint_key_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_FINGERPRINT_KEY_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_FINGERPRINT_KEY_CHARS} characters (a random secret, "
+                "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
+        return value
+
+    def fingerprint_secret(self) -> bytes:
+        """The key of request fingerprints (see `fingerprint_key`): the setting, else one
+        derived from the API keys, else the public development key."""
+        if self.fingerprint_key is not None:
+            return self.fingerprint_key.get_secret_value().encode()
+        if self.api_keys is not None:
+            keys = self.api_keys.get_secret_value().encode()
+            return hashlib.sha256(b"bounded-agents request fingerprint\0" + keys).digest()
+        return DEVELOPMENT_FINGERPRINT_KEY
 
     def actor_keys(self) -> dict[str, str]:
         """The API keys as {key: actor id}; empty in local development mode."""

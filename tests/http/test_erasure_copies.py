@@ -4,15 +4,24 @@ built from them (issue 40, break 1)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from contextlib import AsyncExitStack
 
 import httpx
+import pytest
 
 from bounded_agents.store.sql import SqlAgentStore
 from tests.factories import summary_rows
-from tests.http.conftest import ALICE, ModuleFactory, new_thread, open_client, post
+from tests.http.conftest import (
+    ALICE,
+    ModuleFactory,
+    http_settings,
+    new_thread,
+    open_client,
+    post,
+)
 from tests.http.erasure import (
     SUMMARIZING,
     RecordingEcho,
@@ -102,3 +111,47 @@ async def test_only_search_results_of_that_thread_after_the_message_are_rewritte
     assert "messages.tool_results" in await marker_hits(sql_store, other)
     views = await fetch_views(client, kept_thread)
     assert other in views["messages"]
+
+
+def _unkeyed_fingerprint(content: str) -> str:
+    """What a guesser holding the database computes for a guessed content: the SHA-256 of the
+    canonical request, as the fingerprint was before it was keyed."""
+    canonical = json.dumps(
+        {"route": "messages", "body": {"content": content}}, sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("fingerprint_key", [None, "a-deployment-secret-of-32-chars!!"])
+async def test_an_erased_keyed_turn_s_fingerprint_confirms_no_guess(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    fingerprint_key: str | None,
+) -> None:
+    settings = http_settings(fingerprint_key=fingerprint_key)
+    client = await open_client(
+        stack, openai_app(make_module(model=RecordingEcho(), settings=settings))
+    )
+    content = f"my secret is MARK{uuid.uuid4().hex}"
+    thread = await new_thread(client)
+    headers = {**ALICE, "Idempotency-Key": "k-1"}
+    r = await client.post(
+        f"/agents/helper/threads/{thread}/messages", headers=headers, json={"content": content}
+    )
+    assert r.status_code == 200, r.text
+    again = await client.post(
+        f"/agents/helper/threads/{thread}/messages", headers=headers, json={"content": content}
+    )
+    assert again.json()["run_id"] == r.json()["run_id"]  # the key still answers the repeat
+    other = await client.post(
+        f"/agents/helper/threads/{thread}/messages", headers=headers, json={"content": "other"}
+    )
+    assert other.status_code == 422, other.text  # and still tells another request apart
+
+    r = await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)
+    assert r.status_code == 204, r.text
+
+    guess = _unkeyed_fingerprint(content)
+    assert await marker_hits(sql_store, guess) == []
+    assert await marker_hits(sql_store, content) == []
