@@ -45,6 +45,15 @@ Where a message's bytes can be, and what becomes of each:
 - `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
   the next turn only loses its `prefix_reused` figure.
 
+At the storage layer (SQLite): every connection runs with `secure_delete` on, so the pages a
+delete frees are zeroed, and once an erasure commits, `PRAGMA wal_checkpoint(TRUNCATE)` copies
+the WAL into the database and truncates the `-wal` file, which otherwise keeps every page as it
+was written (the erased text among them) until the WAL wraps. The checkpoint takes this
+process's writer turn and waits for readers as a write does (the busy timeout); a reader of
+another process holding an old snapshot past that leaves the WAL for the next checkpoint, and
+the erasure logs a warning. PostgreSQL keeps dead tuples and old index entries until a table
+rewrite, and WAL until it is recycled: docs/http-api.md ("Erasure") says what and the commands.
+
 A live run (running, lease not lapsed) may be holding the message in memory and about to write a
 summary of it, so an erasure refuses with `ThreadBusy` (409) while one holds the thread; the
 thread's row is locked first, so no run can begin or append between that check and the commit.
@@ -58,6 +67,7 @@ erased by the route after the store (`bounded_agents.http.erase`, the `RunEraser
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import sqlalchemy as sa
@@ -68,10 +78,12 @@ from bounded_agents.core.messages import decode_tool_calls, decode_tool_results,
 from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import write_transaction
+from bounded_agents.store.engine import acquire_writer, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
 from bounded_agents.store.search import FTS_TABLE
+
+log = logging.getLogger("bounded_agents.store.erase")
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _SEQ = sa.bindparam("seq", type_=sa.Integer)
@@ -167,6 +179,7 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
         await _purge_search_index(conn)
+    await checkpoint_erasure(engine)
     return True
 
 
@@ -191,7 +204,33 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
             await _blank_request(conn, {**params, "rid": found.run_id})
         await conn.execute(_FORGET_PROMPT, params)
         await _purge_search_index(conn)
+    await checkpoint_erasure(engine)
     return True
+
+
+_CHECKPOINT = sa.text("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+async def checkpoint_erasure(engine: AsyncEngine) -> bool:
+    """SQLite: after an erasure committed, move the WAL into the database and truncate the
+    `-wal` file, so the pages as they were before the erasure leave the files (see the module
+    docstring). False when a reader kept the WAL from being emptied (logged); True otherwise,
+    and on PostgreSQL, which has nothing to do here."""
+    if engine.dialect.name != "sqlite":
+        return True
+    lock = await acquire_writer(engine)
+    try:
+        async with wrap_db_errors("checkpoint_erasure"), engine.connect() as conn:
+            busy = (await conn.execute(_CHECKPOINT)).scalar_one()
+    finally:
+        if lock is not None:
+            lock.release()
+    if busy:
+        log.warning(
+            "the WAL checkpoint after an erasure was blocked by a reader: erased bytes stay in "
+            "the -wal file until the next checkpoint"
+        )
+    return not busy
 
 
 _FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
@@ -255,4 +294,4 @@ async def _blank_request(conn: AsyncConnection, params: dict[str, Any]) -> None:
     await conn.execute(_SET_REQUEST, {**params, "request": json.dumps(request)})
 
 
-__all__ = ["delete_message", "delete_thread"]
+__all__ = ["checkpoint_erasure", "delete_message", "delete_thread"]
