@@ -103,6 +103,7 @@ def _observed(
         model_name=model_name,
         provider_name=provider_name,
         tracer_provider=tracer_provider,
+        capture_content=settings.captures_content(),
     )
 
 

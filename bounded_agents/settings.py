@@ -7,6 +7,7 @@ root, and tests build `Settings(...)` directly or clear the cache.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any, Literal
@@ -21,6 +22,12 @@ from bounded_agents.redact import redacted_url
 MIN_FINGERPRINT_KEY_CHARS = 32
 DEVELOPMENT_FINGERPRINT_KEY = b"bounded-agents local development: not a secret"
 """The fingerprint key of local development mode (no AGENT_FINGERPRINT_KEY, no API keys)."""
+
+OTEL_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""OpenTelemetry's GenAI opt-in for message content in telemetry."""
+_OTEL_CAPTURE_ON = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+"""Its values that turn capture on: the boolean spellings, and the newer conventions' modes
+that put content on spans."""
 
 _URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
 
@@ -184,6 +191,13 @@ class Settings(BaseSettings):
     """Emit OpenTelemetry spans per run and checkpoint; a no-op until the host configures an
     OpenTelemetry SDK, so leaving it on costs next to nothing without one."""
 
+    trace_content: bool | None = None
+    """Put message content in the spans: the user's message, the answers, tool arguments and
+    results, error messages (which may quote the input). Unset: as OpenTelemetry's
+    `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says (`true` turns it on), else off.
+    Off, spans hold figures, ids and names only: a trace is exported to a backend an erasure
+    cannot reach."""
+
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
     port: int = 8000
@@ -237,6 +251,7 @@ class Settings(BaseSettings):
         "token_quota",
         "openai_max_tokens",
         "sweep_seconds",
+        "trace_content",
         mode="before",
     )
     @classmethod
@@ -294,6 +309,14 @@ class Settings(BaseSettings):
             keys = self.api_keys.get_secret_value().encode()
             return hashlib.sha256(b"bounded-agents request fingerprint\0" + keys).digest()
         return DEVELOPMENT_FINGERPRINT_KEY
+
+    def captures_content(self) -> bool:
+        """Whether spans get message content (see `trace_content`): the setting, else the
+        OpenTelemetry GenAI opt-in variable, read when asked (never at import)."""
+        if self.trace_content is not None:
+            return self.trace_content
+        value = os.environ.get(OTEL_CAPTURE_CONTENT, "").strip().lower()
+        return value in _OTEL_CAPTURE_ON
 
     def actor_keys(self) -> dict[str, str]:
         """The API keys as {key: actor id}; empty in local development mode."""
