@@ -244,6 +244,7 @@ class AgentModule:
             fold_calls_per_turn=settings.history_fold_calls_per_turn,
             fold_timeout=settings.history_fold_timeout_seconds,
             cache_ttl_seconds=settings.history_cache_ttl_seconds,
+            tool_budget=settings.tool_budget(),
         )
         return cls(
             settings=settings,

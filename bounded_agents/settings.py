@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bounded_agents.core.history import HistoryConfig, config_error
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
 
@@ -183,6 +184,18 @@ class Settings(BaseSettings):
     estimated when it reports none); unset means no quota. Checked atomically before every
     model call, concurrent ones included: overshot by at most about one call."""
 
+    search_calls_per_step: int = Field(default=4, ge=1)
+    """`search_history` calls one model step may make; the next ones are answered with a short
+    refusal the model sees (docs/history.md, "Tool budget")."""
+    search_calls_per_turn: int = Field(default=12, ge=1)
+    """`search_history` calls one turn may make, all its steps together."""
+    tool_result_bytes_per_step: int = Field(default=64 * 1024, ge=1)
+    """UTF-8 bytes of tool output (every tool's) one model step's calls may put in the prompt;
+    a result past it is replaced by a refusal, so no number of calls can undo the history's
+    bound."""
+    tool_result_bytes_per_turn: int = Field(default=256 * 1024, ge=1)
+    """The same for the whole turn: also what its stored answer carries into later windows."""
+
     inspector: bool = True
     """Serve the inspector pages at `/inspect` (behind the same actor authentication as the API)."""
     metrics: bool = True
@@ -309,6 +322,15 @@ class Settings(BaseSettings):
             keys = self.api_keys.get_secret_value().encode()
             return hashlib.sha256(b"bounded-agents request fingerprint\0" + keys).digest()
         return DEVELOPMENT_FINGERPRINT_KEY
+
+    def tool_budget(self) -> ToolBudget:
+        """The caps on each turn's tool calls these settings describe."""
+        return ToolBudget(
+            search_calls_per_step=self.search_calls_per_step,
+            search_calls_per_turn=self.search_calls_per_turn,
+            result_bytes_per_step=self.tool_result_bytes_per_step,
+            result_bytes_per_turn=self.tool_result_bytes_per_turn,
+        )
 
     def captures_content(self) -> bool:
         """Whether spans get message content (see `trace_content`): the setting, else the

@@ -59,6 +59,7 @@ from bounded_agents.core.report import (
     RunReport,
     RunResult,
 )
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.constants import (
     _READ_FIGURES,
     BACKLOG_READ_ROWS,
@@ -137,15 +138,19 @@ class AgentLoop(PreviewPhase):
         fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         clock: Callable[[], datetime] | None = None,
+        tool_budget: ToolBudget | None = None,
     ) -> None:
         """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
         several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
         call may take before the fold is given up for this turn (None: no limit). `clock`
-        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`)."""
+        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`).
+        `tool_budget`: caps on each turn's search calls and tool output (default caps when
+        None; `bounded_agents.core.tool_budget`)."""
         self.fold_calls_per_turn, self.cache_ttl_seconds, self.clock = _checked(
             fold_calls_per_turn, cache_ttl_seconds, clock
         )
         self.fold_timeout = fold_timeout
+        self.tool_budget = tool_budget or ToolBudget()
         self._chunk_cap: dict[str, int] = {}
         """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
         refused as over its context: where later chunks start (see `_fold_chunk`)."""

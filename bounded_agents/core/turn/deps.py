@@ -15,6 +15,7 @@ from bounded_agents.core.ports import (
     Thread,
     Transaction,
 )
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.ledger import TurnLedger
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -42,6 +43,8 @@ class TurnDeps:
     token_quota: int | None
     fold_calls_per_turn: int
     fold_timeout: float | None
+    tool_budget: ToolBudget
+    """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
     cache_ttl_seconds: float
     """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
     idle time (`HistoryPolicyContext`). 0: off."""

@@ -40,6 +40,7 @@ from bounded_agents.core.report import (
     RunReport,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.core.tool_budget import ToolUse, budgeted_tool
 from bounded_agents.core.turn.calls import (
     _apply_middleware,
     _booked_model,
@@ -164,14 +165,15 @@ class StepsPhase(ReplayPhase):
     ) -> None:
         """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`. A
         turn-aware tool is told the thread and the prompt so far (`ToolContext`)."""
+        used = ToolUse(calls, results, step_start=len(results))  # the tool budget's tally
         for call in pending:
             if on_event is not None:
                 await on_event(ToolCallEvent(call=call))
+            run = _tool_step(definition, call, ToolContext(thread_id, tuple(prompt)))
             result = ToolResult.model_validate(
                 parse_tool(
                     await ctx.step(
-                        tool_step(n, call.id),
-                        _tool_step(definition, call, ToolContext(thread_id, tuple(prompt))),
+                        tool_step(n, call.id), budgeted_tool(self.tool_budget, call, run, used)
                     )
                 )
             )
