@@ -11,8 +11,9 @@ from bounded_agents.core.erasure import (
     redact_search_result,
     redact_search_results,
 )
-from bounded_agents.core.messages import ToolCall, ToolResult
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
 from bounded_agents.core.search import render_hits
+from bounded_agents.store.memory import MemoryStore
 from tests.factories import user
 
 
@@ -75,3 +76,24 @@ def test_an_error_keeps_the_part_the_project_wrote_and_loses_the_provider_s_text
     assert redact_error("journal_erased", "the run's process stopped, and ...") is None
     assert redact_error("lease_expired", "the run's process stopped before it finished") is None
     assert redact_error("provider_error", f"provider returned HTTP 400: {ERROR_REDACTED}") is None
+
+
+async def test_the_memory_store_erases_the_quotes_too() -> None:
+    store = MemoryStore()
+    thread = await store.create_thread(actor_id="a", agent="x")
+    call = ToolCall(id="c", name="search_history", arguments={"query": "secret"})
+    quoted = render_hits([user("my secret").model_copy(update={"seq": 1})])
+    answer = Message(
+        role="assistant",
+        content="found",
+        tool_calls=[call],
+        tool_results=[ToolResult(call_id="c", content=quoted)],
+    )
+    await store.append_messages(thread.id, [user("my secret"), user("where?"), answer])
+
+    assert await store.delete_message(thread.id, 1)
+
+    kept = (await store.get_thread(thread.id)) or None
+    assert kept is not None
+    assert "secret" not in kept.messages[-1].tool_results[0].content
+    assert ERASED in kept.messages[-1].tool_results[0].content
