@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bounded_agents.core.checkpoints import parse_tool
 from bounded_agents.core.messages import ToolCall, ToolResult, storable_json
@@ -115,18 +116,19 @@ def fit_result(budget: ToolBudget, result: ToolResult, used: ToolUse) -> ToolRes
 def budgeted_tool(
     budget: ToolBudget,
     call: ToolCall,
-    run: Callable[[], Awaitable[JsonValue]],
+    run: Callable[..., Awaitable[JsonValue]],
     used: ToolUse,
-) -> Callable[[], Awaitable[JsonValue]]:
+) -> Callable[..., Awaitable[JsonValue]]:
     """The step function of `call` (`run`, which returns a journaled tool payload) within the
     budget: refused before it runs (a search past its count), or its result refused after
-    (past the bytes left). What it returns is journaled like `run`'s own payload."""
+    (past the bytes left). What it returns is journaled like `run`'s own payload; whatever
+    the step passes its function (a transaction, say) is passed on to `run`."""
 
-    async def step() -> JsonValue:
+    async def step(*args: Any, **kwargs: Any) -> JsonValue:
         why = refusal(budget, call, used)
         if why is not None:
             return _payload(fit_result(budget, _refused(call.id, why), used))
-        payload = await run()
+        payload = await run(*args, **kwargs)
         result = ToolResult.model_validate(parse_tool(payload))
         fitted = fit_result(budget, result, used)
         return payload if fitted is result else _payload(fitted)
