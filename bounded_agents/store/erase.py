@@ -25,8 +25,9 @@ Where a message's bytes can be, and what becomes of each:
   (`bounded_agents.core.erasure`) keeps its seq and role, its text becomes `[erased]`. Bounded:
   one statement reads only the thread's messages after the erased seq (a range of the primary
   key) that hold a `search_history` call, filtered in the database; each row it returns costs
-  one JSON parse and, if it quoted the message, one UPDATE of that row. Those answers' journals
-  (their `tool:` steps hold the same result) are among the thread's steps deleted above.
+  one JSON parse, and those that quoted the message are rewritten by one executemany. Those
+  answers' journals (their `tool:` steps hold the same result) are among the thread's steps
+  deleted above.
 - the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
   SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
   tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
@@ -38,10 +39,10 @@ Where a message's bytes can be, and what becomes of each:
   after the message may have held it (window, summary, search result), so every failed run of
   the thread loses the text after the part the project wrote itself (`provider returned HTTP
   400`: `bounded_agents.core.erasure.redact_error`); the code stays. Bounded by the thread's
-  runs: one read of its failed ones, one UPDATE each. Chosen over never storing the provider's
-  text because that text is what tells an operator why a provider refused (a bad parameter, a
-  model name), and it is kept only until an erasure asks for it to go; spans never record it
-  unless content capture is on (`bounded_agents.observability`).
+  runs: one read of its failed ones, one executemany of the rewrites. Chosen over never storing
+  the provider's text because that text is what tells an operator why a provider refused (a
+  bad parameter, a model name), and it is kept only until an erasure asks for it to go; spans
+  never record it unless content capture is on (`bounded_agents.observability`).
 - `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
   the next turn only loses its `prefix_reused` figure.
 
@@ -248,25 +249,33 @@ async def _purge_search_index(conn: AsyncConnection) -> None:
 
 async def _erase_search_quotes(conn: AsyncConnection, params: dict[str, Any]) -> None:
     """Rewrite the later `search_history` results that quoted the message (see the module
-    docstring): one read of the candidates, one UPDATE per answer that quoted it."""
+    docstring): one read of the candidates, one UPDATE (an executemany) of those that quoted it."""
     seq = int(params["seq"])
+    rewritten: list[dict[str, Any]] = []
     for row in (await conn.execute(_SEARCHED_AFTER, params)).all():
         redacted = redact_search_results(
             decode_tool_calls(row.tool_calls), decode_tool_results(row.tool_results), seq
         )
         if redacted is not None:
-            await conn.execute(
-                _SET_RESULTS, {**params, "at": row.seq, "results": encode_json_list(redacted)}
+            # Only this statement's parameters: an UPDATE takes any other key that names a
+            # column (`seq`!) as one more value to SET.
+            rewritten.append(
+                {"tid": params["tid"], "at": row.seq, "results": encode_json_list(redacted)}
             )
+    if rewritten:
+        await conn.execute(_SET_RESULTS, rewritten)  # one executemany
 
 
 async def _redact_errors(conn: AsyncConnection, params: dict[str, Any]) -> None:
     """Every failed run of the thread without the text an error may have echoed (see the
     module docstring)."""
-    for row in (await conn.execute(_FAILED, params)).all():
-        redacted = redact_error(row.error_code or "", row.error_message)
-        if redacted is not None:
-            await conn.execute(_SET_ERROR, {**params, "rid": row.id, "message": redacted})
+    redacted = [
+        {"tid": params["tid"], "rid": row.id, "message": text}
+        for row in (await conn.execute(_FAILED, params)).all()
+        if (text := redact_error(row.error_code or "", row.error_message)) is not None
+    ]
+    if redacted:
+        await conn.execute(_SET_ERROR, redacted)  # one executemany
 
 
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:

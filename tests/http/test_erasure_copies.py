@@ -21,6 +21,7 @@ from tests.http.conftest import (
     new_thread,
     open_client,
     post,
+    transcript,
 )
 from tests.http.erasure import (
     SUMMARIZING,
@@ -68,10 +69,16 @@ async def test_an_erased_message_quoted_by_a_search_result_is_gone_from_every_co
         name for name, text in views.items() if marker not in text
     ]
 
+    before = await transcript(client, thread)
     r = await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)
     assert r.status_code == 204, r.text
 
     assert await marker_hits(sql_store, marker) == []
+    after = await transcript(client, thread)
+    # every other message as it was, at its seq: only the quote's text changed
+    assert [(m["seq"], m["role"], m["content"]) for m in after] == [
+        (m["seq"], m["role"], m["content"]) for m in before if m["seq"] != 1
+    ]
     views = await fetch_views(client, thread)
     assert [name for name, text in views.items() if marker in text] == []
     # the search result keeps its shape and says what became of the row
