@@ -52,6 +52,7 @@ from bounded_agents.core.ports import (
     supports_run_executor,
 )
 from bounded_agents.core.report import RunReport, RunResult
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.answer import answer
 from bounded_agents.core.turn.constants import (
     BACKLOG_READ_ROWS,
@@ -132,13 +133,22 @@ class AgentLoop:
         fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         clock: Callable[[], datetime] | None = None,
+        tool_budget: ToolBudget | None = None,
     ) -> None:
         """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
         several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
         call may take before the fold is given up for this turn (None: no limit). `clock`
-        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`)."""
+        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`).
+        `tool_budget`: caps on each turn's search calls and tool output (default caps when
+        None; `bounded_agents.core.tool_budget`)."""
         limits = _checked(
-            TurnLimits(token_quota, fold_calls_per_turn, fold_timeout, cache_ttl_seconds)
+            TurnLimits(
+                token_quota,
+                fold_calls_per_turn,
+                fold_timeout,
+                cache_ttl_seconds,
+                tool_budget=tool_budget or ToolBudget(),
+            )
         )
         turn_store = TurnStore(store)
         for definition in agents.values():

@@ -7,10 +7,10 @@ rolling summary), `answer.py` (model and tool steps), `finish.py` (the answer an
 end), `preview.py` (`GET .../window`), `replay.py` (journals of the legacy path). `prompt.py`
 is the one prompt builder; `spend.py` holds quota and ledger rows; `store.py` and `ledger.py`
 lift any store and ledger to what a turn needs. `bounded_agents.core.loop.AgentLoop` builds
-the values and composes the phases.
+the values and composes the phases. (`TurnDeps` is imported from `deps.py` itself: this package
+is imported by the history search tool, which the tool budget in the deps imports.)
 """
 
-from bounded_agents.core.turn.deps import LearnedSizes, TurnDeps, TurnLimits
 from bounded_agents.core.turn.public import (
     AgentDefinition,
     EventSink,
@@ -30,7 +30,6 @@ __all__ = [
     "Digest",
     "EventSink",
     "FoldPreview",
-    "LearnedSizes",
     "LoopEvent",
     "ToolBinding",
     "ToolCallEvent",
@@ -38,8 +37,6 @@ __all__ = [
     "ToolResultEvent",
     "Turn",
     "TurnAwareTool",
-    "TurnDeps",
-    "TurnLimits",
     "Window",
     "WindowPreview",
 ]

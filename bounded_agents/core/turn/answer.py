@@ -30,6 +30,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.prefix import prefix_reuse
 from bounded_agents.core.report import ModelCallReport, RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.core.tool_budget import ToolUse, budgeted_tool
 from bounded_agents.core.turn.calls import (
     apply_middleware,
     booked_model,
@@ -72,11 +73,11 @@ async def answer(
     for n in range(1, definition.max_steps + 1):
         if turn.window is not None and pending:
             async with ctx.unit_of_work():
-                await run_tools(turn, step, pending, prompt, into=(calls, results))
+                await run_tools(deps, turn, step, pending, prompt, into=(calls, results))
             pending = []
             prompt = await refold(deps, turn, prompt)
         async with ctx.unit_of_work():
-            await run_tools(turn, step, pending, prompt, into=(calls, results))
+            await run_tools(deps, turn, step, pending, prompt, into=(calls, results))
             recorded = await model_step(deps, turn, n, prompt, specs=specs, last_prompt=last_prompt)
         step, pending = n, []
         response, last_prompt, reported = _reported_step(recorded, turn.report)
@@ -88,7 +89,7 @@ async def answer(
     else:
         # Out of steps with tools asked for: they run, and the run says it stopped.
         async with ctx.unit_of_work():
-            await run_tools(turn, step, pending, prompt, into=(calls, results))
+            await run_tools(deps, turn, step, pending, prompt, into=(calls, results))
         content = content or f"(stopped after {definition.max_steps} model steps)"
     message = Message(
         role="assistant",
@@ -101,6 +102,7 @@ async def answer(
 
 
 async def run_tools(
+    deps: TurnDeps,
     turn: Turn,
     n: int,
     pending: list[ToolCall],
@@ -110,15 +112,18 @@ async def run_tools(
 ) -> None:
     """Run model step `n`'s tool calls, each its own checkpoint `tool:<n>:<call id>`, and add
     each call and result to `into` (the answer's) and to the prompt. A turn-aware tool is told
-    the thread and the prompt so far (`ToolContext`)."""
+    the thread and the prompt so far (`ToolContext`). Every call runs within the turn's tool
+    budget (`bounded_agents.core.tool_budget`): past it, the model reads a refusal."""
     calls, results = into
     on_event = turn.on_event
+    used = ToolUse(calls, results, step_start=len(results))  # the budget's tally, live
     for call in pending:
         if on_event is not None:
             await on_event(ToolCallEvent(call=call))
         invoke = _tool_invocation(turn, call, ToolContext(turn.request.thread_id, tuple(prompt)))
+        budgeted = budgeted_tool(deps.limits.tool_budget, call, invoke, used)
         result = ToolResult.model_validate(
-            parse_tool(await turn.ctx.step(tool_step(n, call.id), invoke))
+            parse_tool(await turn.ctx.step(tool_step(n, call.id), budgeted))
         )
         if on_event is not None:
             await on_event(

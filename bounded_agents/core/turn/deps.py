@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from bounded_agents.core.ports import DurableRuntime, Ledger, ModelProvider, Thread
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.ledger import TurnLedger
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.store import TurnStore
@@ -35,6 +36,8 @@ class TurnLimits:
     cache_ttl_seconds: float
     """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
     idle time (`HistoryPolicyContext`). 0: off."""
+    tool_budget: ToolBudget = field(default_factory=ToolBudget)
+    """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
 
 
 @dataclass
