@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 
 from bounded_agents.core.history import HistoryConfig
 from bounded_agents.http.errors import install_error_handlers
-from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.http.openai import build_openai_router
 from bounded_agents.module import AgentModule
 from bounded_agents.registry import agent, tool
 from bounded_agents.settings import Settings, get_settings

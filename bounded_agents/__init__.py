@@ -12,7 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bounded_agents.core.history_config import HistoryConfig
+    from bounded_agents.core.history.config import HistoryConfig
     from bounded_agents.http.auth import Actor
     from bounded_agents.module import AgentModule
     from bounded_agents.registry import agent, tool
@@ -24,7 +24,7 @@ _WHERE = {
     "AgentModule": "bounded_agents.module",
     "agent": "bounded_agents.registry",
     "tool": "bounded_agents.registry",
-    "HistoryConfig": "bounded_agents.core.history_config",
+    "HistoryConfig": "bounded_agents.core.history.config",
 }
 
 

@@ -77,7 +77,7 @@ EXPECTED = [
     ("AgentModule", "def (*, settings: bounded_agents.settings.Settings, "),
     ("AgentModule", "-> bounded_agents.module.AgentModule"),
     ("HistoryConfig", "def (*, enabled: bool =, max_messages: int | None =, "),
-    ("HistoryConfig", "-> bounded_agents.core.history_config.HistoryConfig"),
+    ("HistoryConfig", "-> bounded_agents.core.history.config.HistoryConfig"),
     ("agent", "def (*, name: str, system_prompt: str =, "),
     ("agent", "-> def [C <: type] (C) -> C"),
     ("tool", "Overload(def [F <: def (*Any, **Any) -> typing.Awaitable[Any]] (F) -> F, "),

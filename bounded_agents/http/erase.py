@@ -9,7 +9,7 @@ thread route answers. While a turn runs on the thread the erasure is refused wit
 What exactly is erased, and why so, is `bounded_agents.store.erase`'s docstring.
 
 Its own router (`build_erase_router`), included by the module's router: the OpenAI-shaped
-deletes (`bounded_agents.http.openai_erase`) share `erase_message` and `erase_thread`.
+deletes (`bounded_agents.http.openai.erase`) share `erase_message` and `erase_thread`.
 """
 
 from __future__ import annotations

@@ -42,15 +42,15 @@ from bounded_agents.core.checkpoints import (
     patch_step,
     tool_call_id,
 )
+from bounded_agents.core.history.powers import policy_summarizer, supports_refolding
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.messages import ChatMessage, Message
-from bounded_agents.core.policies import policy_summarizer, supports_refolding
 from bounded_agents.core.ports import RunRecord, RunTrace, ThreadSummary, supports_run_timeline
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import _apply_middleware
 from bounded_agents.core.turn.prompts import _degraded_history, _history_prompt
 from bounded_agents.errors import JournalPruned
-from bounded_agents.http.openai_errors import UnsupportedParameter
+from bounded_agents.http.openai.errors import UnsupportedParameter
 from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from bounded_agents.core.ports import ModelProvider
 from bounded_agents.errors import ConfigError
 from bounded_agents.providers.echo import EchoModel
-from bounded_agents.providers.openai_compat import OpenAICompatibleProvider
+from bounded_agents.providers.openai.compat import OpenAICompatibleProvider
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 """Where `kind="openai"` points when no base URL is given."""

@@ -19,7 +19,7 @@ from openai import AsyncOpenAI, OpenAI
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.errors import ProviderTimeout
 from bounded_agents.http.errors import install_error_handlers
-from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.http.openai.api import build_openai_router
 from bounded_agents.module import AgentModule
 from bounded_agents.providers import EchoModel
 from bounded_agents.registry import agent

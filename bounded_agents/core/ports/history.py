@@ -1,6 +1,6 @@
 """The history policy SPI: the types a history policy and a summarizer speak.
 
-They live beside the other ports so `core/history.py` (the built-in policies) and
+They live beside the other ports so `core/history/` (the built-in policies) and
 `core/summary.py` (the built-in summarizer) both depend on them without depending on each other.
 """
 
@@ -99,7 +99,7 @@ class HistoryPolicy(Protocol):
     """Decides which stored messages a turn sends. Only `select` is required.
 
     A policy may also declare optional powers, each a protocol of its own in
-    `bounded_agents.core.policies` that the loop probes with a `supports_*` check (never
+    `bounded_agents.core.history.powers` that the loop probes with a `supports_*` check (never
     `getattr`):
 
     - `read_bound: ReadBound | None`: what the store reads. Declaring it is a PROMISE that
@@ -112,7 +112,7 @@ class HistoryPolicy(Protocol):
     - `render_summary: SummaryRenderer | None`: words the summary as the leading system message;
       None means `render_history_summary`.
 
-    (`fold_max_tokens`, `refold_count` and the rest: see `core/policies.py`.) They are not
+    (`fold_max_tokens`, `refold_count` and the rest: see `core/history/powers.py`.) They are not
     members of this protocol, so `isinstance(obj, HistoryPolicy)` checks `select` only.
     """
 

@@ -13,14 +13,14 @@ from bounded_agents.core.checkpoints import (
     SUMMARIZE,
     fold_step,
 )
-from bounded_agents.core.messages import (
-    ChatMessage,
-    Message,
-)
-from bounded_agents.core.policies import (
+from bounded_agents.core.history.powers import (
     fold_budget,
     policy_summarizer,
     supports_refolding,
+)
+from bounded_agents.core.messages import (
+    ChatMessage,
+    Message,
 )
 from bounded_agents.core.ports import (
     DurableContext,

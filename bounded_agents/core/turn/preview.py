@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from bounded_agents.core.messages import (
-    Message,
-)
-from bounded_agents.core.policies import (
+from bounded_agents.core.history.powers import (
     policy_summarizer,
     read_bound,
+)
+from bounded_agents.core.messages import (
+    Message,
 )
 from bounded_agents.core.ports import (
     HistoryPolicyContext,

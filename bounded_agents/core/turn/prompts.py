@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from bounded_agents.core.history.powers import (
+    summary_renderer,
+)
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
     payload_bytes,
     to_chat_messages,
-)
-from bounded_agents.core.policies import (
-    summary_renderer,
 )
 from bounded_agents.core.ports import (
     HistoryPolicyContext,

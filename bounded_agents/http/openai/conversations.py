@@ -17,9 +17,9 @@ from bounded_agents.core.ports import Thread, supports_summaries
 from bounded_agents.errors import ThreadNotFound, clipped, echoed
 from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
-from bounded_agents.http.openai_errors import InvalidParameter, UnsupportedParameter
-from bounded_agents.http.openai_items import item_position, message_items
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.errors import InvalidParameter, UnsupportedParameter
+from bounded_agents.http.openai.items import item_position, message_items
+from bounded_agents.http.openai.schemas import (
     ConversationOut,
     CreateConversationIn,
     Item,

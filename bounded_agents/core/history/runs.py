@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bounded_agents.core.history_windows import _cut
+from bounded_agents.core.history.windows import _cut
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     HistoryPolicyContext,

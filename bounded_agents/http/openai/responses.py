@@ -23,26 +23,26 @@ from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency, keyed_thread_id
-from bounded_agents.http.openai_conversations import owned_thread
-from bounded_agents.http.openai_errors import (
+from bounded_agents.http.openai.conversations import owned_thread
+from bounded_agents.http.openai.errors import (
     InvalidParameter,
     PreviousResponseNotFound,
     UnsupportedParameter,
 )
-from bounded_agents.http.openai_items import (
+from bounded_agents.http.openai.items import (
     answer_of,
     output_items,
     response_error,
     response_out,
 )
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.schemas import (
     UNSUPPORTED_PARAMETERS,
     CreateResponseIn,
     InputMessage,
     Item,
     ResponseOut,
 )
-from bounded_agents.http.openai_stream import ResponseStream
+from bounded_agents.http.openai.stream import ResponseStream
 from bounded_agents.http.turns import StartedTurn, check_content, start_turn
 from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages

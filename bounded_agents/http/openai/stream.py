@@ -31,13 +31,13 @@ from bounded_agents.core.ports import TextDelta, supports_run_messages
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import AgentError
 from bounded_agents.http.errors import INTERNAL_MESSAGE, error_payload
-from bounded_agents.http.openai_items import (
+from bounded_agents.http.openai.items import (
     function_call_item,
     message_item_id,
     response_error,
     response_out,
 )
-from bounded_agents.http.openai_schemas import Item, MessageItem, ResponseOut, TextPart
+from bounded_agents.http.openai.schemas import Item, MessageItem, ResponseOut, TextPart
 from bounded_agents.http.sse import PING_SECONDS, TurnEnded, TurnQueue
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@
 
 As OpenAI defines them: the conversation delete answers `{id, object: "conversation.deleted",
 deleted: true}`, the item delete the conversation. An item id names a position in a stored
-message (`msg_<seq>`, `fc_<seq>_<i>`, `fco_<seq>_<i>`: `bounded_agents.http.openai_items`), and
+message (`msg_<seq>`, `fc_<seq>_<i>`, `fco_<seq>_<i>`: `bounded_agents.http.openai.items`), and
 what is erased is that whole message: a tool call's item and its result live in the assistant
 message that made them, and erasure errs on the side of erasing more, never less (the id must
 still be one of that message's items). An id of no
@@ -25,10 +25,10 @@ from pydantic import BaseModel
 from bounded_agents.errors import NotFound, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep
 from bounded_agents.http.erase import MessageNotFound, erase_message, erase_thread
-from bounded_agents.http.openai_conversations import ConversationIdPath, owned_thread
-from bounded_agents.http.openai_errors import openai_error_response
-from bounded_agents.http.openai_items import item_position, message_items
-from bounded_agents.http.openai_schemas import ConversationOut, OpenAIErrorOut
+from bounded_agents.http.openai.conversations import ConversationIdPath, owned_thread
+from bounded_agents.http.openai.errors import openai_error_response
+from bounded_agents.http.openai.items import item_position, message_items
+from bounded_agents.http.openai.schemas import ConversationOut, OpenAIErrorOut
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.router import transcript_page
 
