@@ -48,7 +48,7 @@ from bounded_agents.http.errors import public_message, status_for, validation_me
 from bounded_agents.http.inspector_views import turn_view, with_bars
 
 if TYPE_CHECKING:
-    from bounded_agents.http.auth import Actor
+    from bounded_agents.actors import Actor
     from bounded_agents.module import AgentModule
 
 COOKIE = "agent_inspector_key"
@@ -87,7 +87,7 @@ _templates = Environment(
 
 
 def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> APIRouter:
-    """The inspector's routes, closed over `module`, at `prefix` (`module.router` includes
+    """The inspector's routes, closed over `module`, at `prefix` (`build_router(module)` includes
     them at `/inspect`; a host may build and include its own elsewhere)."""
     pages = _Pages(module, prefix)
     router = APIRouter(prefix=prefix, include_in_schema=False, route_class=_route_class(pages))

@@ -64,6 +64,7 @@ from bounded_agents.http.schemas import (
 )
 from bounded_agents.http.sse import turn_response
 from bounded_agents.http.turns import start_turn
+from bounded_agents.module import register_router_factory
 
 if TYPE_CHECKING:
     from bounded_agents.module import AgentModule
@@ -349,5 +350,7 @@ async def metrics(module: ModuleDep) -> Response:
     body = generate_latest(module.metrics.registry)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)
 
+
+register_router_factory(build_router)  # serves the deprecated `module.router` (one release)
 
 __all__: Sequence[str] = ["build_router", "transcript_page"]

@@ -61,7 +61,7 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 def build_openai_router(module: AgentModule) -> APIRouter:
-    """The `/v1` routes. Include it next to `module.router`:
+    """The `/v1` routes. Include it next to `build_router(module)`:
     `app.include_router(build_openai_router(module))`."""
     router = APIRouter(
         prefix=PREFIX,

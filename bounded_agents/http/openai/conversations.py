@@ -12,10 +12,10 @@ from typing import Annotated, Final, Literal
 
 from fastapi import Body, Path, Query
 
+from bounded_agents.actors import Actor
 from bounded_agents.core.messages import MAX_SEQ, Message
 from bounded_agents.core.ports import Thread, supports_summaries
 from bounded_agents.errors import ThreadNotFound, clipped, echoed
-from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.openai.errors import InvalidParameter, UnsupportedParameter
 from bounded_agents.http.openai.items import item_position, message_items

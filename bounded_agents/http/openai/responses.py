@@ -15,11 +15,11 @@ from typing import Annotated
 from fastapi import Path, Response
 from fastapi.responses import JSONResponse
 
+from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Idempotency, Thread, supports_named_threads
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import IdempotencyKeyReused, RunNotFound, echoed
-from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency, keyed_thread_id
