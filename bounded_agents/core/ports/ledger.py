@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.frozen import Frozen
 
 MODEL_NAME_CHARS = 200
 """The longest model name a ledger row or a summary row keeps. The name comes from the
@@ -15,7 +15,7 @@ IDEMPOTENCY_KEY_CHARS = 255
 """The longest Idempotency-Key a run keeps (Stripe's bound too); a longer one is refused."""
 
 
-class LedgerEntry(_Frozen):
+class LedgerEntry(Frozen):
     run_id: str
     thread_id: str
     actor_id: str

@@ -13,10 +13,10 @@ from typing import Protocol, runtime_checkable
 from pydantic import Field
 
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.frozen import Frozen
 
 
-class Thread(_Frozen):
+class Thread(Frozen):
     id: str
     actor_id: str
     agent: str
@@ -41,7 +41,7 @@ class AgentStore(Protocol):
         ...
 
 
-class ThreadSummary(_Frozen):
+class ThreadSummary(Frozen):
     """A thread's rolling summary: every message with `seq <= covers_through_seq` is folded
     into `text` and is never sent verbatim again."""
 
@@ -55,7 +55,7 @@ class ThreadSummary(_Frozen):
     """The run whose turn made it."""
 
 
-class ReadBound(_Frozen):
+class ReadBound(Frozen):
     """Which newest messages of a thread a turn needs: the bound a policy declares and the
     store reads by. Every limit counts from the newest message backwards.
 
@@ -75,7 +75,7 @@ class ReadBound(_Frozen):
     widest: bool = False
 
 
-class ThreadTurnQuery(_Frozen):
+class ThreadTurnQuery(Frozen):
     thread_id: str
     message_limit: int | None = Field(default=None, ge=0)
     """Newest rows to return; None reads the whole thread. 0 returns no messages."""
@@ -103,7 +103,7 @@ class ThreadTurnQuery(_Frozen):
         )
 
 
-class ThreadTurnPage(_Frozen):
+class ThreadTurnPage(Frozen):
     messages: list[Message]
     """The newest messages the query's limits select, oldest first."""
     title: str | None
@@ -133,7 +133,7 @@ class ThreadTurnPage(_Frozen):
     newest is then a gap): unknown, so nothing is folded early."""
 
 
-class ThreadListing(_Frozen):
+class ThreadListing(Frozen):
     """One line of an actor's thread list: what the inspector shows before opening a thread."""
 
     id: str
