@@ -54,12 +54,18 @@ from bounded_agents.errors import (
     ThreadNotFound,
     TurnInProgress,
 )
-from bounded_agents.store import direct
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import autocommit, write_transaction
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import run_steps, runs
-from bounded_agents.store.tx import SqlTransaction, joined, open_write
+from bounded_agents.store import (
+    SqlTransaction,
+    autocommit,
+    db_now,
+    direct,
+    joined,
+    open_write,
+    run_steps,
+    runs,
+    wrap_db_errors,
+    write_transaction,
+)
 
 log = logging.getLogger(__name__)
 

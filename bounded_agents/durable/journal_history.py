@@ -26,11 +26,15 @@ from bounded_agents.durable.journal_rows import (
     LAPSED,
     shuffle_candidates,
 )
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import write_transaction
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import messages, run_steps, runs
-from bounded_agents.store.sql import aware_utc
+from bounded_agents.store import (
+    aware_utc,
+    db_now,
+    messages,
+    run_steps,
+    runs,
+    wrap_db_errors,
+    write_transaction,
+)
 
 
 class JournalHistory:

@@ -19,11 +19,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import (
     StoreError,
 )
-from bounded_agents.store import direct
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import run_steps, runs
-from bounded_agents.store.tx import SqlTransaction
+from bounded_agents.store import SqlTransaction, db_now, direct, run_steps, runs, wrap_db_errors
 
 log = logging.getLogger(__name__)
 

@@ -48,6 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
@@ -158,7 +159,7 @@ _FTS_OPTIMIZE = sa.text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize
 async def _purge_search_index(conn: AsyncConnection) -> None:
     """SQLite only: merge the FTS5 index so no segment still holds an erased row's terms (see
     the module docstring). A database without the index (before migration 0011) has none."""
-    if conn.dialect.name != "sqlite":
+    if not dialect_of(conn).sqlite:
         return
     if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
         await conn.execute(_FTS_OPTIMIZE)
@@ -167,7 +168,7 @@ async def _purge_search_index(conn: AsyncConnection) -> None:
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:
     """Lock the thread for the erasure; False when there is no thread, `ThreadBusy` when a live
     run holds it."""
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).postgres:
         found = (await conn.execute(_LOCK, params)).first() is not None
     else:
         found = (await conn.execute(_TAKE, params)).rowcount > 0

@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.core.messages import Message, unstorable_text
@@ -28,6 +27,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from bounded_agents.store import direct, erase, migrate, search
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
     autocommit,
     make_engine,
@@ -113,8 +113,7 @@ class SqlAgentStore:
         one transaction: two requests racing to create it get the one thread."""
         _check_title(title)
         values = {"id": thread_id, "actor_id": actor_id, "agent": agent, "title": title}
-        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(threads).values(values).on_conflict_do_nothing()
+        stmt = dialect_of(self._engine).insert(threads).values(values).on_conflict_do_nothing()
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(stmt)
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
@@ -332,8 +331,8 @@ class SqlAgentStore:
         """INSERT ... ON CONFLICT DO NOTHING on (thread_id, covers_through_seq): a fold that is
         replayed after a crash finds its row and leaves it as the first attempt wrote it."""
         values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}
-        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(thread_summaries).values(values).on_conflict_do_nothing()
+        insert = dialect_of(self._engine).insert
+        stmt = insert(thread_summaries).values(values).on_conflict_do_nothing()
         async with writing(self._engine, tx, "save_summary") as conn:
             await conn.execute(stmt)
 
