@@ -14,7 +14,6 @@
     │   ├── MessageNotFound         message_not_found   404  (no message at that seq to erase)
     │   └── RunNotFound             run_not_found       404
     │       └── PreviousResponseNotFound run_not_found  404  (bounded_agents/http/openai/errors.py)
-    ├── ErasureUnsupported          method_not_allowed  405  (the store cannot erase)
     ├── ThreadBusy                  thread_busy         409
     ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
@@ -139,16 +138,6 @@ class MessageNotFound(NotFound):
         super().__init__(f"thread {echoed(thread_id)} has no message {seq}")
         self.thread_id = thread_id
         self.seq = seq
-
-
-class ErasureUnsupported(AgentError):
-    """The module's store cannot erase (it lacks `ErasingStore`): over HTTP, the method is not
-    allowed (405)."""
-
-    code = "method_not_allowed"
-
-    def __init__(self) -> None:
-        super().__init__("this server's store cannot erase messages or threads")
 
 
 class RunNotFound(NotFound):

@@ -38,14 +38,12 @@ from bounded_agents.core.loop import AgentDefinition, AgentLoop, EventSink
 from bounded_agents.core.ports import (
     AgentStore,
     DurableRuntime,
-    ErasingStore,
     Idempotency,
     Ledger,
     ModelProvider,
     PrunedStatus,
     Thread,
     supports_closing,
-    supports_erasure,
     supports_keyed_runs,
     supports_pruning,
     supports_run_erasure,
@@ -54,7 +52,6 @@ from bounded_agents.core.report import RunResult
 from bounded_agents.errors import (
     AgentNotFound,
     ConfigError,
-    ErasureUnsupported,
     IdempotencyKeyReused,
     LeaseLost,
     MessageNotFound,
@@ -246,14 +243,12 @@ class AgentModule:
         stay. What exactly is erased, and why, is `bounded_agents.store.erase`'s docstring.
 
         `ThreadNotFound` for a thread that is not `actor_id`'s (or none), `ThreadBusy` while a
-        turn runs on it (retry when it ends), `ErasureUnsupported` for a store that cannot
-        erase. A route passes the `thread` its ownership check already loaded, so it is not
-        read again. A thread gone between that check and the erasure was erased by a
-        concurrent call: the outcome asked for, so no error."""
-        store = self._erasing_store()
+        turn runs on it (retry when it ends). A route passes the `thread` its ownership check
+        already loaded, so it is not read again. A thread gone between that check and the
+        erasure was erased by a concurrent call: the outcome asked for, so no error."""
         owned = await self._owned(thread_id, actor_id, thread)
         held = await self._runs_held_elsewhere(owned.id)
-        await store.delete_thread(owned.id)
+        await self.store.delete_thread(owned.id)
         await self._erase_runs(held)
 
     async def erase_message(
@@ -267,18 +262,11 @@ class AgentModule:
         """Erase the message at `seq` of a thread of `actor_id`, and every summary made of it
         (what `DELETE /threads/{id}/messages/{seq}` does). `MessageNotFound` when the thread has
         no message there (never stored, or erased already); otherwise as `erase_thread`."""
-        store = self._erasing_store()
         owned = await self._owned(thread_id, actor_id, thread)
         held = await self._runs_held_elsewhere(owned.id)
-        if not await store.delete_message(owned.id, seq):
+        if not await self.store.delete_message(owned.id, seq):
             raise MessageNotFound(owned.id, seq)
         await self._erase_runs(held)
-
-    def _erasing_store(self) -> ErasingStore:
-        store = self.store
-        if not supports_erasure(store):
-            raise ErasureUnsupported()
-        return store
 
     async def _owned(self, thread_id: str, actor_id: str, thread: Thread | None) -> Thread:
         """`thread` when it is the caller's check of this thread for this actor, else read."""

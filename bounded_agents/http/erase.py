@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from bounded_agents.core.messages import MAX_SEQ
-from bounded_agents.errors import ErasureUnsupported, MessageNotFound
+from bounded_agents.errors import MessageNotFound
 from bounded_agents.http.deps import ModuleDep, OwnedThreadDep
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.schemas import ErrorOut
@@ -72,4 +72,4 @@ async def delete_message(thread: OwnedThreadDep, seq: SeqPath, module: ModuleDep
     return Response(status_code=204)
 
 
-__all__ = ["ErasureUnsupported", "MessageNotFound", "build_erase_router"]
+__all__ = ["MessageNotFound", "build_erase_router"]

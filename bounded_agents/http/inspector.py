@@ -39,7 +39,6 @@ from bounded_agents.core.messages import MAX_SEQ
 from bounded_agents.core.ports import (
     RunTrace,
     supports_run_timeline,
-    supports_thread_listing,
 )
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
@@ -171,11 +170,9 @@ class _Pages:
         actor = await self.actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
-        listing = []
         store = self.module.store
-        if supports_thread_listing(store):
-            offset = (page - 1) * THREADS_PER_PAGE
-            listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
+        offset = (page - 1) * THREADS_PER_PAGE
+        listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
         return self.render(
             request,
             "threads.html",
@@ -183,7 +180,6 @@ class _Pages:
             threads=listing[:THREADS_PER_PAGE],
             page_no=page,
             more=len(listing) > THREADS_PER_PAGE,
-            listable=supports_thread_listing(store),
         )
 
     async def timeline_values(

@@ -6,14 +6,12 @@ owner checked, a missing seq refused, and nothing touched when the call is refus
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 
 import pytest
 
 from bounded_agents import AgentModule, agent
-from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import Thread
-from bounded_agents.errors import ErasureUnsupported, MessageNotFound, ThreadNotFound
+from bounded_agents.errors import MessageNotFound, ThreadNotFound
 from bounded_agents.store.sql import SqlAgentStore
 from tests.factories import summary_rows
 from tests.http.erasure import SUMMARIZING, RecordingEcho, count_rows, marker_hits
@@ -140,38 +138,3 @@ async def test_the_thread_a_caller_already_checked_is_not_read_again(
     assert reads == []
     await module.erase_message(thread.id, 2, actor_id="alice")
     assert reads == [thread.id]
-
-
-class _NoErasure:
-    """The base store port only, over a real store: no `ErasingStore`."""
-
-    def __init__(self, inner: SqlAgentStore) -> None:
-        self.inner = inner
-
-    async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
-        return await self.inner.create_thread(actor_id=actor_id, agent=agent, title=title)
-
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        return await self.inner.get_thread(thread_id)
-
-    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        return await self.inner.append_messages(thread_id, messages)
-
-
-async def test_a_store_that_cannot_erase_is_erasure_unsupported_and_keeps_everything(
-    sql_store: SqlAgentStore,
-) -> None:
-    module = AgentModule.for_root(
-        store=_NoErasure(sql_store),  # type: ignore[arg-type]
-        model=RecordingEcho(),
-        agents=[Helper],
-        history={"max_messages": 4},
-    )
-    thread = await module.create_thread("helper", actor_id="alice")
-    await module.run_turn(agent="helper", thread_id=thread.id, actor_id="alice", content="hi")
-
-    with pytest.raises(ErasureUnsupported):
-        await module.erase_thread(thread.id, actor_id="alice")
-    with pytest.raises(ErasureUnsupported):
-        await module.erase_message(thread.id, 1, actor_id="alice")
-    assert await count_rows(sql_store, "messages", thread.id) == 2

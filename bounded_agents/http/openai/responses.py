@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
-from bounded_agents.core.ports import Idempotency, Thread, supports_named_threads
+from bounded_agents.core.ports import Idempotency, Thread
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import IdempotencyKeyReused, RunNotFound, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
@@ -206,14 +206,7 @@ async def _keyed_thread(
     """A new thread for a keyed request, created once under an id named after the actor and
     the key: its retry (which would otherwise start a thread, and a turn, of its own) finds
     the same thread and, in it, the key's run. The store's insert decides a race of the two."""
-    store = module.store
-    if not supports_named_threads(store):
-        raise InvalidParameter(
-            "conversation",
-            f"{type(store).__name__} cannot name a new thread after an Idempotency-Key: "
-            "pass conversation or previous_response_id with the key",
-        )
-    thread = await store.create_named_thread(
+    thread = await module.store.create_named_thread(
         keyed_thread_id(actor.id, keyed.key), actor_id=actor.id, agent=agent
     )
     if thread.actor_id != actor.id or thread.agent != agent:
