@@ -283,6 +283,8 @@ def test_no_phase_fetches_a_transaction_back_from_its_context() -> None:
         f"{path.name}:{node.lineno}"
         for path in TURN_MODULES
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Attribute) and node.attr in ("transaction", "_tx")
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("transaction", "_tx")
     ]
     assert fetches == []
