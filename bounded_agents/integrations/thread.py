@@ -416,7 +416,7 @@ class ThreadHistory:
 
 def label(item: Any, index: int) -> str:
     """How an error names item `index`: its type when it has one, and a clipped repr."""
-    kind = item.get("type") if isinstance(item, dict) else type(item).__name__
+    kind = (item.get("type") or item.get("kind")) if isinstance(item, dict) else type(item).__name__
     return f"item {index} ({kind or 'no type'}: {clipped(repr(item), 80)})"
 
 
