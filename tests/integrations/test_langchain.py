@@ -1,0 +1,128 @@
+"""The LangChain chat message history over the store, against the real `langchain` v1: an
+agent made by `create_agent` with a fake chat model and a tool, and RunnableWithMessageHistory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+from langchain_core.tools import tool
+
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.langchain import BoundedChatMessageHistory
+from bounded_agents.store import SqlAgentStore
+from tests.http.erasure import marker_hits
+from tests.integrations.helpers import NotesSummarizer, rows_read
+
+
+class ToolingFakeModel(GenericFakeChatModel):
+    """LangChain's fake chat model, with tools bound as a no-op (the script decides)."""
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in `city`."""
+    return f"sunny in {city}"
+
+
+def script(turns: int) -> list[AIMessage]:
+    out: list[AIMessage] = []
+    for n in range(turns):
+        call = {"name": "weather", "args": {"city": "Paris"}, "id": f"call_{n}", "type": "tool_call"}
+        out += [AIMessage("", tool_calls=[call]), AIMessage(f"answer {n}")]
+    return out
+
+
+def run_messages(n: int, marker: str = "") -> list[BaseMessage]:
+    call = {"name": "weather", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}
+    return [
+        HumanMessage(f"question {n} {marker}".strip()),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage(f"out {n}", tool_call_id=f"c{n}", name="weather"),
+        AIMessage(f"answer {n}"),
+    ]
+
+
+def calls_paired(messages: Sequence[BaseMessage]) -> bool:
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    outputs = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return calls == outputs
+
+
+async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_history(sql_store: SqlAgentStore) -> None:
+    model = ToolingFakeModel(messages=iter(script(3)))
+    agent = create_agent(model, tools=[weather], system_prompt="You help.")
+    history = BoundedChatMessageHistory("lc-a", sql_store, keep_runs=2)
+    for question in ("one", "two", "three"):
+        with rows_read(sql_store) as reads:
+            before = await history.aget_messages()
+        state = await agent.ainvoke({"messages": [*before, HumanMessage(question)]})
+        new = state["messages"][len(before) :]
+        assert [type(m).__name__ for m in new] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+        assert new[2].content == "sunny in Paris"
+        await history.aadd_messages(new)
+    assert reads == [("load_thread_for_turn", 8)] and calls_paired(before)
+    assert [m.content for m in await history.aget_messages()][-4:] == ["three", "", "sunny in Paris", "answer 2"]
+
+
+async def test_runnable_with_message_history_keeps_its_turns_in_the_store(sql_store: SqlAgentStore) -> None:
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"a{n}") for n in range(3)]))
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "You help."), MessagesPlaceholder("history"), ("human", "{q}")]
+    )
+    with pytest.warns(DeprecationWarning, match="RunnableWithMessageHistory"):
+        chain = RunnableWithMessageHistory(
+            prompt | model,
+            lambda session_id: BoundedChatMessageHistory(session_id, sql_store, keep_runs=1),
+            input_messages_key="q",
+            history_messages_key="history",
+        )
+    for q in ("one", "two", "three"):
+        await chain.ainvoke({"q": q}, config={"configurable": {"session_id": "lc-b"}})
+    kept = await BoundedChatMessageHistory("lc-b", sql_store, keep_runs=9).aget_messages()
+    assert [m.content for m in kept] == ["one", "a0", "two", "a1", "three", "a2"]
+
+
+async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(sql_store: SqlAgentStore) -> None:
+    history = BoundedChatMessageHistory("lc-c", sql_store)
+    with pytest.raises(InvalidInput, match=r"item 4 \(str.*not a LangChain message"):
+        await history.aadd_messages([*run_messages(0), "plain text"])  # type: ignore[list-item]
+    assert await history.aget_messages() == []
+    with pytest.raises(NotImplementedError, match="aget_messages"):
+        _ = history.messages
+
+
+async def test_a_ten_thousand_message_thread_reads_the_bound_and_carries_the_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-d", sql_store, keep_runs=3)
+    for start in range(0, 2500, 250):
+        await history.aadd_messages([m for n in range(start, start + 250) for m in run_messages(n)])
+    history.summarizer = NotesSummarizer()
+    folded = await history.acompact()
+    assert folded is not None and folded.folded == 10_000 - 12
+    with rows_read(sql_store) as reads:
+        loaded = await history.aget_messages()
+    assert reads == [("load_thread_for_turn", 12)]
+    assert isinstance(loaded[0], SystemMessage) and "answer 2496" in str(loaded[0].content)
+    assert len(loaded) == 1 + 12 and calls_paired(loaded[1:])
+    assert loaded[1:] == [m for n in range(2497, 2500) for m in run_messages(n)]
+
+
+async def test_aclear_leaves_the_text_in_no_table(sql_store: SqlAgentStore) -> None:
+    history = BoundedChatMessageHistory("lc-e", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=1)
+    await history.aadd_messages(run_messages(0, "MARKFOLDED"))
+    await history.aadd_messages(run_messages(1))  # folds run 0: past the kept run
+    assert "MARKFOLDED" in str((await history.aget_messages())[0].content)
+    await history.aclear()
+    assert await marker_hits(sql_store, "MARKFOLDED") == []
+    assert await history.aget_messages() == []
