@@ -3,7 +3,8 @@
     chain = RunnableWithMessageHistory(
         runnable, lambda session_id: BoundedChatMessageHistory(session_id, store)
     )
-    await chain.ainvoke({"question": "What changed?"}, config={"configurable": {"session_id": "u42"}})
+    config = {"configurable": {"session_id": "u42"}}
+    await chain.ainvoke({"question": "What changed?"}, config=config)
 
 `aget_messages` gives the BOUNDED history (the thread's summary first, as a system message,
 then its newest `keep_runs` runs whole, read in one range scan), so a chain's prompt costs the

@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -107,9 +106,16 @@ def _loaded(entries: Sequence[Entry]) -> list[ModelMessage]:
         if e.item is not None:
             raw.append(e.item)
         elif e.message.role == "user":
-            raw.append({"kind": "request", "parts": [{"part_kind": "user-prompt", "content": e.message.content}]})
+            raw.append(
+                {
+                    "kind": "request",
+                    "parts": [{"part_kind": "user-prompt", "content": e.message.content}],
+                }
+            )
         else:
-            raw.append({"kind": "response", "parts": [{"part_kind": "text", "content": e.message.content}]})
+            raw.append(
+                {"kind": "response", "parts": [{"part_kind": "text", "content": e.message.content}]}
+            )
     return ModelMessagesTypeAdapter.validate_python(raw)
 
 
@@ -223,8 +229,10 @@ def history_processor(
     def bound(messages: list[ModelMessage]) -> list[ModelMessage]:
         lead: list[ModelMessage] = []
         rest = messages
-        if rest and isinstance(rest[0], ModelRequest) and all(
-            isinstance(p, SystemPromptPart) for p in rest[0].parts
+        if (
+            rest
+            and isinstance(rest[0], ModelRequest)
+            and all(isinstance(p, SystemPromptPart) for p in rest[0].parts)
         ):
             lead, rest = [rest[0]], rest[1:]
         starts = [i for i, m in enumerate(rest) if starts_run(m)]

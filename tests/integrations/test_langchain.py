@@ -37,7 +37,12 @@ def weather(city: str) -> str:
 def script(turns: int) -> list[AIMessage]:
     out: list[AIMessage] = []
     for n in range(turns):
-        call = {"name": "weather", "args": {"city": "Paris"}, "id": f"call_{n}", "type": "tool_call"}
+        call = {
+            "name": "weather",
+            "args": {"city": "Paris"},
+            "id": f"call_{n}",
+            "type": "tool_call",
+        }
         out += [AIMessage("", tool_calls=[call]), AIMessage(f"answer {n}")]
     return out
 
@@ -58,7 +63,9 @@ def calls_paired(messages: Sequence[BaseMessage]) -> bool:
     return calls == outputs
 
 
-async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_history(sql_store: SqlAgentStore) -> None:
+async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_history(
+    sql_store: SqlAgentStore,
+) -> None:
     model = ToolingFakeModel(messages=iter(script(3)))
     agent = create_agent(model, tools=[weather], system_prompt="You help.")
     history = BoundedChatMessageHistory("lc-a", sql_store, keep_runs=2)
@@ -67,14 +74,26 @@ async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_history(sq
             before = await history.aget_messages()
         state = await agent.ainvoke({"messages": [*before, HumanMessage(question)]})
         new = state["messages"][len(before) :]
-        assert [type(m).__name__ for m in new] == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
+        assert [type(m).__name__ for m in new] == [
+            "HumanMessage",
+            "AIMessage",
+            "ToolMessage",
+            "AIMessage",
+        ]
         assert new[2].content == "sunny in Paris"
         await history.aadd_messages(new)
     assert reads == [("load_thread_for_turn", 8)] and calls_paired(before)
-    assert [m.content for m in await history.aget_messages()][-4:] == ["three", "", "sunny in Paris", "answer 2"]
+    assert [m.content for m in await history.aget_messages()][-4:] == [
+        "three",
+        "",
+        "sunny in Paris",
+        "answer 2",
+    ]
 
 
-async def test_runnable_with_message_history_keeps_its_turns_in_the_store(sql_store: SqlAgentStore) -> None:
+async def test_runnable_with_message_history_keeps_its_turns_in_the_store(
+    sql_store: SqlAgentStore,
+) -> None:
     model = GenericFakeChatModel(messages=iter([AIMessage(f"a{n}") for n in range(3)]))
     prompt = ChatPromptTemplate.from_messages(
         [("system", "You help."), MessagesPlaceholder("history"), ("human", "{q}")]
@@ -92,7 +111,9 @@ async def test_runnable_with_message_history_keeps_its_turns_in_the_store(sql_st
     assert [m.content for m in kept] == ["one", "a0", "two", "a1", "three", "a2"]
 
 
-async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(sql_store: SqlAgentStore) -> None:
+async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
     history = BoundedChatMessageHistory("lc-c", sql_store)
     with pytest.raises(InvalidInput, match=r"item 4 \(str.*not a LangChain message"):
         await history.aadd_messages([*run_messages(0), "plain text"])  # type: ignore[list-item]
@@ -119,7 +140,9 @@ async def test_a_ten_thousand_message_thread_reads_the_bound_and_carries_the_sum
 
 
 async def test_aclear_leaves_the_text_in_no_table(sql_store: SqlAgentStore) -> None:
-    history = BoundedChatMessageHistory("lc-e", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=1)
+    history = BoundedChatMessageHistory(
+        "lc-e", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=1
+    )
     await history.aadd_messages(run_messages(0, "MARKFOLDED"))
     await history.aadd_messages(run_messages(1))  # folds run 0: past the kept run
     assert "MARKFOLDED" in str((await history.aget_messages())[0].content)

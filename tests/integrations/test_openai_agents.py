@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, RunConfig, Usage, function_tool
+from agents import Agent, RunConfig, Runner, Usage, function_tool
 from agents.items import ModelResponse, TResponseInputItem
 from agents.memory.session import Session
 from agents.models.interface import Model
@@ -32,15 +32,23 @@ class ScriptedModel(Model):
         self.inputs: list[list[Any]] = []
         self.calls = 0
 
-    async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any) -> ModelResponse:
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
         items = input if isinstance(input, list) else [{"role": "user", "content": input}]
         self.inputs.append(items)
         last = items[-1]
         if last.get("type") == "function_call_output":
-            text = ResponseOutputText(type="output_text", text=f"it is {last['output']}", annotations=[])
+            text = ResponseOutputText(
+                type="output_text", text=f"it is {last['output']}", annotations=[]
+            )
             out: list[Any] = [
                 ResponseOutputMessage(
-                    id=f"msg_{self.calls}", type="message", role="assistant", status="completed", content=[text]
+                    id=f"msg_{self.calls}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[text],
                 )
             ]
         else:
@@ -76,7 +84,11 @@ def run_items(n: int, marker: str = "") -> list[TResponseInputItem]:
         {"role": "user", "content": f"question {n} {marker}".strip()},
         {"type": "function_call", "call_id": f"c{n}", "name": "weather", "arguments": "{}"},
         {"type": "function_call_output", "call_id": f"c{n}", "output": f"out {n}"},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"answer {n}", "annotations": []}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": f"answer {n}", "annotations": []}],
+        },
     ]  # type: ignore[list-item]
 
 
@@ -90,7 +102,9 @@ def test_the_session_is_the_sdks_session_protocol(sql_store: SqlAgentStore) -> N
     assert isinstance(BoundedSession("s", sql_store), Session)
 
 
-async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_store(sql_store: SqlAgentStore) -> None:
+async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_store(
+    sql_store: SqlAgentStore,
+) -> None:
     model = ScriptedModel()
     agent = Agent(name="helper", instructions="You help.", model=model, tools=[weather])
     session = BoundedSession("thread-a", sql_store, keep_runs=2)
@@ -99,7 +113,12 @@ async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_store(sql_
             result = await Runner.run(agent, question, session=session, run_config=NO_TRACING)
         assert result.final_output == "it is sunny in Paris"
     stored = await session.get_items(100)
-    assert [i.get("type", "message") for i in stored] == ["message", "function_call", "function_call_output", "message"] * 3
+    assert [i.get("type", "message") for i in stored] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ] * 3
     # The third turn's first model call saw the two kept runs (8 items) and its question.
     third = model.inputs[4]
     assert len(third) == 2 * 4 + 1 and third[-1]["content"] == "three"
@@ -108,16 +127,47 @@ async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_store(sql_
     assert all(name == "list_messages" for name, _ in reads[1:]), reads
 
 
-async def test_every_item_type_round_trips_verbatim_even_an_unknown_one(sql_store: SqlAgentStore) -> None:
+async def test_every_item_type_round_trips_verbatim_even_an_unknown_one(
+    sql_store: SqlAgentStore,
+) -> None:
     items: list[Any] = [
         {"role": "user", "content": [{"type": "input_text", "text": "look"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking"}], "encrypted_content": "xyz"},
-        {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f", "arguments": "{\"a\": [1, 2.5, null]}", "status": "completed"},
-        {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "é\u2028"}]},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "thinking"}],
+            "encrypted_content": "xyz",
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": '{"a": [1, 2.5, null]}',
+            "status": "completed",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "é\u2028"}],
+        },
         {"type": "handoff_call", "id": "h1", "target": "other agent"},
-        {"type": "computer_call", "id": "cc", "call_id": "c2", "action": {"type": "click", "x": 1, "y": 2}, "pending_safety_checks": [], "status": "completed"},
+        {
+            "type": "computer_call",
+            "id": "cc",
+            "call_id": "c2",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
         {"type": "a_type_from_2030", "payload": {"nested": {"deep": True}}, "order": 7},
-        {"type": "message", "role": "assistant", "id": "m1", "status": "completed", "content": [{"type": "output_text", "text": "done", "annotations": []}]},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "m1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        },
     ]
     session = BoundedSession("thread-b", sql_store)
     await session.add_items(items)
@@ -126,7 +176,9 @@ async def test_every_item_type_round_trips_verbatim_even_an_unknown_one(sql_stor
     assert await session.get_items(2) == items[-2:]
 
 
-async def test_a_malformed_item_is_refused_naming_it_and_nothing_is_written(sql_store: SqlAgentStore) -> None:
+async def test_a_malformed_item_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
     session = BoundedSession("thread-c", sql_store)
     await session.add_items(run_items(0))
     bad: list[Any] = [*run_items(1), {"content": "no role, no type"}]
@@ -134,7 +186,7 @@ async def test_a_malformed_item_is_refused_naming_it_and_nothing_is_written(sql_
         await session.add_items(bad)
     with pytest.raises(InvalidInput, match=r"item 1 \(set"):
         await session.add_items([run_items(2)[0], {1, 2}])  # type: ignore[list-item]
-    with pytest.raises(InvalidInput, match="item 0 .*not JSON-serializable"):
+    with pytest.raises(InvalidInput, match=r"item 0 .*not JSON-serializable"):
         await session.add_items([{"type": "x", "when": object()}])  # type: ignore[list-item]
     assert len(await session.get_items(100)) == 4
 
@@ -148,7 +200,9 @@ async def test_a_ten_thousand_item_thread_reads_the_bound_keeps_calls_whole_and_
     assert len(await session.get_items(10_001)) == 10_000
     with rows_read(sql_store) as reads:
         view = await session.get_items()
-    assert reads == [("load_thread_for_turn", 12)] and len(view) == 12  # three runs of four items, one read
+    assert (
+        reads == [("load_thread_for_turn", 12)] and len(view) == 12
+    )  # three runs of four items, one read
     assert_calls_paired(view)
     folded = await session.compact(force=True)
     assert folded is not None and folded.folded == 10_000 - 12 and folded.refused is None
@@ -165,7 +219,9 @@ async def test_a_ten_thousand_item_thread_reads_the_bound_keeps_calls_whole_and_
     assert max(n for _, n in reads) <= 3 * 4 + 4 and sum(n for _, n in reads) < 100, reads
 
 
-async def test_pop_item_and_clear_session_leave_the_text_in_no_table(sql_store: SqlAgentStore) -> None:
+async def test_pop_item_and_clear_session_leave_the_text_in_no_table(
+    sql_store: SqlAgentStore,
+) -> None:
     session = BoundedSession("thread-e", sql_store, keep_runs=1, summarizer=NotesSummarizer())
     await session.add_items(run_items(0, "MARKPOPPED"))
     await session.add_items(run_items(1))
@@ -182,10 +238,14 @@ async def test_pop_item_and_clear_session_leave_the_text_in_no_table(sql_store: 
     assert len(await session.get_items()) == 4
 
 
-async def test_concurrent_add_items_keep_each_batch_whole_and_in_order(sql_store: SqlAgentStore) -> None:
+async def test_concurrent_add_items_keep_each_batch_whole_and_in_order(
+    sql_store: SqlAgentStore,
+) -> None:
     first, second = BoundedSession("thread-f", sql_store), BoundedSession("thread-f", sql_store)
     batches = [[{"type": "x", "batch": b, "i": i} for i in range(50)] for b in range(8)]
-    await asyncio.gather(*((first if b % 2 else second).add_items(batch) for b, batch in enumerate(batches)))  # type: ignore[arg-type]
+    await asyncio.gather(
+        *((first if b % 2 else second).add_items(batch) for b, batch in enumerate(batches))
+    )  # type: ignore[arg-type]
     stored = await first.get_items(1000)
     assert len(stored) == 400
     runs = [stored[k : k + 50] for k in range(0, 400, 50)]

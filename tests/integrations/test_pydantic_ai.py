@@ -76,7 +76,9 @@ async def test_an_agent_runs_three_turns_with_a_tool_call_and_saves_each_run_onc
     assert await history.load("conv-a") == [*messages[4:], *result.new_messages()]
 
 
-async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(sql_store: SqlAgentStore) -> None:
+async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
     history = BoundedMessageStore(sql_store)
     bad = [*run_messages(0), {"kind": "request"}]
     with pytest.raises(InvalidInput, match=r"item 4 \(request.*not a ModelRequest"):
