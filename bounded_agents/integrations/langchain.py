@@ -18,19 +18,23 @@ Importing this module imports `langchain_core` (`pip install "bounded-agents[lan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
     message_to_dict,
     messages_from_dict,
 )
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
 
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
@@ -154,4 +158,114 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
         await self.history.clear()
 
 
-__all__ = ["BoundedChatMessageHistory", "project_message"]
+class BoundedHistoryMiddleware(AgentMiddleware):
+    """A `create_agent` middleware that keeps the thread in SQL and the checkpoint to one run.
+
+    Every model call is sent the SQL selection (the summary, appended to the system prompt,
+    and the newest `keep_runs` runs: one bounded read) followed by the run in flight from the
+    agent's state (`awrap_model_call`). After the agent (`aafter_agent`) the run's messages
+    are appended to the thread; before the next run (`abefore_agent`) they are removed from
+    the state, so a checkpointer stores one run, never the whole thread.
+
+    The thread is `session_id` when given, else the run's `thread_id` (its
+    `config["configurable"]`). Async only: drive the agent with `ainvoke` / `astream`.
+    """
+
+    def __init__(
+        self,
+        store: AgentStore,
+        *,
+        session_id: str | None = None,
+        actor_id: str = "local",
+        agent: str = "langchain",
+        keep_runs: int = DEFAULT_KEEP_RUNS,
+        summarizer: Summarizer | None = None,
+        fold_items: int = DEFAULT_FOLD_ITEMS,
+    ) -> None:
+        super().__init__()
+        self.store = store
+        self.session_id = session_id
+        self.actor_id = actor_id
+        self.agent = agent
+        self.keep_runs = keep_runs
+        self.summarizer = summarizer
+        self.fold_items = fold_items
+        self.last_rows_read = 0
+        """Message rows the last model call's SQL selection read."""
+
+    def history(self) -> BoundedChatMessageHistory:
+        """The thread of the run in progress."""
+        session = self.session_id
+        if session is None:
+            session = get_config().get("configurable", {}).get("thread_id")
+        if not isinstance(session, str) or not session:
+            raise InvalidInput(
+                "BoundedHistoryMiddleware needs a session_id, or a thread_id in the run's "
+                'config: {"configurable": {"thread_id": ...}}'
+            )
+        return BoundedChatMessageHistory(
+            session,
+            self.store,
+            actor_id=self.actor_id,
+            agent=self.agent,
+            keep_runs=self.keep_runs,
+            summarizer=self.summarizer,
+            fold_items=self.fold_items,
+        )
+
+    async def abefore_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Drop from the state what an earlier run already moved into SQL."""
+        stored = await _stored_prefix(self.history(), state["messages"])
+        if not stored:
+            return None
+        return {"messages": [RemoveMessage(id=m.id) for m in stored if m.id is not None]}
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[Any]],
+    ) -> Any:
+        history = self.history()
+        view = await history.history.bounded()
+        self.last_rows_read = view.rows_read
+        in_flight = [m for m in request.messages if not isinstance(m, SystemMessage)]
+        known = {m.id for m in in_flight if m.id is not None}
+        earlier = [m for m in _loaded(view.entries) if m.id is None or m.id not in known]
+        overrides: dict[str, Any] = {"messages": [*earlier, *in_flight]}
+        if view.summary_text is not None:
+            system = request.system_message
+            lead = f"{system.content}\n\n" if system is not None and system.content else ""
+            overrides["system_message"] = SystemMessage(lead + view.summary_text)
+        return await handler(request.override(**overrides))
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Append the run's messages (those not stored yet) to the thread."""
+        history = self.history()
+        messages = list(state["messages"])
+        stored = await _stored_prefix(history, messages)
+        await history.aadd_messages(messages[len(stored) :])
+        return None
+
+
+async def _stored_prefix(
+    history: BoundedChatMessageHistory, messages: Sequence[BaseMessage]
+) -> list[BaseMessage]:
+    """The leading messages of `messages` already in the thread: up to the one whose id is
+    the thread's newest item (one row read); none when it is not among them."""
+    newest = await history.history.newest(1)
+    if not newest or not isinstance(newest[0].item, dict):
+        return []
+    newest_id = newest[0].item.get("data", {}).get("id")
+    if newest_id is None:
+        return []
+    for i, m in enumerate(messages):
+        if m.id == newest_id:
+            return list(messages[: i + 1])
+    return []
+
+
+__all__ = ["BoundedChatMessageHistory", "BoundedHistoryMiddleware", "project_message"]

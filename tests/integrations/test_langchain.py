@@ -13,19 +13,30 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 
 from bounded_agents.errors import InvalidInput
-from bounded_agents.integrations.langchain import BoundedChatMessageHistory
+from bounded_agents.integrations.langchain import (
+    BoundedChatMessageHistory,
+    BoundedHistoryMiddleware,
+)
 from bounded_agents.store import SqlAgentStore
 from tests.http.erasure import marker_hits
 from tests.integrations.helpers import NotesSummarizer, rows_read
 
 
 class ToolingFakeModel(GenericFakeChatModel):
-    """LangChain's fake chat model, with tools bound as a no-op (the script decides)."""
+    """LangChain's fake chat model, with tools bound as a no-op (the script decides); every
+    call's messages are kept in `seen`."""
+
+    seen: list[list[BaseMessage]] = []  # noqa: RUF012 - a pydantic field, copied per instance
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
         return self
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return await super()._agenerate(messages, *args, **kwargs)
 
 
 @tool
@@ -149,3 +160,49 @@ async def test_aclear_leaves_the_text_in_no_table(sql_store: SqlAgentStore) -> N
     await history.aclear()
     assert await marker_hits(sql_store, "MARKFOLDED") == []
     assert await history.aget_messages() == []
+
+
+async def test_the_middleware_feeds_the_model_sql_and_keeps_one_run_in_the_checkpoint(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = ToolingFakeModel(messages=iter(script(3)))
+    middleware = BoundedHistoryMiddleware(sql_store, keep_runs=2)
+    agent = create_agent(
+        model,
+        tools=[weather],
+        system_prompt="You help.",
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "lc-mw"}}
+    for question in ("one", "two", "three"):
+        state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config=config)
+        assert state["messages"][-1].content.startswith("answer")
+    # The third run's first model call: the system prompt, two runs from SQL, the question.
+    third = model.seen[4]
+    assert [m.content for m in third[1:]][-1] == "three" and len(third) == 1 + 2 * 4 + 1
+    assert calls_paired(third[1:-1]) and middleware.last_rows_read == 8
+    # The checkpoint holds the last run only; the thread, all three.
+    checkpoint = await agent.aget_state(config)
+    assert checkpoint.values["messages"][0].content == "three"
+    assert len(checkpoint.values["messages"]) == 4
+    stored = await BoundedChatMessageHistory("lc-mw", sql_store, keep_runs=9).aget_messages()
+    assert [m.content for m in stored if isinstance(m, HumanMessage)] == ["one", "two", "three"]
+    assert len(stored) == 12
+
+
+async def test_the_middleware_reads_the_bound_from_a_ten_thousand_message_thread(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-mw-long", sql_store)
+    for start in range(0, 2500, 500):
+        await history.aadd_messages([m for n in range(start, start + 500) for m in run_messages(n)])
+    model = ToolingFakeModel(messages=iter(script(1)))
+    middleware = BoundedHistoryMiddleware(sql_store, session_id="lc-mw-long", keep_runs=3)
+    agent = create_agent(model, tools=[weather], middleware=[middleware])
+    with rows_read(sql_store) as reads:
+        await agent.ainvoke({"messages": [HumanMessage("next")]})
+    bounded = [n for name, n in reads if name == "load_thread_for_turn"]
+    assert bounded == [12, 12]  # one bounded read per model call, the bound each time
+    assert max(n for _, n in reads) == 12
+    assert len(model.seen[0]) == 12 + 1 and calls_paired(model.seen[0][:-1])
