@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ from openai.types.responses import (
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.openai_agents import BoundedSession
 from bounded_agents.store import SqlAgentStore
+from tests.conftest import emptied_store
 from tests.http.erasure import marker_hits
 from tests.integrations.helpers import NotesSummarizer, rows_read
 
@@ -76,6 +80,7 @@ def weather(city: str) -> str:
 
 
 NO_TRACING = RunConfig(tracing_disabled=True)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_items(n: int, marker: str = "") -> list[TResponseInputItem]:
@@ -251,3 +256,38 @@ async def test_concurrent_add_items_keep_each_batch_whole_and_in_order(
     runs = [stored[k : k + 50] for k in range(0, 400, 50)]
     assert sorted(r[0]["batch"] for r in runs) == list(range(8))
     assert all(r == batches[r[0]["batch"]] for r in runs)
+
+
+async def test_two_processes_adding_to_one_session_lose_nothing_and_keep_each_batch_whole(
+    db_url: str,
+) -> None:
+    async with emptied_store(db_url) as store:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        procs = [
+            await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "tests.integrations.appender"),
+                *(db_url, "two-proc", tag, "25"),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=REPO,
+            )
+            for tag in ("a", "b")
+        ]
+        for p in procs:
+            assert p.stdout is not None and (await p.stdout.readline()).strip() == b"ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(b"go\n")
+            await p.stdin.drain()
+        for p in procs:
+            assert await asyncio.wait_for(p.wait(), 120) == 0
+        stored: list[Any] = await BoundedSession("two-proc", store).get_items(10_000)
+        assert len(stored) == 2 * 25 * 20
+        batches = [stored[k : k + 20] for k in range(0, len(stored), 20)]
+        for batch in batches:  # each batch contiguous, its items in order
+            assert [i["i"] for i in batch] == list(range(20))
+            assert len({(i["tag"], i["batch"]) for i in batch}) == 1
+        for tag in ("a", "b"):  # each process's batches in the order it wrote them
+            order = [b[0]["batch"] for b in batches if b[0]["tag"] == tag]
+            assert order == list(range(25))
