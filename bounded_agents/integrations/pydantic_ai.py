@@ -51,6 +51,9 @@ from bounded_agents.integrations.thread import (
     label,
 )
 
+THREADS_KEPT = 1024
+"""Conversations a `BoundedMessageStore` remembers having created (see `thread`)."""
+
 _NAMESPACE = uuid.UUID("0f3c7a52-58a4-4ec4-8f0e-2c7e93a1d6b4")
 
 
@@ -151,16 +154,24 @@ class BoundedMessageStore:
         self.fold_items = fold_items
         self.last_rows_read = 0
         """Message rows the last `load` read: the bound, however long the thread."""
+        self._threads: dict[str, ThreadHistory] = {}
 
     def thread(self, conversation_id: str) -> ThreadHistory:
-        """The conversation's thread in the store (the shared core)."""
-        return ThreadHistory(
-            self.store,
-            conversation_id,
-            actor_id=self.actor_id,
-            agent=self.agent,
-            keep_runs=self.keep_runs,
-        )
+        """The conversation's thread in the store (the shared core). Kept for the next call
+        (up to `THREADS_KEPT` conversations), so a conversation's thread is created, and its
+        owner checked, once rather than on every save."""
+        found = self._threads.get(conversation_id)
+        if found is None:
+            if len(self._threads) >= THREADS_KEPT:
+                self._threads.clear()
+            found = self._threads[conversation_id] = ThreadHistory(
+                self.store,
+                conversation_id,
+                actor_id=self.actor_id,
+                agent=self.agent,
+                keep_runs=self.keep_runs,
+            )
+        return found
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """The bounded history: the summary first (a system prompt), then the newest runs."""
@@ -243,4 +254,10 @@ def history_processor(
     return bound
 
 
-__all__ = ["BoundedMessageStore", "history_processor", "project_message", "starts_run"]
+__all__ = [
+    "THREADS_KEPT",
+    "BoundedMessageStore",
+    "history_processor",
+    "project_message",
+    "starts_run",
+]
