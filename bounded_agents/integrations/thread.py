@@ -392,22 +392,31 @@ class ThreadHistory:
         return await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
 
     async def _chunk(self, after: int, stop: int, budget: int) -> list[Message]:
-        """The next fold's messages: seq in (after, stop], oldest first, as many as fit
-        `budget` estimated tokens (at least one), read a page at a time."""
+        """The next fold's messages: seq in (after, stop], oldest first, read a page at a
+        time: whole runs, as many as fit `budget` estimated tokens. A fold never ends inside
+        a run (the view after its boundary would start on a tool output whose call it
+        folded): a run that crosses the budget is left to the next fold, and a single run
+        larger than the budget is folded whole."""
         summaries = self._summaries
         out: list[Message] = []
         spent = 0
+        over = False
         while after < stop:
             page = await summaries.messages_after(self.thread_id, after, min(100, stop - after))
             if not page:
                 break
             for m in page:
-                if (m.seq or 0) > stop:
+                if (m.seq or 0) > stop or (over and m.role == "user"):
                     return out
                 plain = for_summary(m)
                 cost = estimate_message_tokens(plain)
-                if out and spent + cost > budget:
-                    return out
+                if out and not over and spent + cost > budget:
+                    if m.role == "user":
+                        return out  # the budget ran out at a run's end
+                    starts = [i for i, x in enumerate(out) if i > 0 and x.role == "user"]
+                    if starts:
+                        return out[: starts[-1]]  # the run in progress goes to the next fold
+                    over = True  # one run larger than the budget: fold it whole
                 out.append(plain)
                 spent += cost
             after = page[-1].seq or stop

@@ -219,6 +219,8 @@ async def test_a_ten_thousand_item_thread_reads_the_bound_keeps_calls_whole_and_
     assert sent[0]["role"] == "developer" and "answer 2496" in sent[0]["content"]
     assert len(sent) == 1 + 12 + 1  # the summary, three runs, the question
     assert_calls_paired(sent[1:])
+    # The run stored its own four items only: never the summary item it was handed.
+    assert len(await session.get_items(20_000)) == 10_000 + 4
     # Every read of the turn returned at most the bound (plus the run in flight's items).
     assert reads[0] == ("load_thread_for_turn", 12)
     assert max(n for _, n in reads) <= 3 * 4 + 4 and sum(n for _, n in reads) < 100, reads
