@@ -192,6 +192,7 @@ class BoundedHistoryMiddleware(AgentMiddleware):
         self.fold_items = fold_items
         self.last_rows_read = 0
         """Message rows the last model call's SQL selection read."""
+        self._histories: dict[str, BoundedChatMessageHistory] = {}
 
     def history(self) -> BoundedChatMessageHistory:
         """The thread of the run in progress."""
@@ -203,15 +204,20 @@ class BoundedHistoryMiddleware(AgentMiddleware):
                 "BoundedHistoryMiddleware needs a session_id, or a thread_id in the run's "
                 'config: {"configurable": {"thread_id": ...}}'
             )
-        return BoundedChatMessageHistory(
-            session,
-            self.store,
-            actor_id=self.actor_id,
-            agent=self.agent,
-            keep_runs=self.keep_runs,
-            summarizer=self.summarizer,
-            fold_items=self.fold_items,
-        )
+        found = self._histories.get(session)
+        if found is None:  # kept, so a thread is created and its owner checked once
+            if len(self._histories) >= 1024:
+                self._histories.clear()
+            found = self._histories[session] = BoundedChatMessageHistory(
+                session,
+                self.store,
+                actor_id=self.actor_id,
+                agent=self.agent,
+                keep_runs=self.keep_runs,
+                summarizer=self.summarizer,
+                fold_items=self.fold_items,
+            )
+        return found
 
     async def abefore_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]

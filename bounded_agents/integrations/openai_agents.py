@@ -114,11 +114,26 @@ def _item_of(entry: Entry) -> list[TResponseInputItem]:
     return cast("list[TResponseInputItem]", out)
 
 
+def context_actor(wrapper: RunContextWrapper[Any] | None) -> str | None:
+    """The actor a run's context names: its `actor_id` attribute or key, when it is a
+    non-empty string; None when there is no context or it names none."""
+    if wrapper is None:
+        return None
+    context = wrapper.context
+    if isinstance(context, Mapping):
+        actor = context.get("actor_id")
+    else:
+        actor = getattr(context, "actor_id", None)
+    return actor if isinstance(actor, str) and actor else None
+
+
 class BoundedSession:
     """A `Session` over `store` (a `SqlAgentStore`): one line hands the runner our store.
 
     `session_id` names the thread (see `thread_id_for`); `actor_id` owns it (another actor's
-    thread of the same id is refused as not found); `keep_runs` is the bound `get_items()`
+    thread of the same id is refused as not found), unless the run's context names its own
+    (`context={"actor_id": ...}` or an object with an `actor_id`), which the runner hands
+    every call; `keep_runs` is the bound `get_items()`
     reads; `summarizer` is what `run_compaction` folds with, every `fold_items` items past the
     kept runs (or at once with `force`).
     """
@@ -142,6 +157,7 @@ class BoundedSession:
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
+        self._actors: dict[str, ThreadHistory] = {}
         self.last_rows_read = 0
         """Message rows the last `get_items` read: the bound, however long the thread."""
 
@@ -150,11 +166,12 @@ class BoundedSession:
     ) -> list[TResponseInputItem]:
         """No limit: the bounded view (summary first, then the kept runs). `limit=n`: the raw
         newest n items, oldest first, as the protocol defines it."""
+        history = self._history(wrapper)
         if limit is not None:
-            entries = await self.history.newest(limit)
+            entries = await history.newest(limit)
             self.last_rows_read = len(entries)
             return [item for e in entries for item in _item_of(e)]
-        view = await self.history.bounded()
+        view = await history.bounded()
         self.last_rows_read = view.rows_read
         out: list[TResponseInputItem] = []
         if view.summary_text is not None:
@@ -173,20 +190,20 @@ class BoundedSession:
             (project_item(item, i), item_json(item, label=label(item, i)))
             for i, item in enumerate(items)
         ]
-        await self.history.append(batch)
+        await self._history(wrapper).append(batch)
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> TResponseInputItem | None:
         """Erase the newest item (and the summaries that cover it) and return it."""
-        entry = await self.history.pop()
+        entry = await self._history(wrapper).pop()
         if entry is None:
             return None
         return _item_of(entry)[-1]
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Erase the thread: items, summaries, search index."""
-        await self.history.clear()
+        await self._history(wrapper).clear()
 
     async def run_compaction(
         self,
@@ -196,16 +213,37 @@ class BoundedSession:
     ) -> None:
         """Fold older runs into the thread's summary, when due (or at once with `force`).
         The raw items stay: only `get_items()`'s view changes."""
-        await self.compact(force=bool(args and args.get("force")))
+        await self.compact(force=bool(args and args.get("force")), wrapper=wrapper)
 
-    async def compact(self, *, force: bool = False) -> FoldOutcome | None:
+    async def compact(
+        self, *, force: bool = False, wrapper: RunContextWrapper[Any] | None = None
+    ) -> FoldOutcome | None:
         """`run_compaction`'s work, returning what it did (None: nothing was due, or no
         summarizer)."""
         if self.summarizer is None:
             return None
+        history = self._history(wrapper)
         if force:
-            return await self.history.compact(self.summarizer)
-        return await self.history.compact_if_due(self.summarizer, fold_items=self.fold_items)
+            return await history.compact(self.summarizer)
+        return await history.compact_if_due(self.summarizer, fold_items=self.fold_items)
+
+    def _history(self, wrapper: RunContextWrapper[Any] | None) -> ThreadHistory:
+        """The thread as the run's actor sees it (the session's own actor by default)."""
+        actor = context_actor(wrapper)
+        if actor is None or actor == self.history.actor_id:
+            return self.history
+        found = self._actors.get(actor)
+        if found is None:
+            if len(self._actors) >= 64:
+                self._actors.clear()
+            found = self._actors[actor] = ThreadHistory(
+                self.history.store,
+                self.session_id,
+                actor_id=actor,
+                agent=self.history.agent,
+                keep_runs=self.history.keep_runs,
+            )
+        return found
 
 
-__all__ = ["BoundedSession", "project_item"]
+__all__ = ["BoundedSession", "context_actor", "project_item"]

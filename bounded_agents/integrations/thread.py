@@ -33,6 +33,7 @@ from bounded_agents.core.ports import (
     NamedThreadCreator,
     Summarizer,
     SummaryStore,
+    ThreadInfoReader,
     ThreadSummary,
     ThreadTurnQuery,
     ThreadTurnReader,
@@ -41,6 +42,7 @@ from bounded_agents.core.ports import (
     supports_erasure,
     supports_named_threads,
     supports_summaries,
+    supports_thread_info,
     supports_transcripts,
 )
 from bounded_agents.core.summary import (
@@ -184,6 +186,7 @@ class ThreadHistory:
     keep_runs: int = DEFAULT_KEEP_RUNS
     thread_id: str = field(init=False)
     _created: bool = field(default=False, init=False, repr=False)
+    _owned: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.keep_runs < 1:
@@ -194,6 +197,7 @@ class ThreadHistory:
             for name, probe in (
                 ("a bounded read (load_thread_for_turn)", supports_bounded_read),
                 ("named threads (create_named_thread)", supports_named_threads),
+                ("thread info (get_thread_info)", supports_thread_info),
                 ("transcripts (list_messages)", supports_transcripts),
                 ("summaries (latest_summary, save_summary)", supports_summaries),
                 ("erasure (delete_message, delete_thread)", supports_erasure),
@@ -232,6 +236,21 @@ class ThreadHistory:
         assert supports_named_threads(self.store)
         return self.store
 
+    @property
+    def _info(self) -> ThreadInfoReader:
+        assert supports_thread_info(self.store)
+        return self.store
+
+    async def check_owner(self) -> None:
+        """Refuse, as not found, a thread another actor owns: once per object, before its
+        first read or erasure (a thread not created yet is nobody's: reads find it empty)."""
+        if self._owned or self._created:
+            return
+        thread = await self._info.get_thread_info(self.thread_id)
+        if thread is not None and thread.actor_id != self.actor_id:
+            raise ThreadNotFound(self.thread_id)
+        self._owned = thread is not None
+
     async def ensure_thread(self) -> None:
         """Create the thread on first use; refuse (as not found) another actor's thread."""
         if self._created:
@@ -269,7 +288,7 @@ class ThreadHistory:
                 stored = await self.store.append_messages(self.thread_id, built)
             except ThreadNotFound:
                 # Cleared by another session object (or process) since: start it again.
-                self._created = False
+                self._created = self._owned = False
                 await self.ensure_thread()
                 stored = await self.store.append_messages(self.thread_id, built)
         except DuplicateMessage:
@@ -281,6 +300,7 @@ class ThreadHistory:
     async def bounded(self, keep_runs: int | None = None) -> BoundedView:
         """The summary and the newest `keep_runs` runs after it, in ONE bounded read: the rows
         read are those runs' items whatever the thread's length."""
+        await self.check_owner()
         runs = self.keep_runs if keep_runs is None else keep_runs
         query = ThreadTurnQuery(thread_id=self.thread_id, run_limit=runs, after_summary=True)
         page = await self._reader.load_thread_for_turn(query)
@@ -297,6 +317,7 @@ class ThreadHistory:
         """The raw newest `n` items, oldest first (no summary, no run cut)."""
         if n <= 0:
             return []
+        await self.check_owner()
         found = await self._transcripts.list_messages(self.thread_id, limit=n)
         return [_entry(m) for m in found]
 
@@ -316,8 +337,9 @@ class ThreadHistory:
     async def clear(self) -> None:
         """Erase the whole thread (messages, summaries, search index); the session starts
         afresh on its next write."""
+        await self.check_owner()
         await self._eraser.delete_thread(self.thread_id)
-        self._created = False
+        self._created = self._owned = False
 
     # --- folding ---------------------------------------------------------------------------
 

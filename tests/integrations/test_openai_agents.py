@@ -21,7 +21,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from bounded_agents.errors import InvalidInput
+from bounded_agents.errors import InvalidInput, ThreadNotFound
 from bounded_agents.integrations.openai_agents import BoundedSession
 from bounded_agents.store import SqlAgentStore
 from tests.conftest import emptied_store
@@ -293,3 +293,31 @@ async def test_two_processes_adding_to_one_session_lose_nothing_and_keep_each_ba
         for tag in ("a", "b"):  # each process's batches in the order it wrote them
             order = [b[0]["batch"] for b in batches if b[0]["tag"] == tag]
             assert order == list(range(25))
+
+
+async def test_another_actors_session_of_the_same_id_is_not_found(sql_store: SqlAgentStore) -> None:
+    alice = BoundedSession("shared-id", sql_store, actor_id="alice")
+    await alice.add_items(run_items(0, "MARKALICE"))
+    bob = BoundedSession("shared-id", sql_store, actor_id="bob")
+    calls = (bob.get_items, lambda: bob.get_items(5), bob.pop_item, bob.clear_session)
+    for call in calls:
+        with pytest.raises(ThreadNotFound):
+            await call()
+    with pytest.raises(ThreadNotFound):
+        await bob.add_items(run_items(1))
+    assert len(await alice.get_items()) == 4
+
+
+async def test_the_runs_context_names_the_actor(sql_store: SqlAgentStore) -> None:
+    agent = Agent(name="helper", instructions="You help.", model=ScriptedModel(), tools=[weather])
+    session = BoundedSession("ctx-thread", sql_store)  # built for no one in particular
+    await Runner.run(
+        agent, "hi", session=session, context={"actor_id": "alice"}, run_config=NO_TRACING
+    )
+    info = await sql_store.get_thread_info("ctx-thread")
+    assert info is not None and info.actor_id == "alice"
+    with pytest.raises(ThreadNotFound):
+        await Runner.run(
+            agent, "me too", session=session, context={"actor_id": "bob"}, run_config=NO_TRACING
+        )
+    assert len(await BoundedSession("ctx-thread", sql_store, actor_id="alice").get_items()) == 4
