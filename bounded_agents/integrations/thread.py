@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bounded_agents.core.messages import Attachment, Message, unstorable_text
+from bounded_agents.core.messages import Attachment, Message, storable_text, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
     ErasingStore,
@@ -133,19 +133,31 @@ def thread_id_for(session_id: str) -> str:
 
 
 def item_json(item: Any, *, label: str) -> str:
-    """`item` as JSON text, refused with one clear line naming `label` when it is no JSON."""
+    """`item` as JSON text, refused with one clear line naming `label` when it is no JSON.
+
+    JSON escapes U+0000 (`\\u0000` is storable text); a lone surrogate it keeps raw unless
+    asked for ASCII, so an item holding one is written with `\\udXXX` escapes: either way the
+    text a store can hold, parsed back to the item exactly."""
     try:
-        return json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{label} is not JSON-serializable: {exc}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(item, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def stored_message(projection: Projection, item_text: str, run_id: str | None = None) -> Message:
-    """The stored message of one item: the projection, and the item's JSON text verbatim."""
+    """The stored message of one item: the projection, and the item's JSON text verbatim.
+    The projection is ours to word, so what no store can hold (U+0000, a lone surrogate:
+    model and tool text may have them) becomes U+FFFD there (`storable_text`); the item
+    itself keeps them (`item_json`)."""
     attachment = Attachment(name="item.json", media_type=ITEM_MEDIA_TYPE, data=item_text)
     return Message(
         role=projection.role,
-        content=projection.text,
+        content=storable_text(projection.text),
         attachments=[attachment],
         run_id=run_id,
     )

@@ -321,3 +321,15 @@ async def test_the_runs_context_names_the_actor(sql_store: SqlAgentStore) -> Non
             agent, "me too", session=session, context={"actor_id": "bob"}, run_config=NO_TRACING
         )
     assert len(await BoundedSession("ctx-thread", sql_store, actor_id="alice").get_items()) == 4
+
+
+async def test_nul_and_lone_surrogates_round_trip_verbatim(sql_store: SqlAgentStore) -> None:
+    """Model and tool text may hold what no store column can (U+0000, a lone surrogate): the
+    item comes back exactly, and the run is not failed for it."""
+    items: list[Any] = [
+        {"role": "user", "content": "a\x00b \ud800 c"},
+        {"type": "function_call_output", "call_id": "c", "output": "\x00\udfff"},
+    ]
+    session = BoundedSession("odd-text", sql_store)
+    await session.add_items(items)
+    assert await session.get_items() == items
