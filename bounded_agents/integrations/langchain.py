@@ -76,6 +76,24 @@ def project_message(message: Any, index: int) -> Projection:
     return Projection("assistant", _text(message))  # chat, function, a custom type: verbatim
 
 
+_LOADABLE = frozenset({"human", "ai", "system", "tool", "chat", "function"})
+"""Message types `messages_from_dict` reads back; any other is tried before it is stored."""
+
+
+def _stored(message: BaseMessage, index: int) -> str:
+    """The message's `message_to_dict` JSON. A type LangChain could not load back (a custom
+    subclass) is refused now, naming it, rather than stored into a thread no read could load."""
+    data = message_to_dict(message)
+    if message.type not in _LOADABLE:
+        try:
+            messages_from_dict([data])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InvalidInput(
+                f"{label(message, index)} is of a type LangChain cannot load back: {exc}"
+            ) from None
+    return item_json(data, label=label(message, index))
+
+
 def _loaded(entries: Sequence[Entry]) -> list[BaseMessage]:
     out: list[BaseMessage] = []
     for e in entries:
@@ -136,10 +154,7 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append `messages` in order, all or none; a non-message is refused, naming it, with
         nothing written. Folds older runs into the summary when due and a summarizer is set."""
-        batch = [
-            (project_message(m, i), item_json(message_to_dict(m), label=label(m, i)))
-            for i, m in enumerate(messages)
-        ]
+        batch = [(project_message(m, i), _stored(m, i)) for i, m in enumerate(messages)]
         await self.history.append(batch)
         if self.summarizer is not None:
             await self.history.compact_if_due(self.summarizer, fold_items=self.fold_items)

@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
@@ -206,3 +213,41 @@ async def test_the_middleware_reads_the_bound_from_a_ten_thousand_message_thread
     assert bounded == [12, 12]  # one bounded read per model call, the bound each time
     assert max(n for _, n in reads) == 12
     assert len(model.seen[0]) == 12 + 1 and calls_paired(model.seen[0][:-1])
+
+
+class NoteMessage(BaseMessage):
+    """A message type of the user's own, which LangChain's loader does not know."""
+
+    type: str = "note"
+
+
+async def test_every_message_type_round_trips_and_an_unloadable_one_is_refused(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-types", sql_store)
+    messages: list[BaseMessage] = [
+        HumanMessage(
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ]
+        ),
+        AIMessage(
+            "",
+            tool_calls=[{"name": "f", "args": {"a": [1, None]}, "id": "c1", "type": "tool_call"}],
+            additional_kwargs={"k": "v"},
+        ),
+        ToolMessage("é\u2028", tool_call_id="c1", status="error", artifact={"raw": 1}),
+        ChatMessage("hello", role="critic"),
+        SystemMessage("be brief", id="sys-1"),
+        AIMessage(
+            "done",
+            response_metadata={"model_name": "m"},
+            usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+        ),
+    ]
+    await history.aadd_messages(messages)
+    assert await history.aget_messages() == messages
+    with pytest.raises(InvalidInput, match=r"item 1 \(NoteMessage.*cannot load back"):
+        await history.aadd_messages([HumanMessage("x"), NoteMessage("a note")])
+    assert len(await history.aget_messages()) == len(messages)
