@@ -233,23 +233,26 @@ def _run_key(messages: Sequence[ModelMessage], texts: Sequence[str]) -> str:
 def history_processor(
     keep_runs: int = DEFAULT_KEEP_RUNS,
 ) -> Callable[[list[ModelMessage]], list[ModelMessage]]:
-    """A Pydantic AI history processor (`Agent(history_processors=[...])`) that keeps a
-    leading summary (a request of system prompts only) and the newest `keep_runs` runs, whole:
-    the run in flight is never cut, nor a tool call from its return."""
+    """A Pydantic AI history processor that keeps a leading summary (a request of system
+    prompts only) and the newest `keep_runs` runs, whole: the run in flight is never cut, nor
+    a tool call from its return. Give it to an agent as
+    `Agent(capabilities=[ProcessHistory(history_processor(n))])`."""
 
     def bound(messages: list[ModelMessage]) -> list[ModelMessage]:
-        lead: list[ModelMessage] = []
-        rest = messages
-        if (
-            rest
-            and isinstance(rest[0], ModelRequest)
-            and all(isinstance(p, SystemPromptPart) for p in rest[0].parts)
-        ):
-            lead, rest = [rest[0]], rest[1:]
-        starts = [i for i, m in enumerate(rest) if starts_run(m)]
+        starts = [i for i, m in enumerate(messages) if starts_run(m)]
         if len(starts) <= keep_runs:
             return messages
-        return lead + rest[starts[-keep_runs] :]
+        cut = starts[-keep_runs]
+        first = messages[0]
+        if not isinstance(first, ModelRequest):
+            return messages[cut:]
+        system = [p for p in first.parts if isinstance(p, SystemPromptPart)]
+        if not system:
+            return messages[cut:]
+        # The system prompts (the summary among them) stay first. In a run Pydantic AI has
+        # merged them into the oldest run's request: that request is cut, they are not.
+        lead = first if len(system) == len(first.parts) else ModelRequest(parts=system)
+        return [lead, *messages[cut:]]
 
     return bound
 

@@ -333,3 +333,42 @@ async def test_nul_and_lone_surrogates_round_trip_verbatim(sql_store: SqlAgentSt
     session = BoundedSession("odd-text", sql_store)
     await session.add_items(items)
     assert await session.get_items() == items
+
+
+class AnsweringModel(Model):
+    """Answers at once, with a response id: the runner then runs the session's compaction."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        self.inputs.append(list(input))
+        n = len(self.inputs)
+        text = ResponseOutputText(type="output_text", text=f"reply {n}", annotations=[])
+        message = ResponseOutputMessage(
+            id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=f"resp_{n}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+async def test_the_runner_compacts_the_session_through_the_summarizer(
+    sql_store: SqlAgentStore,
+) -> None:
+    summarizer = NotesSummarizer()
+    session = BoundedSession(
+        "auto-fold", sql_store, keep_runs=1, summarizer=summarizer, fold_items=4
+    )
+    model = AnsweringModel()
+    agent = Agent(name="helper", instructions="You help.", model=model)
+    for n in range(4):
+        await Runner.run(agent, f"question {n}", session=session, run_config=NO_TRACING)
+    assert summarizer.calls >= 1  # the runner called run_compaction, and it was due
+    sent = model.inputs[-1]
+    assert sent[0]["role"] == "developer" and "question 0" in sent[0]["content"]
+    assert sent[-1]["content"] == "question 3"
+    assert len(await session.get_items(100)) == 8  # the raw thread is whole

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -135,3 +136,22 @@ def test_the_history_processor_keeps_the_summary_and_the_newest_runs_whole() -> 
     kept = history_processor(2)(messages)
     assert kept == [summary, *runs[3], *runs[4]]
     assert history_processor(9)(messages) == messages
+
+
+async def test_the_history_processor_bounds_an_agents_run() -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    bound = ProcessHistory(history_processor(2))
+    agent: Agent[None, str] = Agent(FunctionModel(respond), capabilities=[bound])
+    summary = ModelRequest(parts=[SystemPromptPart("notes")])
+    history = [summary, *(m for n in range(6) for m in run_messages(n))]
+    await agent.run("next", message_history=history)
+    sent = seen[0]
+    assert isinstance(sent[0], ModelRequest) and sent[0].parts[0] == summary.parts[0]
+    prompts = [p.content for m in sent for p in m.parts if isinstance(p, UserPromptPart)]
+    assert prompts == ["question 5", "next"]  # the run in flight counts as one of the two
+    assert calls_paired(sent)
