@@ -201,18 +201,23 @@ async def test_the_middleware_feeds_the_model_sql_and_keeps_one_run_in_the_check
 async def test_the_middleware_reads_the_bound_from_a_ten_thousand_message_thread(
     sql_store: SqlAgentStore,
 ) -> None:
-    history = BoundedChatMessageHistory("lc-mw-long", sql_store)
+    history = BoundedChatMessageHistory("lc-mw-long", sql_store, keep_runs=3)
     for start in range(0, 2500, 500):
         await history.aadd_messages([m for n in range(start, start + 500) for m in run_messages(n)])
+    history.summarizer = NotesSummarizer()
+    await history.acompact()
     model = ToolingFakeModel(messages=iter(script(1)))
     middleware = BoundedHistoryMiddleware(sql_store, session_id="lc-mw-long", keep_runs=3)
-    agent = create_agent(model, tools=[weather], middleware=[middleware])
+    agent = create_agent(model, tools=[weather], system_prompt="You help.", middleware=[middleware])
     with rows_read(sql_store) as reads:
         await agent.ainvoke({"messages": [HumanMessage("next")]})
     bounded = [n for name, n in reads if name == "load_thread_for_turn"]
     assert bounded == [12, 12]  # one bounded read per model call, the bound each time
     assert max(n for _, n in reads) == 12
-    assert len(model.seen[0]) == 12 + 1 and calls_paired(model.seen[0][:-1])
+    first = model.seen[0]
+    assert isinstance(first[0], SystemMessage) and str(first[0].content).startswith("You help.")
+    assert "answer 2496" in str(first[0].content)  # the summary rides on the system prompt
+    assert len(first) == 1 + 12 + 1 and calls_paired(first[1:-1])
 
 
 class NoteMessage(BaseMessage):
