@@ -15,7 +15,6 @@ can hide from the runner by its indentation; the fence's indent is stripped from
 from __future__ import annotations
 
 import os
-
 import re
 from dataclasses import dataclass
 from pathlib import Path
