@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "redact"),
     ("core",),
     ("store", "providers", "observability", "actors", "settings", "registry", "outcome", "testing"),
-    ("durable",),
+    ("durable", "integrations"),
     ("persistence",),
     ("module",),
     ("http",),
