@@ -328,7 +328,7 @@ def newer_seqs(hits: Sequence[SearchHit], candidates: Sequence[SearchHit]) -> di
 
 def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
     """The window of `marked` (matches between `MARK_START` and `MARK_END`) of about `size`
-    characters holding the most distinct matches, widened to word boundaries, the marks
+    characters holding the most distinct matches, cut inward to word boundaries, the marks
     removed, `…` where the text is cut. A text no longer than `size` comes back whole."""
     text = marked.replace(MARK_START, "").replace(MARK_END, "")
     if len(text) <= size:
@@ -349,12 +349,12 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
         start = max(0, -best[1] - lead)
     start = min(start, len(text) - size)
     end = start + size
-    if start > 0:
-        cut = text.rfind(" ", 0, start + 1)
-        start = start if cut < 0 or start - cut > 40 else cut + 1
+    if start > 0:  # inward to a word boundary, never past the size
+        cut = text.find(" ", start)
+        start = cut + 1 if 0 <= cut < start + 40 else start
     if end < len(text):
-        cut = text.find(" ", end)
-        end = end if cut < 0 or cut - end > 40 else cut
+        cut = text.rfind(" ", start, end)
+        end = cut if cut > end - 40 else end
     body = text[start:end].strip()
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
