@@ -39,7 +39,9 @@ def tool_exchange(results: dict[str, tuple[str, str]], content: str = "") -> Mes
     return Message(
         role="assistant",
         content=content,
-        tool_calls=[ToolCall(id=cid, name=name, arguments={}) for cid, (name, _) in results.items()],
+        tool_calls=[
+            ToolCall(id=cid, name=name, arguments={}) for cid, (name, _) in results.items()
+        ],
         tool_results=[ToolResult(call_id=cid, content=out) for cid, (_, out) in results.items()],
     )
 
