@@ -175,8 +175,7 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
 SCRUB_PAGES = 64
 """Pages one scrub step of FTS5's 'merge' writes at most (about 256 KB at 4 KB pages): the
 longest another writer waits for the lock behind a step."""
-SCRUB_MAX_STEPS = 100_000
-"""A stop for the scrub loop should FTS5 keep reporting work (it never has)."""
+
 
 _FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
 _TOTAL_CHANGES = sa.text("SELECT total_changes()")
@@ -187,9 +186,14 @@ async def scrub_search_index(engine: AsyncEngine) -> int:
     transaction, so no segment still holds an erased row's terms (see the module docstring);
     returns the steps taken. PostgreSQL, or a database without the index: nothing to do.
 
-    FTS5's `('merge', -N)` merges at most about N pages, segments of every level together;
-    it did work when `total_changes()` grew by 2 or more (FTS5's documented test), and when
-    the index is one segment it does none, and the tombstones went with the last merge."""
+    FTS5's `('merge', -N)` writes at most about N pages, merging segments of every level
+    together, and an incremental merge it starts goes on in the next steps until its output
+    is written; it did work when `total_changes()` grew by 2 or more (FTS5's documented
+    test). When the index is one segment it does none: the tombstones went with the merge
+    that included the oldest segment. Writers that keep adding segments (other actors' turns,
+    one each) would keep it working forever, so the steps are bounded too: twice the index's
+    leaf pages at the start over N, plus 4, enough for the merge that holds every segment
+    present at the start (the ones holding the erased terms) to finish."""
     if engine.dialect.name != "sqlite":
         return 0
     steps = 0
@@ -198,7 +202,8 @@ async def scrub_search_index(engine: AsyncEngine) -> int:
         async with wrap_db_errors("scrub_search_index"), engine.connect() as conn:
             if (await conn.execute(_FTS_EXISTS, {"name": fts})).first() is None:
                 continue
-        for _ in range(SCRUB_MAX_STEPS):
+            pages = (await conn.execute(sa.text(f"SELECT count(*) FROM {fts}_data"))).scalar()
+        for _ in range(2 * (int(pages or 0) // SCRUB_PAGES + 1) + 4):
             async with wrap_db_errors("scrub_search_index"), write_transaction(engine) as conn:
                 before = (await conn.execute(_TOTAL_CHANGES)).scalar_one()
                 await conn.execute(merge)

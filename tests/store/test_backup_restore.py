@@ -11,6 +11,7 @@ Either way: every search result identical after the restore."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sqlite3
@@ -57,7 +58,7 @@ async def _results(store: SqlAgentStore, thread_id: str) -> dict[str, Any]:
         result = await tool.invoke_in_turn(
             {"query": q}, ToolContext(thread_id=thread_id, prompt=())
         )
-        out[q] = [{k: v for k, v in r.items()} for r in json.loads(result.content)["results"]]
+        out[q] = json.loads(result.content)["results"]
     return out
 
 
@@ -159,6 +160,20 @@ def pg_pair() -> Iterator[tuple[str, str]]:
         drop_pg_database(target)
 
 
+def _pg_dump_restore(source_url: str, target_url: str, backup: Path) -> None:
+    """`pg_dump -Fc` of the source, `pg_restore` into the (empty) target: docs/reliability.md."""
+    subprocess.run(
+        [str(PG_BIN / "pg_dump"), "-Fc", "-f", str(backup), _libpq(source_url)],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [str(PG_BIN / "pg_restore"), "--no-owner", "-d", _libpq(target_url), str(backup)],
+        check=True,
+        capture_output=True,
+    )
+
+
 def _libpq(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
@@ -176,17 +191,7 @@ async def test_a_pg_dump_and_restore_keeps_the_search_results(
     finally:
         await store.dispose()
 
-    backup = tmp_path / "agent.dump"
-    subprocess.run(
-        [str(PG_BIN / "pg_dump"), "-Fc", "-f", str(backup), _libpq(source_url)],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [str(PG_BIN / "pg_restore"), "--no-owner", "-d", _libpq(target_url), str(backup)],
-        check=True,
-        capture_output=True,
-    )
+    await asyncio.to_thread(_pg_dump_restore, source_url, target_url, tmp_path / "agent.dump")
 
     again = SqlAgentStore.from_url(target_url)
     try:
