@@ -2,7 +2,8 @@
 
 It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
 whole thread, then cut it in memory as the bounded read would) is exercised by every test that
-uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too, and
+uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too,
+their archived parts (`SummaryArchive`, searched by the fallback scan), and
 each thread's last prompt digest (`PromptDigestStore`). It erases (`ErasingStore`) what it holds;
 it knows no runs, so it cannot refuse an erasure during one as the SQL store does.
 """

@@ -55,8 +55,8 @@ ARCHIVE_FTS_TABLE = "summary_archive_fts"
 _INDEXES = {
     SEARCH_INDEX,
     "ix_summary_archive_search_vector",
-    "ux_messages_search_id",
-    "ux_summary_archive_search_id",
+    "ix_messages_search_id",
+    "ix_summary_archive_search_id",
 }
 
 # --- PostgreSQL --------------------------------------------------------------------------

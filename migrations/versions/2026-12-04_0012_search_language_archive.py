@@ -12,7 +12,7 @@ What changes against 0011 (`bounded_agents.store.search` says how each is read):
   column kept by a BEFORE INSERT/UPDATE trigger, content weighted A and tool text B, in the
   configuration `bounded_search_config()` returns (a function, so the query uses the very
   configuration the index was built with, whatever the setting says later).
-- SQLite: `messages_fts` is rebuilt keyed on an explicit column, `messages.search_id` (unique,
+- SQLite: `messages_fts` is rebuilt keyed on an explicit column, `messages.search_id` (indexed,
   assigned by the insert trigger), instead of the implicit rowid: `sqlite3 db .dump` writes
   every column's value but renumbers implicit rowids, so an index keyed on them pointed at
   other messages after a restore (issue 40, break 5). Two columns, content and search_text.
@@ -97,7 +97,9 @@ _PG_DOWN = [
 ]
 
 _NEXT_ID = "(SELECT coalesce(max(search_id), 0) + 1 FROM {table})"
-"""A new row's search key: past every key in use (the unique index answers it). Never the
+"""A new row's search key: past every key in use (its index answers it; the write lock makes
+it unique: SQLite has one writer, and a plain index because every unique key of a thread's
+table holds `thread_id`, for Citus, which this SQLite-only column needs not). Never the
 rowid: after a .dump and restore the rowids start again from 1 while the keys are kept."""
 
 
@@ -115,8 +117,8 @@ def _sqlite_index(tokenizer: str) -> list[str]:
     """After the backfill: the FTS5 tables and their triggers (a trigger during the backfill
     would index rows whose key is not set yet)."""
     return [
-        "CREATE UNIQUE INDEX ux_messages_search_id ON messages (search_id)",
-        "CREATE UNIQUE INDEX ux_summary_archive_search_id ON summary_archive (search_id)",
+        "CREATE INDEX ix_messages_search_id ON messages (search_id)",
+        "CREATE INDEX ix_summary_archive_search_id ON summary_archive (search_id)",
         f"CREATE VIRTUAL TABLE messages_fts USING fts5(content, search_text, "
         f"content='messages', content_rowid='search_id', tokenize='{tokenizer}')",
         f"CREATE VIRTUAL TABLE summary_archive_fts USING fts5(content, "
@@ -152,7 +154,7 @@ _SQLITE_DOWN = [
     "DROP TRIGGER messages_fts_delete",
     "DROP TRIGGER messages_fts_insert",
     "DROP TABLE messages_fts",
-    "DROP INDEX ux_messages_search_id",
+    "DROP INDEX ix_messages_search_id",
     "ALTER TABLE messages DROP COLUMN search_id",
     # 0011's index, as 0011 made it
     "CREATE VIRTUAL TABLE messages_fts USING fts5("

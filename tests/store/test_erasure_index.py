@@ -6,6 +6,7 @@ from the index's vocabulary all the same."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ async def test_an_erasure_merges_the_index_after_its_commit_in_bounded_steps(
     merges = [i for i, s in enumerate(seen) if "'merge'" in s]
     assert not [s for s in seen if "optimize" in s]
     assert merges and merges[0] > first_commit  # none inside the erasure's transaction
-    for a, b in zip(merges, merges[1:], strict=False):
+    for a, b in itertools.pairwise(merges):
         assert "COMMIT" in seen[a:b]  # each step its own transaction
     assert all(f"-{SCRUB_PAGES}" in seen[i] for i in merges)
     vocabulary = _vocabulary(path)
