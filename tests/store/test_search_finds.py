@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from bounded_agents.core.messages import ChatMessage, Message, ToolCall, ToolResult
+from bounded_agents.core.messages import (
+    ChatMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    to_chat_messages,
+)
 from bounded_agents.core.ports import (
     AgentStore,
     ErasingStore,
@@ -93,6 +99,15 @@ async def test_tool_results_are_found_and_the_search_tools_own_are_not(
     assert [(r["seq"], r["role"]) for r in pallet] == [(2, "tool")]
     assert pallet[0]["content"] == "pallet count for bay 7: 4411 units"
     assert [r["seq"] for r in zebra] == [10]  # the user's message, never the search result (9)
+
+
+async def test_a_tool_result_the_prompt_shows_is_not_returned_again(store: ContractStore) -> None:
+    exchange = tool_exchange({"c1": ("inventory", "pallet count for bay 7: 4411 units")})
+    tid = await _thread(store, [user("Check the stock please."), exchange, *chatter(3)])
+    shown = tuple(to_chat_messages([exchange]))
+
+    assert [r["seq"] for r in await _search(store, tid, "pallet count")] == [2]
+    assert await _search(store, tid, "pallet count", shown) == []
 
 
 @pytest.mark.parametrize(
