@@ -120,6 +120,13 @@ class Settings(BaseSettings):
     llama.cpp or vLLM keep a slot's prefix until another request evicts it (set a large value
     for a server that serves one thread, 0 for one shared by many)."""
 
+    search_language: str = Field(default="english", pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    """The history search index's language: PostgreSQL's text search configuration of that
+    name (`english`, `german`, `simple` for no stemming, ...), SQLite's FTS5 tokenizer
+    `porter unicode61` for `english` (FTS5's one stemmer) and plain `unicode61` for any other.
+    Read when migration 0012 builds the index; a built index keeps its language (queries
+    follow the index, not this setting, so they always agree)."""
+
     api_keys: SecretStr | None = None
     """`key1=alice,key2=bob`: a bearer key names its actor. Unset: local development mode,
     every request is actor `local`. A pair that is not key=actor, or a key given twice,

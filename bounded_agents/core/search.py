@@ -2,17 +2,37 @@
 
 A window and a summary keep every prompt bounded, and a detail neither kept is gone for the
 model. An agent declared with `@agent(..., search=True)` gets one more tool, `search_history`:
-the model sends a query and gets back the best-matching messages of ITS thread (the turn's own,
-never another) that the prompt it is answering from does not already show, each with its `seq`
-and role. What comes back is bounded twice, in rows (`k`, at most `MAX_SEARCH_RESULTS`) and in
-bytes (`MESSAGE_CLIP_CHARS` per message, `MAX_RESULT_BYTES` in all), so a search can never undo
-the bound the history keeps. Its result is a tool result like any other: journaled, so a replay
-returns the same text and never searches again.
+the model sends a query and gets back the best-matching places of ITS thread (the turn's own,
+never another) that the prompt it is answering from does not already show. What is searched is
+what the model saw: user and assistant text, tool results (all but this tool's own: a search
+result quotes earlier messages, and would answer every later search; `core.search_text`), and
+the archived parts of the thread's summary (notes a summary could not keep under its cap).
+
+The result is JSON, `{"results": [...], "omitted": n}`, each row:
+
+- `seq`: the message's position; for an archived summary part, the last seq it covers
+  (`to_seq`), with `from_seq` and `to_seq` beside it. Erasure (helper code that redacts stored
+  search results) keys on `seq`, and on `from_seq..to_seq` for a part.
+- `role`: `user`, `assistant`, `tool` (the match is in the message's tool results) or
+  `summary` (an archived part).
+- `content`: a snippet around the matches (`SNIPPET_CHARS` at most, `…` where it is cut),
+  never the whole message: a pasted log found by one word must not fill the prompt.
+- `at`: when it was stored (ISO 8601, UTC).
+- `newer` (only when there is one): the seq of a LATER message that holds every query term this
+  hit holds: the value found may have been superseded, and the model should prefer (or look
+  up) the newer one. The turn's own question (the prompt's last user message) is never counted
+  as newer, since it repeats the terms it asks about.
+
+Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
+recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
+(`k`, at most `MAX_SEARCH_RESULTS`) and bytes (`MAX_RESULT_BYTES` in all), so a search can
+never undo the bound the history keeps. Its result is a tool result like any other: journaled,
+so a replay returns the same text and never searches again.
 
 A store with a full-text index (`HistorySearcher`: PostgreSQL `tsvector`, SQLite FTS5) ranks
-the whole thread; any other store gets `scan_search`, a bounded scan of the newest
-`FALLBACK_SCAN_ROWS` messages. Only message text is searched, not tool results: those are
-tools' own output, and earlier search results among them would answer every later search.
+the whole thread and its archive; any other store gets `scan_search`, a bounded scan of the
+newest `FALLBACK_SCAN_ROWS` messages (and its archived parts, if it keeps them), matching whole
+words without stemming.
 """
 
 from __future__ import annotations
@@ -21,19 +41,22 @@ import json
 import logging
 import re
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 from bounded_agents.core.messages import ChatMessage, Message, ToolResult, storable_text
 from bounded_agents.core.ports import (
+    MARK_END,
+    MARK_START,
     AgentStore,
+    SearchHit,
     ToolSpec,
     supports_history_search,
+    supports_summary_archive,
     supports_transcripts,
 )
+from bounded_agents.core.search_text import SEARCH_TOOL_NAME, TOOL_TEXT_SEPARATOR, search_text
 from bounded_agents.core.turn.public import ToolContext
-
-SEARCH_TOOL_NAME = "search_history"
-"""The tool's name as the model sees it; an agent's own `@tool` may not take it."""
 
 DEFAULT_SEARCH_RESULTS = 5
 """Messages a search returns when the model does not say `k`: enough for a fact and its
@@ -43,8 +66,15 @@ MAX_SEARCH_RESULTS = 20
 """The most a model may ask for (a larger `k` is lowered to it, not refused)."""
 
 MESSAGE_CLIP_CHARS = 1_000
-"""Each message is clipped to this many characters: a pasted document found by one word must
-not fill the result."""
+"""No row's content is longer than this many characters (a snippet is shorter still)."""
+
+SNIPPET_CHARS = 360
+"""A row's content: the window of about this many characters holding the most matches, cut at
+word boundaries. A message this short or shorter comes back whole."""
+
+RECENCY_HALF_LIFE = 200
+"""Messages back at which recency's weight on relevance is half gone: the score is relevance
+times `1 + H / (H + age)`, 2 for the newest message, 1.5 at H messages back, toward 1."""
 
 MAX_RESULT_BYTES = 8_192
 """The whole result at most, in UTF-8 bytes: messages past it are left out, and the result says
@@ -72,6 +102,8 @@ _SCAN_PAGE = 500
 _ENVELOPE_BYTES = 64
 """Room left for `{"results": [], "omitted": n}` around the rows."""
 _WORD = re.compile(r"[^\W_]+")
+_MARKED = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.DOTALL)
+_MAX_SPANS = 200
 
 
 def search_terms(query: str) -> list[str]:
@@ -89,18 +121,72 @@ async def scan_search(store: AgentStore, thread_id: str, query: str, limit: int)
     the store's transcript reader, a page at a time; a store without one reads the thread),
     ranked by how many of the query's words each holds, case-insensitively, then how often,
     then newest first. Older messages are not searched: say so to whoever relies on it."""
-    terms = search_terms(query)
+    return [m for m, _ in _scan(await _newest(store, thread_id), search_terms(query), limit)]
+
+
+def _scan(
+    found: Sequence[Message], terms: Sequence[str], limit: int
+) -> list[tuple[Message, tuple[int, int, int, frozenset[int]]]]:
     if not terms or limit < 1:
         return []
-    scored: list[tuple[int, int, int, Message]] = []
-    for m in await _newest(store, thread_id):
-        words = _WORD.findall(m.content.lower())
+    scored: list[tuple[Message, tuple[int, int, int, frozenset[int]]]] = []
+    for m in found:
+        words = _WORD.findall(_searchable(m).lower())
         hits = [words.count(t) for t in terms]
-        distinct = sum(1 for h in hits if h)
-        if distinct:
-            scored.append((distinct, sum(hits), m.seq or 0, m))
-    scored.sort(key=lambda s: (s[0], s[1], s[2]), reverse=True)
-    return [s[3] for s in scored[:limit]]
+        held = frozenset(i for i, h in enumerate(hits) if h)
+        if held:
+            scored.append((m, (len(held), sum(hits), m.seq or 0, held)))
+    scored.sort(key=lambda s: s[1][:3], reverse=True)
+    return scored[:limit]
+
+
+def _searchable(m: Message) -> str:
+    tools = search_text(m)
+    return m.content if tools is None else m.content + TOOL_TEXT_SEPARATOR + tools
+
+
+async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -> list[SearchHit]:
+    """`scan_search` as hits (content and tool results, whole words, no stemming), with the
+    store's archived parts when it keeps them (`SummaryArchive`, its newest
+    `FALLBACK_SCAN_ROWS` parts), best first as the index's are."""
+    terms = search_terms(query)
+    hits: list[SearchHit] = []
+    for m, (distinct, count, seq, held) in _scan(await _newest(store, thread_id), terms, limit):
+        in_tools = not any(_WORD_IN(t, m.content) for t in (terms[i] for i in held))
+        text = (search_text(m) or "") if in_tools else m.content
+        relevance = distinct + count / (count + 1)
+        hits.append(
+            SearchHit(
+                seq=seq,
+                role=m.role,
+                content=m.content,
+                marked=_mark(text, [terms[i] for i in held]),
+                relevance=relevance,
+                terms=held,
+                in_tools=in_tools,
+            )
+        )
+    if supports_summary_archive(store):
+        parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
+        for p in parts:
+            words = _WORD.findall(p.content.lower())
+            held = frozenset(i for i, t in enumerate(terms) if t in words)
+            if held:
+                count = sum(words.count(terms[i]) for i in held)
+                hits.append(
+                    SearchHit(
+                        seq=p.to_seq,
+                        role="summary",
+                        content=p.content,
+                        marked=_mark(p.content, [terms[i] for i in held]),
+                        relevance=len(held) + count / (count + 1),
+                        terms=held,
+                        at=p.created_at,
+                        from_seq=p.from_seq,
+                    )
+                )
+    hits.sort(key=lambda h: (h.relevance, h.seq), reverse=True)
+    return hits[:limit]
 
 
 async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
@@ -118,6 +204,22 @@ async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
             break
         before = page[0].seq
     return out
+
+
+def _WORD_IN(term: str, text: str) -> bool:
+    return term in _WORD.findall(text.lower())
+
+
+def _mark(text: str, terms: Sequence[str]) -> str:
+    """`text` with each whole-word occurrence of `terms` between the marks (the fallback's
+    stand-in for the index's own highlighting)."""
+    wanted = set(terms)
+    return _WORD.sub(
+        lambda w: (
+            MARK_START + w.group(0) + MARK_END if w.group(0).lower() in wanted else w.group(0)
+        ),
+        text,
+    )
 
 
 _SPEC = ToolSpec(
@@ -167,36 +269,111 @@ class HistorySearchTool:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             return _error("invalid arguments: k must be a positive integer")
         k = min(k, MAX_SEARCH_RESULTS)
-        shown = _shown(context.prompt)
-        limit = k + min(len(shown), MAX_SKIPPED_ROWS)
+        shown = _Shown(context.prompt)
+        limit = k + min(len(shown.messages), MAX_SKIPPED_ROWS)
         query = storable_text(query[:MAX_QUERY_CHARS])
         try:
             if supports_history_search(self._store):
-                found = await self._store.search_messages(context.thread_id, query, limit=limit)
+                found = await self._store.search_history(context.thread_id, query, limit=limit)
             else:
-                found = await scan_search(self._store, context.thread_id, query, limit)
+                found = await scan_hits(self._store, context.thread_id, query, limit)
         except Exception as exc:
             # The model is told, and may answer without it; the cause is the operator's.
             log.warning("search_history failed in thread %s", context.thread_id, exc_info=exc)
             return _error(f"the search failed: {type(exc).__name__}")
-        fresh = [m for m in found if (m.role, m.content) not in shown][:k]
-        return ToolResult(call_id="", content=render_hits(fresh))
+        fresh = [h for h in found if not shown.holds(h)][:k]
+        newer = newer_seqs(fresh, [h for h in found if not shown.is_question(h)])
+        return ToolResult(call_id="", content=render_hits(fresh, newer))
 
 
-def _shown(prompt: Sequence[ChatMessage]) -> set[tuple[str, str]]:
-    return {(m.role, m.content) for m in prompt if m.role != "tool"}
+class _Shown:
+    """What the prompt already shows: its messages (role, content), its tool results' texts,
+    and the turn's own question (its last user message)."""
+
+    def __init__(self, prompt: Sequence[ChatMessage]) -> None:
+        self.messages = {(m.role, m.content) for m in prompt if m.role != "tool"}
+        self.tools = {m.content for m in prompt if m.role == "tool"}
+        users = [m.content for m in prompt if m.role == "user"]
+        self.question = users[-1] if users else None
+
+    def holds(self, hit: SearchHit) -> bool:
+        if hit.from_seq is not None or (hit.role, hit.content) not in self.messages:
+            return False
+        if not hit.in_tools:
+            return True
+        text = hit.marked.replace(MARK_START, "").replace(MARK_END, "")
+        return all(part in self.tools for part in text.split(TOOL_TEXT_SEPARATOR))
+
+    def is_question(self, hit: SearchHit) -> bool:
+        return hit.role == "user" and hit.from_seq is None and hit.content == self.question
 
 
-def render_hits(found: Sequence[Message]) -> str:
-    """The result as JSON: `{"results": [{"seq", "role", "content"}], "omitted": n}`, each
-    content clipped to `MESSAGE_CLIP_CHARS` and the whole within `MAX_RESULT_BYTES`."""
+def newer_seqs(hits: Sequence[SearchHit], candidates: Sequence[SearchHit]) -> dict[int, int]:
+    """For each hit (by its index in `hits`), the seq of the newest message among `candidates`
+    that comes after it and holds every query term it holds: the hit's value may have been
+    superseded. Archived parts are notes about messages, not statements: never a newer one."""
+    out: dict[int, int] = {}
+    for i, hit in enumerate(hits):
+        if not hit.terms:
+            continue
+        later = [
+            c.seq
+            for c in candidates
+            if c.from_seq is None and c.seq > hit.seq and hit.terms <= c.terms
+        ]
+        if later:
+            out[i] = max(later)
+    return out
+
+
+def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
+    """The window of `marked` (matches between `MARK_START` and `MARK_END`) of about `size`
+    characters holding the most distinct matches, cut inward to word boundaries, the marks
+    removed, `…` where the text is cut. A text no longer than `size` comes back whole."""
+    text = marked.replace(MARK_START, "").replace(MARK_END, "")
+    if len(text) <= size:
+        return text
+    spans: list[tuple[int, str]] = []  # (position in `text`, matched word)
+    removed = 0
+    for m in _MARKED.finditer(marked):
+        spans.append((m.start() - removed, m.group(1).lower()))
+        removed += len(MARK_START) + len(MARK_END)
+        if len(spans) >= _MAX_SPANS:
+            break
+    start = 0
+    if spans:
+        lead = size // 4
+        best = max(
+            (len({w for q, w in spans if p - lead <= q < p - lead + size}), -p) for p, _ in spans
+        )
+        start = max(0, -best[1] - lead)
+    start = min(start, len(text) - size)
+    end = start + size
+    if start > 0:  # inward to a word boundary, never past the size
+        cut = text.find(" ", start)
+        start = cut + 1 if 0 <= cut < start + 40 else start
+    if end < len(text):
+        cut = text.rfind(" ", start, end)
+        end = cut if cut > end - 40 else end
+    body = text[start:end].strip()
+    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
+
+
+def render_hits(found: Sequence[SearchHit], newer: dict[int, int] | None = None) -> str:
+    """The result as JSON (see the module docstring for each key), within `MAX_RESULT_BYTES`:
+    rows past it are left out and counted in `omitted`."""
     rows: list[dict[str, Any]] = []
     used = 0
-    for m in found:
-        content = m.content
-        if len(content) > MESSAGE_CLIP_CHARS:
-            content = content[: MESSAGE_CLIP_CHARS - 1] + "…"
-        row = {"seq": m.seq, "role": m.role, "content": content}
+    for i, hit in enumerate(found):
+        content = snippet(hit.marked)[:MESSAGE_CLIP_CHARS]
+        role = "tool" if hit.in_tools else hit.role
+        row: dict[str, Any] = {"seq": hit.seq, "role": role, "content": content}
+        if hit.at is not None:
+            row["at"] = hit.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if hit.from_seq is not None:
+            row["from_seq"], row["to_seq"] = hit.from_seq, hit.seq
+        if newer and i in newer:
+            row["newer"] = newer[i]
         size = len(json.dumps(row, ensure_ascii=False).encode()) + 2  # and ", "
         if used + size > MAX_RESULT_BYTES - _ENVELOPE_BYTES:
             break
@@ -219,9 +396,14 @@ __all__ = [
     "MAX_SEARCH_RESULTS",
     "MAX_SKIPPED_ROWS",
     "MESSAGE_CLIP_CHARS",
+    "RECENCY_HALF_LIFE",
     "SEARCH_TOOL_NAME",
+    "SNIPPET_CHARS",
     "HistorySearchTool",
+    "newer_seqs",
     "render_hits",
+    "scan_hits",
     "scan_search",
     "search_terms",
+    "snippet",
 ]

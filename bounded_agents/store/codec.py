@@ -12,6 +12,7 @@ from bounded_agents.core.messages import (
     decode_tool_results,
     encode_json_list,
 )
+from bounded_agents.core.search_text import search_text
 from bounded_agents.core.tokens import estimate_message_tokens
 
 MESSAGE_COLUMNS = ("seq", "role", "content", "tool_calls", "tool_results", "attachments", "run_id")
@@ -28,6 +29,7 @@ def to_row(thread_id: str, seq: int, message: Message) -> dict[str, Any]:
         "tool_results": encode_json_list(message.tool_results),
         "attachments": encode_json_list(message.attachments),
         "run_id": message.run_id,
+        "search_text": search_text(message),
     }
 
 

@@ -42,6 +42,7 @@ PLAN: tuple[Distribution, ...] = (
     Distribution("runs", "thread_id", "threads"),
     Distribution("run_steps", "thread_id", "threads"),
     Distribution("thread_summaries", "thread_id", "threads"),
+    Distribution("summary_archive", "thread_id", "threads"),
     Distribution("actor_usage", "actor_id", "none"),
     Distribution("ledger", "actor_id", "actor_usage"),
 )
@@ -93,6 +94,9 @@ async def distribute(engine: AsyncEngine, *, shard_count: int | None = None) -> 
         conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         await _check_ready(conn)
         await conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        # The search index's triggers (migration 0012) only set the row's own tsvector column,
+        # which Citus runs on each shard safely; it refuses any trigger without this.
+        await conn.execute(sa.text("SET citus.enable_unsafe_triggers TO on"))
         try:
             return await _distribute(conn, shard_count)
         finally:

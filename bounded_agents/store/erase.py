@@ -28,12 +28,19 @@ Where a message's bytes can be, and what becomes of each:
   one JSON parse, and those that quoted the message are rewritten by one executemany. Those
   answers' journals (their `tool:` steps hold the same result) are among the thread's steps
   deleted above.
-- the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
-  SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
-  tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
-  `secure-delete`; so an erasure ends with FTS5's `optimize`, which merges the whole index into
-  one segment without them. It rewrites the index, work in proportion to every thread's
-  messages, which an erasure (rare, and owed) can pay; a turn never does.
+- the search index (migration 0012): on PostgreSQL a column of the row, gone with it. On
+  SQLite the FTS5 index is told by the delete trigger which terms the row held (FTS5's
+  'delete', per row, in the erasure's transaction: the index no longer finds it). FTS5 keeps
+  a deleted row's terms in its older segments until a merge reaches them (a delete appends a
+  tombstone; SQLite 3.40 has no `secure-delete`), so after the commit `scrub_search_index`
+  merges the index into one segment in steps of `SCRUB_PAGES` pages, each its own short write
+  transaction: other writers (another actor's turn) get the write lock between steps, where
+  the whole-index `optimize` this used to run held it for the whole merge (0.16-0.20 s at
+  100,000 messages, issue 40). The erasure returns when the scrub is done. A process that dies
+  between the commit and the end of the scrub leaves terms in segments until the next
+  erasure's scrub (or `scrub_search_index` run by hand) merges them.
+- `summary_archive`: every archived summary part covering the seq (`from_seq <= seq <=
+  to_seq`) is deleted: its notes may quote the message. A thread's erasure deletes them all.
 - `runs.error_message` of the thread's failed runs: a provider that refuses a request may quote
   it in its error (a validating server echoes the input it refused), and the prompt of any run
   after the message may have held it (window, summary, search result), so every failed run of
@@ -82,8 +89,15 @@ from bounded_agents.store.clock import db_now
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import acquire_writer, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
-from bounded_agents.store.search import FTS_TABLE
+from bounded_agents.store.schema import (
+    messages,
+    run_steps,
+    runs,
+    summary_archive,
+    thread_summaries,
+    threads,
+)
+from bounded_agents.store.search import ARCHIVE_FTS_TABLE, FTS_TABLE
 
 log = logging.getLogger("bounded_agents.store.erase")
 
@@ -113,6 +127,11 @@ _MESSAGE = sa.select(messages.c.role, messages.c.run_id).where(
 _DELETE_MESSAGE = messages.delete().where(messages.c.thread_id == _TID, messages.c.seq == _SEQ)
 _DELETE_COVERING = thread_summaries.delete().where(
     thread_summaries.c.thread_id == _TID, thread_summaries.c.covers_through_seq >= _SEQ
+)
+_DELETE_ARCHIVED = summary_archive.delete().where(
+    summary_archive.c.thread_id == _TID,
+    summary_archive.c.from_seq <= _SEQ,
+    summary_archive.c.to_seq >= _SEQ,
 )
 _DELETE_STEPS = run_steps.delete().where(run_steps.c.thread_id == _TID)
 _FAIL_LAPSED = (
@@ -165,6 +184,7 @@ _DELETE_THREAD = (
     run_steps.delete().where(run_steps.c.thread_id == _TID),
     runs.delete().where(runs.c.thread_id == _TID),
     thread_summaries.delete().where(thread_summaries.c.thread_id == _TID),
+    summary_archive.delete().where(summary_archive.c.thread_id == _TID),
     messages.delete().where(messages.c.thread_id == _TID),
     threads.delete().where(threads.c.id == _TID),
 )
@@ -180,7 +200,7 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
             return False
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
-        await _purge_search_index(conn)
+    await scrub_search_index(engine)
     await checkpoint_erasure(engine)
     return True
 
@@ -198,6 +218,7 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
         await conn.execute(_DELETE_MESSAGE, params)
         await conn.execute(_DELETE_COVERING, params)
         await _erase_search_quotes(conn, params)
+        await conn.execute(_DELETE_ARCHIVED, params)
         await conn.execute(_DELETE_STEPS, params)
         await conn.execute(_FAIL_LAPSED, params)
         await conn.execute(_MARK_PRUNED, params)
@@ -205,7 +226,7 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
         if found.role == "user" and found.run_id is not None:
             await _blank_request(conn, {**params, "rid": found.run_id})
         await conn.execute(_FORGET_PROMPT, params)
-        await _purge_search_index(conn)
+    await scrub_search_index(engine)
     await checkpoint_erasure(engine)
     return True
 
@@ -235,17 +256,46 @@ async def checkpoint_erasure(engine: AsyncEngine) -> bool:
     return not busy
 
 
+SCRUB_PAGES = 64
+"""Pages one scrub step of FTS5's 'merge' writes at most (about 256 KB at 4 KB pages): the
+longest another writer waits for the lock behind a step."""
+
+
 _FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
-_FTS_OPTIMIZE = sa.text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+_TOTAL_CHANGES = sa.text("SELECT total_changes()")
 
 
-async def _purge_search_index(conn: AsyncConnection) -> None:
-    """SQLite only: merge the FTS5 index so no segment still holds an erased row's terms (see
-    the module docstring). A database without the index (before migration 0011) has none."""
-    if not dialect_of(conn).sqlite:
-        return
-    if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
-        await conn.execute(_FTS_OPTIMIZE)
+async def scrub_search_index(engine: AsyncEngine) -> int:
+    """SQLite: merge each FTS5 index into one segment, `SCRUB_PAGES` pages per write
+    transaction, so no segment still holds an erased row's terms (see the module docstring);
+    returns the steps taken. PostgreSQL, or a database without the index: nothing to do.
+
+    FTS5's `('merge', -N)` writes at most about N pages, merging segments of every level
+    together, and an incremental merge it starts goes on in the next steps until its output
+    is written; it did work when `total_changes()` grew by 2 or more (FTS5's documented
+    test). When the index is one segment it does none: the tombstones went with the merge
+    that included the oldest segment. Writers that keep adding segments (other actors' turns,
+    one each) would keep it working forever, so the steps are bounded too: twice the index's
+    leaf pages at the start over N, plus 4, enough for the merge that holds every segment
+    present at the start (the ones holding the erased terms) to finish."""
+    if not dialect_of(engine).sqlite:
+        return 0
+    steps = 0
+    for fts in (FTS_TABLE, ARCHIVE_FTS_TABLE):
+        merge = sa.text(f"INSERT INTO {fts}({fts}, rank) VALUES ('merge', {-SCRUB_PAGES})")
+        async with wrap_db_errors("scrub_search_index"), engine.connect() as conn:
+            if (await conn.execute(_FTS_EXISTS, {"name": fts})).first() is None:
+                continue
+            pages = (await conn.execute(sa.text(f"SELECT count(*) FROM {fts}_data"))).scalar()
+        for _ in range(2 * (int(pages or 0) // SCRUB_PAGES + 1) + 4):
+            async with wrap_db_errors("scrub_search_index"), write_transaction(engine) as conn:
+                before = (await conn.execute(_TOTAL_CHANGES)).scalar_one()
+                await conn.execute(merge)
+                worked = (await conn.execute(_TOTAL_CHANGES)).scalar_one() - before >= 2
+            steps += 1
+            if not worked:
+                break
+    return steps
 
 
 async def _erase_search_quotes(conn: AsyncConnection, params: dict[str, Any]) -> None:
@@ -304,4 +354,10 @@ async def _blank_request(conn: AsyncConnection, params: dict[str, Any]) -> None:
     await conn.execute(_SET_REQUEST, {**params, "request": json.dumps(request)})
 
 
-__all__ = ["checkpoint_erasure", "delete_message", "delete_thread"]
+__all__ = [
+    "SCRUB_PAGES",
+    "checkpoint_erasure",
+    "delete_message",
+    "delete_thread",
+    "scrub_search_index",
+]

@@ -2,7 +2,8 @@
 
 It deliberately does not implement `ThreadTurnReader`, so the loop's fallback path (read the
 whole thread, then cut it in memory as the bounded read would) is exercised by every test that
-uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too, and
+uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too,
+their archived parts (`SummaryArchive`, searched by the fallback scan), and
 each thread's last prompt digest (`PromptDigestStore`). It erases (`ErasingStore`) what it holds;
 it knows no runs, so it cannot refuse an erasure during one as the SQL store does.
 """
@@ -19,15 +20,18 @@ from bounded_agents.core.erasure import redact_search_results
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     AgentStore,
+    ArchivedPart,
     ErasingStore,
     NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
+    SummaryArchive,
     SummaryStore,
     Thread,
     ThreadLister,
     ThreadListing,
     ThreadSummary,
+    Transaction,
 )
 from bounded_agents.errors import DuplicateMessage, ThreadNotFound
 
@@ -38,6 +42,8 @@ class MemoryStore:
         self._summaries: dict[str, dict[int, ThreadSummary]] = {}
         self._last_prompts: dict[str, str] = {}
         self._reported: dict[str, int | None] = {}
+        self._archive: dict[str, dict[tuple[int, int], ArchivedPart]] = {}
+        """Archived summary parts per thread, by (from_seq, to_seq)."""
         self._last_seq: dict[str, int] = {}
         """The newest seq handed out per thread: an erased message's seq is never reused."""
         self._lock = asyncio.Lock()
@@ -151,7 +157,13 @@ class MemoryStore:
 
     async def delete_thread(self, thread_id: str) -> bool:
         async with self._lock:
-            for kept in (self._summaries, self._last_prompts, self._reported, self._last_seq):
+            for kept in (
+                self._summaries,
+                self._archive,
+                self._last_prompts,
+                self._reported,
+                self._last_seq,
+            ):
                 kept.pop(thread_id, None)
             return self._threads.pop(thread_id, None) is not None
 
@@ -167,9 +179,45 @@ class MemoryStore:
             summaries = self._summaries.get(thread_id, {})
             for boundary in [b for b in summaries if b >= seq]:
                 del summaries[boundary]
+            archived = self._archive.get(thread_id, {})
+            for span in [s for s in archived if s[0] <= seq <= s[1]]:
+                del archived[span]
             self._last_prompts.pop(thread_id, None)
             self._reported.pop(thread_id, None)
             return True
+
+    async def archive_summary_part(
+        self,
+        thread_id: str,
+        from_seq: int,
+        to_seq: int,
+        content: str,
+        *,
+        tx: Transaction | None = None,
+    ) -> ArchivedPart:
+        """`SummaryArchive`: once per range (the first text stays); `tx` is ignored, there is
+        no transaction to join."""
+        if from_seq > to_seq or from_seq < 0:
+            raise ValueError(
+                f"an archived part covers from_seq <= to_seq, not {from_seq}..{to_seq}"
+            )
+        if thread_id not in self._threads:
+            raise ThreadNotFound(thread_id)
+        part = ArchivedPart(
+            from_seq=from_seq, to_seq=to_seq, content=content, created_at=datetime.now(UTC)
+        )
+        return self._archive.setdefault(thread_id, {}).setdefault((from_seq, to_seq), part)
+
+    async def archived_parts(
+        self, thread_id: str, *, limit: int = 100, before_seq: int | None = None
+    ) -> list[ArchivedPart]:
+        parts = [
+            p
+            for p in self._archive.get(thread_id, {}).values()
+            if before_seq is None or p.to_seq < before_seq
+        ]
+        parts.sort(key=lambda p: (p.to_seq, p.from_seq), reverse=True)
+        return parts[:limit]
 
     async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
         thread = self._threads.get(thread_id)
@@ -192,3 +240,4 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_NAMED_THREADS: NamedThreadCreator = MemoryStore()
     _AS_LISTER: ThreadLister = MemoryStore()
     _AS_ERASING: ErasingStore = MemoryStore()
+    _AS_ARCHIVE: SummaryArchive = MemoryStore()

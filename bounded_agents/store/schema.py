@@ -80,6 +80,9 @@ messages = sa.Table(
     sa.Column("tool_results", sa.Text, nullable=True),
     sa.Column("attachments", sa.Text, nullable=True),
     sa.Column("run_id", _ID, nullable=True),
+    sa.Column("search_text", sa.Text, nullable=True),
+    # The tool results' text the search indexes beside `content` (all but the search tool's
+    # own: `bounded_agents.core.search_text`); NULL without tool results. Never read back.
     sa.Column("tokens", sa.Integer, nullable=False, server_default="0"),
     # The message's token estimate (`estimate_message_tokens`), fixed when it is stored.
     sa.Column("tokens_before", sa.BigInteger, nullable=False, server_default="0"),
@@ -111,6 +114,22 @@ thread_summaries = sa.Table(
     sa.Column("completion_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
 )
+
+summary_archive = sa.Table(
+    "summary_archive",
+    metadata,
+    sa.Column("thread_id", _ID, sa.ForeignKey("threads.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("from_seq", sa.Integer, nullable=False),
+    sa.Column("to_seq", sa.Integer, nullable=False),
+    # The seq range of the messages the archived notes were written from: an erasure of any
+    # of them deletes the part (it may quote the message).
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.PrimaryKeyConstraint("thread_id", "from_seq", "to_seq"),
+    # Keyed by thread and range: a replayed fold archives a part once (the first text stays).
+)
+"""Parts of a thread's summary that could not be compressed below its cap: kept, searchable
+(migration 0012 indexes them as it does messages), instead of clipped away."""
 
 runs = sa.Table(
     "runs",

@@ -1,83 +1,301 @@
-"""The history search's SQL: one ranked full-text query of ONE thread's messages.
+"""The history search's SQL: ranked full-text queries of ONE thread's messages and archived
+summary parts (migration 0012 builds the index; `bounded_agents.core.search` renders hits).
 
-PostgreSQL reads `messages.search_vector` (a generated `to_tsvector('simple', content)`, GIN
-indexed: migration 0011); SQLite reads `messages_fts`, an FTS5 index over `messages.content`
-kept by triggers. Both are kept out of `schema.metadata` (a dialect-specific column and a
-virtual table with shadow tables of its own), so the schema comparison skips them by name
-(`is_search_object`).
+What is indexed: a message's `content` and `search_text` (its tool results but the search
+tool's own), and each `summary_archive` row's `content`, in the language the index was built
+with (`AGENT_SEARCH_LANGUAGE` at migration time: stemmed, so "deploying" finds "deployed").
 
-The query is the model's text and never syntax. PostgreSQL parses it with its own parser
-(`to_tsvector('simple', :q)`), and ORs the lexemes it finds, each quoted (a quote doubled, a
-backslash escaped, as tsquery input wants), into a tsquery: any
-word matches, `ts_rank` orders. SQLite gets the core's words (`search_terms`), each a quoted
-FTS5 string, ORed: `bm25()` orders. Either way a quote, `*`, `NEAR(` or `-` is just not a word.
-Every statement says `thread_id = :tid`: on Citus one shard answers it.
+- PostgreSQL reads `messages.search_vector` and `summary_archive.search_vector` (plain
+  tsvector columns kept by BEFORE triggers, GIN indexed), in the configuration
+  `bounded_search_config()` returns: the one the index was built with. `ts_rank` (normalized by
+  length, so a pasted log does not win by size; content weighted above tool text) times the
+  recency factor orders; `ts_headline` marks the matches of the rows returned only (it is
+  costly, and PostgreSQL evaluates it after the LIMIT).
+- SQLite reads the FTS5 tables `messages_fts` (columns content, search_text) and
+  `summary_archive_fts`, external content keyed on the tables' explicit `search_id` column,
+  so a `.dump` and restore keeps them right. `bm25()` times the recency factor orders; the
+  marks (`highlight()`) and which terms each hit holds are asked for the returned rows only,
+  in two more statements (FTS5 would compute them for every match before the LIMIT).
+
+The recency factor is `1 + H / (H + age)`, age being the thread's last seq minus the hit's seq
+(an archived part's `to_seq`) and H `RECENCY_HALF_LIFE`: 2 for the newest message, 1.5 at H
+messages back, toward 1 for the oldest. Relevance dominates; among near-equals the newer wins.
+
+The query is the model's text and never syntax. PostgreSQL parses it with its own parser and
+ORs the lexemes it finds, each quoted (a quote doubled, a backslash escaped, as tsquery input
+wants); SQLite gets the core's words (`search_terms`), each a quoted FTS5 string, ORed. Either
+way a quote, `*`, `NEAR(` or `-` is just not a word. Every statement says `thread_id = :tid`:
+on Citus one shard answers it.
+
+Neither index object is in `schema.metadata` (a dialect-specific column, triggers, virtual
+tables with shadow tables of their own), so the schema comparison skips them by name
+(`is_search_object`). The two dialects' SQL is grouped in `_POSTGRES` and `_SQLITE`, chosen in
+one place (`_dialect`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bounded_agents.core.messages import Message
-from bounded_agents.core.search import search_terms
-from bounded_agents.store.codec import from_row
+from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
+from bounded_agents.core.search import RECENCY_HALF_LIFE, search_terms
 from bounded_agents.store.dialect import dialect_of
 
 SEARCH_COLUMN = "search_vector"
+SEARCH_KEY = "search_id"
 SEARCH_INDEX = "ix_messages_search_vector"
 FTS_TABLE = "messages_fts"
+ARCHIVE_FTS_TABLE = "summary_archive_fts"
+_INDEXES = {
+    SEARCH_INDEX,
+    "ix_summary_archive_search_vector",
+    "ix_messages_search_id",
+    "ix_summary_archive_search_id",
+}
 
-_COLUMNS = "m.seq, m.role, m.content, m.tool_calls, m.tool_results, m.attachments, m.run_id"
+# --- PostgreSQL --------------------------------------------------------------------------
 
-_PG_SEARCH = sa.text(
-    f"""
-    WITH q AS (
+_PG_QUERY = """
+    q AS (
         SELECT array_to_string(
             ARRAY(SELECT '''' || replace(replace(lexeme, '\\', '\\\\'), '''', '''''') || ''''
-                  FROM unnest(tsvector_to_array(to_tsvector('simple', :q))) AS lexeme),
+                  FROM unnest(tsvector_to_array(to_tsvector(bounded_search_config(), :q)))
+                  AS lexeme),
             ' | '
         )::tsquery AS query
-    )
-    SELECT {_COLUMNS}
-    FROM messages m, q
-    WHERE m.thread_id = :tid AND m.{SEARCH_COLUMN} @@ q.query
-    ORDER BY ts_rank(m.{SEARCH_COLUMN}, q.query) DESC, m.seq DESC
-    LIMIT :limit
-    """
-)
-
-_SQLITE_SEARCH = sa.text(
+    ),
+    t AS (SELECT last_seq FROM threads WHERE id = :tid)
+"""
+_PG_TERMS = """
+    ARRAY(SELECT (w.o - 1)::int FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY AS w(term, o)
+          WHERE {vector} @@ plainto_tsquery(bounded_search_config(), w.term))
+"""
+_PG_RECENCY = "(1.0 + :half / (:half + greatest(t.last_seq - {seq}, 0)))"
+_PG_MARK = f"'HighlightAll=true, StartSel={MARK_START}, StopSel={MARK_END}'"
+_PG_MESSAGES = sa.text(
     f"""
-    SELECT {_COLUMNS}
-    FROM {FTS_TABLE} f JOIN messages m ON m.rowid = f.rowid
-    WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid
-    ORDER BY bm25({FTS_TABLE}), m.seq DESC
+    WITH {_PG_QUERY}
+    SELECT m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
+        ts_rank(m.search_vector, q.query, 1) * {_PG_RECENCY.format(seq="m.seq")} AS score,
+        {_PG_TERMS.format(vector="m.search_vector")} AS terms,
+        ts_headline(bounded_search_config(), left(m.content, 100000), q.query, {_PG_MARK})
+            AS marked,
+        CASE WHEN m.search_text IS NOT NULL THEN ts_headline(bounded_search_config(),
+            left(m.search_text, 100000), q.query, {_PG_MARK}) END AS marked_tools
+    FROM messages m, q, t
+    WHERE m.thread_id = :tid AND m.search_vector @@ q.query
+    ORDER BY score DESC, m.seq DESC
     LIMIT :limit
     """
+).bindparams(sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)))
+_PG_ARCHIVE = sa.text(
+    f"""
+    WITH {_PG_QUERY}
+    SELECT a.to_seq AS seq, 'summary' AS role, a.content, a.created_at, a.from_seq,
+        ts_rank(a.search_vector, q.query, 1) * {_PG_RECENCY.format(seq="a.to_seq")} AS score,
+        {_PG_TERMS.format(vector="a.search_vector")} AS terms,
+        ts_headline(bounded_search_config(), left(a.content, 100000), q.query, {_PG_MARK})
+            AS marked,
+        NULL AS marked_tools
+    FROM summary_archive a, q, t
+    WHERE a.thread_id = :tid AND a.search_vector @@ q.query
+    ORDER BY score DESC, a.to_seq DESC
+    LIMIT :limit
+    """
+).bindparams(sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)))
+
+
+async def _pg_hits(
+    conn: AsyncConnection, thread_id: str, query: str, limit: int
+) -> list[SearchHit]:
+    params = {
+        "q": query,
+        "tid": thread_id,
+        "limit": limit,
+        "terms": search_terms(query),
+        "half": float(RECENCY_HALF_LIFE),
+    }
+    hits: list[SearchHit] = []
+    for statement in (_PG_MESSAGES, _PG_ARCHIVE):
+        for r in (await conn.execute(statement, params)).all():
+            hits.append(_hit(r, float(r.score), frozenset(r.terms or ())))
+    return hits
+
+
+# --- SQLite --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Fts:
+    """One FTS5 index over a table: how its candidates are read, then marked."""
+
+    fts: str
+    candidates: sa.TextClause
+    marks: str
+    """The SELECT of marks for the candidates' keys (`{keys}`: a JSON array)."""
+
+
+_SQLITE_RECENCY = "(1.0 + :half / (:half + max(t.last_seq - {seq}, 0)))"
+_SQLITE_MESSAGES = _Fts(
+    FTS_TABLE,
+    sa.text(
+        f"""
+        SELECT f.rowid AS key, m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
+            -bm25({FTS_TABLE}, 1.0, 0.5) * {_SQLITE_RECENCY.format(seq="m.seq")} AS score
+        FROM {FTS_TABLE} f JOIN messages m ON m.{SEARCH_KEY} = f.rowid
+            JOIN threads t ON t.id = m.thread_id
+        WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid
+        ORDER BY score DESC, m.seq DESC
+        LIMIT :limit
+        """
+    ),
+    f"""
+    SELECT rowid AS key, highlight({FTS_TABLE}, 0, char(2), char(3)) AS marked,
+        highlight({FTS_TABLE}, 1, char(2), char(3)) AS marked_tools
+    FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH :q
+        AND rowid IN (SELECT value FROM json_each(:keys))
+    """,
+)
+_SQLITE_ARCHIVE = _Fts(
+    ARCHIVE_FTS_TABLE,
+    sa.text(
+        f"""
+        SELECT f.rowid AS key, a.to_seq AS seq, 'summary' AS role, a.content, a.created_at,
+            a.from_seq, -bm25({ARCHIVE_FTS_TABLE}) * {_SQLITE_RECENCY.format(seq="a.to_seq")}
+            AS score
+        FROM {ARCHIVE_FTS_TABLE} f JOIN summary_archive a ON a.{SEARCH_KEY} = f.rowid
+            JOIN threads t ON t.id = a.thread_id
+        WHERE {ARCHIVE_FTS_TABLE} MATCH :q AND a.thread_id = :tid
+        ORDER BY score DESC, a.to_seq DESC
+        LIMIT :limit
+        """
+    ),
+    f"""
+    SELECT rowid AS key, highlight({ARCHIVE_FTS_TABLE}, 0, char(2), char(3)) AS marked,
+        NULL AS marked_tools
+    FROM {ARCHIVE_FTS_TABLE} WHERE {ARCHIVE_FTS_TABLE} MATCH :q
+        AND rowid IN (SELECT value FROM json_each(:keys))
+    """,
 )
 
 
 def fts5_query(query: str) -> str:
     """The words of `query` as FTS5 strings ORed (`"a" OR "b"`); empty when it has none."""
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in search_terms(query))
+    return " OR ".join(_fts5_string(t) for t in search_terms(query))
 
 
-async def search_messages(
+def _fts5_string(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+async def _sqlite_hits(
     conn: AsyncConnection, thread_id: str, query: str, limit: int
-) -> list[Message]:
-    """See `HistorySearcher.search_messages`."""
+) -> list[SearchHit]:
+    q = fts5_query(query)
+    if not q:
+        return []
+    terms = search_terms(query)
+    hits: list[SearchHit] = []
+    for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
+        params = {"q": q, "tid": thread_id, "limit": limit, "half": float(RECENCY_HALF_LIFE)}
+        rows = (await conn.execute(index.candidates, params)).all()
+        if not rows:
+            continue
+        keys = "[" + ",".join(str(int(r.key)) for r in rows) + "]"
+        marks = {
+            r.key: r for r in (await conn.execute(sa.text(index.marks), {"q": q, "keys": keys}))
+        }
+        held = await _sqlite_terms(conn, index.fts, terms, keys)
+        for r in rows:
+            mark = marks.get(r.key)
+            hits.append(
+                _hit(
+                    r,
+                    float(r.score),
+                    frozenset(held.get(r.key, ())),
+                    marked=None if mark is None else mark.marked,
+                    marked_tools=None if mark is None else mark.marked_tools,
+                )
+            )
+    return hits
+
+
+async def _sqlite_terms(
+    conn: AsyncConnection, fts: str, terms: Sequence[str], keys: str
+) -> dict[int, set[int]]:
+    """Which of `terms` (by position) each keyed row holds: one MATCH per term, over the keys
+    only, in one statement."""
+    arms = [
+        f"SELECT rowid AS key, {i} AS term FROM {fts} WHERE {fts} MATCH :t{i} "
+        "AND rowid IN (SELECT value FROM json_each(:keys))"
+        for i in range(len(terms))
+    ]
+    params: dict[str, Any] = {f"t{i}": _fts5_string(t) for i, t in enumerate(terms)}
+    held: dict[int, set[int]] = {}
+    for r in await conn.execute(sa.text(" UNION ALL ".join(arms)), {**params, "keys": keys}):
+        held.setdefault(r.key, set()).add(r.term)
+    return held
+
+
+# --- both ----------------------------------------------------------------------------------
+
+
+def _hit(
+    r: Any,
+    score: float,
+    terms: frozenset[int],
+    *,
+    marked: str | None = None,
+    marked_tools: str | None = None,
+) -> SearchHit:
+    """A row as a hit: marked in its content when the content matched, else in its tool
+    results' text (`in_tools`)."""
+    marked = marked if marked is not None else getattr(r, "marked", None)
+    marked_tools = marked_tools if marked_tools is not None else getattr(r, "marked_tools", None)
+    text, in_tools = marked or r.content, False
+    if MARK_START not in text and marked_tools and MARK_START in marked_tools:
+        text, in_tools = marked_tools, True
+    return SearchHit(
+        seq=r.seq,
+        role=r.role,
+        in_tools=in_tools,
+        content=r.content,
+        marked=text,
+        relevance=score,
+        terms=terms,
+        at=_at(r.created_at),
+        from_seq=r.from_seq,
+    )
+
+
+def _at(value: datetime | str | None) -> datetime | None:
+    """A row's timestamp, aware: SQLite returns a raw text query's as naive UTC text."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def _dialect(conn: AsyncConnection) -> Any:
+    return _pg_hits if dialect_of(conn).postgres else _sqlite_hits
+
+
+async def search_history(
+    conn: AsyncConnection, thread_id: str, query: str, limit: int
+) -> list[SearchHit]:
+    """See `HistorySearcher.search_history`: messages and archived parts together, best
+    first (relevance with recency, then newest)."""
     if limit < 1 or not search_terms(query):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
-    statement, q = _PG_SEARCH, query
-    if not dialect_of(conn).postgres:
-        statement, q = _SQLITE_SEARCH, fts5_query(query)
-        if not q:
-            return []
-    rows = (await conn.execute(statement, {"q": q, "tid": thread_id, "limit": limit})).all()
-    return [from_row(r) for r in rows]
+    hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, limit)
+    hits.sort(key=lambda h: (h.relevance, h.seq), reverse=True)
+    return hits[:limit]
 
 
 def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
@@ -88,9 +306,11 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | 
 
 def is_search_object(name: str | None, type_: str) -> bool:
     """Whether a reflected name is the search index's (`include_name` of a schema comparison):
-    the FTS5 table and its shadow tables, the tsvector column and its index."""
+    the FTS5 tables and their shadow tables, the tsvector and key columns and their indexes."""
     if name is None:
         return False
     if type_ == "table":
-        return name == FTS_TABLE or name.startswith(FTS_TABLE + "_")
-    return (type_, name) in {("column", SEARCH_COLUMN), ("index", SEARCH_INDEX)}
+        return any(name == t or name.startswith(t + "_") for t in (FTS_TABLE, ARCHIVE_FTS_TABLE))
+    if type_ == "column":
+        return name in {SEARCH_COLUMN, SEARCH_KEY}
+    return type_ == "index" and name in _INDEXES

@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.core.messages import Message, unstorable_text
 from bounded_agents.core.ports import (
+    ArchivedPart,
+    SearchHit,
     Thread,
     ThreadListing,
     ThreadSummary,
@@ -25,7 +27,7 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
-from bounded_agents.store import direct, erase, migrate, search
+from bounded_agents.store import archive, direct, erase, migrate, search
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
@@ -417,10 +419,31 @@ class SqlAgentStore:
             rows = (await conn.execute(stmt)).all()
         return [from_row(r) for r in rows]
 
-    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
-        """`HistorySearcher`: one ranked full-text query of the thread (`store.search`)."""
-        async with wrap_db_errors("search_messages"), self._reader.connect() as conn:
-            return await search.search_messages(conn, thread_id, query, limit)
+    # --- HistorySearcher, SummaryArchive (bounded_agents.store.search, .archive) -----------
+
+    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
+        """`HistorySearcher`: ranked full-text queries of the thread's messages and archived
+        summary parts (`store.search`)."""
+        async with wrap_db_errors("search_history"), self._reader.connect() as conn:
+            return await search.search_history(conn, thread_id, query, limit)
+
+    async def archive_summary_part(
+        self,
+        thread_id: str,
+        from_seq: int,
+        to_seq: int,
+        content: str,
+        *,
+        tx: Transaction | None = None,
+    ) -> ArchivedPart:
+        async with writing(self._engine, tx, "archive_summary_part") as conn:
+            return await archive.archive_part(conn, thread_id, from_seq, to_seq, content)
+
+    async def archived_parts(
+        self, thread_id: str, *, limit: int = 100, before_seq: int | None = None
+    ) -> list[ArchivedPart]:
+        async with wrap_db_errors("archived_parts"), self._reader.connect() as conn:
+            return await archive.parts(conn, thread_id, limit, before_seq)
 
 
 def _check_title(title: str | None) -> None:

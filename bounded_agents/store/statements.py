@@ -312,12 +312,13 @@ def _one_message_from(source: Any) -> sa.Select[Any]:
         _typed("tool_results", "tool_results"),
         _typed("attachments", "attachments"),
         _typed("rid", "run_id"),
+        _typed("search_text", "search_text"),
         _TOKENS,
         source.c.total_tokens - _TOKENS,
     )
 
 
-_ONE_MESSAGE_COLS = ["thread_id", *MESSAGE_COLUMNS, "tokens", "tokens_before"]
+_ONE_MESSAGE_COLS = ["thread_id", *MESSAGE_COLUMNS, "search_text", "tokens", "tokens_before"]
 """The columns `_one_message_from` selects, in its order."""
 
 
@@ -330,7 +331,7 @@ def _append_one_statement(bump: sa.Update) -> sa.Insert:
     return insert.add_cte(bumped).returning(messages.c.seq)
 
 
-ENCODED = ("content", "tool_calls", "tool_results", "attachments")
+ENCODED = ("content", "tool_calls", "tool_results", "attachments", "search_text")
 """A message's stored columns beyond what the bump already binds (`tid`, `rid`, `role`)."""
 APPEND_ONE = {prompt: _append_one_statement(BUMPS[(True, prompt)]) for prompt in (False, True)}
 """PostgreSQL's one-statement append of a run's one message, by (with the last prompt)."""

@@ -14,7 +14,7 @@ import pytest
 from bounded_agents import AgentModule, agent, tool
 from bounded_agents.core.history import window_history
 from bounded_agents.core.messages import Message, ToolCall
-from bounded_agents.core.ports import ModelRequest, ModelResponse, Thread
+from bounded_agents.core.ports import ModelRequest, ModelResponse, SearchHit, Thread
 from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
 from bounded_agents.errors import ConfigError, ProviderError, RunFailed
 from bounded_agents.settings import Settings
@@ -69,7 +69,9 @@ async def test_a_search_agent_finds_a_fact_past_its_window_through_the_module(
     assert all("SPRING-7731" not in m.content for m in first.messages)  # outside the window
     assert result.message.content == f"Found: {FACT}"
     stored = json.loads(result.message.tool_results[0].content)
-    assert stored["results"][0] == {"seq": 1, "role": "user", "content": FACT}
+    row = stored["results"][0]
+    assert row.pop("at")  # when it was stored (new with 0012, on purpose)
+    assert row == {"seq": 1, "role": "user", "content": FACT}
 
 
 async def test_an_agent_without_search_is_not_offered_the_tool(sql_store: SqlAgentStore) -> None:
@@ -103,9 +105,9 @@ class CountingSearches:
         self.inner = inner
         self.searches = 0
 
-    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
+    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
         self.searches += 1
-        return await self.inner.search_messages(thread_id, query, limit=limit)
+        return await self.inner.search_history(thread_id, query, limit=limit)
 
     async def create_thread(self, **kw: Any) -> Thread:
         return await self.inner.create_thread(**kw)

@@ -124,9 +124,12 @@ def reflect(conn: sa.Connection) -> sa.MetaData:
 
 
 def _data_columns(table: sa.Table) -> list[sa.Column[Any]]:
-    """The columns that hold data: a generated one (`messages.search_vector`) is the database's
-    function of the others, never written, and compared through them."""
-    return [c for c in table.columns if c.computed is None]
+    """The columns that hold data: the search index's (`search_vector`, generated in 0011 and
+    trigger-kept from 0012; SQLite's `search_id` key, assigned by a trigger) are the
+    database's function of the others, never written, and compared through them."""
+    return [
+        c for c in table.columns if c.computed is None and not is_search_object(c.name, "column")
+    ]
 
 
 def seed(conn: sa.Connection, *, big: bool = True) -> Rows:

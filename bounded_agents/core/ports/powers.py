@@ -50,10 +50,12 @@ from bounded_agents.core.ports.runtime_powers import (
     supports_run_timeline,
 )
 from bounded_agents.core.ports.store import (
+    ArchivedPart,
     ErasingStore,
     NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
+    SearchHit,
     SummaryStore,
     ThreadInfoReader,
     ThreadLister,
@@ -181,20 +183,53 @@ def supports_erasure(store: object) -> TypeGuard[ErasingStore]:
 
 @runtime_checkable
 class HistorySearcher(Protocol):
-    """Optional: a store with a full-text index over its messages, so the history search tool
-    (`bounded_agents.core.search`) ranks a whole thread in one indexed query instead of scanning
-    its newest rows (the fallback every other store gets)."""
+    """Optional: a store with a full-text index over what its threads' models saw (message
+    text, tool results but the search tool's own, archived summary parts), so the history
+    search tool (`bounded_agents.core.search`) ranks a whole thread in one indexed query
+    instead of scanning its newest rows (the fallback every other store gets)."""
 
-    async def search_messages(self, thread_id: str, query: str, *, limit: int) -> list[Message]:
-        """Up to `limit` messages of `thread_id` whose content matches any word of `query`,
-        best first. `query` is whatever the model wrote: words, never syntax, so no input may
-        raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read names
-        the thread: it never returns, ranks against or scans another thread's messages."""
+    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
+        """Up to `limit` hits of `thread_id` matching any word of `query` (stemmed as the
+        index's language says), best first: relevance weighed with recency, newest first
+        among equals. `query` is whatever the model wrote: words, never syntax, so no input
+        may raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read
+        names the thread: it never returns, ranks against or scans another thread's rows."""
         ...
 
 
 def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
     return isinstance(store, HistorySearcher)
+
+
+@runtime_checkable
+class SummaryArchive(Protocol):
+    """Optional: a store that keeps the parts of a summary that could not be compressed below
+    its cap, instead of their being clipped away: searchable, listed for the inspector, erased
+    with the thread and with any message they cover."""
+
+    async def archive_summary_part(
+        self,
+        thread_id: str,
+        from_seq: int,
+        to_seq: int,
+        content: str,
+        *,
+        tx: Transaction | None = None,
+    ) -> ArchivedPart:
+        """Store the notes written from messages `from_seq..to_seq`; idempotent on (thread,
+        range, text): a replayed fold stores the part once."""
+        ...
+
+    async def archived_parts(
+        self, thread_id: str, *, limit: int = 100, before_seq: int | None = None
+    ) -> list[ArchivedPart]:
+        """The thread's archived parts, newest range first, at most `limit`, those ending
+        before `before_seq` when given (paging)."""
+        ...
+
+
+def supports_summary_archive(store: object) -> TypeGuard[SummaryArchive]:
+    return isinstance(store, SummaryArchive)
 
 
 @runtime_checkable
@@ -239,6 +274,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", ThreadTurnReader, supports_bounded_read),
     Power("store", TransactionalStore, supports_transactions),
     Power("store", HistorySearcher, supports_history_search),
+    Power("store", SummaryArchive, supports_summary_archive),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
@@ -268,6 +304,7 @@ __all__ = [
     "RunTimelineReader",
     "RuntimeLauncher",
     "StreamingModelProvider",
+    "SummaryArchive",
     "ThreadTurnReader",
     "TransactionalLedger",
     "TransactionalStore",
@@ -292,6 +329,7 @@ __all__ = [
     "supports_run_timeline",
     "supports_streaming",
     "supports_summaries",
+    "supports_summary_archive",
     "supports_thread_info",
     "supports_thread_listing",
     "supports_transactions",

@@ -282,13 +282,57 @@ class AgentStore(
         ...
 
 
+class ArchivedPart(Frozen):
+    """An archived part of a thread's summary: notes the summary could no longer hold under its
+    cap, kept (not dropped) with the seq range of the messages they were written from, and
+    searchable (`bounded_agents.core.search`). Erased with the thread, and when a message it
+    covers is erased (it may quote it)."""
+
+    from_seq: int = Field(ge=0)
+    to_seq: int = Field(ge=0)
+    content: str
+    created_at: datetime | None = None
+
+
+class SearchHit(Frozen):
+    """One candidate of a full-text search (`HistorySearcher.search_history`): a message, or an
+    archived summary part (`from_seq` set, `seq` = its `to_seq`, `role` "summary").
+
+    What the store's index decided is carried as is, so the core renders every store alike:
+    `relevance` (higher is better, recency already weighed in), `terms` (which of the query's
+    terms, by position in `search_terms`, the hit holds: how `newer` is told), and `marked`,
+    the matched text with each match between `MARK_START` and `MARK_END` (the message's
+    content, or its tool results' text when only they matched: `in_tools`)."""
+
+    seq: int
+    role: str
+    content: str
+    """The message's whole content (what the prompt would show): skip checks compare it."""
+    marked: str
+    relevance: float
+    terms: frozenset[int] = frozenset()
+    at: datetime | None = None
+    from_seq: int | None = None
+    in_tools: bool = False
+    """The match is in the message's tool results, not its content: `marked` is their text."""
+
+
+MARK_START = "\x02"
+MARK_END = "\x03"
+"""Around each match in `SearchHit.marked`: control characters no stored text is searched for."""
+
+
 __all__ = [
+    "MARK_END",
+    "MARK_START",
     "AgentStore",
+    "ArchivedPart",
     "ErasingStore",
     "NamedThreadCreator",
     "PromptDigestStore",
     "ReadBound",
     "RunMessagesReader",
+    "SearchHit",
     "SummaryStore",
     "Thread",
     "ThreadInfoReader",

@@ -1,0 +1,37 @@
+"""What the history search indexes of a message: the text its model saw.
+
+A message's own `content`, and the results of the tools it called (a fact often arrives in a
+tool result: a lookup, a log, a page read), except the search tool's own: a search result
+quotes earlier messages, so indexing it would make every later search find the quote beside
+(or instead of) the original, and an old search's output would answer every new one. This
+module has no dependency beyond the message types, so a store's codec and the migration that
+backfills the index compute the same text.
+"""
+
+from __future__ import annotations
+
+from bounded_agents.core.messages import Message, ToolCall, ToolResult
+
+SEARCH_TOOL_NAME = "search_history"
+"""The tool's name as the model sees it; an agent's own `@tool` may not take it."""
+
+TOOL_TEXT_SEPARATOR = "\n\n"
+
+
+def indexable_tool_text(calls: list[ToolCall], results: list[ToolResult]) -> str | None:
+    """The text of `results` the index holds (None when there is none): every result but
+    those answering a call to `SEARCH_TOOL_NAME`, joined by a blank line."""
+    searches = {c.id for c in calls if c.name == SEARCH_TOOL_NAME}
+    texts = [r.content for r in results if r.call_id not in searches and r.content]
+    return TOOL_TEXT_SEPARATOR.join(texts) if texts else None
+
+
+def search_text(message: Message) -> str | None:
+    """`indexable_tool_text` of a stored message: what the store keeps in its `search_text`
+    column beside `content`, both indexed."""
+    if not message.tool_results:
+        return None
+    return indexable_tool_text(message.tool_calls, message.tool_results)
+
+
+__all__ = ["SEARCH_TOOL_NAME", "TOOL_TEXT_SEPARATOR", "indexable_tool_text", "search_text"]

@@ -1,0 +1,242 @@
+"""Search that finds (issue 36): what the model saw is indexed (tool results too, never the
+search tool's own), stemmed, ranked with recency, answered as labelled snippets; a superseded
+value says a newer one exists; archived summary parts are found, and erased with what they
+cover. Memory takes the fallback scan (whole words, no stemming); SQLite (FTS5) and PostgreSQL
+(tsvector) their index."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from bounded_agents.core.messages import (
+    ChatMessage,
+    Message,
+    ToolCall,
+    ToolResult,
+    to_chat_messages,
+)
+from bounded_agents.core.ports import (
+    AgentStore,
+    ErasingStore,
+    SummaryArchive,
+    supports_erasure,
+    supports_summary_archive,
+)
+from bounded_agents.core.search import SNIPPET_CHARS, HistorySearchTool, snippet
+from bounded_agents.core.turn.public import ToolContext
+from bounded_agents.store import MemoryStore, SqlAgentStore
+from tests.factories import assistant, user
+from tests.store.conftest import ContractStore
+
+
+def chatter(n: int) -> list[Message]:
+    return [
+        m
+        for i in range(n)
+        for m in (user(f"By the way, chapter {i} was about the weather."), assistant("Nice."))
+    ]
+
+
+def tool_exchange(results: dict[str, tuple[str, str]], content: str = "") -> Message:
+    """An assistant message that called tools: {call id: (tool name, its result)}."""
+    return Message(
+        role="assistant",
+        content=content,
+        tool_calls=[
+            ToolCall(id=cid, name=name, arguments={}) for cid, (name, _) in results.items()
+        ],
+        tool_results=[ToolResult(call_id=cid, content=out) for cid, (_, out) in results.items()],
+    )
+
+
+async def _thread(store: AgentStore, messages: list[Message]) -> str:
+    thread = await store.create_thread(actor_id="alice", agent="helper")
+    await store.append_messages(thread.id, messages)
+    return thread.id
+
+
+async def _search(
+    store: AgentStore, thread_id: str, query: str, prompt: tuple[ChatMessage, ...] = (), k: int = 5
+) -> list[dict[str, Any]]:
+    result = await HistorySearchTool(store).invoke_in_turn(
+        {"query": query, "k": k}, ToolContext(thread_id=thread_id, prompt=prompt)
+    )
+    assert not result.is_error, result.content
+    rows: list[dict[str, Any]] = json.loads(result.content)["results"]
+    return rows
+
+
+def _archive(store: object) -> SummaryArchive:
+    assert supports_summary_archive(store)
+    return store
+
+
+def _erasing(store: object) -> ErasingStore:
+    assert supports_erasure(store)
+    return store
+
+
+async def test_tool_results_are_found_and_the_search_tools_own_are_not(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("Check the stock please."),
+            tool_exchange({"c1": ("inventory", "pallet count for bay 7: 4411 units")}),
+            *chatter(3),
+            tool_exchange({"c2": ("search_history", '{"results": [{"content": "zebracode"}]}')}),
+            user("A zebracode came up once."),
+        ],
+    )
+
+    pallet = await _search(store, tid, "pallet count")
+    zebra = await _search(store, tid, "zebracode")
+
+    assert [(r["seq"], r["role"]) for r in pallet] == [(2, "tool")]
+    assert pallet[0]["content"] == "pallet count for bay 7: 4411 units"
+    assert [r["seq"] for r in zebra] == [10]  # the user's message, never the search result (9)
+
+
+async def test_a_tool_result_the_prompt_shows_is_not_returned_again(store: ContractStore) -> None:
+    exchange = tool_exchange({"c1": ("inventory", "pallet count for bay 7: 4411 units")})
+    tid = await _thread(store, [user("Check the stock please."), exchange, *chatter(3)])
+    shown = tuple(to_chat_messages([exchange]))
+
+    assert [r["seq"] for r in await _search(store, tid, "pallet count")] == [2]
+    assert await _search(store, tid, "pallet count", shown) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "stated"),
+    [
+        ("deploying", "We deployed the build on Tuesday."),
+        ("invoices", "The invoice was paid."),
+        ("connection", "It keeps connecting to the old host."),
+    ],
+)
+async def test_a_stemmed_word_finds_its_other_forms(
+    sql_store: SqlAgentStore, query: str, stated: str
+) -> None:
+    tid = await _thread(sql_store, [user(stated), *chatter(3)])
+
+    found = await _search(sql_store, tid, query)
+
+    assert [r["content"] for r in found] == [stated]
+
+
+async def test_a_superseded_value_is_labelled_with_the_newer_seq(store: ContractStore) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("The deploy window is Tuesday 14:00."),  # 1
+            *chatter(5),  # 2..11
+            user("Update: the deploy window is now Thursday 09:00."),  # 12
+            *chatter(5),  # 13..22
+            user("When is the deploy window?"),  # 23, the turn's question
+        ],
+    )
+    prompt = (ChatMessage(role="user", content="When is the deploy window?"),)
+
+    found = await _search(store, tid, "deploy window", prompt)
+
+    by_seq = {r["seq"]: r for r in found}
+    assert set(by_seq) == {1, 12}  # the question is in the prompt: skipped
+    assert by_seq[1]["newer"] == 12
+    assert "newer" not in by_seq[12]  # the question repeats the terms but is no newer value
+
+
+async def test_results_are_snippets_around_the_match_not_whole_messages(
+    store: ContractStore,
+) -> None:
+    log = " ".join(f"line {i} ok" for i in range(400))
+    text = f"{log} ERROR disk quota exceeded on volume nine {log}"
+    tid = await _thread(store, [user(text), *chatter(2)])
+
+    found = await _search(store, tid, "quota volume")
+
+    content = found[0]["content"]
+    assert "quota exceeded on volume nine" in content
+    assert len(content) <= SNIPPET_CHARS + 2  # and the two ellipses
+    assert content.startswith("…") and content.endswith("…")
+    assert len(text) > 10 * len(content)
+
+
+def test_a_snippet_of_a_short_text_is_the_whole_text_and_marks_are_removed() -> None:
+    assert snippet("the \x02code\x03 is X-1") == "the code is X-1"
+    long = "a " * 500 + "\x02needle\x03" + " b" * 500
+    cut = snippet(long, 100)
+    assert "needle" in cut and "\x02" not in cut and len(cut) <= 102
+
+
+async def test_equal_matches_come_newest_first(store: ContractStore) -> None:
+    tid = await _thread(
+        store, [user("Parking is on level 3."), *chatter(4), user("Parking is on level 3.")]
+    )
+
+    found = await _search(store, tid, "parking level")
+
+    assert [r["seq"] for r in found] == [10, 1]
+
+
+async def test_the_archive_port_stores_a_part_once_and_pages_newest_first(
+    store: ContractStore,
+) -> None:
+    archive = _archive(store)
+    tid = await _thread(store, chatter(10))
+
+    first = await archive.archive_summary_part(tid, 1, 8, "Notes: the budget is 40 kEUR.")
+    again = await archive.archive_summary_part(tid, 1, 8, "a replay's other text")
+    await archive.archive_summary_part(tid, 9, 14, "Notes: the venue is Lisbon.")
+
+    assert again == first  # once per range: the first text stays
+    parts = await archive.archived_parts(tid)
+    assert [(p.from_seq, p.to_seq) for p in parts] == [(9, 14), (1, 8)]
+    assert [p.to_seq for p in await archive.archived_parts(tid, before_seq=14)] == [8]
+    assert [p.to_seq for p in await archive.archived_parts(tid, limit=1)] == [14]
+    assert parts[1].content == "Notes: the budget is 40 kEUR."
+    with pytest.raises(ValueError):
+        await archive.archive_summary_part(tid, 5, 4, "backwards")
+
+
+async def test_an_archived_part_is_found_and_gone_after_the_threads_erasure(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(store, chatter(10))
+    await _archive(store).archive_summary_part(tid, 1, 12, "Notes: the customer's kiwicode.")
+
+    found = await _search(store, tid, "kiwicode")
+
+    assert len(found) == 1
+    assert {k: v for k, v in found[0].items() if k != "at"} == {
+        "seq": 12,
+        "role": "summary",
+        "content": "Notes: the customer's kiwicode.",
+        "from_seq": 1,
+        "to_seq": 12,
+    }
+    assert await _erasing(store).delete_thread(tid)
+    assert await _archive(store).archived_parts(tid) == []
+    assert await _search(store, tid, "kiwicode") == []
+
+
+async def test_erasing_a_covered_message_erases_the_parts_that_cover_it(
+    store: ContractStore,
+) -> None:
+    archive = _archive(store)
+    tid = await _thread(store, chatter(10))  # seqs 1..20
+    await archive.archive_summary_part(tid, 1, 8, "Notes: plumcode one.")
+    await archive.archive_summary_part(tid, 9, 16, "Notes: plumcode two.")
+
+    assert await _erasing(store).delete_message(tid, 9)
+
+    assert [(p.from_seq, p.to_seq) for p in await archive.archived_parts(tid)] == [(1, 8)]
+    assert [r["from_seq"] for r in await _search(store, tid, "plumcode")] == [1]
+
+
+def test_both_stores_keep_an_archive() -> None:
+    assert supports_summary_archive(MemoryStore())
+    assert supports_summary_archive(SqlAgentStore.from_url("sqlite+aiosqlite://"))
