@@ -12,6 +12,7 @@ from bounded_agents.core.erasure import (
     redact_search_results,
 )
 from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.ports import SearchHit
 from bounded_agents.core.search import render_hits
 from bounded_agents.store.memory import MemoryStore
 from tests.factories import user
@@ -42,8 +43,13 @@ def test_only_the_rows_quoting_the_seq_lose_their_text_and_other_text_keys() -> 
     assert "secret" not in json.dumps(redacted)
 
 
+def _hit(text: str, seq: int) -> SearchHit:
+    """A user message found by a search, as the store hands it to `render_hits`."""
+    return SearchHit(seq=seq, role="user", content=text, marked=text, relevance=1.0)
+
+
 def test_a_result_that_does_not_quote_the_seq_or_is_not_a_result_is_left_alone() -> None:
-    hits = render_hits([user("a").model_copy(update={"seq": 5})])
+    hits = render_hits([_hit("a", 5)])
     assert redact_search_result(hits, 4) is None
     assert redact_search_result("the search failed: OperationalError", 4) is None
     assert redact_search_result('["not", "a", "result"]', 4) is None
@@ -51,7 +57,7 @@ def test_a_result_that_does_not_quote_the_seq_or_is_not_a_result_is_left_alone()
 
 
 def test_only_the_results_of_search_calls_are_rewritten() -> None:
-    quoted = render_hits([user("secret").model_copy(update={"seq": 2})])
+    quoted = render_hits([_hit("secret", 2)])
     calls = [
         ToolCall(id="a", name="search_history", arguments={"query": "secret"}),
         ToolCall(id="b", name="read_page", arguments={"url": "x"}),
@@ -82,7 +88,7 @@ async def test_the_memory_store_erases_the_quotes_too() -> None:
     store = MemoryStore()
     thread = await store.create_thread(actor_id="a", agent="x")
     call = ToolCall(id="c", name="search_history", arguments={"query": "secret"})
-    quoted = render_hits([user("my secret").model_copy(update={"seq": 1})])
+    quoted = render_hits([_hit("my secret", 1)])
     answer = Message(
         role="assistant",
         content="found",

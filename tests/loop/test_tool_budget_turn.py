@@ -11,7 +11,7 @@ from bounded_agents import AgentModule, agent, tool
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.core.search import SEARCH_TOOL_NAME
-from bounded_agents.core.tool_budget import REFUSED
+from bounded_agents.core.tool_budget import REFUSED, is_refusal
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.testing import ScriptedProvider, reply
@@ -82,12 +82,11 @@ async def test_a_step_calling_search_1000_times_stays_within_the_caps(
     )
 
     step_cap = module.settings.tool_result_bytes_per_step
-    answered = [r for r in result.message.tool_results if not r.content.startswith(REFUSED)]
+    # A refusal cut to the bytes left may be a bare prefix of REFUSED ("re"): `is_refusal`.
+    answered = [r for r in result.message.tool_results if not is_refusal(r)]
     assert len(result.message.tool_results) == CALLS  # every call has its answer
-    assert len([r for r in answered if r.content]) == module.settings.search_calls_per_step
-    assert all(len(r.content.encode()) > 7_000 for r in answered if r.content), [
-        len(r.content) for r in answered
-    ]
+    assert len(answered) == module.settings.search_calls_per_step
+    assert all('"results"' in r.content for r in answered), [r.content[:80] for r in answered]
     refusals = [r for r in result.message.tool_results if r.content.startswith(REFUSED)]
     assert refusals and all(r.is_error for r in refusals)
     assert "at most 4 search_history calls a step" in refusals[0].content
