@@ -99,6 +99,7 @@ from bounded_agents.core.ports.powers import (
 )
 from bounded_agents.core.ports.store import (
     AgentStore,
+    FoldHealth,
     ReadBound,
     Thread,
     ThreadListing,
@@ -113,6 +114,7 @@ __all__ = [
     "MODEL_NAME_CHARS",
     "POWERS",
     "AgentStore",
+    "FoldHealth",
     "ClosingModelProvider",
     "DisposableStore",
     "DurableContext",
