@@ -28,9 +28,11 @@ survives restarts.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from bounded_agents.core.messages import Message
 from bounded_agents.core.ports.store import FoldHealth
 
 STEM_CHARS = 5
@@ -262,6 +264,38 @@ def same_health(a: FoldHealth | None, b: FoldHealth | None) -> bool:
     return (a or plain) == (b or plain)
 
 
+# --- what the loop's hooks call (the journal's side) -----------------------------------------
+
+
+def message_texts(messages: Sequence[Message]) -> list[str]:
+    """What a fold's messages say: contents, tool call arguments and tool results."""
+    out: list[str] = []
+    for m in messages:
+        out.append(m.content)
+        out.extend(str(call.arguments) for call in m.tool_calls)
+        out.extend(r.content for r in m.tool_results)
+    return out
+
+
+def unrelated_fold(text: str, messages: Sequence[Message], previous: str | None) -> str | None:
+    """`"unrelated"` when `text` does not stand for `messages` and the summary so far
+    (`judge_relatedness`), else None: a refusal reason like `fold_rejection`'s."""
+    verdict = judge_relatedness(text, message_texts(messages), previous)
+    return None if verdict.related else "unrelated"
+
+
+def journaled_health(fold: Mapping[str, Any]) -> FoldHealth | None:
+    """The fold health a `load:thread` payload journaled (None: healthy, or none kept)."""
+    found = fold.get("health")
+    return FoldHealth.model_validate(found) if isinstance(found, dict) else None
+
+
+def fold_clock(fold: Mapping[str, Any]) -> int:
+    """The thread's clock for the backoff: the newest seq the fold owes (it moves on with the
+    thread, and it is journaled, so a replay reads the same)."""
+    return int(fold["through"])
+
+
 __all__ = [
     "BACKOFF_MAX_TURNS",
     "MIN_SOURCE_TERMS",
@@ -276,9 +310,13 @@ __all__ = [
     "backoff_turns",
     "is_failure",
     "judge_relatedness",
+    "fold_clock",
+    "journaled_health",
     "may_fold",
+    "message_texts",
     "new_part",
     "same_health",
     "text_terms",
     "turns_left",
+    "unrelated_fold",
 ]

@@ -15,6 +15,7 @@ every one, so a new power is one protocol, one probe and one row there (a test c
 | store   | ThreadTurnReader       | supports_bounded_read        | SqlAgentStore              |
 | store   | PromptDigestStore      | supports_prompt_digests      | SqlAgentStore, MemoryStore |
 | store   | SummaryStore           | supports_summaries           | SqlAgentStore, MemoryStore |
+| store   | FoldHealthStore        | supports_fold_health         | SqlAgentStore, MemoryStore |
 | store   | TransactionalStore     | supports_transactions        | SqlAgentStore              |
 | store   | RunMessagesReader      | supports_run_messages        | SqlAgentStore, MemoryStore |
 | store   | NamedThreadCreator     | supports_named_threads       | SqlAgentStore, MemoryStore |
@@ -70,6 +71,7 @@ from bounded_agents.core.ports.runtime_powers import (
     supports_run_timeline,
 )
 from bounded_agents.core.ports.store import (
+    FoldHealth,
     Thread,
     ThreadListing,
     ThreadSummary,
@@ -189,6 +191,28 @@ class SummaryStore(Protocol):
 
 def supports_summaries(store: object) -> TypeGuard[SummaryStore]:
     return isinstance(store, SummaryStore)
+
+
+@runtime_checkable
+class FoldHealthStore(Protocol):
+    """Optional: a store that keeps each thread's fold health (`FoldHealth`: the last fold's
+    outcome and the backoff after refused or failed folds), so a restart does not forget a
+    failing summarizer's backoff. Its bounded turn read returns it on the page
+    (`ThreadTurnPage.fold_health`)."""
+
+    async def fold_health(self, thread_id: str) -> FoldHealth | None:
+        """The thread's fold health; None when it never failed (or no such thread)."""
+        ...
+
+    async def save_fold_health(
+        self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
+    ) -> None:
+        """Replace it (None: plainly healthy). Idempotent; with `tx`, inside that transaction."""
+        ...
+
+
+def supports_fold_health(store: object) -> TypeGuard[FoldHealthStore]:
+    return isinstance(store, FoldHealthStore)
 
 
 @runtime_checkable
@@ -356,6 +380,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", ThreadTurnReader, supports_bounded_read),
     Power("store", PromptDigestStore, supports_prompt_digests),
     Power("store", SummaryStore, supports_summaries),
+    Power("store", FoldHealthStore, supports_fold_health),
     Power("store", TransactionalStore, supports_transactions),
     Power("store", RunMessagesReader, supports_run_messages),
     Power("store", NamedThreadCreator, supports_named_threads),
@@ -383,6 +408,7 @@ __all__ = [
     "ClosingModelProvider",
     "DisposableStore",
     "ErasingStore",
+    "FoldHealthStore",
     "HistorySearcher",
     "JournalFigures",
     "JournalPruner",
@@ -410,6 +436,7 @@ __all__ = [
     "supports_closing",
     "supports_disposal",
     "supports_erasure",
+    "supports_fold_health",
     "supports_history_search",
     "supports_journal_figures",
     "supports_keyed_runs",

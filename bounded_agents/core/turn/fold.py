@@ -13,6 +13,7 @@ from bounded_agents.core.checkpoints import (
     SUMMARIZE,
     fold_step,
 )
+from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
@@ -181,6 +182,10 @@ class FoldPhase(ChunkPhase):
         through, budget = task.through, task.budget
         stats = _fold_stats(report.summary, summary)
         folds = made_before
+        if backoff_holds(fold, stats, summary.covers_through_seq if summary else 0):  # issue 36
+            report.summary = stats
+            return summary, folds
+        outcome: str | None = None  # issue 36: the last attempt's refusal reason, if any
         while summary is None or summary.covers_through_seq < through:
             # The budget the run's first fold step journaled, once there is one: a resumed run
             # follows its journal even where this process allows fewer calls.
@@ -203,10 +208,15 @@ class FoldPhase(ChunkPhase):
                 report.model_calls.append(_summary_call(usage, made))
             if "rejected" in made:
                 _note_refusal(stats, request, summary, made, through)
+                outcome = str(made["rejected"])  # issue 36
                 break
             assert usage is not None  # an accepted fold always records what it cost
             summary = await self._keep_summary(ctx, request, stats, task.known, made, usage, folds)
         stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
+        if folds > made_before:  # issue 36: the thread's fold health and backoff
+            tx = functools.partial(self._tx, ctx)
+            thread = request.thread_id
+            await keep_fold_health(ctx, self.turn_store, thread, tx, fold, stats, outcome, folds)
         report.summary = stats
         return summary, folds
 
