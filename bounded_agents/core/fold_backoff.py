@@ -33,18 +33,32 @@ class FoldHealthWriter(Protocol):
     ) -> None: ...
 
 
+def _health(fold: Mapping[str, Any], stats: SummaryReport) -> FoldHealth | None:
+    """The health the fold journaled (`load:thread`), else what this run last knew (a mid-run
+    refold's fold journals none)."""
+    return journaled_health(fold) if "health" in fold else stats.health
+
+
 def backoff_holds(fold: Mapping[str, Any], stats: SummaryReport, covered: int) -> bool:
     """True when this fold must not be attempted: the thread's backoff after failed folds has
-    turns left, or this run already had a fold refused (its refold does not retry in the same
-    turn). Fills `stats` (outcome `backoff`, turns left, what stays owed) when it holds."""
-    health = journaled_health(fold)
+    turns left. Fills `stats` (outcome `backoff`, turns left, what stays owed) when it holds.
+
+    Decided once per turn, on the fold `load:thread` journaled: a mid-run refold (whose fold
+    journals no health) is held only when the turn's fold was, and may otherwise retry a
+    blip within the turn's `fold_calls_per_turn`, as before the backoff."""
+    if "health" not in fold and stats.health is not None:
+        if stats.outcome != "backoff":
+            return False
+        stats.pending = max(0, fold_clock(fold) - covered)
+        return True
+    health = _health(fold, stats)
     clock = fold_clock(fold)
-    if not stats.rejected and may_fold(health, clock):
+    stats.health = health
+    if may_fold(health, clock):
         return False
-    if not stats.rejected:
-        stats.outcome = "backoff"
-        stats.failures = health.failures if health is not None else 0
-        stats.backoff_turns = turns_left(health, clock)
+    stats.outcome = "backoff"
+    stats.failures = health.failures if health is not None else 0
+    stats.backoff_turns = turns_left(health, clock)
     stats.pending = max(0, clock - covered)
     return True
 
@@ -62,9 +76,10 @@ async def keep_fold_health(
     """After a fold attempt (`outcome`: None for a stored summary, else the refusal reason):
     the report's health figures, and the thread's `FoldHealth` stored when it changed, as
     step `persist:fold_health[:fold_no]` (named after the run's last fold chunk, so unique)."""
-    before = journaled_health(fold)
+    before = _health(fold, stats)
     clock = fold_clock(fold)
     after = backoff_after(outcome, before, clock, stats.pending)
+    stats.health = after
     stats.outcome = "ok" if outcome is None else outcome
     stats.failures = after.failures if after is not None else 0
     stats.backoff_turns = turns_left(after, clock)

@@ -241,7 +241,8 @@ def backoff_after(
     return FoldHealth(
         outcome=str(outcome),
         failures=failures,
-        retry_after_seq=seq + TURN_MESSAGES * wait,
+        # The next `wait` turns (of TURN_MESSAGES each) come before it, the one after does not.
+        retry_after_seq=seq + TURN_MESSAGES * wait + 1,
         owed=owed,
     )
 
@@ -252,10 +253,10 @@ def may_fold(health: FoldHealth | None, seq: int) -> bool:
 
 
 def turns_left(health: FoldHealth | None, seq: int) -> int:
-    """Turns until the next fold attempt is allowed (0: now)."""
+    """Turns after the one at `seq` that will not fold (0: the next turn may)."""
     if health is None or seq >= health.retry_after_seq:
         return 0
-    return -(-(health.retry_after_seq - seq) // TURN_MESSAGES)
+    return max(0, -(-(health.retry_after_seq - seq) // TURN_MESSAGES) - 1)
 
 
 def same_health(a: FoldHealth | None, b: FoldHealth | None) -> bool:

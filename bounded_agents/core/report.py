@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from bounded_agents.core.messages import Message
+from bounded_agents.core.ports.store import FoldHealth
 
 
 class ModelCallReport(BaseModel):
@@ -149,6 +150,9 @@ class SummaryReport(BaseModel):
     backoff_turns: int = 0
     """Turns before the thread's next fold attempt (0: the next turn may fold); it grows
     1, 2, 4, ... up to `bounded_agents.core.fold_health.BACKOFF_MAX_TURNS` while folds fail."""
+    health: FoldHealth | None = Field(default=None, exclude=True)
+    """The thread's fold health as this run last knew it (internal: a mid-run refold, whose
+    fold `load:thread` did not journal, decides its backoff from it)."""
     deferred: bool = False
     """True when the run spent its summarizer calls before the fold was done: the rest of the
     backlog is folded by later turns."""

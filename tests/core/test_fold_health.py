@@ -109,13 +109,15 @@ def test_the_backoff_grows_doubling_and_is_capped() -> None:
 
 def test_a_failure_waits_and_a_success_clears_the_wait() -> None:
     first = backoff_after("empty", None, seq=41, owed=12)
-    assert first == FoldHealth(outcome="empty", failures=1, retry_after_seq=43, owed=12)
-    assert not may_fold(first, 42) and may_fold(first, 43)
+    # One turn waits: the next turn (two messages on) does not fold, the one after does.
+    assert first == FoldHealth(outcome="empty", failures=1, retry_after_seq=44, owed=12)
+    assert not may_fold(first, 43) and may_fold(first, 44) and may_fold(first, 45)
     assert turns_left(first, 41) == 1 and turns_left(first, 43) == 0
-    third = backoff_after("unrelated", backoff_after("failed:timeout", first, 43), 47)
+    third = backoff_after("unrelated", backoff_after("failed:timeout", first, 45), 51)
     assert third is not None and third.failures == 3
-    assert third.retry_after_seq == 47 + TURN_MESSAGES * 4
-    assert turns_left(third, 48) == 4
+    assert third.retry_after_seq == 51 + TURN_MESSAGES * 4 + 1
+    assert [may_fold(third, 51 + 2 * t) for t in range(1, 6)] == [False] * 4 + [True]
+    assert turns_left(third, 51) == 4 and turns_left(third, 53) == 3
     healed = backoff_after(None, third, 60)
     assert healed == FoldHealth(outcome="ok")
     assert may_fold(healed, 60)
