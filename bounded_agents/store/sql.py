@@ -64,8 +64,8 @@ from bounded_agents.store.tx import joined, writing
 
 class SqlAgentStore:
     """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore`,
-    `PromptDigestStore`, `FoldHealthStore` and `ErasingStore` over SQLAlchemy Core (no ORM identity map to pay
-    for)."""
+    `PromptDigestStore`, `FoldHealthStore` and `ErasingStore` over SQLAlchemy Core (no ORM
+    identity map to pay for)."""
 
     joins_transactions = True
 

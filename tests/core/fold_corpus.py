@@ -123,7 +123,9 @@ def _junk_over(reference: list[Case]) -> list[Case]:
     for i, case in enumerate(reference):
         last = next((t for t in reversed(case.chunk) if t and not t.startswith("Thanks")), "")
         out.append(Case("junk: same sentence every fold", JUNK_SENTENCE, case.chunk, case.previous))
-        out.append(Case("junk: unrelated", UNRELATED[i % len(UNRELATED)], case.chunk, case.previous))
+        out.append(
+            Case("junk: unrelated", UNRELATED[i % len(UNRELATED)], case.chunk, case.previous)
+        )
         out.append(
             Case(
                 "junk: reply to the instruction",
@@ -132,7 +134,11 @@ def _junk_over(reference: list[Case]) -> list[Case]:
                 case.previous,
             )
         )
-        out.append(Case("junk: chat reply to the last message", _chat_reply(last), case.chunk, case.previous))
+        out.append(
+            Case(
+                "junk: chat reply to the last message", _chat_reply(last), case.chunk, case.previous
+            )
+        )
         if case.previous:
             # An appending summarizer: the notes so far, then junk as this fold's notes.
             appended = f"{case.previous}\n{JUNK_SENTENCE}"
@@ -186,8 +192,8 @@ THREADS: list[dict[str, object]] = [
         "chunk": (
             "Our deploy fails since this morning. Here's the log:",
             "2026-12-03T09:14:02Z ERROR pg_dump: error: connection to server at "
-            "\"10.4.2.17\", port 5432 failed: FATAL: password authentication failed for user "
-            "\"backup\"\n2026-12-03T09:14:02Z INFO retry 1/3\n2026-12-03T09:14:07Z ERROR same",
+            '"10.4.2.17", port 5432 failed: FATAL: password authentication failed for user '
+            '"backup"\n2026-12-03T09:14:02Z INFO retry 1/3\n2026-12-03T09:14:07Z ERROR same',
             "The backup user's password was rotated last night by the vault policy. Update the "
             "secret DB_BACKUP_PASSWORD in the pipeline settings.",
             "Done, but now it says permission denied for schema billing.",
@@ -260,8 +266,7 @@ THREADS: list[dict[str, object]] = [
             "guarantee traces are absent.",
             "Hmm. What about the gluten-free one, same kitchen?",
             "Same kitchen, yes. Some customers bring their own cake for allergies.",
-            "Okay, we'll bring our own cake and just book the party room for 12 kids on the "
-            "21st.",
+            "Okay, we'll bring our own cake and just book the party room for 12 kids on the 21st.",
             "Party room booked for 12 children on the 21st, 15:00-17:00. No cake from us.",
         ),
         "terse": "Child has a peanut allergy; bakery can't rule out nut traces (shared kitchen, "
@@ -332,14 +337,18 @@ def _handwritten() -> tuple[list[Case], list[Case]]:
             assert isinstance(previous, str)
             notes = thread["notes"]
             assert isinstance(notes, str)
-            good.append(Case("hand-written: notes, rolled", f"{previous}\n{notes}", chunk, previous))
-            good.append(Case("hand-written: notes, appended", f"{previous}\n{notes}", chunk, previous))
+            good.append(
+                Case("hand-written: notes, rolled", f"{previous}\n{notes}", chunk, previous)
+            )
+            good.append(
+                Case("hand-written: notes, appended", f"{previous}\n{notes}", chunk, previous)
+            )
         junk.append(Case("junk: same sentence every fold", JUNK_SENTENCE, chunk, None))
         junk.append(Case("junk: unrelated", UNRELATED[i % len(UNRELATED)], chunk, None))
+        junk.append(Case("junk: reply to the instruction", INSTRUCTION_REPLIES[i % 3], chunk, None))
         junk.append(
-            Case("junk: reply to the instruction", INSTRUCTION_REPLIES[i % 3], chunk, None)
+            Case("junk: chat reply to the last message", _chat_reply(chunk[-1]), chunk, None)
         )
-        junk.append(Case("junk: chat reply to the last message", _chat_reply(chunk[-1]), chunk, None))
     return good, junk
 
 
