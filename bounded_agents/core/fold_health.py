@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports.store import FoldHealth
 
@@ -265,6 +267,50 @@ def same_health(a: FoldHealth | None, b: FoldHealth | None) -> bool:
     return (a or plain) == (b or plain)
 
 
+class MemoryHealth(BaseModel):
+    """A summarizing thread's memory health, as the inspector shows it (docs/history.md,
+    "Memory health")."""
+
+    last_fold: str
+    """`ok`, the last attempt's refusal reason (`empty`, `unrelated`, `failed:timeout`...), or
+    `none` when the thread never failed a fold and has no summary yet."""
+    failures: int = 0
+    """Consecutive refused or failed folds."""
+    backoff_turns: int = 0
+    """Upcoming turns that will not attempt a fold (0: the next turn may)."""
+    messages_owed: int = 0
+    """Messages beyond the window that the summary does not cover: what the next fold owes.
+    They ride in the prompt up to a cap; past it the oldest are left out (never deleted)."""
+    archived_notes: int | None = None
+    """Summary notes archived out of the summary (searchable), on a store that archives them;
+    None on one that does not."""
+
+
+def memory_health(
+    health: FoldHealth | None,
+    has_summary: bool,
+    fold: tuple[int, int] | None,
+    archived_notes: int | None = None,
+) -> MemoryHealth:
+    """The view of a thread's memory: its stored `health`, whether it has a summary, and the
+    fold its next turn would owe (`(from_seq, through_seq)`, None when none)."""
+    owed = fold[1] - fold[0] + 1 if fold is not None else 0
+    waiting = 0
+    if fold is not None and not may_fold(health, fold[1]):
+        waiting = turns_left(health, fold[1]) + 1
+    if health is not None:
+        last = health.outcome
+    else:
+        last = "ok" if has_summary else "none"
+    return MemoryHealth(
+        last_fold=last,
+        failures=health.failures if health is not None else 0,
+        backoff_turns=waiting,
+        messages_owed=owed,
+        archived_notes=archived_notes,
+    )
+
+
 # --- what the loop's hooks call (the journal's side) -----------------------------------------
 
 
@@ -306,6 +352,7 @@ __all__ = [
     "TURN_MESSAGES",
     "UNRELATED_BELOW",
     "FoldHealth",
+    "MemoryHealth",
     "Relatedness",
     "backoff_after",
     "backoff_turns",
@@ -314,6 +361,7 @@ __all__ = [
     "journaled_health",
     "judge_relatedness",
     "may_fold",
+    "memory_health",
     "message_texts",
     "new_part",
     "same_health",
