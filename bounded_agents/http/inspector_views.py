@@ -19,9 +19,9 @@ from bounded_agents.core.checkpoints import (
 from bounded_agents.core.fold_health import MemoryHealth, memory_health
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import RunTrace, supports_fold_health
-from bounded_agents.core.turn.public import WindowPreview
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.core.turn.public import WindowPreview
 from bounded_agents.http.errors import public_message
 
 PREVIEW_CHARS = 400
