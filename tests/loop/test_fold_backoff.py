@@ -217,3 +217,30 @@ async def test_an_unrelated_summary_is_refused_counted_and_never_stored(env: Loo
     owing = [r for r in reports if r is not None and r.outcome in ("unrelated", "backoff")]
     assert owing and all(r.pending for r in owing)
     assert len(owing) == 40 - next(i for i, r in enumerate(reports) if r is not None)
+
+
+class JunkCompressor:
+    """Folds well (the chunk's own words, over the cap), but answers a compress request with a
+    junk sentence: shorter, well-formed, and standing for none of the notes."""
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        if ctx.fold_task == "compress":
+            return HistorySummary(text="The quick brown fox jumps over the lazy dog again.")
+        lines = [f"- {m.content}" for m in messages if m.role == "user"]
+        return HistorySummary(text="\n".join(lines * 6))
+
+
+async def test_a_compression_that_answers_junk_is_not_taken_for_the_notes(env: LoopEnv) -> None:
+    """The compress answer replaces the whole summary: a junk one (shorter, so it passed the
+    old checks) would wipe every fact; it is refused as unrelated, and the summary is clipped
+    instead (reported), keeping its newest facts."""
+    tid = await env.thread()
+    policy = window_history(max_messages=WINDOW, summarize=JunkCompressor(), fold_max_tokens=1000)
+    loop = env.loop(EchoModel(), policy)
+    reports = [(await _turn(loop, tid, _said(i))).report.summary for i in range(WINDOW)]
+    rows = await summary_rows(env.store, tid)
+    assert rows, "folded"
+    assert all("quick brown fox" not in text for _, text in rows)
+    assert any(r is not None and r.clipped for r in reports)
+    assert all(r is None or r.compressed == 0 for r in reports)
+    assert "ORD-" in rows[-1][1], "the clip kept the newest facts"
