@@ -76,13 +76,14 @@ bench: install
 	$(BIN)/python -m bench --peers
 	$(BIN)/python -m bench --recall
 
-## Recall of planted facts per history strategy (offline summarizers); SmolLM2 with
+## Recall of planted facts by memory layer and summarizer style, one markdown table (2.5
+## minutes of CPU, 4-7 on 2 shared cores); SmolLM2 on the legacy material with
 ## `make bench-recall-llama` (needs `make llama`; about 30 minutes on 2 cores)
 bench-recall: install
 	$(BIN)/python -m bench --recall
 
 bench-recall-llama: install llama
-	$(BIN)/python -m bench --recall --recall-turns 120 --recall-summarizers llama
+	$(BIN)/python -m bench --recall-legacy --recall-turns 120 --recall-summarizers llama
 
 ## This project's turn beside LangGraph's (add_messages, DeltaChannel) on the same thread content
 bench-peers: install

@@ -62,7 +62,22 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
     parser.add_argument(
         "--recall",
         action="store_true",
-        help="only the recall benchmark: planted facts, probe points (bench/recall.py)",
+        help="only the recall benchmark by memory layer and summarizer style, one markdown "
+        "table (bench/recall_layers.py; with --quick: 120 turns, seed 0, window 20)",
+    )
+    parser.add_argument(
+        "--recall-legacy",
+        action="store_true",
+        help="only the first recall benchmark (one sentence pattern; --recall-summarizers "
+        "llama/endpoint run model summarizers on it: bench/recall.py)",
+    )
+    parser.add_argument(
+        "--recall-windows", type=_ints, help="--recall: window sizes (20,40; --quick: 20)"
+    )
+    parser.add_argument(
+        "--recall-styles",
+        help="--recall: summarizer styles (default all: "
+        "compact,verbose,verbose-nocompress,junk,empty,down)",
     )
     parser.add_argument(
         "--recall-search",
@@ -70,7 +85,7 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="only recall with the history search tool on, beside without (bench/recall_search.py)",
     )
     parser.add_argument(
-        "--recall-turns", type=_ints, default=(120, 500), help="conversation lengths (120,500)"
+        "--recall-turns", type=_ints, help="conversation lengths (120,500; --quick: 120)"
     )
     parser.add_argument(
         "--recall-summarizers",
@@ -79,7 +94,9 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         "endpoint reads AGENT_BENCH_SUMMARIZER_URL, _MODEL, _API_KEY)",
     )
     parser.add_argument(
-        "--recall-seeds", type=_ints, default=(0,), help="conversation seeds (0; e.g. 0,1,2,3)"
+        "--recall-seeds",
+        type=_ints,
+        help="conversation seeds (--recall: 0,1, --quick: 0; the legacy ones: 0)",
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "latest.json")
     parser.add_argument("--chart", type=Path, default=RESULTS / "chart.png")
@@ -97,14 +114,28 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         config.conversation_turns = args.turns
     if args.postgres_url:
         config.postgres_url = args.postgres_url
-    config.recall_turns = args.recall_turns
-    config.recall_seeds = args.recall_seeds
+    recall = args.recall and not args.recall_legacy
+    if recall:
+        from bench.recall_layers import SEEDS, TURNS, WINDOWS
+        from bench.recall_styles import STYLES
+
+        quick = args.quick
+        config.recall_turns = args.recall_turns or ((120,) if quick else TURNS)
+        config.recall_seeds = args.recall_seeds or ((0,) if quick else SEEDS)
+        config.recall_windows = args.recall_windows or ((20,) if quick else WINDOWS)
+        styles = args.recall_styles.split(",") if args.recall_styles else STYLES
+        config.recall_styles = tuple(n.strip() for n in styles if n.strip())
+    else:
+        config.recall_turns = args.recall_turns or (120, 500)
+        config.recall_seeds = args.recall_seeds or (0,)
     config.recall_summarizers = tuple(
         n.strip() for n in args.recall_summarizers.split(",") if n.strip()
     )
     only = (
         "recall-search"
         if args.recall_search
+        else "recall-legacy"
+        if args.recall_legacy
         else "recall"
         if args.recall
         else "cache"
@@ -129,6 +160,18 @@ def main(argv: list[str] | None = None) -> int:
             RESULTS / "recall-search.json", config.recall_turns, config.recall_seeds
         )
     if only == "recall":
+        from bench.recall_layers import layers_main
+
+        name = "recall-layers-quick" if config.mode == "quick" else "recall-layers"
+        return layers_main(
+            RESULTS / f"{name}.json",
+            RESULTS / f"{name}.png",
+            config.recall_turns,
+            config.recall_seeds,
+            config.recall_windows,
+            config.recall_styles,
+        )
+    if only == "recall-legacy":
         from bench.recall import recall_main
 
         suffix = "-".join(config.recall_summarizers)

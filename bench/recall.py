@@ -677,8 +677,13 @@ def recall_main(
         results["runs"].extend(_model_runs(name, turn_counts))
     print(render(results))
     json_path.write_text(json.dumps(results, indent=1, default=str))
-    write_chart(results, chart_path)
-    print(f"\nwrote {json_path} and {chart_path}")
+    print(f"\nwrote {json_path}")
+    try:
+        write_chart(results, chart_path)
+    except ImportError:  # the chart is optional: `.[dev]` has no matplotlib, `.[bench]` does
+        print("chart skipped: matplotlib is not installed (pip install -e '.[bench]' for it)")
+    else:
+        print(f"wrote {chart_path}")
     return 0
 
 

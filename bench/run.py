@@ -76,8 +76,13 @@ class Config:
     recall_turns: tuple[int, ...] = (120, 500)
     """Conversation lengths of the recall benchmark (`--recall`)."""
     recall_summarizers: tuple[str, ...] = ("reference", "verbose")
+    """The legacy recall benchmark's summarizers (`--recall-legacy`): `reference`, `verbose`
+    (offline), `llama`, `endpoint`."""
     recall_seeds: tuple[int, ...] = (0,)
-    """Its summarizers: `reference`, `verbose` (offline), `llama`, `endpoint`."""
+    recall_windows: tuple[int, ...] = (20, 40)
+    """Window sizes of the recall benchmark by layer (`--recall`, bench/recall_layers.py)."""
+    recall_styles: tuple[str, ...] = ()
+    """Its summarizer styles (bench/recall_styles.py; empty: all)."""
     postgres_url: str = field(
         default_factory=lambda: os.environ.get(
             "AGENT_BENCH_POSTGRES_URL",

@@ -103,6 +103,7 @@ def _observed(
         model_name=model_name,
         provider_name=provider_name,
         tracer_provider=tracer_provider,
+        capture_content=settings.captures_content(),
     )
 
 
@@ -243,6 +244,7 @@ class AgentModule:
             fold_calls_per_turn=settings.history_fold_calls_per_turn,
             fold_timeout=settings.history_fold_timeout_seconds,
             cache_ttl_seconds=settings.history_cache_ttl_seconds,
+            tool_budget=settings.tool_budget(),
         )
         return cls(
             settings=settings,

@@ -6,6 +6,8 @@ root, and tests build `Settings(...)` directly or clear the cache.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any, Literal
@@ -14,8 +16,19 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from bounded_agents.core.history import HistoryConfig, config_error
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
+
+MIN_FINGERPRINT_KEY_CHARS = 32
+DEVELOPMENT_FINGERPRINT_KEY = b"bounded-agents local development: not a secret"
+"""The fingerprint key of local development mode (no AGENT_FINGERPRINT_KEY, no API keys)."""
+
+OTEL_CAPTURE_CONTENT = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""OpenTelemetry's GenAI opt-in for message content in telemetry."""
+_OTEL_CAPTURE_ON = frozenset({"true", "1", "yes", "on", "span_only", "span_and_event"})
+"""Its values that turn capture on: the boolean spellings, and the newer conventions' modes
+that put content on spans."""
 
 _URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
 
@@ -157,10 +170,31 @@ class Settings(BaseSettings):
     """How long a request repeating an Idempotency-Key whose turn still runs (in this process
     or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;
     a client whose run another process took over (its lease lapsed) waits as long for it."""
+    fingerprint_key: SecretStr | None = None
+    """Secret that keys the digest kept of a request sent with an Idempotency-Key
+    (`runs.request_fingerprint`, an HMAC-SHA256): without it a digest of a guessed content
+    could be confirmed by anyone holding the database, even after the content was erased. At
+    least 32 characters; keep it out of the database, the same in every process, and stable
+    (a new key makes the repeat of a turn sent before it a 422 `idempotency_key_reused`).
+    Unset: derived from AGENT_API_KEYS (a secret every deployment with keys has; changing the
+    keys changes it); in local development mode (no keys either) a fixed, public key, as
+    guessable as a plain digest."""
     token_quota: int | None = Field(default=None, ge=1)
     """Tokens one actor may spend in total (chat and summaries, as the provider reports them,
     estimated when it reports none); unset means no quota. Checked atomically before every
     model call, concurrent ones included: overshot by at most about one call."""
+
+    search_calls_per_step: int = Field(default=4, ge=1)
+    """`search_history` calls one model step may make; the next ones are answered with a short
+    refusal the model sees (docs/history.md, "Tool budget")."""
+    search_calls_per_turn: int = Field(default=12, ge=1)
+    """`search_history` calls one turn may make, all its steps together."""
+    tool_result_bytes_per_step: int = Field(default=64 * 1024, ge=1)
+    """UTF-8 bytes of tool output (every tool's) one model step's calls may put in the prompt;
+    a result past it is replaced by a refusal, so no number of calls can undo the history's
+    bound."""
+    tool_result_bytes_per_turn: int = Field(default=256 * 1024, ge=1)
+    """The same for the whole turn: also what its stored answer carries into later windows."""
 
     inspector: bool = True
     """Serve the inspector pages at `/inspect` (behind the same actor authentication as the API)."""
@@ -169,6 +203,13 @@ class Settings(BaseSettings):
     tracing: bool = True
     """Emit OpenTelemetry spans per run and checkpoint; a no-op until the host configures an
     OpenTelemetry SDK, so leaving it on costs next to nothing without one."""
+
+    trace_content: bool | None = None
+    """Put message content in the spans: the user's message, the answers, tool arguments and
+    results, error messages (which may quote the input). Unset: as OpenTelemetry's
+    `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` says (`true` turns it on), else off.
+    Off, spans hold figures, ids and names only: a trace is exported to a backend an erasure
+    cannot reach."""
 
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
@@ -223,6 +264,7 @@ class Settings(BaseSettings):
         "token_quota",
         "openai_max_tokens",
         "sweep_seconds",
+        "trace_content",
         mode="before",
     )
     @classmethod
@@ -260,6 +302,43 @@ class Settings(BaseSettings):
             return HistoryConfig.model_validate(given)
         except ValidationError as exc:
             raise config_error("history settings", exc, prefix="AGENT_HISTORY_") from None
+
+    @field_validator("fingerprint_key")
+    @classmethod
+    def _fingerprint_key_is_long(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_FINGERPRINT_KEY_CHARS:
+            raise ValueError(
+                f"must be at least {MIN_FINGERPRINT_KEY_CHARS} characters (a random secret, "
+                "e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
+        return value
+
+    def fingerprint_secret(self) -> bytes:
+        """The key of request fingerprints (see `fingerprint_key`): the setting, else one
+        derived from the API keys, else the public development key."""
+        if self.fingerprint_key is not None:
+            return self.fingerprint_key.get_secret_value().encode()
+        if self.api_keys is not None:
+            keys = self.api_keys.get_secret_value().encode()
+            return hashlib.sha256(b"bounded-agents request fingerprint\0" + keys).digest()
+        return DEVELOPMENT_FINGERPRINT_KEY
+
+    def tool_budget(self) -> ToolBudget:
+        """The caps on each turn's tool calls these settings describe."""
+        return ToolBudget(
+            search_calls_per_step=self.search_calls_per_step,
+            search_calls_per_turn=self.search_calls_per_turn,
+            result_bytes_per_step=self.tool_result_bytes_per_step,
+            result_bytes_per_turn=self.tool_result_bytes_per_turn,
+        )
+
+    def captures_content(self) -> bool:
+        """Whether spans get message content (see `trace_content`): the setting, else the
+        OpenTelemetry GenAI opt-in variable, read when asked (never at import)."""
+        if self.trace_content is not None:
+            return self.trace_content
+        value = os.environ.get(OTEL_CAPTURE_CONTENT, "").strip().lower()
+        return value in _OTEL_CAPTURE_ON
 
     def actor_keys(self) -> dict[str, str]:
         """The API keys as {key: actor id}; empty in local development mode."""

@@ -49,7 +49,12 @@ def tool_turns(turns: int, tool_bytes: int) -> list[Message]:
 
 
 def sql_loop(
-    store: SqlAgentStore, model: ModelProvider, policy: HistoryPolicy, *, agent: str = "helper"
+    store: SqlAgentStore,
+    model: ModelProvider,
+    policy: HistoryPolicy,
+    *,
+    agent: str = "helper",
+    token_quota: int | None = None,
 ) -> AgentLoop:
     """A loop with one agent over the store, its SQL journal and ledger on the same engine."""
     definition = AgentDefinition(name=agent, system_prompt="You help.", policy=policy)
@@ -59,6 +64,7 @@ def sql_loop(
         ledger=SqlLedger(store.engine),
         model=model,
         agents={agent: definition},
+        token_quota=token_quota,
     )
 
 

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from bounded_agents.core.history import HistoryConfig, WindowHistory, policy_from_config
 from bounded_agents.errors import ConfigError
 from bounded_agents.providers.echo import EchoModel
-from bounded_agents.settings import Settings, get_settings
+from bounded_agents.settings import DEVELOPMENT_FINGERPRINT_KEY, Settings, get_settings
 
 
 def _settings_error() -> str:
@@ -254,3 +254,14 @@ def test_the_cap_field_is_a_setting_that_reaches_the_provider(
     monkeypatch.setenv("AGENT_OPENAI_MAX_TOKENS_FIELD", "max_output_tokens")
     with pytest.raises(ValidationError, match="max_completion_tokens"):
         Settings()
+
+
+def test_the_fingerprint_key_is_the_setting_else_derived_from_the_api_keys() -> None:
+    key = "k" * 32
+    assert Settings(fingerprint_key=key).fingerprint_secret() == key.encode()
+    derived = Settings(api_keys="key-a=alice").fingerprint_secret()
+    assert len(derived) == 32 and b"key-a" not in derived
+    assert Settings(api_keys="key-b=alice").fingerprint_secret() != derived
+    assert Settings().fingerprint_secret() == DEVELOPMENT_FINGERPRINT_KEY
+    with pytest.raises(ValidationError, match="at least 32 characters"):
+        Settings(fingerprint_key="short")

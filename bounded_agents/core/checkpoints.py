@@ -18,6 +18,7 @@ describe a run (spans, pages) and must never fail a request over it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from typing import Any, NotRequired, TypeAlias, TypedDict, TypeVar, cast
 
@@ -68,6 +69,12 @@ def model_step(n: int) -> str:
 
 def tool_step(n: int, call_id: str) -> str:
     return f"{TOOL_PREFIX}{n}:{call_id}"
+
+
+def encode_payload(value: object) -> str:
+    """A step's payload as the journal stores it: compact JSON, non-ASCII kept as is, so the
+    journal's byte counts (`journal_bytes`) are the stored bytes."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def patch_step(marker: str) -> str:

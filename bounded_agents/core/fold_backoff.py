@@ -9,7 +9,7 @@ replay decides as the run did and does not write again.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from bounded_agents.core.checkpoints import PERSIST_FOLD_HEALTH, fold_step
@@ -67,15 +67,17 @@ async def keep_fold_health(
     ctx: DurableContext,
     writer: FoldHealthWriter,
     thread_id: str,
-    tx: Callable[[], Awaitable[Transaction | None]],
     fold: Mapping[str, Any],
     stats: SummaryReport,
     outcome: str | None,
     fold_no: int,
+    *,
+    writes: bool,
 ) -> None:
     """After a fold attempt (`outcome`: None for a stored summary, else the refusal reason):
     the report's health figures, and the thread's `FoldHealth` stored when it changed, as
-    step `persist:fold_health[:fold_no]` (named after the run's last fold chunk, so unique)."""
+    step `persist:fold_health[:fold_no]` (named after the run's last fold chunk, so unique).
+    `writes`: the step is handed the unit's transaction (`TurnDeps.shares_transactions`)."""
     before = _health(fold, stats)
     clock = fold_clock(fold)
     after = backoff_after(outcome, before, clock, stats.pending)
@@ -86,12 +88,12 @@ async def keep_fold_health(
     if same_health(before, after):
         return
 
-    async def save() -> JsonValue:
-        await writer.save_fold_health(thread_id, after, tx=await tx())
+    async def save(tx: Transaction | None) -> JsonValue:
+        await writer.save_fold_health(thread_id, after, tx=tx)
         return {"failures": after.failures if after is not None else 0}
 
     async with ctx.unit_of_work():
-        await ctx.step(fold_step(PERSIST_FOLD_HEALTH, fold_no), save)
+        await ctx.step(fold_step(PERSIST_FOLD_HEALTH, fold_no), save, writes=writes)
 
 
 __all__ = ["FoldHealthWriter", "backoff_holds", "keep_fold_health"]

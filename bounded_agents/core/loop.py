@@ -36,42 +36,39 @@ from bounded_agents.core.checkpoints import (
     parse_load_thread,
     parse_seq,
 )
-from bounded_agents.core.messages import (
-    Message,
-)
-from bounded_agents.core.policies import (
-    policy_summarizer,
-    read_bound,
-)
+from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.policies import policy_summarizer, read_bound
 from bounded_agents.core.ports import (
     AgentStore,
-    DurableContext,
     DurableRuntime,
     HistoryPolicyContext,
     Idempotency,
+    JsonValue,
     Ledger,
     ModelProvider,
     RunRequest,
     Thread,
+    Transaction,
     supports_run_executor,
 )
-from bounded_agents.core.report import (
-    RunReport,
-    RunResult,
-)
+from bounded_agents.core.report import RunReport, RunResult
+from bounded_agents.core.tool_budget import ToolBudget
+from bounded_agents.core.turn.answer import answer
 from bounded_agents.core.turn.constants import (
-    _READ_FIGURES,
     BACKLOG_READ_ROWS,
     COMPLETION_RESERVE,
     DEFAULT_CACHE_TTL_SECONDS,
     DEFAULT_FOLD_CALLS_PER_TURN,
     DEFAULT_FOLD_TIMEOUT_SECONDS,
+    READ_FIGURES,
 )
+from bounded_agents.core.turn.deps import TurnDeps, TurnLimits
+from bounded_agents.core.turn.finish import finish_report, store_answer
+from bounded_agents.core.turn.fold import rolling_prompt
 from bounded_agents.core.turn.ledger import TurnLedger
-from bounded_agents.core.turn.preview import PreviewPhase
-from bounded_agents.core.turn.prompts import (
-    omission_note,
-)
+from bounded_agents.core.turn.load import load_thread, persist
+from bounded_agents.core.turn.preview import preview
+from bounded_agents.core.turn.prompt import omission_note
 from bounded_agents.core.turn.public import (
     AgentDefinition,
     EventSink,
@@ -82,10 +79,8 @@ from bounded_agents.core.turn.public import (
     ToolResultEvent,
     WindowPreview,
 )
-from bounded_agents.core.turn.state import (
-    _Digest,
-    _Window,
-)
+from bounded_agents.core.turn.replay import legacy_load, legacy_prompt
+from bounded_agents.core.turn.state import Digest, Turn
 from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import (
     AgentError,
@@ -98,7 +93,6 @@ from bounded_agents.errors import (
 )
 
 log = logging.getLogger("bounded_agents.core.loop")
-"""The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 __all__ = [
     "BACKLOG_READ_ROWS",
@@ -121,8 +115,10 @@ __all__ = [
 ]
 
 
-class AgentLoop(PreviewPhase):
-    """One run answers one user message; its phases live in `bounded_agents.core.turn`."""
+class AgentLoop:
+    """One run answers one user message. The loop holds the turn's dependencies (`deps`, one
+    frozen value) and composes the phases, each a function of `core/turn/` taking the deps and
+    the run's state (`Turn`): load, fold, answer, finish. It keeps the entry points."""
 
     def __init__(
         self,
@@ -137,21 +133,23 @@ class AgentLoop(PreviewPhase):
         fold_timeout: float | None = DEFAULT_FOLD_TIMEOUT_SECONDS,
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         clock: Callable[[], datetime] | None = None,
+        tool_budget: ToolBudget | None = None,
     ) -> None:
         """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
         several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
         call may take before the fold is given up for this turn (None: no limit). `clock`
-        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`)."""
-        self.fold_calls_per_turn, self.cache_ttl_seconds, self.clock = _checked(
-            fold_calls_per_turn, cache_ttl_seconds, clock
+        (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`).
+        `tool_budget`: caps on each turn's search calls and tool output (default caps when
+        None; `bounded_agents.core.tool_budget`)."""
+        limits = _checked(
+            TurnLimits(
+                token_quota,
+                fold_calls_per_turn,
+                fold_timeout,
+                cache_ttl_seconds,
+                tool_budget=tool_budget or ToolBudget(),
+            )
         )
-        self.fold_timeout = fold_timeout
-        self._chunk_cap: dict[str, int] = {}
-        """Per agent, the fold input (estimated tokens) below the smallest chunk its summarizer
-        refused as over its context: where later chunks start (see `_fold_chunk`)."""
-        self._compress_cap: dict[str, int] = {}
-        """Per agent, half the smallest summary its summarizer refused to compress: a longer
-        one is compressed by its oldest part within this (see `_FoldCalls.compress`)."""
         turn_store = TurnStore(store)
         for definition in agents.values():
             if policy_summarizer(definition.policy) is not None and not turn_store.keeps_summaries:
@@ -160,25 +158,57 @@ class AgentLoop(PreviewPhase):
                     f"({type(store).__name__}) keeps no summaries (the SummaryStore port): "
                     "every turn would have to summarize the whole thread again"
                 )
-        self.store = store
-        self.runtime = runtime
-        self.ledger = ledger
-        self.model = model
-        # What the store and the ledger can do, probed once, each in its adapter: every phase
-        # reads and writes through these two and has no fallback branch of its own.
-        self.turn_store = turn_store
-        self.turn_ledger = TurnLedger(ledger)
-        self._shares_transactions = (
-            turn_store.joins_transactions and self.turn_ledger.joins_transactions
+        # What the store and the ledger can do is probed once, each in its adapter: every
+        # phase reads and writes through these two and has no fallback branch of its own.
+        turn_ledger = TurnLedger(ledger)
+        self.deps = TurnDeps(
+            store=turn_store,
+            ledger=turn_ledger,
+            runtime=runtime,
+            model=model,
+            agents=dict(agents),
+            limits=limits,
+            clock=clock or _utc_now,
+            shares_transactions=turn_store.joins_transactions and turn_ledger.joins_transactions,
         )
-        """Writes join a step's unit of work only when every writer can: one that wrote on a
-        connection of its own while the unit's transaction is open could wait for that very
-        transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
-        self.agents = dict(agents)
-        self.token_quota = token_quota
         if supports_run_executor(runtime):
             # Its engine's recovery (a DBOS restart) finishes a run by the same path as a sweep.
             runtime.register_resumer(self.resume)
+
+    # --- what the module and the routes read ---------------------------------------------
+
+    @property
+    def store(self) -> AgentStore:
+        return self.deps.store.store
+
+    @property
+    def runtime(self) -> DurableRuntime:
+        return self.deps.runtime
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.deps.raw_ledger
+
+    @property
+    def model(self) -> ModelProvider:
+        return self.deps.model
+
+    @property
+    def agents(self) -> Mapping[str, AgentDefinition]:
+        return self.deps.agents
+
+    def definition(self, agent: str) -> AgentDefinition:
+        return self.deps.definition(agent)
+
+    async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
+        """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
+        return await self.deps.owned_thread(thread_id, actor_id, agent)
+
+    async def preview(
+        self, thread_id: str, actor_id: str, thread: Thread | None = None
+    ) -> WindowPreview:
+        """What the next turn would send (`bounded_agents.core.turn.preview.preview`)."""
+        return await preview(self.deps, thread_id, actor_id, thread)
 
     # --- entry points ----------------------------------------------------------------------
 
@@ -201,15 +231,17 @@ class AgentLoop(PreviewPhase):
         read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
         records the run under its key; a run already under it raises `TurnInProgress` (the
         module answers that run's outcome instead)."""
-        definition = self.definition(agent)
+        deps = self.deps
+        definition = deps.definition(agent)
         if thread is None or thread.id != thread_id:
-            await self.owned_thread(thread_id, actor_id, agent)
+            await deps.owned_thread(thread_id, actor_id, agent)
         elif thread.actor_id != actor_id or thread.agent != agent:
             raise ThreadNotFound(thread_id)
-        if self.token_quota is not None:
-            used = await self.ledger.tokens_used(actor_id)
-            if used >= self.token_quota:
-                raise QuotaExceeded(actor_id, used, self.token_quota)
+        quota = deps.limits.token_quota
+        if quota is not None:
+            used = await deps.raw_ledger.tokens_used(actor_id)
+            if used >= quota:
+                raise QuotaExceeded(actor_id, used, quota)
         request = RunRequest(
             run_id=run_id,
             thread_id=thread_id,
@@ -218,136 +250,131 @@ class AgentLoop(PreviewPhase):
             content=content,
             idempotency=idempotency,
         )
-        ctx = await self.runtime.begin(request, shared_first_unit=self._shares_transactions)
-        report = RunReport(run_id=run_id)
-        return await self._drive(request, ctx, definition, on_event, report, fresh=True)
+        ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions)
+        turn = Turn(
+            request=request,
+            definition=definition,
+            ctx=ctx,
+            report=RunReport(run_id=run_id),
+            hctx=_policy_context(deps, request),
+            on_event=on_event,
+        )
+        return await self._drive(turn)
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
         """Finish a failed or interrupted run from its journal. A completed one is refused
         with `RunCompleted` (`JournalPruned` once its journal is gone): its answer is stored,
         and replaying its end would fail as a lost lease (the run is held by no one), which
         read as a takeover."""
-        record = await self.runtime.get_run(run_id)
+        deps = self.deps
+        record = await deps.runtime.get_run(run_id)
         if record is None:
             raise RunNotFound(run_id)
-        definition = self.definition(record.request.agent)  # before the claim: never strand it
-        request, ctx = await self.runtime.reopen(run_id)  # a completed run is not claimed
+        definition = deps.definition(record.request.agent)  # before the claim: never strand it
+        request, ctx = await deps.runtime.reopen(run_id)  # a completed run is not claimed
         if record.status == "completed":
             raise RunCompleted(run_id)
         report = RunReport(run_id=run_id)
         if record.report is not None:
             prior = RunReport.model_validate(record.report)
             # The read happened in an earlier attempt; its figures stay true for this run.
-            for name in _READ_FIGURES:
+            for name in READ_FIGURES:
                 setattr(report, name, getattr(prior, name))
-        return await self._drive(request, ctx, definition, on_event, report, fresh=False)
+        turn = Turn(
+            request=request,
+            definition=definition,
+            ctx=ctx,
+            report=report,
+            hctx=_policy_context(deps, request),
+            on_event=on_event,
+            fresh=False,
+        )
+        return await self._drive(turn)
 
     # --- the run ---------------------------------------------------------------------------
 
-    async def _drive(
-        self,
-        request: RunRequest,
-        ctx: DurableContext,
-        definition: AgentDefinition,
-        on_event: EventSink | None,
-        report: RunReport,
-        *,
-        fresh: bool,
-    ) -> RunResult:
-        """`fresh`: this attempt is the run's first, so it made every ledger row itself. A
-        runtime that executes runs itself (`RunExecutor`, DBOS) runs the attempt as its
+    async def _drive(self, turn: Turn) -> RunResult:
+        """A runtime that executes runs itself (`RunExecutor`, DBOS) runs the attempt as its
         workflow; any other is simply awaited."""
-        attempt = functools.partial(
-            self._attempt, request, ctx, definition, on_event, report, fresh=fresh
-        )
-        if supports_run_executor(self.runtime):
-            return await self.runtime.execute(request.run_id, attempt)
+        attempt = functools.partial(_attempt, self.deps, turn)
+        runtime = self.deps.runtime
+        if supports_run_executor(runtime):
+            return await runtime.execute(turn.request.run_id, attempt)
         return await attempt()
 
-    async def _attempt(
-        self,
-        request: RunRequest,
-        ctx: DurableContext,
-        definition: AgentDefinition,
-        on_event: EventSink | None,
-        report: RunReport,
-        *,
-        fresh: bool,
-    ) -> RunResult:
+
+async def _attempt(deps: TurnDeps, turn: Turn) -> RunResult:
+    """One attempt at the run: its answer stored, or its failure recorded and raised."""
+    request = turn.request
+    try:
+        async with deps.runtime.keep_alive(request.run_id):
+            reply, digest = await run(deps, turn)
+            message = await store_answer(deps, turn, reply, digest=digest)
+    except Exception as exc:
+        failure = RunFailed(request.run_id, exc)
+        turn.report.status = "failed"
+        await finish_report(deps, turn)
         try:
-            async with self.runtime.keep_alive(request.run_id):
-                answer, digest = await self._run(request, ctx, definition, on_event, report)
-                message = await self._store_answer(request, ctx, answer, report, fresh, digest)
-        except Exception as exc:
-            failure = RunFailed(request.run_id, exc)
-            report.status = "failed"
-            await self._finish_report(ctx, report, fresh)
-            try:
-                await self.runtime.fail(
-                    request.run_id, failure.cause_code, str(exc), report.model_dump(mode="json")
-                )
-            except Exception:
-                log.exception("run %s: could not record its failure", request.run_id)
-            if not isinstance(exc, AgentError):
-                log.exception("run %s failed", request.run_id)
-            raise failure from exc
-        return RunResult(run_id=request.run_id, message=message, report=report)
-
-    async def _run(
-        self,
-        request: RunRequest,
-        ctx: DurableContext,
-        definition: AgentDefinition,
-        on_event: EventSink | None,
-        report: RunReport,
-    ) -> tuple[Message, _Digest]:
-        """The answer, not yet stored, and what it leaves of its prompt (see `_Digest`)."""
-        hctx = HistoryPolicyContext(
-            thread_id=request.thread_id,
-            agent=request.agent,
-            actor_id=request.actor_id,
-            run_id=request.run_id,
-            cache_ttl_seconds=self.cache_ttl_seconds,
-        )
-        user = Message(role="user", content=request.content, run_id=request.run_id)
-        # The user's message, the version marker and the read commit together (one unit).
-        async with ctx.unit_of_work():
-            persisted = await ctx.step(
-                PERSIST_USER, functools.partial(self._persist, ctx, request.thread_id, user)
+            await deps.runtime.fail(
+                request.run_id, failure.cause_code, str(exc), turn.report.model_dump(mode="json")
             )
-            rolling = await ctx.patched(ROLLING_SUMMARY)
-            if rolling:
-                recorded = await ctx.step(
-                    LOAD_THREAD,
-                    functools.partial(
-                        self._load_rolling, ctx, request.thread_id, definition.policy, hctx, report
-                    ),
-                )
-            else:
-                legacy = await self._legacy_load(ctx, definition, hctx)
-        window: _Window | None = None
-        last_prompt: str | None = None
+        except Exception:
+            log.exception("run %s: could not record its failure", request.run_id)
+        if not isinstance(exc, AgentError):
+            log.exception("run %s failed", request.run_id)
+        raise failure from exc
+    return RunResult(run_id=request.run_id, message=message, report=turn.report)
+
+
+async def run(deps: TurnDeps, turn: Turn) -> tuple[Message, Digest]:
+    """The phases of one turn, up to the answer (not yet stored) and what it leaves of its
+    prompt: the user's message, the version marker and the read commit together (one unit);
+    then the prompt (a fold first when the read says one is owed), then the model steps."""
+    ctx, request = turn.ctx, turn.request
+    user = Message(role="user", content=request.content, run_id=request.run_id)
+    writes = deps.shares_transactions
+
+    async def persist_user(tx: Transaction | None) -> JsonValue:
+        return await persist(deps, turn, user, tx=tx)
+
+    async def load(tx: Transaction | None) -> JsonValue:
+        return await load_thread(deps, turn, tx)
+
+    async with ctx.unit_of_work():
+        persisted = await ctx.step(PERSIST_USER, persist_user, writes=writes)
+        rolling = await ctx.patched(ROLLING_SUMMARY)
         if rolling:
-            prompt, window = await self._rolling_prompt(
-                request, ctx, definition, hctx, report, recorded, parse_seq(persisted)["seq"]
-            )
-            last_prompt = parse_load_thread(recorded).get("last_prompt")
+            recorded = await ctx.step(LOAD_THREAD, load, writes=writes)
         else:
-            prompt = await self._legacy_prompt(request, ctx, definition, hctx, report, *legacy)
-        return await self._answer(
-            request, ctx, definition, prompt, on_event, report, window, hctx, last_prompt
-        )
+            legacy = await legacy_load(turn)
+    last_prompt: str | None = None
+    prompt: list[ChatMessage]
+    if rolling:
+        user_seq = parse_seq(persisted)["seq"]
+        prompt = await rolling_prompt(deps, turn, recorded, user_seq=user_seq)
+        last_prompt = parse_load_thread(recorded).get("last_prompt")
+    else:
+        prompt = await legacy_prompt(deps, turn, *legacy)
+    return await answer(deps, turn, prompt, last_prompt=last_prompt)
 
 
-def _checked(
-    fold_calls_per_turn: int, cache_ttl_seconds: float, clock: Callable[[], datetime] | None
-) -> tuple[int, float, Callable[[], datetime]]:
-    """The loop's turn limits, refused when they make no sense; the clock defaults to UTC."""
-    if fold_calls_per_turn < 1:
-        raise ConfigError(f"fold_calls_per_turn must be >= 1, got {fold_calls_per_turn!r}")
-    if not cache_ttl_seconds >= 0:
-        raise ConfigError(f"cache_ttl_seconds must be >= 0, got {cache_ttl_seconds!r}")
-    return fold_calls_per_turn, cache_ttl_seconds, clock or _utc_now
+def _policy_context(deps: TurnDeps, request: RunRequest) -> HistoryPolicyContext:
+    return HistoryPolicyContext(
+        thread_id=request.thread_id,
+        agent=request.agent,
+        actor_id=request.actor_id,
+        run_id=request.run_id,
+        cache_ttl_seconds=deps.limits.cache_ttl_seconds,
+    )
+
+
+def _checked(limits: TurnLimits) -> TurnLimits:
+    """The loop's turn limits, refused when they make no sense."""
+    if limits.fold_calls_per_turn < 1:
+        raise ConfigError(f"fold_calls_per_turn must be >= 1, got {limits.fold_calls_per_turn!r}")
+    if not limits.cache_ttl_seconds >= 0:
+        raise ConfigError(f"cache_ttl_seconds must be >= 0, got {limits.cache_ttl_seconds!r}")
+    return limits
 
 
 def _utc_now() -> datetime:

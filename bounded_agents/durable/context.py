@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
-from bounded_agents.core.checkpoints import patch_step
+from bounded_agents.core.checkpoints import encode_payload, patch_step
 from bounded_agents.core.messages import storable_json
-from bounded_agents.core.ports import JsonValue, Transaction
-from bounded_agents.errors import JournalMismatch
+from bounded_agents.core.ports import JsonValue, StepFn, StepRecorder, Transaction
+from bounded_agents.errors import JournalMismatch, LeaseLost
 
 
 class StepRecord(Protocol):
@@ -41,11 +41,6 @@ class UnitOpener(Protocol):
     """Opens a `Unit`: a transaction whose first statement checks the run's lease."""
 
     async def __call__(self) -> Unit: ...
-
-
-def encode_payload(value: JsonValue) -> str:
-    """Compact JSON, non-ASCII kept as is: the journal's byte counts are the stored bytes."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class Replay:
@@ -113,11 +108,25 @@ class JournaledContext(Replay):
         self.replayed: list[str] = []
         """Names of the steps this attempt read back instead of running."""
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
         if self.replaying:
             return self._read_back(name)
-        value = await fn()
-        payload = encode_payload(value)
+        if record is None:
+            value = await fn(await self._transaction() if writes else None)
+            payload = encode_payload(value)
+        else:
+            value = await fn(None)
+            payload = encode_payload(value)
+            # Counted before `record` runs: a recorder that ends the run reports this step too.
+            self.journal_bytes[name] = len(payload.encode())
+            await recorded(record, value, self._transaction if writes else None)
         self._pending.append((self._position, name, payload))
         if not self._depth:
             first = self._take_first()
@@ -133,7 +142,7 @@ class JournaledContext(Replay):
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncIterator[None]:
         """Every step inside commits at the end of the block, in one transaction with the
-        writes made through `transaction()` (blocks nest: the outermost one commits). If the
+        writes of the steps handed it (`writes`; blocks nest: the outermost one commits). If the
         block raises, nothing of it is committed; the run then fails and a resume replays only
         what was committed before."""
         if not self._depth:
@@ -163,7 +172,9 @@ class JournaledContext(Replay):
         elif steps:
             await self._write(steps)
 
-    async def transaction(self) -> Transaction | None:
+    async def _transaction(self) -> Transaction | None:
+        """The block's transaction, opened now if it is not yet (its first statement checks the
+        run's lease); None outside a block, or with no journal transaction to share."""
         if not self._depth or (self._open_unit is None and self._first is None):
             return None
         if self._unit is None:
@@ -204,8 +215,18 @@ class InlineContext:
         self.journal_bytes: dict[str, int] = {}
         self.replayed: list[str] = []
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
-        return await fn()
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
+        value = await fn(None)
+        if record is not None:
+            await record(value, None)
+        return value
 
     async def patched(self, marker: str) -> bool:
         return True
@@ -214,5 +235,18 @@ class InlineContext:
     async def unit_of_work(self) -> AsyncIterator[None]:
         yield
 
-    async def transaction(self) -> Transaction | None:
-        return None
+
+async def recorded(
+    record: StepRecorder,
+    value: JsonValue,
+    opener: Callable[[], Awaitable[Transaction | None]] | None,
+) -> None:
+    """Run a step's `record` with the transaction `opener` opens (None without one). A lease
+    lost while opening it still records what the step's call paid for, on its own, before the
+    step fails: the provider billed the call whoever holds the run now."""
+    try:
+        tx = await opener() if opener is not None else None
+    except LeaseLost:
+        await record(value, None)
+        raise
+    await record(value, tx)

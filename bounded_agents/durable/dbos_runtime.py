@@ -44,7 +44,7 @@ import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bounded_agents.core.checkpoints import patch_step
+from bounded_agents.core.checkpoints import encode_payload, patch_step
 from bounded_agents.core.messages import storable_json
 from bounded_agents.core.ports import (
     DurableContext,
@@ -52,9 +52,10 @@ from bounded_agents.core.ports import (
     RunRequest,
     RunResumer,
     RunTrace,
-    Transaction,
+    StepFn,
+    StepRecorder,
 )
-from bounded_agents.durable.context import Replay, encode_payload
+from bounded_agents.durable.context import Replay
 from bounded_agents.durable.dbos_setup import (
     APPLICATION_VERSION,
     dbos_config,
@@ -153,7 +154,16 @@ class DbosContext(Replay):
         """Append earlier attempts' steps to what this attempt replays first."""
         self._history.extend(steps)
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
+        """DBOS commits its checkpoint on its own connection: no transaction is shared, so
+        `fn` and `record` are handed None and both run inside the one DBOS step."""
         if self.replaying:
             return self._read_back(name)
         ran: list[JsonValue] = []
@@ -162,7 +172,9 @@ class DbosContext(Replay):
         async def checkpoint() -> str:
             try:
                 await self._hold()  # the lease: a run taken over runs nothing more here
-                value = await fn()
+                value = await fn(None)
+                if record is not None:
+                    await record(value, None)
             except Exception as exc:
                 failed.append(exc)
                 raise StepFailed(f"{name}: {type(exc).__name__}") from None
@@ -196,9 +208,6 @@ class DbosContext(Replay):
 
     def unit_of_work(self) -> AbstractAsyncContextManager[None]:
         return _no_unit()
-
-    async def transaction(self) -> Transaction | None:
-        return None  # DBOS checkpoints commit on DBOS's connection: writes commit on their own
 
 
 @asynccontextmanager

@@ -22,12 +22,13 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.core.checkpoints import encode_payload
 from bounded_agents.core.ports import (
     DurableContext,
     RunRequest,
     Transaction,
 )
-from bounded_agents.durable.context import JournaledContext, Unit, encode_payload
+from bounded_agents.durable.context import JournaledContext, Unit
 from bounded_agents.durable.journal_history import JournalHistory
 from bounded_agents.durable.journal_rows import (
     _END_RUN,

@@ -11,6 +11,7 @@ docs/reliability.md ("Idempotency keys") says what a retry gets.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import uuid
 from collections.abc import Mapping
@@ -41,14 +42,19 @@ _THREADS_NAMESPACE: Final = uuid.UUID("6f0c1b2e-5d4a-4e8b-9a61-2f3d7c8e9b10")
 """Of the thread ids named after an actor and a key (`keyed_thread_id`)."""
 
 
-def idempotency(key: str | None, route: str, body: Mapping[str, Any]) -> Idempotency | None:
-    """The key and the fingerprint of the request it came with (None without a key): a
-    SHA-256 of the route and the body's fields as validated, so the same request sent with
-    other whitespace or key order is the same request."""
+def idempotency(
+    key: str | None, route: str, body: Mapping[str, Any], secret: bytes
+) -> Idempotency | None:
+    """The key and the fingerprint of the request it came with (None without a key): an
+    HMAC-SHA256 under `secret` (`Settings.fingerprint_secret`) of the route and the body's
+    fields as validated, so the same request sent with other whitespace or key order is the
+    same request. Keyed, because the fingerprint outlives an erasure of the content: a plain
+    digest would let anyone holding the database confirm a guessed content offline."""
     if key is None:
         return None
     canonical = json.dumps({"route": route, "body": body}, sort_keys=True, separators=(",", ":"))
-    return Idempotency(key=key, fingerprint=hashlib.sha256(canonical.encode()).hexdigest())
+    digest = hmac.new(secret, canonical.encode(), hashlib.sha256).hexdigest()
+    return Idempotency(key=key, fingerprint=digest)
 
 
 def keyed_thread_id(actor_id: str, key: str) -> str:

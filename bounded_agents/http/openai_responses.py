@@ -66,6 +66,7 @@ async def create_response(
         idempotency_key,
         "responses",
         body.model_dump(mode="json", exclude={"stream", "stream_options"}, exclude_none=True),
+        module.settings.fingerprint_secret(),
     )
     thread = await _thread_for(module, actor, body, keyed)
     definition = module.loop.definition(thread.agent)

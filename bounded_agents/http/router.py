@@ -289,7 +289,12 @@ async def post_message(
         actor_id=actor.id,
         content=body.content,
         stream=wants_stream,
-        idempotency=idempotency(idempotency_key, "messages", body.model_dump(mode="json")),
+        idempotency=idempotency(
+            idempotency_key,
+            "messages",
+            body.model_dump(mode="json"),
+            module.settings.fingerprint_secret(),
+        ),
     )
     if turn.queue is None or turn.first is None:
         result = await asyncio.shield(turn.task)

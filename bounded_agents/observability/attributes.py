@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from opentelemetry.util.types import AttributeValue
 
 from bounded_agents.core.checkpoints import (
@@ -155,3 +157,50 @@ def model_names(model: object) -> tuple[str, str]:
     name = getattr(model, "model", None) or getattr(model, "name", None)
     kind = type(model).__name__
     return (name if isinstance(name, str) else kind), _PROVIDERS.get(kind, kind)
+
+
+# --- content (only with content capture on: the GenAI conventions' opt-in attributes) ------
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def input_content(text: str) -> Attributes:
+    """The run's user message, as `gen_ai.input.messages` (the GenAI conventions' JSON)."""
+    return {
+        "gen_ai.input.messages": _json(
+            [{"role": "user", "parts": [{"type": "text", "content": text}]}]
+        )
+    }
+
+
+def output_content(made: ModelPayload | None) -> Attributes:
+    """A model step's answer, its text and the tool calls it asked for, as
+    `gen_ai.output.messages`."""
+    if made is None:
+        return {}
+    response = made["response"]
+    parts: list[dict[str, object]] = []
+    if response.get("content"):
+        parts.append({"type": "text", "content": response["content"]})
+    for call in response.get("tool_calls", []):
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": call["id"],
+                "name": call["name"],
+                "arguments": call["arguments"],
+            }
+        )
+    return {"gen_ai.output.messages": _json([{"role": "assistant", "parts": parts}])}
+
+
+def tool_content(arguments: object, result: ToolPayload | None) -> Attributes:
+    """A tool call's arguments and result (`gen_ai.tool.call.arguments`/`.result`)."""
+    out: Attributes = {}
+    if arguments is not None:
+        out["gen_ai.tool.call.arguments"] = _json(arguments)
+    if result is not None:
+        out["gen_ai.tool.call.result"] = result["content"]
+    return out

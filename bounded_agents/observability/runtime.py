@@ -16,12 +16,23 @@ history figures live under `bounded_agents.*`.
 
 With no OpenTelemetry SDK configured the API hands out non-recording spans: what is left is a
 few attribute dicts per step.
+
+Spans carry no message content unless content capture is on (`capture_content`, from
+AGENT_TRACE_CONTENT or OpenTelemetry's `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`):
+a trace is exported to a backend an erasure cannot reach, so by default it holds figures, ids
+and names only. A failed step records its exception by type and error code, with the frames of
+its stack but not its message, which may quote the input (a provider's 400 does). With capture
+on, the run span gets the user's message (`gen_ai.input.messages`), a chat span the answer
+(`gen_ai.output.messages`), a tool span the call's arguments and result, and an exception its
+message, as the GenAI conventions' opt-in attributes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -49,7 +60,8 @@ from bounded_agents.core.ports import (
     JsonValue,
     RunRecord,
     RunRequest,
-    Transaction,
+    StepFn,
+    StepRecorder,
     supports_journal_figures,
 )
 from bounded_agents.core.report import RunReport
@@ -61,10 +73,13 @@ from bounded_agents.observability.attributes import (
     chat_call,
     fold_attributes,
     fold_call,
+    input_content,
     load_attributes,
+    output_content,
     read_attributes,
     run_attributes,
     tool_attributes,
+    tool_content,
 )
 from bounded_agents.observability.metrics import TurnMetrics
 
@@ -85,6 +100,8 @@ class _Run:
     read_replayed: bool = False
     tool_names: dict[str, str] = field(default_factory=dict)
     """Tool call id -> tool name, from the model steps: a tool step's payload names only the id."""
+    tool_arguments: dict[str, object] = field(default_factory=dict)
+    """Tool call id -> its arguments, kept only with content capture on."""
     figures: JournalFigures | None = None
     """The inner context, when it says which steps it replayed (probed once per run: a
     protocol check per step would cost more than the rest of the step's bookkeeping)."""
@@ -113,13 +130,16 @@ class ObservedRuntime:
         model_name: str,
         provider_name: str,
         tracer_provider: trace.TracerProvider | None = None,
+        capture_content: bool = False,
     ) -> None:
+        """`capture_content`: put message content in the spans (see the module docstring)."""
         self.inner = inner
         self.metrics = metrics
         self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self._tracing = tracing
         self._model = model_name
         self._provider = provider_name
+        self._capture = capture_content
         self._runs: dict[str, _Run] = {}
         self._expired: set[str] = set()
         """Runs `claim_expired` took: a reopen of one of them is a resume after a crash."""
@@ -207,6 +227,7 @@ class ObservedRuntime:
                     "gen_ai.request.model": self._model,
                     NS + "run_id": request.run_id,
                     NS + "resumed": resumed,
+                    **(input_content(request.content) if self._capture else {}),
                 },
             )
         run = _Run(
@@ -260,8 +281,9 @@ class ObservedRuntime:
     # --- a step ------------------------------------------------------------------------------
 
     async def _step(
-        self, run: _Run, inner: DurableContext, name: str, fn: Callable[[], Awaitable[JsonValue]]
+        self, run: _Run, name: str, inner_step: Callable[[], Awaitable[JsonValue]]
     ) -> JsonValue:
+        """`inner_step` (the wrapped context's step, its arguments bound) under a span."""
         span: trace.Span = trace.INVALID_SPAN
         if self._tracing:
             span = self._tracer.start_span(
@@ -275,13 +297,13 @@ class ObservedRuntime:
                 with trace.use_span(
                     span, end_on_exit=False, record_exception=False, set_status_on_exception=False
                 ):
-                    value = await inner.step(name, fn)
+                    value = await inner_step()
             else:  # nothing would nest under a span that records nothing
-                value = await inner.step(name, fn)
+                value = await inner_step()
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
-                span.record_exception(exc)
                 code = exc.code if isinstance(exc, AgentError) else type(exc).__name__
+                self._record_exception(span, exc, code)
                 span.set_attribute("error.type", code)
                 span.set_status(trace.Status(trace.StatusCode.ERROR, code))
             span.end()
@@ -310,12 +332,16 @@ class ObservedRuntime:
             made = or_none(parse_model, value)
             for call in made["response"].get("tool_calls", []) if made is not None else ():
                 run.tool_names[call["id"]] = call["name"]
+                if self._capture:
+                    run.tool_arguments[call["id"]] = call["arguments"]
             usage, model = chat_call(made)
             if self.metrics is not None and not replayed:
                 self._meter_call(run, "chat", usage, elapsed)
             if span.is_recording():
                 attributes.update(self._call_attributes("chat", usage, model))
                 attributes.update(chat_attributes(made))
+                if self._capture:
+                    attributes.update(output_content(made))
                 span.update_name(f"chat {model or self._model}")
         elif is_history_step(name):
             fold = or_none(parse_summarize, value)
@@ -329,11 +355,33 @@ class ObservedRuntime:
         elif is_tool_step(name) and span.is_recording():
             call_id = tool_call_id(name)
             tool = run.tool_names.get(call_id, "")
-            attributes.update(tool_attributes(call_id, tool, or_none(parse_tool, value)))
+            result = or_none(parse_tool, value)
+            attributes.update(tool_attributes(call_id, tool, result))
+            if self._capture:
+                attributes.update(tool_content(run.tool_arguments.pop(call_id, None), result))
             span.update_name(f"execute_tool {tool}".rstrip())
         if span.is_recording():
             span.set_attributes(attributes)
         span.end()
+
+    def _record_exception(self, span: trace.Span, exc: BaseException, code: str) -> None:
+        """The exception as the span's `exception` event. Without content capture, its message
+        is the error code and its stack trace the frames alone: the message may quote the
+        input (a provider's 400 echoes what it refused), and a trace outlives an erasure."""
+        if self._capture:
+            span.record_exception(exc)
+            return
+        if not span.is_recording():
+            return
+        span.add_event(
+            "exception",
+            {
+                "exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+                "exception.message": code,
+                "exception.stacktrace": "".join(traceback.format_tb(exc.__traceback__)),
+                "exception.escaped": False,
+            },
+        )
 
     def _meter_call(self, run: _Run, purpose: str, usage: tuple[int, int], elapsed: float) -> None:
         assert self.metrics is not None
@@ -406,14 +454,19 @@ class ObservedContext:
         figures = self._run.figures
         return list(figures.replayed) if figures is not None else []
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
-        return await self._runtime._step(self._run, self.inner, name, fn)
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
+        run = functools.partial(self.inner.step, name, fn, writes=writes, record=record)
+        return await self._runtime._step(self._run, name, run)
 
     async def patched(self, marker: str) -> bool:
         return await self.inner.patched(marker)
 
     def unit_of_work(self) -> AbstractAsyncContextManager[None]:
         return self.inner.unit_of_work()
-
-    async def transaction(self) -> Transaction | None:
-        return await self.inner.transaction()

@@ -284,5 +284,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        # What a delete frees is overwritten with zeros, so erased text leaves the file's pages
+        # (and the WAL frames that write them) without a VACUUM: bounded_agents.store.erase.
+        cursor.execute("PRAGMA secure_delete=ON")
     finally:
         cursor.close()

@@ -19,14 +19,41 @@ Where a message's bytes can be, and what becomes of each:
   runs' rows stay (their report and status hold no content) except for one field:
 - `runs.request`: the run whose user message it is keeps the content in its request, which is
   blanked (`content: ""`).
+- later answers' `search_history` results (`messages.tool_results`): a search made after the
+  message was written may have quoted it, and a quote is a copy the next prompts, the views
+  and the Conversations items show. Every row of such a result that quotes the message
+  (`bounded_agents.core.erasure`) keeps its seq and role, its text becomes `[erased]`. Bounded:
+  one statement reads only the thread's messages after the erased seq (a range of the primary
+  key) that hold a `search_history` call, filtered in the database; each row it returns costs
+  one JSON parse, and those that quoted the message are rewritten by one executemany. Those
+  answers' journals (their `tool:` steps hold the same result) are among the thread's steps
+  deleted above.
 - the search index (migration 0011): on PostgreSQL a generated column of the row, gone with it.
   SQLite's FTS5 index keeps a deleted row's terms in its segments (a delete only appends a
   tombstone that names the terms again) until the segments are merged, and SQLite 3.40 has no
   `secure-delete`; so an erasure ends with FTS5's `optimize`, which merges the whole index into
   one segment without them. It rewrites the index, work in proportion to every thread's
   messages, which an erasure (rare, and owed) can pay; a turn never does.
+- `runs.error_message` of the thread's failed runs: a provider that refuses a request may quote
+  it in its error (a validating server echoes the input it refused), and the prompt of any run
+  after the message may have held it (window, summary, search result), so every failed run of
+  the thread loses the text after the part the project wrote itself (`provider returned HTTP
+  400`: `bounded_agents.core.erasure.redact_error`); the code stays. Bounded by the thread's
+  runs: one read of its failed ones, one executemany of the rewrites. Chosen over never storing
+  the provider's text because that text is what tells an operator why a provider refused (a
+  bad parameter, a model name), and it is kept only until an erasure asks for it to go; spans
+  never record it unless content capture is on (`bounded_agents.observability`).
 - `threads.last_prompt`: a digest of the last prompt (hashes, not text), cleared all the same:
   the next turn only loses its `prefix_reused` figure.
+
+At the storage layer (SQLite): every connection runs with `secure_delete` on, so the pages a
+delete frees are zeroed, and once an erasure commits, `PRAGMA wal_checkpoint(TRUNCATE)` copies
+the WAL into the database and truncates the `-wal` file, which otherwise keeps every page as it
+was written (the erased text among them) until the WAL wraps. The checkpoint takes this
+process's writer turn and waits for readers as a write does (the busy timeout); a reader of
+another process holding an old snapshot past that leaves the WAL for the next checkpoint, and
+the erasure logs a warning. PostgreSQL keeps dead tuples and old index entries until a table
+rewrite, and WAL until it is recycled: docs/http-api.md ("Erasure") says what and the commands.
 
 A live run (running, lease not lapsed) may be holding the message in memory and about to write a
 summary of it, so an erasure refuses with `ThreadBusy` (409) while one holds the thread; the
@@ -41,17 +68,23 @@ erased by the route after the store (`bounded_agents.http.erase`, the `RunEraser
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.core.erasure import redact_error, redact_search_results
+from bounded_agents.core.messages import decode_tool_calls, decode_tool_results, encode_json_list
+from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import write_transaction
+from bounded_agents.store.engine import acquire_writer, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
 from bounded_agents.store.search import FTS_TABLE
+
+log = logging.getLogger("bounded_agents.store.erase")
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _SEQ = sa.bindparam("seq", type_=sa.Integer)
@@ -103,6 +136,27 @@ _SET_REQUEST = (
     .where(runs.c.thread_id == _TID, runs.c.id == _RID)
     .values(request=sa.bindparam("request", type_=sa.Text))
 )
+_SEARCHED_AFTER = sa.select(messages.c.seq, messages.c.tool_calls, messages.c.tool_results).where(
+    messages.c.thread_id == _TID,
+    messages.c.seq > _SEQ,
+    messages.c.tool_results.is_not(None),
+    messages.c.tool_calls.contains(f'"name":"{SEARCH_TOOL_NAME}"', autoescape=True),
+)
+"""The thread's later answers that called `search_history` (a tool call's JSON, as
+`encode_json_list` writes it, holds `"name":"search_history"`; a false positive is only parsed)."""
+_SET_RESULTS = (
+    messages.update()
+    .where(messages.c.thread_id == _TID, messages.c.seq == sa.bindparam("at", type_=sa.Integer))
+    .values(tool_results=sa.bindparam("results", type_=sa.Text))
+)
+_FAILED = sa.select(runs.c.id, runs.c.error_code, runs.c.error_message).where(
+    runs.c.thread_id == _TID, runs.c.status == "failed", runs.c.error_message.is_not(None)
+)
+_SET_ERROR = (
+    runs.update()
+    .where(runs.c.thread_id == _TID, runs.c.id == _RID)
+    .values(error_message=sa.bindparam("message", type_=sa.Text))
+)
 _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
@@ -126,6 +180,7 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
         await _purge_search_index(conn)
+    await checkpoint_erasure(engine)
     return True
 
 
@@ -141,14 +196,42 @@ async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
             return False
         await conn.execute(_DELETE_MESSAGE, params)
         await conn.execute(_DELETE_COVERING, params)
+        await _erase_search_quotes(conn, params)
         await conn.execute(_DELETE_STEPS, params)
         await conn.execute(_FAIL_LAPSED, params)
         await conn.execute(_MARK_PRUNED, params)
+        await _redact_errors(conn, params)
         if found.role == "user" and found.run_id is not None:
             await _blank_request(conn, {**params, "rid": found.run_id})
         await conn.execute(_FORGET_PROMPT, params)
         await _purge_search_index(conn)
+    await checkpoint_erasure(engine)
     return True
+
+
+_CHECKPOINT = sa.text("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+async def checkpoint_erasure(engine: AsyncEngine) -> bool:
+    """SQLite: after an erasure committed, move the WAL into the database and truncate the
+    `-wal` file, so the pages as they were before the erasure leave the files (see the module
+    docstring). False when a reader kept the WAL from being emptied (logged); True otherwise,
+    and on PostgreSQL, which has nothing to do here."""
+    if engine.dialect.name != "sqlite":
+        return True
+    lock = await acquire_writer(engine)
+    try:
+        async with wrap_db_errors("checkpoint_erasure"), engine.connect() as conn:
+            busy = (await conn.execute(_CHECKPOINT)).scalar_one()
+    finally:
+        if lock is not None:
+            lock.release()
+    if busy:
+        log.warning(
+            "the WAL checkpoint after an erasure was blocked by a reader: erased bytes stay in "
+            "the -wal file until the next checkpoint"
+        )
+    return not busy
 
 
 _FTS_EXISTS = sa.text("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = :name")
@@ -162,6 +245,37 @@ async def _purge_search_index(conn: AsyncConnection) -> None:
         return
     if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
         await conn.execute(_FTS_OPTIMIZE)
+
+
+async def _erase_search_quotes(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """Rewrite the later `search_history` results that quoted the message (see the module
+    docstring): one read of the candidates, one UPDATE (an executemany) of those that quoted it."""
+    seq = int(params["seq"])
+    rewritten: list[dict[str, Any]] = []
+    for row in (await conn.execute(_SEARCHED_AFTER, params)).all():
+        redacted = redact_search_results(
+            decode_tool_calls(row.tool_calls), decode_tool_results(row.tool_results), seq
+        )
+        if redacted is not None:
+            # Only this statement's parameters: an UPDATE takes any other key that names a
+            # column (`seq`!) as one more value to SET.
+            rewritten.append(
+                {"tid": params["tid"], "at": row.seq, "results": encode_json_list(redacted)}
+            )
+    if rewritten:
+        await conn.execute(_SET_RESULTS, rewritten)  # one executemany
+
+
+async def _redact_errors(conn: AsyncConnection, params: dict[str, Any]) -> None:
+    """Every failed run of the thread without the text an error may have echoed (see the
+    module docstring)."""
+    redacted = [
+        {"tid": params["tid"], "rid": row.id, "message": text}
+        for row in (await conn.execute(_FAILED, params)).all()
+        if (text := redact_error(row.error_code or "", row.error_message)) is not None
+    ]
+    if redacted:
+        await conn.execute(_SET_ERROR, redacted)  # one executemany
 
 
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:
@@ -189,4 +303,4 @@ async def _blank_request(conn: AsyncConnection, params: dict[str, Any]) -> None:
     await conn.execute(_SET_REQUEST, {**params, "request": json.dumps(request)})
 
 
-__all__ = ["delete_message", "delete_thread"]
+__all__ = ["checkpoint_erasure", "delete_message", "delete_thread"]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from bounded_agents.core.erasure import redact_search_results
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     AgentStore,
@@ -176,12 +177,13 @@ class MemoryStore:
             return self._threads.pop(thread_id, None) is not None
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
-        """The message, the summaries covering it and the thread's prompt digest."""
+        """The message, the summaries covering it, the thread's prompt digest, and its quotes
+        in later `search_history` results (`bounded_agents.core.erasure`)."""
         async with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None or all(m.seq != seq for m in thread.messages):
                 return False
-            kept = [m for m in thread.messages if m.seq != seq]
+            kept = [_unquoted(m, seq) for m in thread.messages if m.seq != seq]
             self._threads[thread_id] = thread.model_copy(update={"messages": kept})
             summaries = self._summaries.get(thread_id, {})
             for boundary in [b for b in summaries if b >= seq]:
@@ -193,6 +195,14 @@ class MemoryStore:
     async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
         thread = self._threads.get(thread_id)
         return [m for m in thread.messages if m.run_id == run_id] if thread else []
+
+
+def _unquoted(message: Message, seq: int) -> Message:
+    """`message` without its search results' quotes of message `seq`."""
+    if (message.seq or 0) <= seq or not message.tool_results:
+        return message
+    redacted = redact_search_results(message.tool_calls, message.tool_results, seq)
+    return message if redacted is None else message.model_copy(update={"tool_results": redacted})
 
 
 if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for at run time

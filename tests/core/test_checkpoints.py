@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bounded_agents.core import checkpoints as cp
-from bounded_agents.durable.context import encode_payload
+from bounded_agents.core.checkpoints import encode_payload
 from bounded_agents.errors import JournalMismatch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -118,8 +118,8 @@ def test_the_setting_defaults_to_five_minutes_and_reaches_the_loop(
         )
 
     assert Settings().history_cache_ttl_seconds == 300.0
-    assert build().loop.cache_ttl_seconds == 300.0
+    assert build().loop.deps.limits.cache_ttl_seconds == 300.0
     monkeypatch.setenv("AGENT_HISTORY_CACHE_TTL_SECONDS", "0")
-    assert build().loop.cache_ttl_seconds == 0.0
+    assert build().loop.deps.limits.cache_ttl_seconds == 0.0
     monkeypatch.setenv("AGENT_HISTORY_CACHE_TTL_SECONDS", "3600")
-    assert build().loop.cache_ttl_seconds == 3600.0
+    assert build().loop.deps.limits.cache_ttl_seconds == 3600.0

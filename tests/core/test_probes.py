@@ -7,8 +7,9 @@ What is checked, from the source's syntax tree, in `core/loop.py` and every modu
 - no call to a function whose name starts with `supports_` (or `ledger_supports_`) takes the
   store or the ledger as its first argument (`store`, `self.store`, `ledger`, `self.ledger`,
   or any other name or attribute ending in `store` or `ledger`);
-- no call goes through `self.store.<method>(...)`: a phase reads and writes through
-  `self.turn_store`, so there is one read path and one write path.
+- no call goes through the raw store behind the adapter (`deps.store.store.<method>(...)`;
+  `deps.store` is the `TurnStore`): a phase reads and writes through `deps.store`, the
+  `TurnStore`, so there is one read path and one write path.
 
 A probe of the model, the runtime, a durable context or a policy is not the store's and is
 left alone. A probe reached by another spelling (an alias, a lambda) would not be seen: this is
@@ -52,8 +53,14 @@ def _calls_through_self_store(path: Path) -> list[str]:
     return [
         f"{path.name}:{node.lineno} {_dotted(node.func)}"
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call) and _dotted(node.func).startswith("self.store.")
+        if isinstance(node, ast.Call) and ".store.store." in _dotted(node.func)
     ]
+
+
+def test_the_finder_sees_a_call_through_the_raw_store(tmp_path: Path) -> None:
+    phase = tmp_path / "phase.py"
+    phase.write_text("async def f(deps):\n    await deps.store.store.get_thread('t')\n")
+    assert _calls_through_self_store(phase) == ["phase.py:2 deps.store.store.get_thread"]
 
 
 def test_the_adapters_are_where_the_store_and_ledger_probes_are() -> None:

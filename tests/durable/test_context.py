@@ -30,7 +30,7 @@ async def test_a_new_step_runs_once_and_is_journaled_compactly() -> None:
     ctx = JournaledContext("r", [], sink)
     calls = []
 
-    async def fn() -> dict[str, object]:
+    async def fn(tx: object) -> dict[str, object]:
         calls.append(1)
         return {"a": [1, "é"]}
 
@@ -44,7 +44,7 @@ async def test_replay_returns_the_journaled_value_without_running_the_step() -> 
     sink = Sink()
     ctx = JournaledContext("r", [Rec("s", '{"v":1}')], sink)
 
-    async def fn() -> int:
+    async def fn(tx: object) -> int:
         raise AssertionError("a replayed step must not run")
 
     assert await ctx.step("s", fn) == {"v": 1}
@@ -54,7 +54,7 @@ async def test_replay_returns_the_journaled_value_without_running_the_step() -> 
 async def test_replay_refuses_a_step_of_another_name() -> None:
     ctx = JournaledContext("r", [Rec("model:1", "{}")], Sink())
 
-    async def fn() -> int:
+    async def fn(tx: object) -> int:
         return 1
 
     with pytest.raises(JournalMismatch, match="model:1"):
@@ -67,7 +67,7 @@ async def test_patched_on_a_new_run_records_the_marker_with_the_next_step() -> N
     assert await ctx.patched("m") is True
     assert sink.writes == [], "a marker alone costs no commit"
 
-    async def fn() -> int:
+    async def fn(tx: object) -> int:
         return 7
 
     assert await ctx.step("s", fn) == 7
@@ -80,7 +80,7 @@ async def test_patched_on_an_old_run_takes_the_old_path_without_spending_a_posit
         "r", [Rec("persist:user", "{}"), Rec("load:thread", '{"old":true}')], sink
     )
 
-    async def never() -> int:
+    async def never(tx: object) -> int:
         raise AssertionError
 
     await ctx.step("persist:user", never)
@@ -93,7 +93,7 @@ async def test_patched_replays_true_for_a_run_that_recorded_it() -> None:
     ctx = JournaledContext("r", [Rec("patch:m", "true"), Rec("x", "1")], Sink())
     assert await ctx.patched("m") is True
 
-    async def never() -> int:
+    async def never(tx: object) -> int:
         raise AssertionError
 
     assert await ctx.step("x", never) == 1

@@ -103,16 +103,16 @@ async def test_a_process_that_lost_its_lease_can_no_longer_write_or_end_the_run(
         return v
 
     ctx_a = await stalled.begin(run)
-    await ctx_a.step("persist:user", lambda: value("a1"))
+    await ctx_a.step("persist:user", lambda tx: value("a1"))
     await _expire(sql_store, run.run_id)  # the first process stalls past its lease...
     _request_b, ctx_b = await taker.reopen(run.run_id)  # ... and another takes the run over
 
     with pytest.raises(LeaseLost):
-        await ctx_a.step("load:thread", lambda: value("from the stalled process"))
+        await ctx_a.step("load:thread", lambda tx: value("from the stalled process"))
     await stalled.fail(run.run_id, "lease_lost", "lost", {})  # must not touch the new attempt
 
-    assert await ctx_b.step("persist:user", lambda: value("never run")) == "a1"  # replayed
-    await ctx_b.step("load:thread", lambda: value("from the taker"))
+    assert await ctx_b.step("persist:user", lambda tx: value("never run")) == "a1"  # replayed
+    await ctx_b.step("load:thread", lambda tx: value("from the taker"))
     record = await taker.get_run(run.run_id)
     assert record is not None and record.status == "running"
     await taker.complete(run.run_id, {"ok": True})

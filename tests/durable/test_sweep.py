@@ -157,7 +157,7 @@ async def test_no_lease_time_is_ever_taken_from_the_hosts_clock(sql_store: SqlAg
     assert sent and not leaked, leaked
 
 
-async def _answer() -> str:
+async def _answer(tx: object) -> str:
     return "done"
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.core.tokens import estimate_usage
 from bounded_agents.providers import EchoModel
+from bounded_agents.registry import agent
 from bounded_agents.store.sql import SqlAgentStore
 
 SUMMARIZING = {"max_messages": 4, "fold_messages": 4, "summarize": True}
@@ -74,3 +76,26 @@ async def count_rows(store: SqlAgentStore, table: str, thread_id: str) -> int:
         reflected = await conn.run_sync(lambda c: sa.Table(table, sa.MetaData(), autoload_with=c))
         stmt = sa.select(sa.func.count()).where(reflected.c.thread_id == thread_id)
         return int((await conn.execute(stmt)).scalar_one())
+
+
+@agent(name="seeker", system_prompt="You look things up.", search=True)
+class SeekerAgent:
+    """An agent with the `search_history` tool: `/search_history <words>` makes RecordingEcho
+    call it, and the stored answer then quotes the messages it found."""
+
+
+async def fetch_views(client: httpx.AsyncClient, thread: str) -> dict[str, str]:
+    """Every route that shows a thread's messages, by route: its body as text."""
+    routes = {
+        "messages": f"/threads/{thread}/messages?limit=200",
+        "window": f"/threads/{thread}/window",
+        "conversation_items": f"/v1/conversations/{thread}/items?limit=100",
+        "inspector": f"/inspect/threads/{thread}",
+        "timeline": f"/inspect/threads/{thread}/timeline",
+    }
+    out: dict[str, str] = {}
+    for name, path in routes.items():
+        r = await client.get(path, headers={"Authorization": "Bearer key-a"})
+        assert r.status_code == 200, (name, r.status_code, r.text[:300])
+        out[name] = r.text
+    return out

@@ -119,6 +119,7 @@ class LoopEnv:
         agent: str = "helper",
         fold_calls: int = 2,
         fold_timeout: float | None = 120.0,
+        runtime: Any = None,
     ) -> AgentLoop:
         definition = AgentDefinition(
             name=agent,
@@ -129,7 +130,7 @@ class LoopEnv:
         )
         return AgentLoop(
             store=store or self.store,
-            runtime=self.journal,
+            runtime=runtime or self.journal,
             ledger=self.ledger,
             model=model,
             agents={agent: definition},

@@ -186,9 +186,10 @@ async def test_dbos_recovery_finishes_the_run_on_the_apps_loop_without_waiting_f
     run_id = await _dying_turn(dbos_env, tid, prompts)
     restarted = DbosRuntime(dbos_env.store.engine, lease_seconds=60)
     await restarted.launch("sqlite:///unused.db")  # DBOS is launched: this only takes recoveries
-    loop = dbos_env.loop(ScriptedProvider([_answer(prompts)]), window_history(max_messages=3))
-    loop.runtime = restarted
-    restarted.register_resumer(loop.resume)
+    # The loop registers its `resume` as the restarted runtime's resumer.
+    dbos_env.loop(
+        ScriptedProvider([_answer(prompts)]), window_history(max_messages=3), runtime=restarted
+    )
     # What launch's recovery does for each pending workflow of its executor, for this one only
     # (other tests' cancelled turns may have left theirs pending).
     await asyncio.to_thread(_recover, run_id)

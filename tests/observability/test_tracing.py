@@ -183,7 +183,7 @@ async def test_the_observed_runtime_has_exactly_the_powers_of_the_runtime_it_wra
     (trace,) = await runtime.thread_runs(thread.id, limit=5)
     assert trace.run_id == result.run_id and trace.steps == names
 
-    async def never() -> None:
+    async def never(tx: object) -> None:
         raise AssertionError("a replayed step does not run")
 
     assert await ctx.step(PERSIST_USER, never) == {"seq": 1}

@@ -131,8 +131,15 @@ async def test_checkouts_without_a_ping_retry_a_dead_connection_once(
             run_id=str(uuid.uuid4()), thread_id=tid, actor_id="alice", agent="helper", content="x"
         )
         ctx = await journal.begin(request)
+        handed: list[object] = []
+
+        async def write(tx: object) -> int:
+            handed.append(tx)
+            return 1
+
         async with ctx.unit_of_work():
-            assert await ctx.transaction() is not None
+            await ctx.step("persist:user", write, writes=True)
+        assert handed and handed[0] is not None
         await journal.complete(request.run_id, {})
     finally:
         event.remove(pg_store.engine.sync_engine, "handle_error", on_error)

@@ -45,8 +45,10 @@ async def provider(
     )
 
 
-def _loop(store: SqlAgentStore, provider: OpenAICompatibleProvider) -> AgentLoop:
-    return sql_loop(store, provider, window_history(max_messages=10))
+def _loop(
+    store: SqlAgentStore, provider: OpenAICompatibleProvider, *, token_quota: int | None = None
+) -> AgentLoop:
+    return sql_loop(store, provider, window_history(max_messages=10), token_quota=token_quota)
 
 
 async def _turn(loop: AgentLoop, tid: str, content: str, *, stream: bool = False) -> str:
@@ -175,8 +177,7 @@ async def test_a_server_that_reports_no_usage_still_spends_the_quota(
         fake_openai.enqueue(Reply.sse([chunk({"content": "an answer of some length"}), done]))
     else:
         fake_openai.enqueue(Reply.json(body))
-    loop = _loop(sql_store, provider)
-    loop.token_quota = 1
+    loop = _loop(sql_store, provider, token_quota=1)
     tid = (await sql_store.create_thread(actor_id="alice", agent="helper")).id
 
     await _turn(loop, tid, "hello", stream=stream)

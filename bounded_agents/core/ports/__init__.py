@@ -19,6 +19,8 @@ from bounded_agents.core.ports.durable import (
     RunRequest,
     RunResumer,
     RunTrace,
+    StepFn,
+    StepRecorder,
     Transaction,
 )
 from bounded_agents.core.ports.history import (
@@ -154,6 +156,8 @@ __all__ = [
     "RunTimelineReader",
     "RunTrace",
     "RuntimeLauncher",
+    "StepFn",
+    "StepRecorder",
     "StreamingModelProvider",
     "Summarizer",
     "SummaryRenderer",

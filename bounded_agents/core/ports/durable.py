@@ -19,13 +19,37 @@ Transaction: TypeAlias = object
 """An open unit of work a durable context hands out. Opaque to the core: it only passes it from
 the context to the store and the ledger, which join it if it is theirs (same database)."""
 
+StepFn: TypeAlias = Callable[[Transaction | None], Awaitable[JsonValue]]
+"""A step's work, handed its unit's transaction (or None: see `DurableContext.step`)."""
+
+StepRecorder: TypeAlias = Callable[[JsonValue, Transaction | None], Awaitable[None]]
+"""What a step writes after its call returned (a ledger row), handed the transaction then."""
+
 
 @runtime_checkable
 class DurableContext(Protocol):
     """One run's journal, as the loop sees it."""
 
-    async def step(self, name: str, fn: Callable[[], Awaitable[JsonValue]]) -> JsonValue:
-        """Run `fn` once and journal its result; on replay return the journaled result."""
+    async def step(
+        self,
+        name: str,
+        fn: StepFn,
+        *,
+        writes: bool = False,
+        record: StepRecorder | None = None,
+    ) -> JsonValue:
+        """Run `fn` once and journal its result; on replay return the journaled result and run
+        nothing.
+
+        A step is HANDED its transaction rather than asking for it: with `writes`, the writer
+        of the step gets the unit's transaction (opened then, if the block has none yet), so
+        its writes commit with the step's journal row; otherwise it gets None and writes on its
+        own. The writer is `fn`, unless `record` is given: then `fn` (a model call, which must
+        hold no transaction while it runs) is handed None, and `record(value, tx)` runs once
+        `fn` returned, handed the transaction opened only then: a paid call's ledger row
+        commits with the call's checkpoint. If that transaction cannot be opened because the
+        run's lease was lost, `record(value, None)` still books what was paid for, on its own,
+        before the step fails with `LeaseLost`."""
         ...
 
     async def patched(self, marker: str) -> bool:
@@ -35,15 +59,9 @@ class DurableContext(Protocol):
 
     def unit_of_work(self) -> AbstractAsyncContextManager[None]:
         """Steps journaled inside the block commit together when it ends, in ONE transaction
-        with the writes made through `transaction()`: all of them or none. Nothing is held
-        open while a step's function runs until it asks for the transaction, so a model or tool
-        call inside the block holds no transaction. On replay nothing is opened."""
-        ...
-
-    async def transaction(self) -> Transaction | None:
-        """The block's transaction, opened now if it is not yet (its first statement checks the
-        run's lease), for writes that must commit with the journal's rows. None outside a
-        block, or when the runtime shares none: such writes then commit on their own."""
+        with the writes of its steps that were handed the transaction (`writes`): all of them or
+        none. The transaction is opened by the first step that writes, so a model or tool call
+        inside the block holds none. On replay nothing is opened."""
         ...
 
 

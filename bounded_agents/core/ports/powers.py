@@ -302,7 +302,8 @@ def supports_transcripts(store: object) -> TypeGuard[TranscriptReader]:
 @runtime_checkable
 class ErasingStore(Protocol):
     """Optional: a store that erases a message or a whole thread (the right to erasure): no
-    byte of it stays in the store, summaries made of it included; one transaction each,
+    byte of it stays in the store, summaries made of it and later `search_history` results
+    quoting it included (`bounded_agents.core.erasure`); one transaction each,
     refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay."""
 
     async def delete_thread(self, thread_id: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,6 +22,7 @@ from bounded_agents.core.ports import (
     HistoryPolicyContext,
     JsonValue,
     ModelProvider,
+    Transaction,
 )
 from bounded_agents.core.turn.public import (
     AgentDefinition,
@@ -38,14 +39,17 @@ log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 
-async def _legacy_load() -> JsonValue:
+async def legacy_load_step(tx: Transaction | None) -> JsonValue:
     """The step function of a legacy `load:thread`, which is only ever replayed: such a run
     journaled its read before anything else could follow it (see `_legacy_prompt`)."""
     raise JournalMismatch("a legacy load:thread step cannot run again: its journal lacks it")
 
 
-async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext) -> JsonValue:
-    async with _provider_boundary("history summary"):
+async def legacy_summarize(
+    summarizer: Any, drop: list[Message], hctx: HistoryPolicyContext
+) -> JsonValue:
+    """The old path's summary of a run's whole dropped list, as its journal recorded it."""
+    async with provider_boundary("history summary"):
         summary = await summarizer(drop, hctx)
     return legacy_summarize_payload(
         storable_text(summary.text), summary.usage.model_dump(mode="json")
@@ -53,7 +57,7 @@ async def _summarize(summarizer: Any, drop: list[Message], hctx: HistoryPolicyCo
 
 
 @asynccontextmanager
-async def _provider_boundary(what: str) -> AsyncIterator[None]:
+async def provider_boundary(what: str) -> AsyncIterator[None]:
     """Whatever a provider raises is a provider failure (502), never an internal error: a
     custom `ModelProvider` raising a plain exception must not become a 500. Its message may
     hold anything (a URL, a key), so it is logged here and the client reads a fixed one."""
@@ -66,13 +70,9 @@ async def _provider_boundary(what: str) -> AsyncIterator[None]:
         raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
 
 
-def _tool_step(
-    definition: AgentDefinition, call: ToolCall, context: ToolContext
-) -> Callable[[], Awaitable[JsonValue]]:
-    return lambda: _run_tool(definition, call, context)
-
-
-async def _run_tool(definition: AgentDefinition, call: ToolCall, context: ToolContext) -> JsonValue:
+async def run_tool(definition: AgentDefinition, call: ToolCall, context: ToolContext) -> JsonValue:
+    """One tool call's result, journal-ready; an unknown tool is an error result the model
+    reads, not an exception."""
     binding = definition.tools.get(call.name)
     if binding is None:
         result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
@@ -85,9 +85,10 @@ async def _run_tool(definition: AgentDefinition, call: ToolCall, context: ToolCo
     return storable_json(result.model_dump(mode="json"))
 
 
-def _apply_middleware(
+def apply_middleware(
     middleware: Sequence[ChatMiddleware], messages: list[ChatMessage]
 ) -> tuple[list[ChatMessage], dict[str, Any]]:
+    """The agent's chat middleware over the prompt, and what it did (the step's metrics)."""
     metrics: dict[str, Any] = {
         "window_trimmed": False,
         "messages_sent": len(messages),
@@ -107,8 +108,18 @@ def _model_name(model: ModelProvider) -> str:
     return name if isinstance(name, str) else type(model).__name__
 
 
-def _booked_model(reported: str | None, model: ModelProvider) -> str:
+def booked_model(reported: str | None, model: ModelProvider) -> str:
     """The model name a call is booked under: the one the provider reported (else the
     provider's own), made storable and cut to `MODEL_NAME_CHARS`. A provider that reports a
     300-character name must not fail every turn on PostgreSQL, whose column refuses it."""
     return storable_text(reported or _model_name(model))[:MODEL_NAME_CHARS]
+
+
+__all__ = [
+    "apply_middleware",
+    "booked_model",
+    "legacy_load_step",
+    "legacy_summarize",
+    "provider_boundary",
+    "run_tool",
+]

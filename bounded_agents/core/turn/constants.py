@@ -16,13 +16,13 @@ gives the fold up and answers without it."""
 DEFAULT_CACHE_TTL_SECONDS = 300.0
 """How long a provider keeps a prompt cache idle (`AGENT_HISTORY_CACHE_TTL_SECONDS`): 5
 minutes, Anthropic's default and the low end of OpenAI's in-memory retention."""
-_UNBOUNDED_CALLS = 1_000_000
+UNBOUNDED_CALLS = 1_000_000
 """The call budget of a run whose journal predates the budget: its replay is not cut short."""
 BACKLOG_READ_ROWS = 256
 """Rows one backlog read of a fold fetches: a long backlog is read in pages of this size."""
 
 
-_READ_FIGURES = (
+READ_FIGURES = (
     "read_bound",
     "read_token_bound",
     "read_run_bound",
@@ -30,3 +30,13 @@ _READ_FIGURES = (
     "rows_read",
     "bytes_read",
 )
+
+__all__ = [
+    "BACKLOG_READ_ROWS",
+    "COMPLETION_RESERVE",
+    "DEFAULT_CACHE_TTL_SECONDS",
+    "DEFAULT_FOLD_CALLS_PER_TURN",
+    "DEFAULT_FOLD_TIMEOUT_SECONDS",
+    "READ_FIGURES",
+    "UNBOUNDED_CALLS",
+]

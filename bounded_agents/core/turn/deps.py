@@ -1,58 +1,79 @@
-"""The loop's dependencies, as every turn phase sees them."""
+"""What every phase of a turn may use: the loop's collaborators, as one frozen value.
+
+pydantic-ai hands its graph nodes a `GraphAgentDeps`; a turn's phases get `TurnDeps` the same
+way, built once by `AgentLoop` and shared by every run. The store and the ledger are the
+turn's views of them (`TurnStore`, `TurnLedger`), which probed their optional powers once, so
+no phase has a fallback branch of its own. The only thing that changes after it is built is
+`learned`: sizes a summarizer refused, remembered per agent for the process's later folds.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from bounded_agents.core.ports import (
-    AgentStore,
-    DurableContext,
-    DurableRuntime,
-    Ledger,
-    ModelProvider,
-    Thread,
-    Transaction,
-)
+from bounded_agents.core.ports import DurableRuntime, Ledger, ModelProvider, Thread
+from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.ledger import TurnLedger
-from bounded_agents.core.turn.public import (
-    AgentDefinition,
-)
+from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.store import TurnStore
-from bounded_agents.errors import (
-    AgentNotFound,
-    ThreadNotFound,
-)
+from bounded_agents.errors import AgentNotFound, ThreadNotFound
 
 log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 
-class TurnDeps:
-    """What every phase of a turn may use: the loop's collaborators, and the store and the
-    ledger as a turn uses them (`turn_store`, `turn_ledger`: every read and write of a phase
-    goes through those, which probed the powers once)."""
+@dataclass(frozen=True)
+class TurnLimits:
+    """The turn's configured bounds (see `AgentLoop.__init__`)."""
 
-    store: AgentStore
-    runtime: DurableRuntime
-    ledger: Ledger
-    model: ModelProvider
-    agents: dict[str, AgentDefinition]
     token_quota: int | None
     fold_calls_per_turn: int
     fold_timeout: float | None
+    """Seconds one summarizer call may take (None: no limit)."""
     cache_ttl_seconds: float
     """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
     idle time (`HistoryPolicyContext`). 0: off."""
+    tool_budget: ToolBudget = field(default_factory=ToolBudget)
+    """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
+
+
+@dataclass
+class LearnedSizes:
+    """What summarizers refused, per agent, for this process's later folds."""
+
+    chunk_cap: dict[str, int] = field(default_factory=dict)
+    """The fold input (estimated tokens) below the smallest chunk the agent's summarizer refused
+    as over its context: where later chunks start (`fold_chunk`)."""
+    compress_cap: dict[str, int] = field(default_factory=dict)
+    """Half the smallest summary the agent's summarizer refused to compress: a longer one is
+    compressed by its oldest part within this (`FoldCalls.compress`)."""
+
+
+@dataclass(frozen=True)
+class TurnDeps:
+    """The loop's collaborators as every phase sees them."""
+
+    store: TurnStore
+    ledger: TurnLedger
+    runtime: DurableRuntime
+    model: ModelProvider
+    agents: Mapping[str, AgentDefinition]
+    limits: TurnLimits
     clock: Callable[[], datetime]
     """The time now, timezone-aware: what the thread's idle time is measured to. A parameter
     so a test or a benchmark can script idle gaps."""
-    _chunk_cap: dict[str, int]
-    _compress_cap: dict[str, int]
-    turn_store: TurnStore
-    turn_ledger: TurnLedger
-    _shares_transactions: bool
+    learned: LearnedSizes = field(default_factory=LearnedSizes)
+    shares_transactions: bool = False
+    """Writes join a step's unit of work only when every writer can: one that wrote on a
+    connection of its own while the unit's transaction is open could wait for that very
+    transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
+
+    @property
+    def raw_ledger(self) -> Ledger:
+        return self.ledger.ledger
 
     def definition(self, agent: str) -> AgentDefinition:
         try:
@@ -62,7 +83,7 @@ class TurnDeps:
 
     async def owned_thread(self, thread_id: str, actor_id: str, agent: str | None = None) -> Thread:
         """The thread if `actor_id` owns it; `ThreadNotFound` otherwise, missing or not."""
-        thread = await self.turn_store.thread_info(thread_id)
+        thread = await self.store.thread_info(thread_id)
         if thread is None or thread.actor_id != actor_id or (agent and thread.agent != agent):
             raise ThreadNotFound(thread_id)
         return thread
@@ -74,6 +95,5 @@ class TurnDeps:
             return None
         return max(0.0, (self.clock() - previous_at).total_seconds())
 
-    async def _tx(self, ctx: DurableContext) -> Transaction | None:
-        """The unit of work's transaction for a write, or None: write on your own."""
-        return await ctx.transaction() if self._shares_transactions else None
+
+__all__ = ["LearnedSizes", "TurnDeps", "TurnLimits"]

@@ -23,14 +23,10 @@ from bounded_agents.core.summary import (
     fold_rejection,
 )
 from bounded_agents.core.tokens import MESSAGE_ALLOWANCE, estimate_message_tokens
-from bounded_agents.core.turn.calls import (
-    _booked_model,
-    _provider_boundary,
-)
-from bounded_agents.core.turn.prompts import (
-    _summary_tokens,
-)
-from bounded_agents.core.turn.spend import SpendPhase
+from bounded_agents.core.turn.calls import booked_model, provider_boundary
+from bounded_agents.core.turn.deps import TurnDeps
+from bounded_agents.core.turn.prompt import summary_tokens
+from bounded_agents.core.turn.spend import release, reserve
 from bounded_agents.errors import (
     ProviderContextExceeded,
     ProviderError,
@@ -41,7 +37,7 @@ log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 
-class _FoldCalls:
+class FoldCalls:
     """The summarizer calls of one `history:summarize` step, and what they cost together.
 
     Each call holds its quota like a chat call (its input plus the summary's cap) and gives it
@@ -50,9 +46,9 @@ class _FoldCalls:
     as one ledger row."""
 
     def __init__(
-        self, loop: SpendPhase, request: RunRequest, summarizer: Summarizer, budget: int
+        self, deps: TurnDeps, request: RunRequest, summarizer: Summarizer, budget: int
     ) -> None:
-        self.loop = loop
+        self.deps = deps
         self.request = request
         self.summarizer = summarizer
         self.budget = budget
@@ -68,16 +64,16 @@ class _FoldCalls:
         """One call handed `tokens` estimated tokens, its answer allowed `cap`: both are held
         against the quota, and the input alone is booked when the summarizer reports none."""
         self.count += 1
-        reserved = await self.loop._reserve(self.request.actor_id, tokens + cap)
+        reserved = await reserve(self.deps, self.request.actor_id, tokens + cap)
         try:
             # The timeout outside the boundary: a hang is `TimeoutError`, not a provider error.
             async with (
-                asyncio.timeout(self.loop.fold_timeout),
-                _provider_boundary("history summary"),
+                asyncio.timeout(self.deps.limits.fold_timeout),
+                provider_boundary("history summary"),
             ):
                 made = await self.summarizer(chunk, ctx)
         except BaseException:
-            await self.loop._release(self.request.actor_id, reserved)
+            await release(self.deps, self.request.actor_id, reserved)
             raise
         self.reserved += reserved
         usage = made.usage or Usage(
@@ -86,7 +82,7 @@ class _FoldCalls:
             completion_tokens=estimate_message_tokens(Message(role="assistant", content=made.text)),
         )
         self.usage = usage if self.usage is None else _added(self.usage, usage)
-        self.model = self.model or _booked_model(made.model, self.loop.model)
+        self.model = self.model or booked_model(made.model, self.deps.model)
         return made
 
     async def compress(self, text: str, ctx: HistoryPolicyContext, cap: int) -> str | None:
@@ -95,21 +91,23 @@ class _FoldCalls:
         before the summary needs compressing again.
 
         A summary larger than what this agent's summarizer has refused to compress before
-        (`_compress_cap`) is compressed by its OLDEST part that fits, the rest kept
+        (`LearnedSizes.compress_cap`) is compressed by its OLDEST part that fits, the rest kept
         verbatim after it: a model with a small context still shortens the summary, oldest
         facts first, instead of refusing it and leaving only the clip."""
-        head, tail = _split_for_context(text, self.loop._compress_cap.get(self.request.agent))
+        head, tail = _split_for_context(
+            text, self.deps.learned.compress_cap.get(self.request.agent)
+        )
         over = ThreadSummary(text=head, covers_through_seq=0)
         target = max(MESSAGE_ALLOWANCE + 1, cap // 2)
         task = ctx.model_copy(
             update={"summary": over, "summary_max_tokens": target, "fold_task": "compress"}
         )
         try:
-            made = await self.call([], task, _summary_tokens(over), target)
+            made = await self.call([], task, summary_tokens(over), target)
         except ProviderContextExceeded:
-            tokens = _summary_tokens(over)
-            self.loop._compress_cap[self.request.agent] = min(
-                self.loop._compress_cap.get(self.request.agent, tokens), max(1, tokens // 2)
+            tokens = summary_tokens(over)
+            self.deps.learned.compress_cap[self.request.agent] = min(
+                self.deps.learned.compress_cap.get(self.request.agent, tokens), max(1, tokens // 2)
             )
             log.warning("run %s: the summary is too long to compress at once", self.request.run_id)
             return None
@@ -134,7 +132,7 @@ class _FoldCalls:
             "calls": self.count,
             "budget": self.budget,
             "usage": self.usage.model_dump(mode="json"),
-            "model": self.model or _booked_model(None, self.loop.model),
+            "model": self.model or booked_model(None, self.deps.model),
             "reserved": self.reserved,
         }
 
@@ -151,7 +149,7 @@ class _FoldCalls:
 _CUT_MARK = "\n[... {n:,} characters left out: too long for the summarizer ...]\n"
 
 
-def _halved_message(message: Message) -> Message | None:
+def halved_message(message: Message) -> Message | None:
     """`message` with its text and each tool result cut to half (their head and end kept),
     for a summarizer that refused it whole; None when nothing in it is long enough to cut."""
 
@@ -169,7 +167,7 @@ def _halved_message(message: Message) -> Message | None:
 def _split_for_context(text: str, limit: int | None) -> tuple[str, str]:
     """(the oldest lines of `text` within `limit` estimated tokens, the rest); the whole text
     and "" when it fits or no limit is known. At least one line goes in the head."""
-    if limit is None or _summary_tokens(ThreadSummary(text=text, covers_through_seq=0)) <= limit:
+    if limit is None or summary_tokens(ThreadSummary(text=text, covers_through_seq=0)) <= limit:
         return text, ""
     lines = text.strip().splitlines()
     budget = max(0, (limit - MESSAGE_ALLOWANCE) * 4)
@@ -189,3 +187,6 @@ def _added(a: Usage, b: Usage) -> Usage:
         cached_tokens=(a.cached_tokens or 0) + (b.cached_tokens or 0) or None,
         estimated=a.estimated or b.estimated,
     )
+
+
+__all__ = ["FoldCalls", "halved_message"]

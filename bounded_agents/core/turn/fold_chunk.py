@@ -26,14 +26,10 @@ from bounded_agents.core.summary import (
     summary_fits,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
-from bounded_agents.core.turn.fold_calls import (
-    _FoldCalls,
-    _halved_message,
-)
-from bounded_agents.core.turn.load import LoadPhase
-from bounded_agents.core.turn.prompts import (
-    _summary_tokens,
-)
+from bounded_agents.core.turn.deps import TurnDeps
+from bounded_agents.core.turn.fold_calls import FoldCalls, halved_message
+from bounded_agents.core.turn.load import fetch_backlog
+from bounded_agents.core.turn.prompt import summary_tokens
 from bounded_agents.errors import (
     ProviderContextExceeded,
     ProviderError,
@@ -44,7 +40,7 @@ log = logging.getLogger("bounded_agents.core.loop")
 
 
 @dataclass(frozen=True)
-class _ChunkTask:
+class ChunkTask:
     """What the fold hands one `history:summarize` step: fixed when the step is named, so a
     replay that skips the step never needs it."""
 
@@ -62,7 +58,7 @@ class _ChunkTask:
 
 
 @dataclass
-class _Chunk:
+class Chunk:
     """The messages one step hands the summarizer, and what the provider's refusals made of
     them: the journal records both (`fitted_tokens`, `messages_cut`)."""
 
@@ -79,142 +75,145 @@ class _Chunk:
     (`ErasingStore`): the summary then covers them too."""
 
 
-class ChunkPhase(LoadPhase):
-    async def _fold_chunk(self, task: _ChunkTask) -> JsonValue:
-        """One `history:summarize` step: the messages after the summary's boundary, oldest
-        first, while the summary so far and they fit `budget` (at least one message), handed to
-        the summarizer with that summary, in at most `calls_left` summarizer calls.
+async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
+    """One `history:summarize` step: the messages after the summary's boundary, oldest
+    first, while the summary so far and they fit `budget` (at least one message), handed to
+    the summarizer with that summary, in at most `calls_left` summarizer calls.
 
-        A chunk the provider refuses as too long (`ProviderContextExceeded`: its tokenizer
-        counts more than the estimate's four characters) is halved and sent again, never resent
-        as it was. A summary longer than its cap is asked to compress itself
-        (`fold_task="compress"`), and only clipped (`clip_summary`, reported) when that fails.
-        A refused answer or a failed call is journaled as `rejected`, with its cost if it had
-        one: a replay takes the same decision, and the turn goes on without it."""
-        learned = self._chunk_cap.get(task.request.agent)
-        budget = min(task.budget, learned) if learned is not None else task.budget
-        chunk = await self._gather_chunk(task, budget)
-        fold_ctx = task.hctx.model_copy(
-            update={"summary": task.summary, "summary_max_tokens": task.cap}
-        )
-        calls = _FoldCalls(self, task.request, task.summarizer, task.call_budget)
-        if not chunk.messages:  # all of it erased: nothing to summarize; a later range passes
-            return {**calls.rejected("erased", [], chunk.tokens), "last_seq": task.through}
-        made = await self._summarize_chunk(task, chunk, calls, fold_ctx)
-        if not isinstance(made, HistorySummary):
-            return made
-        text = storable_text(made.text)
-        refused = fold_rejection(made.model_copy(update={"text": text}))
-        if refused is None:  # issue 36: a summary that does not stand for its chunk
-            previous = task.summary.text if task.summary is not None else None
-            refused = unrelated_fold(text, chunk.messages, previous)
-        if refused is not None:
-            return calls.rejected(refused, chunk.messages, chunk.tokens)
-        more = chunk.next_seq <= task.through
-        if learned is not None and learned < task.budget and not chunk.halved and more:
-            self._grow_chunk_cap(task.request.agent, learned, max(task.budget, learned))
-        kept, compressed, cut = await self._fit_summary(task, calls, fold_ctx, text)
-        return _chunk_record(calls, chunk, kept, compressed, cut)
+    A chunk the provider refuses as too long (`ProviderContextExceeded`: its tokenizer
+    counts more than the estimate's four characters) is halved and sent again, never resent
+    as it was. A summary longer than its cap is asked to compress itself
+    (`fold_task="compress"`), and only clipped (`clip_summary`, reported) when that fails.
+    A refused answer or a failed call is journaled as `rejected`, with its cost if it had
+    one: a replay takes the same decision, and the turn goes on without it."""
+    learned = deps.learned.chunk_cap.get(task.request.agent)
+    budget = min(task.budget, learned) if learned is not None else task.budget
+    chunk = await gather_chunk(deps, task, budget)
+    fold_ctx = task.hctx.model_copy(
+        update={"summary": task.summary, "summary_max_tokens": task.cap}
+    )
+    calls = FoldCalls(deps, task.request, task.summarizer, task.call_budget)
+    if not chunk.messages:  # all of it erased: nothing to summarize; a later range passes
+        return {**calls.rejected("erased", [], chunk.tokens), "last_seq": task.through}
+    made = await summarize_chunk(deps, task, chunk, calls, fold_ctx)
+    if not isinstance(made, HistorySummary):
+        return made
+    text = storable_text(made.text)
+    refused = fold_rejection(made.model_copy(update={"text": text}))
+    if refused is None:  # issue 36: a summary that does not stand for its chunk
+        previous = task.summary.text if task.summary is not None else None
+        refused = unrelated_fold(text, chunk.messages, previous)
+    if refused is not None:
+        return calls.rejected(refused, chunk.messages, chunk.tokens)
+    more = chunk.next_seq <= task.through
+    if learned is not None and learned < task.budget and not chunk.halved and more:
+        grow_chunk_cap(deps, task.request.agent, learned, max(task.budget, learned))
+    kept, compressed, cut = await fit_summary(task, calls, fold_ctx, text)
+    return _chunk_record(calls, chunk, kept, compressed=compressed, cut=cut)
 
-    async def _gather_chunk(self, task: _ChunkTask, budget: int) -> _Chunk:
-        """The messages after the summary's boundary, oldest first, while they and the summary
-        fit `budget`: at least one, so a message larger than the budget still gets folded."""
-        summary = task.summary
-        seq = (summary.covers_through_seq if summary is not None else 0) + 1
-        base = _summary_tokens(summary)
-        messages: list[Message] = []
-        tokens, erased = base, 0
-        while seq <= task.through:
+
+async def gather_chunk(deps: TurnDeps, task: ChunkTask, budget: int) -> Chunk:
+    """The messages after the summary's boundary, oldest first, while they and the summary
+    fit `budget`: at least one, so a message larger than the budget still gets folded."""
+    summary = task.summary
+    seq = (summary.covers_through_seq if summary is not None else 0) + 1
+    base = summary_tokens(summary)
+    messages: list[Message] = []
+    tokens, erased = base, 0
+    while seq <= task.through:
+        message = task.known.get(seq)
+        if message is None:
+            thread_id = task.request.thread_id
+            await fetch_backlog(deps, thread_id, task.known, (seq - 1, task.through))
             message = task.known.get(seq)
-            if message is None:
-                thread_id = task.request.thread_id
-                await self._fetch_backlog(thread_id, seq - 1, task.through, task.known)
-                message = task.known.get(seq)
-                if message is None:  # erased: the fold goes on from the next one stored
-                    later = [s for s in task.known if s is not None and seq < s <= task.through]
-                    seq = min(later) if later else task.through + 1
-                    erased = 0 if later else task.through
-                    continue
-            cost = estimate_message_tokens(message)
-            if messages and tokens + cost > budget:
-                break
-            messages.append(message)
-            tokens += cost
-            seq += 1
-        return _Chunk(messages, next_seq=seq, base=base, tokens=tokens, erased_through=erased)
-
-    async def _summarize_chunk(
-        self,
-        task: _ChunkTask,
-        chunk: _Chunk,
-        calls: _FoldCalls,
-        fold_ctx: HistoryPolicyContext,
-    ) -> HistorySummary | dict[str, Any]:
-        """The summarizer's answer for `chunk`, or the step's `rejected` record when a call
-        failed or the calls ran out: the chunk is halved each time the provider refuses it."""
-        agent = task.request.agent
-        try:
-            while True:
-                chunk.tokens = chunk.base + sum(estimate_message_tokens(m) for m in chunk.messages)
-                try:
-                    return await calls.call(chunk.messages, fold_ctx, chunk.tokens, task.cap)
-                except ProviderContextExceeded:
-                    # Remembered past this run (per agent, per process): the next chunk starts
-                    # at half the size refused, so a model that needs more halvings than one
-                    # turn's calls still gets its folds through, a turn or two later.
-                    self._chunk_cap[agent] = min(
-                        self._chunk_cap.get(agent, chunk.tokens), max(1, chunk.tokens // 2)
-                    )
-                    if calls.count >= task.calls_left or not _halve(chunk):
-                        return calls.rejected("too_long", chunk.messages, chunk.tokens)
-        except (ProviderError, TimeoutError) as exc:
-            reason = "timeout" if isinstance(exc, TimeoutError) else exc.code
-            return calls.rejected(f"failed:{reason}", chunk.messages, chunk.tokens)
-
-    def _grow_chunk_cap(self, agent: str, learned: int, full: int) -> None:
-        """Taken at the learned size with more to fold: try twice that next time (a server
-        back from an outage, or with a larger context, is not held to it for good)."""
-        grown = 2 * learned
-        if grown >= full:
-            self._chunk_cap.pop(agent, None)
-        else:
-            self._chunk_cap[agent] = grown
-
-    async def _fit_summary(
-        self, task: _ChunkTask, calls: _FoldCalls, fold_ctx: HistoryPolicyContext, text: str
-    ) -> tuple[str, int, int]:
-        """(the summary as stored, compressions, characters clipped): a summary over its cap
-        is compressed by one more call if the budget allows, and clipped only if still over."""
-        cap = task.cap
-        compressed = 0
-        if not summary_fits(text, cap) and calls.count < task.calls_left:
-            shorter = await calls.compress(text, fold_ctx, cap)  # None unless shorter
-            if shorter is not None:
-                text, compressed = shorter, 1
-        kept = clip_summary(text, cap)
-        cut = 0
-        if not summary_fits(text, cap):
-            # Booked as made (the provider billed all of it); only the end is kept, and the
-            # summary says so (`CLIP_NOTE`, not counted as kept text).
-            cut = max(1, len(text.strip()) - len(kept.removeprefix(CLIP_NOTE).strip()))
-            log.warning(
-                "run %s: the summary came back at %d characters, over its cap of %d estimated "
-                "tokens (compressed: %s); clipped by %d",
-                task.request.run_id,
-                len(text),
-                cap,
-                bool(compressed),
-                cut,
-            )
-        return kept, compressed, cut
+            if message is None:  # erased: the fold goes on from the next one stored
+                later = [s for s in task.known if s is not None and seq < s <= task.through]
+                seq = min(later) if later else task.through + 1
+                erased = 0 if later else task.through
+                continue
+        cost = estimate_message_tokens(message)
+        if messages and tokens + cost > budget:
+            break
+        messages.append(message)
+        tokens += cost
+        seq += 1
+    return Chunk(messages, next_seq=seq, base=base, tokens=tokens, erased_through=erased)
 
 
-def _halve(chunk: _Chunk) -> bool:
+async def summarize_chunk(
+    deps: TurnDeps,
+    task: ChunkTask,
+    chunk: Chunk,
+    calls: FoldCalls,
+    fold_ctx: HistoryPolicyContext,
+) -> HistorySummary | dict[str, Any]:
+    """The summarizer's answer for `chunk`, or the step's `rejected` record when a call
+    failed or the calls ran out: the chunk is halved each time the provider refuses it."""
+    agent = task.request.agent
+    try:
+        while True:
+            chunk.tokens = chunk.base + sum(estimate_message_tokens(m) for m in chunk.messages)
+            try:
+                return await calls.call(chunk.messages, fold_ctx, chunk.tokens, task.cap)
+            except ProviderContextExceeded:
+                # Remembered past this run (per agent, per process): the next chunk starts
+                # at half the size refused, so a model that needs more halvings than one
+                # turn's calls still gets its folds through, a turn or two later.
+                deps.learned.chunk_cap[agent] = min(
+                    deps.learned.chunk_cap.get(agent, chunk.tokens), max(1, chunk.tokens // 2)
+                )
+                if calls.count >= task.calls_left or not _halve(chunk):
+                    return calls.rejected("too_long", chunk.messages, chunk.tokens)
+    except (ProviderError, TimeoutError) as exc:
+        reason = "timeout" if isinstance(exc, TimeoutError) else exc.code
+        return calls.rejected(f"failed:{reason}", chunk.messages, chunk.tokens)
+
+
+def grow_chunk_cap(deps: TurnDeps, agent: str, learned: int, full: int) -> None:
+    """Taken at the learned size with more to fold: try twice that next time (a server
+    back from an outage, or with a larger context, is not held to it for good)."""
+    grown = 2 * learned
+    if grown >= full:
+        deps.learned.chunk_cap.pop(agent, None)
+    else:
+        deps.learned.chunk_cap[agent] = grown
+
+
+async def fit_summary(
+    task: ChunkTask, calls: FoldCalls, fold_ctx: HistoryPolicyContext, text: str
+) -> tuple[str, int, int]:
+    """(the summary as stored, compressions, characters clipped): a summary over its cap
+    is compressed by one more call if the budget allows, and clipped only if still over."""
+    cap = task.cap
+    compressed = 0
+    if not summary_fits(text, cap) and calls.count < task.calls_left:
+        shorter = await calls.compress(text, fold_ctx, cap)  # None unless shorter
+        if shorter is not None:
+            text, compressed = shorter, 1
+    kept = clip_summary(text, cap)
+    cut = 0
+    if not summary_fits(text, cap):
+        # Booked as made (the provider billed all of it); only the end is kept, and the
+        # summary says so (`CLIP_NOTE`, not counted as kept text).
+        cut = max(1, len(text.strip()) - len(kept.removeprefix(CLIP_NOTE).strip()))
+        log.warning(
+            "run %s: the summary came back at %d characters, over its cap of %d estimated "
+            "tokens (compressed: %s); clipped by %d",
+            task.request.run_id,
+            len(text),
+            cap,
+            bool(compressed),
+            cut,
+        )
+    return kept, compressed, cut
+
+
+def _halve(chunk: Chunk) -> bool:
     """Halve a chunk the provider refused; False when it is one message too short to cut. A
     single message over the summarizer's context is handed halved (its head and its end), so
     the fold gets past it; counted (`messages_cut`)."""
     if len(chunk.messages) < 2:
-        halved_one = _halved_message(chunk.messages[0])
+        halved_one = halved_message(chunk.messages[0])
         if halved_one is None:
             return False
         chunk.messages, chunk.cut_messages = [halved_one], 1
@@ -225,7 +224,7 @@ def _halve(chunk: _Chunk) -> bool:
 
 
 def _chunk_record(
-    calls: _FoldCalls, chunk: _Chunk, kept: str, compressed: int, cut: int
+    calls: FoldCalls, chunk: Chunk, kept: str, *, compressed: int, cut: int
 ) -> dict[str, Any]:
     """What the step journals for a taken chunk; the optional keys only when they happened,
     so the payload of an ordinary fold stays as it always was."""
@@ -245,3 +244,6 @@ def _chunk_record(
     if cut:
         recorded["clipped_chars"] = cut
     return recorded
+
+
+__all__ = ["Chunk", "ChunkTask", "fit_summary", "fold_chunk", "gather_chunk", "summarize_chunk"]

@@ -1,19 +1,28 @@
-"""What one run carries between its phases."""
+"""What one run carries between its phases: the turn's state, as a value.
+
+`Turn` is built once per attempt by `AgentLoop` and handed to every phase function with the
+loop's `TurnDeps`; a phase reads the request and the definition from it, writes its figures into
+its report, and (for a policy that folds between model calls) moves its `window`. Nothing of a
+run lives on the loop itself, so two runs in one process share nothing but their deps.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bounded_agents.core.messages import (
-    Message,
-)
+from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
+    DurableContext,
+    HistoryPolicyContext,
+    RunRequest,
     ThreadSummary,
 )
+from bounded_agents.core.report import RunReport
+from bounded_agents.core.turn.public import AgentDefinition, EventSink
 
 
 @dataclass(frozen=True)
-class _Digest:
+class Digest:
     """What a run's answer leaves for the next turn, stored with it: the digest of its last
     chat prompt (prefix reuse) and that call's usage as the provider counted it (None when it
     was an estimate), which a token threshold prefers to its own estimate."""
@@ -23,7 +32,7 @@ class _Digest:
 
 
 @dataclass
-class _Window:
+class Window:
     """A run's history as sent, kept for a mid-run fold: the summary (or the one a refold
     stored since, which the next refold extends), the kept messages (with their seqs) and how
     many prompt messages they fill after the system prompt."""
@@ -31,5 +40,25 @@ class _Window:
     summary: ThreadSummary | None
     keep: list[Message]
     head: int
-    folds: int
+    folds: int = 0
     """Summarizer chunks this run made so far (their checkpoints are numbered on from it)."""
+
+
+@dataclass
+class Turn:
+    """One attempt of one run: what it answers, for which agent, in which journal, and the
+    report it fills. `fresh`: the attempt is the run's first, so every ledger row of the run
+    was written by it (a resumed run reads them back instead)."""
+
+    request: RunRequest
+    definition: AgentDefinition
+    ctx: DurableContext
+    report: RunReport
+    hctx: HistoryPolicyContext
+    on_event: EventSink | None = None
+    fresh: bool = True
+    window: Window | None = None
+    """Set by the load when the policy refolds between model calls (`RefoldingPolicy`)."""
+
+
+__all__ = ["Digest", "Turn", "Window"]
