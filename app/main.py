@@ -17,8 +17,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
 from bounded_agents.core.history import HistoryConfig
-from bounded_agents.http.errors import install_error_handlers
-from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.http import build_openai_router, build_router, install_error_handlers
 from bounded_agents.module import AgentModule
 from bounded_agents.registry import agent, tool
 from bounded_agents.settings import Settings, get_settings
@@ -80,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         swagger_ui_parameters={"validatorUrl": None},  # no badge fetched from swagger.io
     )
     app.state.agent_module = module
-    app.include_router(module.router)
+    app.include_router(build_router(module))
     app.include_router(build_openai_router(module))
     install_error_handlers(app)
     return app

@@ -38,7 +38,7 @@ from bounded_agents.core.ports import ModelProvider, ModelRequest, ModelResponse
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.durable import SqlJournal
 from bounded_agents.providers.echo import EchoModel
-from bounded_agents.providers.openai_compat import OpenAICompatibleProvider
+from bounded_agents.providers.openai.compat import OpenAICompatibleProvider
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.sql import SqlAgentStore
 

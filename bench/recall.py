@@ -690,7 +690,7 @@ def recall_main(
 def _model_runs(name: str, turn_counts: Sequence[int]) -> list[dict[str, Any]]:
     """The model summarizer's rows: SmolLM2 on a llama.cpp server started here, or the
     endpoint the environment names."""
-    from bounded_agents.providers.openai_compat import OpenAICompatibleProvider
+    from bounded_agents.providers.openai.compat import OpenAICompatibleProvider
 
     cap = int(os.environ.get("AGENT_BENCH_CHAT_CAP", "256"))
     fold = int(os.environ.get("AGENT_BENCH_FOLD_MAX_TOKENS", str(DEFAULT_FOLD_MAX_TOKENS)))

@@ -12,25 +12,29 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bounded_agents.core.history_config import HistoryConfig
-    from bounded_agents.http.auth import Actor
+    from bounded_agents.actors import Actor
+    from bounded_agents.core.history.config import HistoryConfig
     from bounded_agents.module import AgentModule
     from bounded_agents.registry import agent, tool
 
 __all__ = ["Actor", "AgentModule", "HistoryConfig", "agent", "tool"]
 
 _WHERE = {
-    "Actor": "bounded_agents.http.auth",
+    "Actor": "bounded_agents.actors",
     "AgentModule": "bounded_agents.module",
     "agent": "bounded_agents.registry",
     "tool": "bounded_agents.registry",
-    "HistoryConfig": "bounded_agents.core.history_config",
+    "HistoryConfig": "bounded_agents.core.history.config",
 }
 
 
 def __getattr__(name: str) -> object:
     if name not in _WHERE:
         raise AttributeError(f"module 'bounded_agents' has no attribute {name!r}")
+    if name == "AgentModule":
+        # The routes register the factory that serves the deprecated `module.router` (one
+        # release): `bounded_agents.module` itself imports nothing of `http`.
+        import_module("bounded_agents.http.router")
     found = getattr(import_module(_WHERE[name]), name)
     globals()[name] = found  # served once: later reads are plain attribute reads
     return found

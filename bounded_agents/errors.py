@@ -5,14 +5,15 @@
     ├── InvalidInput                invalid_input       422
     │   ├── InvalidContent          invalid_content     422  (content a store cannot hold)
     │   ├── IdempotencyKeyReused    idempotency_key_reused 422  (same key, another request)
-    │   └── InvalidParameter        invalid_parameter   400  (bounded_agents/http/openai_errors.py:
+    │   └── InvalidParameter        invalid_parameter   400  (bounded_agents/http/openai/errors.py:
     /v1 only) │       └── UnsupportedParameter unsupported_parameter 400
     ├── ContentTooLarge             content_too_large   413
     ├── NotFound                    not_found           404
     │   ├── AgentNotFound           agent_not_found     404
     │   ├── ThreadNotFound          thread_not_found    404
+    │   ├── MessageNotFound         message_not_found   404  (no message at that seq to erase)
     │   └── RunNotFound             run_not_found       404
-    │       └── PreviousResponseNotFound run_not_found  404  (bounded_agents/http/openai_errors.py)
+    │       └── PreviousResponseNotFound run_not_found  404  (bounded_agents/http/openai/errors.py)
     ├── ThreadBusy                  thread_busy         409
     ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
@@ -126,6 +127,17 @@ class ThreadNotFound(NotFound):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {echoed(thread_id)} not found")
         self.thread_id = thread_id
+
+
+class MessageNotFound(NotFound):
+    """No message with that seq in the thread (never stored, or erased already): 404."""
+
+    code = "message_not_found"
+
+    def __init__(self, thread_id: str, seq: int) -> None:
+        super().__init__(f"thread {echoed(thread_id)} has no message {seq}")
+        self.thread_id = thread_id
+        self.seq = seq
 
 
 class RunNotFound(NotFound):

@@ -1,10 +1,15 @@
 """AgentModule: the composition root. `for_root(...)` wires store, journal, ledger, model and
-agents once; the router, the lifespan and `run_turn` all use what it built.
+agents once; the routes, the lifespan and `run_turn` all use what it built.
 
     module = AgentModule.for_root(model=..., actor_resolver=..., history={"max_messages": 40},
                                   agents=[PageHelperAgent])
     app = FastAPI(lifespan=module.lifespan)
-    app.include_router(module.router)
+    app.include_router(build_router(module))      # from bounded_agents.http import build_router
+
+The module imports nothing of `bounded_agents.http`, at any depth: the application builds the
+routes from the module, so the HTTP layer depends on the module and never the other way round
+(tests/test_layers.py). `module.router`, which built them here before, is kept one release as a
+deprecated property served through `register_router_factory` (see there).
 """
 
 from __future__ import annotations
@@ -13,13 +18,15 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from opentelemetry.trace import TracerProvider
 
+from bounded_agents.actors import LOCAL_ACTOR, ActorResolver, default_resolver
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.history import (
     HistoryConfig,
@@ -39,6 +46,7 @@ from bounded_agents.core.ports import (
     supports_closing,
     supports_keyed_runs,
     supports_pruning,
+    supports_run_erasure,
 )
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import (
@@ -46,6 +54,7 @@ from bounded_agents.errors import (
     ConfigError,
     IdempotencyKeyReused,
     LeaseLost,
+    MessageNotFound,
     QuotaExceeded,
     RunFailed,
     ThreadBusy,
@@ -58,17 +67,37 @@ from bounded_agents.providers import provider_from_settings
 from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from bounded_agents.settings import Settings, get_settings
 
-if TYPE_CHECKING:
-    from bounded_agents.http.auth import ActorResolver
-
 log = logging.getLogger("bounded_agents")
 
-__all__ = ["AgentModule", "AgentSpec", "agent", "tool"]
+__all__ = [
+    "LOCAL_ACTOR_ID",
+    "PRUNE_BATCH",
+    "PRUNE_BATCHES",
+    "AgentModule",
+    "AgentSpec",
+    "RouterFactory",
+    "agent",
+    "model_from_settings",
+    "register_router_factory",
+    "tool",
+]
 
 
-LOCAL_ACTOR_ID = "local"
-"""`bounded_agents.http.auth.LOCAL_ACTOR`, the actor of local development mode, repeated here so
-this module imports nothing of `http` (a test holds the two equal)."""
+LOCAL_ACTOR_ID = LOCAL_ACTOR
+"""The actor of local development mode (`bounded_agents.actors.LOCAL_ACTOR`): what
+`create_thread` defaults to, so a thread made without HTTP is the local HTTP caller's."""
+
+RouterFactory = Callable[["AgentModule"], APIRouter]
+"""What builds a module's routes: `bounded_agents.http.build_router`."""
+
+_router_factory: list[RouterFactory] = []
+
+
+def register_router_factory(factory: RouterFactory) -> None:
+    """Called once by `bounded_agents.http.router` on import, so the deprecated
+    `AgentModule.router` can build the routes without this module importing `http` (the
+    dependency points up by a value handed down, not by an import). Goes with `router`."""
+    _router_factory[:] = [factory]
 
 
 def model_from_settings(settings: Settings) -> ModelProvider:
@@ -137,8 +166,6 @@ def _resolver(given: ActorResolver | None, settings: Settings) -> tuple[ActorRes
     """The actor resolver, and whether it is local development mode (never for a given one)."""
     if given is not None:
         return given, False
-    from bounded_agents.http.auth import default_resolver  # on build, never on import
-
     return default_resolver(settings.actor_keys())
 
 
@@ -171,11 +198,27 @@ class AgentModule:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._resuming: set[str] = set()
         """Runs this process's sweep claimed and is resuming now."""
-        # The one way out to the HTTP layer, taken when the module is built, never on import:
-        # `http` imports this module, so a top-level import here would close a circle.
-        from bounded_agents.http.router import build_router
+        self._router: APIRouter | None = None
 
-        self.router: APIRouter = build_router(self)
+    @property
+    def router(self) -> APIRouter:
+        """Deprecated (goes in the next release): the module's routes, built on first use.
+        Build them where the app is made instead, `bounded_agents.http.build_router(module)`;
+        the module no longer depends on its HTTP layer."""
+        warnings.warn(
+            "AgentModule.router is deprecated: build the routes with "
+            "bounded_agents.http.build_router(module)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self._router is None:
+            if not _router_factory:
+                raise ConfigError(
+                    "module.router needs bounded_agents.http imported: use "
+                    "bounded_agents.http.build_router(module)"
+                )
+            self._router = _router_factory[0](self)
+        return self._router
 
     @property
     def store(self) -> AgentStore:
@@ -191,6 +234,61 @@ class AgentModule:
         if agent not in self.loop.agents:
             raise AgentNotFound(agent)
         return await self.store.create_thread(actor_id=actor_id, agent=agent, title=title)
+
+    async def erase_thread(
+        self, thread_id: str, *, actor_id: str = LOCAL_ACTOR_ID, thread: Thread | None = None
+    ) -> None:
+        """Erase a thread of `actor_id` for good, without HTTP (what `DELETE /threads/{id}` and
+        the `/v1` conversation delete do): its messages, summaries and run journals, and the
+        records a runtime keeps of its runs outside the store (DBOS's workflows); its ledger rows
+        stay. What exactly is erased, and why, is `bounded_agents.store.erase`'s docstring.
+
+        `ThreadNotFound` for a thread that is not `actor_id`'s (or none), `ThreadBusy` while a
+        turn runs on it (retry when it ends). A route passes the `thread` its ownership check
+        already loaded, so it is not read again. A thread gone between that check and the
+        erasure was erased by a concurrent call: the outcome asked for, so no error."""
+        owned = await self._owned(thread_id, actor_id, thread)
+        held = await self._runs_held_elsewhere(owned.id)
+        await self.store.delete_thread(owned.id)
+        await self._erase_runs(held)
+
+    async def erase_message(
+        self,
+        thread_id: str,
+        seq: int,
+        *,
+        actor_id: str = LOCAL_ACTOR_ID,
+        thread: Thread | None = None,
+    ) -> None:
+        """Erase the message at `seq` of a thread of `actor_id`, and every summary made of it
+        (what `DELETE /threads/{id}/messages/{seq}` does). `MessageNotFound` when the thread has
+        no message there (never stored, or erased already); otherwise as `erase_thread`."""
+        owned = await self._owned(thread_id, actor_id, thread)
+        held = await self._runs_held_elsewhere(owned.id)
+        if not await self.store.delete_message(owned.id, seq):
+            raise MessageNotFound(owned.id, seq)
+        await self._erase_runs(held)
+
+    async def _owned(self, thread_id: str, actor_id: str, thread: Thread | None) -> Thread:
+        """`thread` when it is the caller's check of this thread for this actor, else read."""
+        if thread is not None and thread.id == thread_id and thread.actor_id == actor_id:
+            return thread
+        return await self.loop.owned_thread(thread_id, actor_id)
+
+    async def _runs_held_elsewhere(self, thread_id: str) -> list[str]:
+        """The thread's runs a runtime keeps records of outside the store (DBOS's workflows),
+        read before the store's erasure deletes the `runs` rows that name them. The store erases
+        every run's journal of the thread (`bounded_agents.store.erase`), so all of them go there
+        too; a run begun in between would be live, and the store refuses the erasure then."""
+        runtime = self.loop.runtime
+        return await runtime.thread_run_ids(thread_id) if supports_run_erasure(runtime) else []
+
+    async def _erase_runs(self, run_ids: list[str]) -> None:
+        """After the store's erasure committed (a refused one, `ThreadBusy`, reaches no
+        runtime)."""
+        runtime = self.loop.runtime
+        if run_ids and supports_run_erasure(runtime):
+            await runtime.erase_runs(run_ids)
 
     @classmethod
     def for_root(

@@ -20,7 +20,7 @@ from tenacity import (
 
 from bounded_agents.core.loop import AgentLoop
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports import AgentStore, RunRecord, supports_run_messages
+from bounded_agents.core.ports import AgentStore, RunRecord
 from bounded_agents.core.report import RunReport, RunResult
 from bounded_agents.errors import RecordedFailure, RunFailed
 
@@ -69,9 +69,5 @@ async def stored_result(store: AgentStore, run_id: str, record: RunRecord) -> Ru
 
 
 async def run_messages(store: AgentStore, thread_id: str, run_id: str) -> list[Message]:
-    """The messages `run_id` stored, in seq order (the whole thread is read from a store that
-    cannot look them up by run)."""
-    if supports_run_messages(store):
-        return await store.run_messages(thread_id, run_id)
-    thread = await store.get_thread(thread_id)
-    return [m for m in (thread.messages if thread else []) if m.run_id == run_id]
+    """The messages `run_id` stored, in seq order."""
+    return await store.run_messages(thread_id, run_id)

@@ -25,7 +25,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.durable import InlineRuntime, SqlJournal
 from bounded_agents.errors import ConfigError
 from bounded_agents.settings import Settings
-from bounded_agents.store import SqlAgentStore
+from bounded_agents.store import SqlAgentStore, dialect_of_url
 from bounded_agents.store.host import hosts_sql_journal
 from bounded_agents.store.ledger import MemoryLedger, SqlLedger
 
@@ -111,7 +111,7 @@ def build_persistence(
 
 def store_from_settings(settings: Settings) -> SqlAgentStore:
     """The SQL store on AGENT_DATABASE_URL, with the AGENT_DB_* pool settings."""
-    if settings.db_pgbouncer and not settings.database_url.startswith("postgresql"):
+    if settings.db_pgbouncer and not dialect_of_url(settings.database_url).postgres:
         log.warning("AGENT_DB_PGBOUNCER is ignored: AGENT_DATABASE_URL is not PostgreSQL")
     return SqlAgentStore.from_url(
         settings.database_url,

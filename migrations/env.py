@@ -16,6 +16,7 @@ from alembic import context
 from sqlalchemy import Connection
 
 from bounded_agents.settings import get_settings
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.migrate import (
     MIGRATION_LOCK_KEY,
@@ -31,7 +32,7 @@ target_metadata = metadata
 
 
 def _configure(connection: Connection) -> None:
-    if connection.dialect.name == "postgresql":
+    if dialect_of(connection).postgres:
         # Processes started together on one database queue here: the first migrates, the next
         # finds the schema at head. Held until the migration's transaction ends.
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
@@ -39,7 +40,7 @@ def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=dialect_of(connection).sqlite,
         compare_type=True,
         include_name=include_name,
     )

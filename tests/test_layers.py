@@ -1,8 +1,21 @@
-"""The layers point one way: core <- store/durable/providers <- persistence/module <- http.
+"""The layers point one way, with no import circle, counting EVERY import: top level, inside
+functions (lazy) and under `TYPE_CHECKING` alike. A lazy import is a dependency all the same
+(it only moves the failure to the first call), and a `TYPE_CHECKING` one is a dependency of the
+types, which is how a circle first gets written.
 
-`module.py` is the composition root: it may reach the HTTP layer only from inside a function
-(when a module is built), never on import, so importing any of them in any order works and no
-import circle can form between the module and its routes.
+    errors, redact                          stdlib only
+    core                                    the turn, its types and ports (no framework)
+    store, providers, observability,        implement the ports / read settings / describe
+      actors, settings, registry, outcome,    agents, each on core alone
+      testing
+    durable                                 the run journal, on the store's public surface
+    persistence                             chooses store, journal and ledger
+    module                                  the composition root (`AgentModule`)
+    http                                    the routes: built from a module, never by it
+    cli, __main__                           the command line
+
+`module.py` imports nothing of `http` at any depth: the application builds the routes from the
+module (`bounded_agents.http.build_router(module)`).
 """
 
 from __future__ import annotations
@@ -19,10 +32,21 @@ from bounded_agents.module import LOCAL_ACTOR_ID
 
 PACKAGE = Path(__file__).resolve().parent.parent / "bounded_agents"
 HTTP_MODULES = sorted(
-    f"bounded_agents.http.{p.stem}" for p in (PACKAGE / "http").glob("*.py") if p.stem != "__init__"
+    "bounded_agents."
+    + ".".join(p.relative_to(PACKAGE).with_suffix("").parts).removesuffix(".__init__")
+    for p in (PACKAGE / "http").rglob("*.py")
 )
-LAYERS = ("core", ("store", "durable", "providers"), ("persistence", "module"), "http")
-"""Lowest first: a layer may import those before it, never those after it (at top level)."""
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "redact"),
+    ("core",),
+    ("store", "providers", "observability", "actors", "settings", "registry", "outcome", "testing"),
+    ("durable",),
+    ("persistence",),
+    ("module",),
+    ("http",),
+    ("cli", "__main__"),
+)
+"""Lowest first: a layer may import those before it and its own, never those after it."""
 
 
 def _layer(module: str) -> int | None:
@@ -30,40 +54,112 @@ def _layer(module: str) -> int | None:
     if parts[0] != "bounded_agents" or len(parts) < 2:
         return None
     for rank, names in enumerate(LAYERS):
-        if parts[1] in ((names,) if isinstance(names, str) else names):
+        if parts[1] in names:
             return rank
     return None
 
 
-def _top_level_imports(path: Path) -> list[str]:
-    """What a file imports when it is imported: module-level statements, not those under
-    `if TYPE_CHECKING:` nor inside functions."""
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["bounded_agents", *parts])
+
+
+def _all_imports(path: Path) -> list[str]:
+    """Every module the file names in an import, wherever the import sits, made absolute; for
+    `from package import name`, `package.name` when that is a module, else `package`."""
+    me = _module_name(path)
     found: list[str] = []
-    for node in ast.parse(path.read_text()).body:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = me.split(".")
+                if path.name != "__init__.py":
+                    base.pop()
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, module] if module else base)
+            for alias in node.names:
+                sub = f"{module}.{alias.name}"
+                found.append(sub if sub in MODULES else module)
     return found
 
 
-def test_every_layer_imports_only_the_layers_below_it_at_top_level() -> None:
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {
+    name: sorted({i for i in _all_imports(path) if i in MODULES} - {name})
+    for name, path in MODULES.items()
+}
+"""Module -> the library modules it imports, at any depth. Importing `a.b.c` also runs the
+package `a.b`'s `__init__`, but that is not an edge here: a package re-exporting its own
+modules is the package pattern, not a circle (`from a.b import name` IS an edge to `a.b`)."""
+
+
+def test_every_library_module_has_a_layer() -> None:
+    assert [m for m in MODULES if m != "bounded_agents" and _layer(m) is None] == []
+
+
+def test_every_layer_imports_only_its_own_and_the_layers_below_it_at_any_depth() -> None:
     wrong: list[str] = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        importer = "bounded_agents." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+    for importer, imported in GRAPH.items():
         rank = _layer(importer)
         if rank is None:
             continue
-        for imported in _top_level_imports(path):
-            to = _layer(imported)
-            if to is not None and to > rank:
-                wrong.append(f"{importer} imports {imported}")
+        wrong += [f"{importer} imports {i}" for i in imported if (_layer(i) or 0) > rank]
     assert wrong == []
 
 
-def test_module_py_imports_nothing_of_http_at_top_level() -> None:
-    imports = _top_level_imports(PACKAGE / "module.py")
-    assert [name for name in imports if name.startswith("bounded_agents.http")] == []
+def _circles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, []):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_circle_counting_lazy_and_type_checking_imports() -> None:
+    assert _circles(GRAPH) == []
+
+
+def test_the_circle_finder_finds_a_circle_through_three_modules() -> None:
+    graph = {"a": ["b"], "b": ["c"], "c": ["a", "d"], "d": []}
+    assert _circles(graph) == [["a", "b", "c"]]
+
+
+def test_module_py_imports_nothing_of_http_at_any_depth() -> None:
+    assert [i for i in GRAPH["bounded_agents.module"] if i.startswith("bounded_agents.http")] == []
+    source = (PACKAGE / "module.py").read_text()
+    assert "import_module" not in source and "__import__" not in source  # no import by string
 
 
 @pytest.mark.parametrize("first", [*HTTP_MODULES, "bounded_agents.module", "bounded_agents"])

@@ -77,7 +77,7 @@ EXPECTED = [
     ("AgentModule", "def (*, settings: bounded_agents.settings.Settings, "),
     ("AgentModule", "-> bounded_agents.module.AgentModule"),
     ("HistoryConfig", "def (*, enabled: bool =, max_messages: int | None =, "),
-    ("HistoryConfig", "-> bounded_agents.core.history_config.HistoryConfig"),
+    ("HistoryConfig", "-> bounded_agents.core.history.config.HistoryConfig"),
     ("agent", "def (*, name: str, system_prompt: str =, "),
     ("agent", "-> def [C <: type] (C) -> C"),
     ("tool", "Overload(def [F <: def (*Any, **Any) -> typing.Awaitable[Any]] (F) -> F, "),
@@ -135,3 +135,14 @@ def test_a_users_mypy_strict_sees_every_public_name_typed_not_any(
     by_reveal = dict(zip(names, revealed, strict=True))
     for reveal, piece in EXPECTED:
         assert piece in by_reveal[reveal], textwrap.shorten(f"{reveal}: {by_reveal[reveal]}", 400)
+
+
+def test_the_paths_the_docs_once_named_still_serve_the_same_objects() -> None:
+    """Moved, not removed (issue 35): the README's `bounded_agents.http.openai_api` and
+    `bounded_agents.http.auth` re-export what now lives in `http/openai/` and `actors.py`."""
+    from bounded_agents import actors
+    from bounded_agents.http import auth, build_openai_router, openai_api
+
+    assert openai_api.build_openai_router is build_openai_router
+    assert auth.Actor is actors.Actor and auth.default_resolver is actors.default_resolver
+    assert bounded_agents.Actor is actors.Actor

@@ -36,8 +36,8 @@ from bounded_agents.core.checkpoints import (
     parse_load_thread,
     parse_seq,
 )
+from bounded_agents.core.history.powers import policy_summarizer, read_bound
 from bounded_agents.core.messages import ChatMessage, Message
-from bounded_agents.core.policies import policy_summarizer, read_bound
 from bounded_agents.core.ports import (
     AgentStore,
     DurableRuntime,

@@ -66,10 +66,7 @@ from bounded_agents.durable.dbos_setup import (
 from bounded_agents.durable.journal import SqlJournal
 from bounded_agents.durable.journal_history import timeline_payloads
 from bounded_agents.errors import RunFailed, ThreadBusy
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import write_transaction
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import runs
+from bounded_agents.store import db_now, runs, wrap_db_errors, write_transaction
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,7 @@ from dbos import DBOS, DBOSConfig
 from sqlalchemy.engine import make_url
 
 from bounded_agents.errors import ConfigError
+from bounded_agents.store import dialect_of_url
 
 log = logging.getLogger(__name__)
 
@@ -23,18 +24,15 @@ def dbos_system_url(database_url: str) -> str:
     """DBOS's system database for an app database URL: DBOS uses synchronous drivers, so
     `postgresql+asyncpg` becomes `postgresql+psycopg` and `sqlite+aiosqlite` plain `sqlite`."""
     url = make_url(database_url)
-    backend = url.get_backend_name()
-    if backend == "postgresql":
+    if dialect_of_url(url).postgres:
         url = url.set(drivername="postgresql+psycopg")
-    elif backend == "sqlite":
+    else:
         if url.database in (None, "", ":memory:"):
             raise ConfigError(
                 "AGENT_DURABLE=dbos needs a database file or PostgreSQL: an in-memory SQLite "
                 "database cannot hold DBOS's system tables (set AGENT_DBOS_SYSTEM_DATABASE_URL)"
             )
         url = url.set(drivername="sqlite")
-    else:
-        raise ConfigError(f"DBOS runs on PostgreSQL or SQLite, not {backend!r}")
     return url.render_as_string(hide_password=False)
 
 

@@ -31,20 +31,20 @@ from bounded_agents.core.ports import (
 from bounded_agents.durable.context import JournaledContext, Unit
 from bounded_agents.durable.journal_history import JournalHistory
 from bounded_agents.durable.journal_rows import (
-    _END_RUN,
-    _INSERT_STEP,
-    _LAPSED,
-    _LAPSED_ROW,
-    _TID,
     CANDIDATES_PER_TAKE,
     END_ATTEMPTS,
-    _hold,
-    _retried,
-    _run_row,
-    _shuffle,
-    _SqlUnit,
-    _Step,
-    _step_rows,
+    END_RUN,
+    INSERT_STEP,
+    LAPSED,
+    LAPSED_ROW,
+    TID,
+    JournalStep,
+    SqlUnit,
+    lease_renewal,
+    run_row,
+    shuffle_candidates,
+    step_rows,
+    with_retries,
 )
 from bounded_agents.errors import (
     JournalPruned,
@@ -55,12 +55,18 @@ from bounded_agents.errors import (
     ThreadNotFound,
     TurnInProgress,
 )
-from bounded_agents.store import direct
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import autocommit, write_transaction
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import run_steps, runs
-from bounded_agents.store.tx import SqlTransaction, joined, open_write
+from bounded_agents.store import (
+    SqlTransaction,
+    autocommit,
+    db_now,
+    direct,
+    joined,
+    open_write,
+    run_steps,
+    runs,
+    wrap_db_errors,
+    write_transaction,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +86,11 @@ class SqlJournal(JournalHistory):
         self._engine = engine
         self._reader = autocommit(engine)
         self._lease_seconds = lease_seconds
-        self._hold = _hold(lease_seconds)
+        self._hold = lease_renewal(lease_seconds)
         self._insert_run_statement = runs.insert().values(lease_expires_at=db_now(lease_seconds))
         self._take_lapsed = (
             runs.update()
-            .where(runs.c.thread_id == _TID, runs.c.id.in_(_LAPSED_ROW.scalar_subquery()))
+            .where(runs.c.thread_id == TID, runs.c.id.in_(LAPSED_ROW.scalar_subquery()))
             .values(lease_expires_at=db_now(lease_seconds), owner=sa.bindparam("token"))
         )
         """Claim one lapsed run, by its full key: one row, one shard (`claim_expired`)."""
@@ -94,7 +100,7 @@ class SqlJournal(JournalHistory):
         """run id -> its thread, for the runs in `_owners`."""
         self._swept: set[str] = set()
         """Runs `claim_expired` took for this process that `reopen` has not taken up yet."""
-        self._first_units: dict[str, tuple[_SqlUnit, RunRequest]] = {}
+        self._first_units: dict[str, tuple[SqlUnit, RunRequest]] = {}
         """Runs whose row waits, uncommitted, in their first unit of work (see the class)."""
         self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
         """run id -> (thread id, the end's parameters): runs whose end could not be recorded
@@ -122,7 +128,7 @@ class SqlJournal(JournalHistory):
         if not shared_first_unit:
             await tx.close(commit=True)
             return self._context(request.thread_id, request.run_id, [])
-        first = _SqlUnit(request.thread_id, request.run_id, tx)
+        first = SqlUnit(request.thread_id, request.run_id, tx)
         self._first_units[request.run_id] = (first, request)
         tx.after_commit.append(functools.partial(self._first_committed, request.run_id))
         return self._context(request.thread_id, request.run_id, [], first)
@@ -147,7 +153,7 @@ class SqlJournal(JournalHistory):
 
     async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
         try:
-            values = {**_run_row(request, "running"), "owner": token}
+            values = {**run_row(request, "running"), "owner": token}
             # The insert opens the transaction: retried on a fresh connection if the pooled one
             # was dead (nothing was written), so the checkout skips its ping.
             return await open_write(
@@ -183,7 +189,7 @@ class SqlJournal(JournalHistory):
         async with wrap_db_errors("release_expired"), write_transaction(self._engine) as conn:
             released = await conn.execute(
                 runs.update()
-                .where(runs.c.thread_id == thread_id, _LAPSED)
+                .where(runs.c.thread_id == thread_id, LAPSED)
                 .values(
                     status="failed",
                     error_code="lease_expired",
@@ -260,7 +266,7 @@ class SqlJournal(JournalHistory):
             await self._claim(request)
         else:
             self._owners.pop(run_id, None)  # a finished run replays; nothing to hold
-        history = [_Step(s.name, s.payload) for s in steps]
+        history = [JournalStep(s.name, s.payload) for s in steps]
         return request, self._context(row.thread_id, run_id, history)
 
     async def _claim(self, request: RunRequest) -> None:
@@ -272,7 +278,7 @@ class SqlJournal(JournalHistory):
                     .where(
                         runs.c.thread_id == request.thread_id,
                         runs.c.id == request.run_id,
-                        sa.or_(runs.c.status == "failed", _LAPSED),
+                        sa.or_(runs.c.status == "failed", LAPSED),
                         # Pruned between `reopen`'s read of the journal and this claim: the
                         # attempt would run on from steps that are gone, and a crash of it
                         # would find nothing to replay.
@@ -312,13 +318,13 @@ class SqlJournal(JournalHistory):
         self,
         thread_id: str,
         run_id: str,
-        history: list[_Step],
-        first: _SqlUnit | None = None,
+        history: list[JournalStep],
+        first: SqlUnit | None = None,
     ) -> JournaledContext:
         async def write(steps: Sequence[tuple[int, str, str]]) -> None:
             async with wrap_db_errors("journal_step"), write_transaction(self._engine) as conn:
                 await self._check_lease(conn, run_id)
-                await conn.execute(_INSERT_STEP, _step_rows(thread_id, run_id, steps))
+                await conn.execute(INSERT_STEP, step_rows(thread_id, run_id, steps))
 
         async def open_unit() -> Unit:
             # The lease check opens the transaction: retried on a fresh connection if the pooled
@@ -326,7 +332,7 @@ class SqlJournal(JournalHistory):
             tx = await open_write(
                 self._engine, "journal_unit", lambda conn: self._check_lease(conn, run_id)
             )
-            return _SqlUnit(thread_id, run_id, tx)
+            return SqlUnit(thread_id, run_id, tx)
 
         return JournaledContext(run_id, list(history), write, open_unit, first)
 
@@ -383,14 +389,14 @@ class SqlJournal(JournalHistory):
             # With the answer, in its unit: the run is let go of only once that commits, so a
             # unit that fails leaves it ours to fail.
             async with wrap_db_errors("end_run"):
-                ended = await direct.write(shared, _END_RUN, params, "end_run")
+                ended = await direct.write(shared, END_RUN, params, "end_run")
             assert isinstance(tx, SqlTransaction)
             tx.after_commit.append(lambda: self._let_go(run_id))
             self._warn_if_taken(ended.rowcount, run_id)
             return
         self._let_go(run_id)
         try:
-            await _retried(functools.partial(self._record_end, params))
+            await with_retries(functools.partial(self._record_end, params))
         except StoreError:
             self._unended[run_id] = (thread_id, params)
             raise
@@ -407,14 +413,14 @@ class SqlJournal(JournalHistory):
         a row is there already. Retried as `_end` retries: a database fault that sank the
         first unit may well still be there, and without the row the run is gone."""
         values = {
-            **_run_row(request, status),
+            **run_row(request, status),
             "error_code": code,
             "error_message": message,
             "report": encode_payload(report),
             "lease_expires_at": None,
         }
         try:
-            await _retried(functools.partial(self._insert_ended_run, values))
+            await with_retries(functools.partial(self._insert_ended_run, values))
         except sa_exc.IntegrityError:
             log.warning("run %s: its row was stored after all; ending it", request.run_id)
             return False
@@ -435,7 +441,7 @@ class SqlJournal(JournalHistory):
 
     async def _record_end(self, params: dict[str, Any]) -> None:
         async with wrap_db_errors("end_run"), write_transaction(self._engine) as conn:
-            ended = await conn.execute(_END_RUN, params)
+            ended = await conn.execute(END_RUN, params)
         self._warn_if_taken(ended.rowcount, params["rid"])
 
     async def _end_unended(self, thread_id: str) -> bool:
@@ -467,13 +473,13 @@ class SqlJournal(JournalHistory):
         token = str(uuid.uuid4())
         lapsed = (
             sa.select(runs.c.thread_id, runs.c.id)
-            .where(_LAPSED)
+            .where(LAPSED)
             .order_by(runs.c.lease_expires_at)
             .limit(limit * CANDIDATES_PER_TAKE)
         )
         async with wrap_db_errors("claim_expired"), self._reader.connect() as conn:
             found = [(r.thread_id, r.id) for r in await conn.execute(lapsed)]
-        _shuffle(found)
+        shuffle_candidates(found)
         params = {"token": token}
         claimed: list[str] = []
         for thread_id, run_id in found:
@@ -491,4 +497,4 @@ class SqlJournal(JournalHistory):
         return claimed
 
 
-__all__ = ["CANDIDATES_PER_TAKE", "END_ATTEMPTS", "_INSERT_STEP", "SqlJournal"]
+__all__ = ["CANDIDATES_PER_TAKE", "END_ATTEMPTS", "INSERT_STEP", "SqlJournal"]

@@ -20,12 +20,21 @@ from bounded_agents.core.ports import (
     RunRequest,
     RunTrace,
 )
-from bounded_agents.durable.journal_rows import _KEYED_RUN, _LAPSED, CANDIDATES_PER_TAKE, _shuffle
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.engine import write_transaction
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import messages, run_steps, runs
-from bounded_agents.store.sql import aware_utc
+from bounded_agents.durable.journal_rows import (
+    CANDIDATES_PER_TAKE,
+    KEYED_RUN,
+    LAPSED,
+    shuffle_candidates,
+)
+from bounded_agents.store import (
+    aware_utc,
+    db_now,
+    messages,
+    run_steps,
+    runs,
+    wrap_db_errors,
+    write_transaction,
+)
 
 
 class JournalHistory:
@@ -44,7 +53,7 @@ class JournalHistory:
         one lookup on the unique index that holds the key."""
         async with wrap_db_errors("keyed_run"), self._reader.connect() as conn:
             row = (
-                await conn.execute(_KEYED_RUN, {"tid": thread_id, "actor": actor_id, "key": key})
+                await conn.execute(KEYED_RUN, {"tid": thread_id, "actor": actor_id, "key": key})
             ).one_or_none()
         return (row.id, row.request_fingerprint or "") if row is not None else None
 
@@ -77,7 +86,7 @@ class JournalHistory:
         """Runs whose lease lapsed, oldest first: a look only (see `claim_expired` to take them)."""
         async with wrap_db_errors("expired_runs"), self._reader.connect() as conn:
             rows = await conn.execute(
-                sa.select(runs.c.id).where(_LAPSED).order_by(runs.c.created_at)
+                sa.select(runs.c.id).where(LAPSED).order_by(runs.c.created_at)
             )
             return [r.id for r in rows]
 
@@ -119,11 +128,11 @@ class JournalHistory:
         for thread_id, run_id in found:
             by_thread.setdefault(thread_id, []).append(run_id)
         threads = list(by_thread.items())
-        _shuffle(threads)
+        shuffle_candidates(threads)
         pruned: list[str] = []
         async with wrap_db_errors("prune_steps"), write_transaction(self._engine) as conn:
             for thread_id, run_ids in threads:
-                _shuffle(run_ids)
+                shuffle_candidates(run_ids)
                 while run_ids and len(pruned) < limit:
                     room = limit - len(pruned)
                     batch, run_ids = run_ids[:room], run_ids[room:]

@@ -19,24 +19,20 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import (
     StoreError,
 )
-from bounded_agents.store import direct
-from bounded_agents.store.clock import db_now
-from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import run_steps, runs
-from bounded_agents.store.tx import SqlTransaction
+from bounded_agents.store import SqlTransaction, db_now, direct, run_steps, runs, wrap_db_errors
 
 log = logging.getLogger(__name__)
 
 # Built once: a statement whose values arrive as parameters is compiled and cached once,
 # where `.values(...)` per call rebuilds and re-keys it on every journal write.
-_INSERT_STEP = run_steps.insert()
+INSERT_STEP = run_steps.insert()
 _OWNED = sa.and_(
     runs.c.thread_id == sa.bindparam("tid"),
     runs.c.id == sa.bindparam("rid"),
     runs.c.owner == sa.bindparam("holder"),
     runs.c.status == "running",
 )
-_END_RUN = (
+END_RUN = (
     runs.update()
     .where(_OWNED)
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
@@ -44,26 +40,26 @@ _END_RUN = (
 
 
 @functools.cache
-def _hold(lease_seconds: float) -> sa.Update:
+def lease_renewal(lease_seconds: float) -> sa.Update:
     """Renew a lease this attempt holds: its new expiry is the database's clock plus the lease.
     One statement per lease length, shared by every journal (`bounded_agents.store.direct` keeps
     each statement's compiled form for the life of the process)."""
     return runs.update().where(_OWNED).values(lease_expires_at=db_now(lease_seconds))
 
 
-_KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
+KEYED_RUN = sa.select(runs.c.id, runs.c.request_fingerprint).where(
     runs.c.thread_id == sa.bindparam("tid"),
     runs.c.actor_id == sa.bindparam("actor"),
     runs.c.idempotency_key == sa.bindparam("key"),
 )
 
-_LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
+LAPSED = sa.and_(runs.c.status == "running", runs.c.lease_expires_at < db_now())
 """A run whose process stopped renewing its lease, by the database's clock
 (`bounded_agents.store.clock`)."""
-_TID: sa.BindParameter[str] = sa.bindparam("tid")
-_LAPSED_ROW = (
+TID: sa.BindParameter[str] = sa.bindparam("tid")
+LAPSED_ROW = (
     sa.select(runs.c.id)
-    .where(runs.c.thread_id == _TID, runs.c.id == sa.bindparam("rid"), _LAPSED)
+    .where(runs.c.thread_id == TID, runs.c.id == sa.bindparam("rid"), LAPSED)
     .with_for_update(skip_locked=True)
 )
 """The run (tid, rid) if it is still lapsed and no other transaction holds its row: a claim
@@ -78,14 +74,14 @@ END_ATTEMPTS = 4
 is stored by then, and a blip must not leave the run holding its thread."""
 
 
-def _shuffle(items: list[Any]) -> None:
+def shuffle_candidates(items: list[Any]) -> None:
     """This process's own order: concurrent sweepers that read the same candidates try them in
     different orders, so they mostly take different runs instead of queuing on the same rows.
     Not for security: the order only spreads contention."""
     random.shuffle(items)
 
 
-class _Step:
+class JournalStep:
     __slots__ = ("name", "payload")
 
     def __init__(self, name: str, payload: str) -> None:
@@ -93,7 +89,7 @@ class _Step:
         self.payload = payload
 
 
-def _step_rows(
+def step_rows(
     thread_id: str, run_id: str, steps: Sequence[tuple[int, str, str]]
 ) -> list[dict[str, Any]]:
     return [
@@ -108,7 +104,7 @@ def _step_rows(
     ]
 
 
-def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
+def run_row(request: RunRequest, status: str) -> dict[str, Any]:
     """The columns of a run's row that come from its request. The Idempotency-Key goes in its
     own columns only: `request` stays what every version of the code reads (a process not yet
     upgraded, resuming the run, refuses a member it does not know)."""
@@ -125,7 +121,7 @@ def _run_row(request: RunRequest, status: str) -> dict[str, Any]:
     }
 
 
-async def _retried(write: Callable[[], Awaitable[None]]) -> None:
+async def with_retries(write: Callable[[], Awaitable[None]]) -> None:
     """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
     fails; the last failure is raised."""
     async for attempt in AsyncRetrying(
@@ -138,7 +134,7 @@ async def _retried(write: Callable[[], Awaitable[None]]) -> None:
             await write()
 
 
-class _SqlUnit:
+class SqlUnit:
     """A journal transaction the store and the ledger write into; committed with the steps."""
 
     def __init__(self, thread_id: str, run_id: str, transaction: SqlTransaction) -> None:
@@ -153,9 +149,9 @@ class _SqlUnit:
     async def commit(self, steps: Sequence[tuple[int, str, str]]) -> None:
         try:
             async with wrap_db_errors("journal_unit"):
-                rows = _step_rows(self.thread_id, self.run_id, steps)
+                rows = step_rows(self.thread_id, self.run_id, steps)
                 await direct.write_many(
-                    self._tx.connection, _INSERT_STEP, rows, "journal_unit", last=True
+                    self._tx.connection, INSERT_STEP, rows, "journal_unit", last=True
                 )
         except BaseException:
             await self._tx.close(commit=False)
@@ -164,3 +160,22 @@ class _SqlUnit:
 
     async def rollback(self) -> None:
         await self._tx.close(commit=False)
+
+
+__all__ = [
+    "CANDIDATES_PER_TAKE",
+    "END_ATTEMPTS",
+    "END_RUN",
+    "INSERT_STEP",
+    "KEYED_RUN",
+    "LAPSED",
+    "LAPSED_ROW",
+    "TID",
+    "JournalStep",
+    "SqlUnit",
+    "lease_renewal",
+    "run_row",
+    "shuffle_candidates",
+    "step_rows",
+    "with_retries",
+]

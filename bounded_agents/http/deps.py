@@ -15,10 +15,10 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
+from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Thread
 from bounded_agents.errors import ConfigError, RunNotFound, ThreadNotFound
-from bounded_agents.http.auth import Actor
 from bounded_agents.http.errors import Unauthorized
 from bounded_agents.module import AgentModule
 
@@ -28,7 +28,9 @@ MODULE_SCOPE_KEY = "bounded_agents.agent_module"
 def get_module(request: Request) -> AgentModule:
     module = request.scope.get(MODULE_SCOPE_KEY)
     if not isinstance(module, AgentModule):
-        raise ConfigError("this route was not built by AgentModule (use module.router)")
+        raise ConfigError(
+            "this route was not built for an AgentModule (use bounded_agents.http.build_router)"
+        )
     return module
 
 

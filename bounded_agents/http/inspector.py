@@ -39,7 +39,6 @@ from bounded_agents.core.messages import MAX_SEQ
 from bounded_agents.core.ports import (
     RunTrace,
     supports_run_timeline,
-    supports_thread_listing,
 )
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
@@ -48,7 +47,7 @@ from bounded_agents.http.errors import public_message, status_for, validation_me
 from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
 
 if TYPE_CHECKING:
-    from bounded_agents.http.auth import Actor
+    from bounded_agents.actors import Actor
     from bounded_agents.module import AgentModule
 
 COOKIE = "agent_inspector_key"
@@ -87,7 +86,7 @@ _templates = Environment(
 
 
 def build_inspector_router(module: AgentModule, prefix: str = "/inspect") -> APIRouter:
-    """The inspector's routes, closed over `module`, at `prefix` (`module.router` includes
+    """The inspector's routes, closed over `module`, at `prefix` (`build_router(module)` includes
     them at `/inspect`; a host may build and include its own elsewhere)."""
     pages = _Pages(module, prefix)
     router = APIRouter(prefix=prefix, include_in_schema=False, route_class=_route_class(pages))
@@ -171,11 +170,9 @@ class _Pages:
         actor = await self.actor_or_login(request)
         if isinstance(actor, HTMLResponse):
             return actor
-        listing = []
         store = self.module.store
-        if supports_thread_listing(store):
-            offset = (page - 1) * THREADS_PER_PAGE
-            listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
+        offset = (page - 1) * THREADS_PER_PAGE
+        listing = await store.list_threads(actor.id, limit=THREADS_PER_PAGE + 1, offset=offset)
         return self.render(
             request,
             "threads.html",
@@ -183,7 +180,6 @@ class _Pages:
             threads=listing[:THREADS_PER_PAGE],
             page_no=page,
             more=len(listing) > THREADS_PER_PAGE,
-            listable=supports_thread_listing(store),
         )
 
     async def timeline_values(

@@ -28,7 +28,6 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from bounded_agents.core.messages import MAX_SEQ, Message
-from bounded_agents.core.ports import supports_thread_info, supports_transcripts
 from bounded_agents.core.report import RunReport, RunResult
 from bounded_agents.errors import (
     RunNotFound,
@@ -64,6 +63,7 @@ from bounded_agents.http.schemas import (
 )
 from bounded_agents.http.sse import turn_response
 from bounded_agents.http.turns import start_turn
+from bounded_agents.module import register_router_factory
 
 if TYPE_CHECKING:
     from bounded_agents.module import AgentModule
@@ -229,14 +229,7 @@ async def transcript_page(
     module: AgentModule, thread_id: str, limit: int, before: int | None
 ) -> list[Message]:
     """Up to `limit` messages with `seq < before` (the newest when None), oldest first."""
-    store = module.store
-    if supports_transcripts(store):
-        return await store.list_messages(thread_id, limit=limit, before=before)
-    thread = await store.get_thread(thread_id)  # a store without paging: read it all
-    if thread is None:
-        raise ThreadNotFound(thread_id)
-    older = [m for m in thread.messages if before is None or (m.seq or 0) < before]
-    return older[-limit:]
+    return await module.store.list_messages(thread_id, limit=limit, before=before)
 
 
 async def get_window(thread: OwnedThreadDep, actor: ActorDep, module: ModuleDep) -> WindowOut:
@@ -338,10 +331,7 @@ async def healthz(module: ModuleDep) -> HealthOut:
     probe = str(uuid.uuid4())
     try:
         async with asyncio.timeout(HEALTH_TIMEOUT_SECONDS):
-            if supports_thread_info(store):
-                await store.get_thread_info(probe)
-            else:
-                await store.get_thread(probe)
+            await store.get_thread_info(probe)
     except TimeoutError:
         raise StoreError(f"the store did not answer within {HEALTH_TIMEOUT_SECONDS} s") from None
     return HealthOut(status="ok")
@@ -354,5 +344,7 @@ async def metrics(module: ModuleDep) -> Response:
     body = generate_latest(module.metrics.registry)
     return Response(content=body, media_type=CONTENT_TYPE_LATEST)
 
+
+register_router_factory(build_router)  # serves the deprecated `module.router` (one release)
 
 __all__: Sequence[str] = ["build_router", "transcript_page"]

@@ -37,7 +37,7 @@ from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.ports import RunRecord, RunTrace, supports_run_timeline
 from bounded_agents.core.turn.prompt import rebuilt_prompt
 from bounded_agents.errors import JournalPruned
-from bounded_agents.http.openai_errors import UnsupportedParameter
+from bounded_agents.http.openai.errors import UnsupportedParameter
 from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages
 

@@ -1,7 +1,9 @@
 """The optional runtime powers an `ObservedRuntime` passes on to the runtime it wraps: one
-subclass per power, each delegating that power's methods, combined per wrapped runtime so the
-observed runtime has exactly the powers the runtime has (the `supports_*` probes answer alike,
-with no `__getattr__` forwarding). Apart from `runtime.py` because it subclasses its class.
+mixin per power, each delegating that power's methods to `self.inner`, combined per wrapped
+runtime (`bounded_agents.observability.runtime.observer_class`) so the observed runtime has
+exactly the powers the runtime has (the `supports_*` probes answer alike, with no
+`__getattr__` forwarding). Mixins, not subclasses of `ObservedRuntime`: this module imports
+nothing of `runtime.py`, which imports it, so the two form no import circle.
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ from bounded_agents.core.ports import (
     supports_run_executor,
     supports_run_timeline,
 )
-from bounded_agents.observability.runtime import ObservedRuntime
 
 _T = TypeVar("_T")
 
 
-class _ObservedKeyedRuns(ObservedRuntime):
+class PowerDelegate:
+    """A mixin that passes one power on to `inner`, the runtime an observed runtime wraps."""
+
+    inner: DurableRuntime
+
+
+class KeyedRunsDelegate(PowerDelegate):
     async def find_keyed_run(
         self, thread_id: str, actor_id: str, key: str
     ) -> tuple[str, str] | None:
@@ -35,7 +42,7 @@ class _ObservedKeyedRuns(ObservedRuntime):
         return await inner.find_keyed_run(thread_id, actor_id, key)
 
 
-class _ObservedExecutor(ObservedRuntime):
+class ExecutorDelegate(PowerDelegate):
     def register_resumer(self, resume: RunResumer) -> None:
         inner = self.inner
         assert supports_run_executor(inner)
@@ -47,7 +54,7 @@ class _ObservedExecutor(ObservedRuntime):
         return await inner.execute(run_id, attempt)
 
 
-class _ObservedTimeline(ObservedRuntime):
+class TimelineDelegate(PowerDelegate):
     async def thread_runs(
         self, thread_id: str, *, limit: int, before_seq: int | None = None
     ) -> list[RunTrace]:
@@ -56,7 +63,7 @@ class _ObservedTimeline(ObservedRuntime):
         return await inner.thread_runs(thread_id, limit=limit, before_seq=before_seq)
 
 
-class _ObservedPruner(ObservedRuntime):
+class PrunerDelegate(PowerDelegate):
     async def prune_steps(
         self, older_than_seconds: float, limit: int, *, status: PrunedStatus = "completed"
     ) -> int:
@@ -65,7 +72,7 @@ class _ObservedPruner(ObservedRuntime):
         return await inner.prune_steps(older_than_seconds, limit, status=status)
 
 
-class _ObservedLauncher(ObservedRuntime):
+class LauncherDelegate(PowerDelegate):
     async def launch(
         self,
         system_database_url: str,
@@ -85,7 +92,7 @@ class _ObservedLauncher(ObservedRuntime):
         await inner.shutdown()
 
 
-class _ObservedEraser(ObservedRuntime):
+class EraserDelegate(PowerDelegate):
     async def thread_run_ids(self, thread_id: str) -> list[str]:
         inner = self.inner
         assert supports_run_erasure(inner)
@@ -97,26 +104,24 @@ class _ObservedEraser(ObservedRuntime):
         await inner.erase_runs(run_ids)
 
 
-_DELEGATES: tuple[tuple[Callable[[object], bool], type[ObservedRuntime]], ...] = (
-    (supports_keyed_runs, _ObservedKeyedRuns),
-    (supports_run_executor, _ObservedExecutor),
-    (supports_run_timeline, _ObservedTimeline),
-    (supports_pruning, _ObservedPruner),
-    (supports_launch, _ObservedLauncher),
-    (supports_run_erasure, _ObservedEraser),
+DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
+    (supports_keyed_runs, KeyedRunsDelegate),
+    (supports_run_executor, ExecutorDelegate),
+    (supports_run_timeline, TimelineDelegate),
+    (supports_pruning, PrunerDelegate),
+    (supports_launch, LauncherDelegate),
+    (supports_run_erasure, EraserDelegate),
 )
-"""The runtime powers an observed runtime passes on, each with the class that implements it by
+"""The runtime powers an observed runtime passes on, each with the mixin that implements it by
 delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
-_CLASSES: dict[tuple[type[ObservedRuntime], ...], type[ObservedRuntime]] = {}
 
-
-def observer_class(inner: DurableRuntime) -> type[ObservedRuntime]:
-    bases = tuple(cls for probe, cls in _DELEGATES if probe(inner))
-    if not bases:
-        return ObservedRuntime
-    found = _CLASSES.get(bases)
-    if found is None:
-        found = _CLASSES[bases] = type(
-            "ObservedRuntime", bases, {"__module__": ObservedRuntime.__module__}
-        )
-    return found
+__all__ = [
+    "DELEGATES",
+    "EraserDelegate",
+    "ExecutorDelegate",
+    "KeyedRunsDelegate",
+    "LauncherDelegate",
+    "PowerDelegate",
+    "PrunerDelegate",
+    "TimelineDelegate",
+]

@@ -81,6 +81,7 @@ from bounded_agents.observability.attributes import (
     tool_attributes,
     tool_content,
 )
+from bounded_agents.observability.delegates import DELEGATES, PowerDelegate
 from bounded_agents.observability.metrics import TurnMetrics
 
 TRACER_NAME = "bounded_agents"
@@ -112,12 +113,10 @@ class ObservedRuntime:
 
     It has exactly the optional powers `inner` has (`supports_*` answers for it as for
     `inner`): constructing one makes an instance of the subclass that delegates those powers
-    (`_DELEGATES`), so the probes need no `__getattr__` forwarding and see no power `inner`
+    (`observer_class`), so the probes need no `__getattr__` forwarding and see no power `inner`
     lacks."""
 
     def __new__(cls, inner: DurableRuntime, **_options: Any) -> ObservedRuntime:
-        from bounded_agents.observability.delegates import observer_class  # it subclasses this
-
         chosen = observer_class(inner) if cls is ObservedRuntime else cls
         return super().__new__(chosen)
 
@@ -431,6 +430,25 @@ class ObservedRuntime:
         if model:
             out["gen_ai.response.model"] = model
         return out
+
+
+_CLASSES: dict[tuple[type[PowerDelegate], ...], type[ObservedRuntime]] = {}
+
+
+def observer_class(inner: DurableRuntime) -> type[ObservedRuntime]:
+    """`ObservedRuntime` with the delegates of the powers `inner` has (one class per set of
+    powers, made once): the observed runtime has exactly those powers."""
+    mixins = tuple(mixin for probe, mixin in DELEGATES if probe(inner))
+    if not mixins:
+        return ObservedRuntime
+    found = _CLASSES.get(mixins)
+    if found is None:
+        found = _CLASSES[mixins] = type(
+            "ObservedRuntime",
+            (*mixins, ObservedRuntime),
+            {"__module__": ObservedRuntime.__module__},
+        )
+    return found
 
 
 class ObservedContext:

@@ -52,6 +52,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import behind_pgbouncer
 from bounded_agents.store.onehop import (
     OneHopConnection,
@@ -223,7 +224,7 @@ async def write(
     form = compiled(stmt, conn.dialect, tuple(sorted(params)))
     args = form.args(params)
     announce(conn.sync_engine, conn.sync_connection, form.sql, args)
-    postgres = conn.dialect.name == "postgresql"
+    postgres = dialect_of(conn).postgres
     outcome: Outcome = await guarded(conn, operation, _send(driver, postgres, form, args))
     return outcome
 
@@ -276,7 +277,7 @@ async def write_bumped(
     statement. SQLite has no data-modifying CTE: there `bump` (with RETURNING, the number
     first) and `then` (which reads the bumped row itself, and inserts nothing when the bump
     changed no row) go in one worker-thread call (`write_together`)."""
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).postgres:
         found = (await write(conn, combined, params, operation)).one_or_none()
     else:
         found = (await write_together(conn, bump, then, params, operation)).one_or_none()
@@ -311,7 +312,7 @@ async def write_many(
     form = compiled(stmt, conn.dialect, tuple(sorted(rows[0])))
     args = [form.args(row) for row in rows]
     announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).postgres:
         await guarded(conn, operation, driver.executemany(form.sql, args))
     else:
         send = run_many_and_commit if last else run_many

@@ -23,6 +23,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.errors import ConfigError
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.migrate import MIGRATION_LOCK_KEY
 
 
@@ -81,9 +82,10 @@ async def distribute(engine: AsyncEngine, *, shard_count: int | None = None) -> 
 
     `shard_count`: shards of each new colocation group (Citus's `citus.shard_count`, 32 by
     default, when None). It does not change a group that exists already."""
-    if engine.dialect.name != "postgresql":
+    database = dialect_of(engine)
+    if not database.postgres:
         raise ConfigError(
-            f"distribute needs PostgreSQL with the Citus extension; this is {engine.dialect.name}"
+            f"distribute needs PostgreSQL with the Citus extension; this is {database.name}"
         )
     if shard_count is not None and shard_count < 1:
         raise ConfigError("the shard count must be at least 1")

@@ -19,6 +19,7 @@ from sqlalchemy.pool import Pool
 
 from bounded_agents.errors import StoreError
 from bounded_agents.store import onehop
+from bounded_agents.store.dialect import dialect_of, dialect_of_url
 
 POOL_RECYCLE_SECONDS = 1800
 """Retire pooled connections after half an hour, before servers or proxies drop idle ones."""
@@ -41,7 +42,7 @@ the checkout then skips its ping round trip (see `_ping_on_checkout`)."""
 
 
 def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
+    return dialect_of_url(url).sqlite
 
 
 def make_engine(
@@ -162,7 +163,7 @@ def autocommit(engine: AsyncEngine) -> AsyncEngine:
     Behind PgBouncer in transaction mode the engine stays as is too: outside a transaction,
     asyncpg's prepare and execute of one statement may reach two different server connections.
     """
-    if engine.dialect.name == "sqlite" or engine.sync_engine.pool in _BEHIND_PGBOUNCER:
+    if dialect_of(engine).sqlite or engine.sync_engine.pool in _BEHIND_PGBOUNCER:
         return engine
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -195,7 +196,7 @@ async def write_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
 async def acquire_writer(engine: AsyncEngine) -> asyncio.Lock | None:
     """Take this process's SQLite writer turn (see `write_transaction`) and return the lock to
     release when the write transaction ends; None on PostgreSQL, which needs no turn."""
-    if engine.dialect.name != "sqlite":
+    if not dialect_of(engine).sqlite:
         return None
     pool = engine.sync_engine.pool
     lock = _WRITE_LOCKS.get(pool)

@@ -79,6 +79,7 @@ from bounded_agents.core.messages import decode_tool_calls, decode_tool_results,
 from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import acquire_writer, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import messages, run_steps, runs, thread_summaries, threads
@@ -217,7 +218,7 @@ async def checkpoint_erasure(engine: AsyncEngine) -> bool:
     `-wal` file, so the pages as they were before the erasure leave the files (see the module
     docstring). False when a reader kept the WAL from being emptied (logged); True otherwise,
     and on PostgreSQL, which has nothing to do here."""
-    if engine.dialect.name != "sqlite":
+    if not dialect_of(engine).sqlite:
         return True
     lock = await acquire_writer(engine)
     try:
@@ -241,7 +242,7 @@ _FTS_OPTIMIZE = sa.text(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize
 async def _purge_search_index(conn: AsyncConnection) -> None:
     """SQLite only: merge the FTS5 index so no segment still holds an erased row's terms (see
     the module docstring). A database without the index (before migration 0011) has none."""
-    if conn.dialect.name != "sqlite":
+    if not dialect_of(conn).sqlite:
         return
     if (await conn.execute(_FTS_EXISTS, {"name": FTS_TABLE})).first() is not None:
         await conn.execute(_FTS_OPTIMIZE)
@@ -281,7 +282,7 @@ async def _redact_errors(conn: AsyncConnection, params: dict[str, Any]) -> None:
 async def _take(conn: AsyncConnection, params: dict[str, Any]) -> bool:
     """Lock the thread for the erasure; False when there is no thread, `ThreadBusy` when a live
     run holds it."""
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).postgres:
         found = (await conn.execute(_LOCK, params)).first() is not None
     else:
         found = (await conn.execute(_TAKE, params)).rowcount > 0

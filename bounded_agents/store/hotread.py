@@ -31,6 +31,7 @@ import asyncpg  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.direct import (
     DRIVER_ERRORS,
     Compiled,
@@ -59,7 +60,7 @@ class HotReader:
     def __init__(self, engine: AsyncEngine, *, enabled: bool = True) -> None:
         self._engine = engine
         self._sync = engine.sync_engine
-        self._postgres = engine.dialect.name == "postgresql"
+        self._postgres = dialect_of(engine).postgres
         self._idle: list[Any] = []
         self._open = 0
         self.enabled = enabled

@@ -28,6 +28,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.errors import StoreError
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import make_engine
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -93,7 +94,7 @@ async def migration_connection(engine: AsyncEngine) -> AsyncIterator[AsyncConnec
     migration's DDL before its first such statement would commit as it went, and a failure
     (`check_foreign_keys`) could not roll it back."""
     async with _sqlite_file_lock(engine), engine.connect() as conn:
-        if conn.dialect.name != "sqlite":
+        if not dialect_of(conn).sqlite:
             async with conn.begin():
                 yield conn
             return
@@ -122,7 +123,7 @@ def require_foreign_keys_off(connection: Connection) -> None:
     docstring): whoever hands Alembic a connection of their own must turn them off first,
     before its transaction begins."""
     if (
-        connection.dialect.name == "sqlite"
+        dialect_of(connection).sqlite
         and connection.exec_driver_sql("PRAGMA foreign_keys").scalar_one()
     ):
         raise MigrationRefused(
@@ -135,7 +136,7 @@ def require_foreign_keys_off(connection: Connection) -> None:
 def check_foreign_keys(connection: Connection) -> None:
     """`PRAGMA foreign_key_check` at the end of a SQLite migration, inside its transaction: a
     row whose foreign key points at no row fails the migration, which is then rolled back."""
-    if connection.dialect.name != "sqlite":
+    if not dialect_of(connection).sqlite:
         return  # PostgreSQL checks every foreign key as it goes
     found = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
     if not found:
@@ -156,7 +157,7 @@ async def _sqlite_file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
     processes migrating one file would otherwise both read the old version, then collide on
     the write lock). A no-op for PostgreSQL and in-memory databases."""
     database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+    if not dialect_of(engine).sqlite or not database or database == ":memory:":
         yield
         return
     with open(f"{database}.migrate-lock", "a") as handle:  # noqa: ASYNC230 (a local file)

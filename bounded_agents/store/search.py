@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from bounded_agents.core.messages import Message
 from bounded_agents.core.search import search_terms
 from bounded_agents.store.codec import from_row
+from bounded_agents.store.dialect import dialect_of
 
 SEARCH_COLUMN = "search_vector"
 SEARCH_INDEX = "ix_messages_search_vector"
@@ -71,7 +72,7 @@ async def search_messages(
     if limit < 1 or not search_terms(query):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
     statement, q = _PG_SEARCH, query
-    if conn.dialect.name != "postgresql":
+    if not dialect_of(conn).postgres:
         statement, q = _SQLITE_SEARCH, fts5_query(query)
         if not q:
             return []

@@ -13,7 +13,6 @@ from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.core.messages import Message, unstorable_text
@@ -29,6 +28,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from bounded_agents.store import direct, erase, migrate, search
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
     autocommit,
     make_engine,
@@ -41,22 +41,22 @@ from bounded_agents.store.hotread import HotReader
 from bounded_agents.store.message_cache import MessageCache
 from bounded_agents.store.schema import messages, thread_summaries, threads
 from bounded_agents.store.statements import (
-    _ALL_MESSAGES,
-    _APPEND_ONE,
-    _BUMPS,
-    _ENCODED,
-    _INSERT_MESSAGES,
-    _INSERT_ONE_AFTER_BUMP,
-    _LAST_PROMPT,
-    _LATEST_SUMMARY,
-    _MESSAGES_AFTER,
-    _MSG_COLS,
-    _REPORTED,
-    _SUMMARY_COLS,
-    _THREAD_BY_ID,
+    ALL_MESSAGES,
+    APPEND_ONE,
+    BUMPS,
+    ENCODED,
+    INSERT_MESSAGES,
+    INSERT_ONE_AFTER_BUMP,
+    LAST_PROMPT,
+    LATEST_SUMMARY,
+    MESSAGES_AFTER,
+    MSG_COLS,
     PAGE_AT,
+    REPORTED,
+    SUMMARY_COLS,
+    THREAD_BY_ID,
     TURN_READ_LIMITED,
-    _positions,
+    positions,
     turn_read,
 )
 from bounded_agents.store.tx import joined, writing
@@ -104,7 +104,7 @@ class SqlAgentStore:
             await conn.execute(
                 threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
             )
-            row = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one()
+            row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return _thread(row, [])
 
     async def create_named_thread(
@@ -114,26 +114,25 @@ class SqlAgentStore:
         one transaction: two requests racing to create it get the one thread."""
         _check_title(title)
         values = {"id": thread_id, "actor_id": actor_id, "agent": agent, "title": title}
-        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(threads).values(values).on_conflict_do_nothing()
+        stmt = dialect_of(self._engine).insert(threads).values(values).on_conflict_do_nothing()
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(stmt)
-            row = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one()
+            row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return _thread(row, [])
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
-            head = (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+            head = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one_or_none()
             if head is None:
                 return None
-            rows = (await conn.execute(_ALL_MESSAGES, {"tid": thread_id})).all()
+            rows = (await conn.execute(ALL_MESSAGES, {"tid": thread_id})).all()
         return _thread(head, [from_row(r) for r in rows])
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs."""
 
         async def read(conn: AsyncConnection) -> Any:
-            return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+            return (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one_or_none()
 
         async with wrap_db_errors("get_thread_info"):
             head = await read_retrying(self._reader, read)
@@ -169,12 +168,12 @@ class SqlAgentStore:
 
     async def reported_tokens(self, thread_id: str) -> int | None:
         async with wrap_db_errors("reported_tokens"), self._reader.connect() as conn:
-            value = (await conn.execute(_REPORTED, {"tid": thread_id})).scalar()
+            value = (await conn.execute(REPORTED, {"tid": thread_id})).scalar()
         return None if value is None else int(value)
 
     async def last_prompt(self, thread_id: str) -> str | None:
         async with wrap_db_errors("last_prompt"), self._reader.connect() as conn:
-            value = (await conn.execute(_LAST_PROMPT, {"tid": thread_id})).scalar()
+            value = (await conn.execute(LAST_PROMPT, {"tid": thread_id})).scalar()
         return None if value is None else str(value)
 
     async def _append_checked(
@@ -228,14 +227,14 @@ class SqlAgentStore:
         async with writing(self._engine, tx, "append_messages") as conn:
             if only is not None and not on_citus(self._engine):
                 row = to_row(thread_id, 0, only)
-                params.update({k: row[k] for k in _ENCODED})
+                params.update({k: row[k] for k in ENCODED})
                 stored = await self._append_one(conn, params, last_prompt is not None)
                 if stored is None:
                     await self._refuse(conn, thread_id, only)
                 return [only.model_copy(update={"seq": stored})]
             # Several messages; or, under Citus, one too: the bump and then the insert, each
             # routed to the thread's shard (see `on_citus`).
-            bump = _BUMPS[(only is not None, last_prompt is not None)]
+            bump = BUMPS[(only is not None, last_prompt is not None)]
             bumped = (await direct.write(conn, bump, params, "append_messages")).one_or_none()
             if bumped is None:
                 if only is not None:
@@ -245,9 +244,9 @@ class SqlAgentStore:
             first = last - n + 1
             rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
             if n == 1:
-                await direct.write(conn, _INSERT_MESSAGES, rows[0], "append_messages")
+                await direct.write(conn, INSERT_MESSAGES, rows[0], "append_messages")
             else:
-                await conn.execute(_INSERT_MESSAGES, rows)
+                await conn.execute(INSERT_MESSAGES, rows)
         return [m.model_copy(update={"seq": first + i}) for i, m in enumerate(messages_)]
 
     @staticmethod
@@ -259,9 +258,9 @@ class SqlAgentStore:
         thread)."""
         seq = await direct.write_bumped(
             conn,
-            combined=_APPEND_ONE[prompt],
-            bump=_BUMPS[(True, prompt)],
-            then=_INSERT_ONE_AFTER_BUMP,
+            combined=APPEND_ONE[prompt],
+            bump=BUMPS[(True, prompt)],
+            then=INSERT_ONE_AFTER_BUMP,
             params=params,
             operation="append_messages",
         )
@@ -274,7 +273,7 @@ class SqlAgentStore:
         raise ThreadNotFound(thread_id)
 
     async def _exists(self, conn: AsyncConnection, thread_id: str) -> bool:
-        return (await conn.execute(_THREAD_BY_ID, {"tid": thread_id})).first() is not None
+        return (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).first() is not None
 
     # --- ThreadTurnReader ------------------------------------------------------------------
 
@@ -297,14 +296,14 @@ class SqlAgentStore:
                 rows = found
         if not rows:
             return None
-        at = _positions(stmt)
+        at = positions(stmt)
         first = rows[0]
-        offset = PAGE_AT + (len(_SUMMARY_COLS) if query.after_summary else 0)
+        offset = PAGE_AT + (len(SUMMARY_COLS) if query.after_summary else 0)
         rebuild, tid = self.message_cache.message, query.thread_id
         page = [rebuild(tid, r, offset) for r in rows if r[offset] is not None]
         summary = None
         if query.after_summary and first[at["summary_covers_through_seq"]] is not None:
-            summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in _SUMMARY_COLS})
+            summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in SUMMARY_COLS})
         boundary = summary.covers_through_seq if summary is not None else 0
         next_seq = page[0].seq if page and page[0].seq is not None else first[at["last_seq"]] + 1
         last = rows[-1]
@@ -342,7 +341,7 @@ class SqlAgentStore:
 
     async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
         async with wrap_db_errors("latest_summary"), self._reader.connect() as conn:
-            row = (await conn.execute(_LATEST_SUMMARY, {"tid": thread_id})).one_or_none()
+            row = (await conn.execute(LATEST_SUMMARY, {"tid": thread_id})).one_or_none()
         return None if row is None else ThreadSummary(**row._mapping)
 
     async def save_summary(
@@ -350,9 +349,9 @@ class SqlAgentStore:
     ) -> None:
         """INSERT ... ON CONFLICT DO NOTHING on (thread_id, covers_through_seq): a fold that is
         replayed after a crash finds its row and leaves it as the first attempt wrote it."""
-        values = {"thread_id": thread_id, **summary.model_dump(include=set(_SUMMARY_COLS))}
-        dialect = postgresql if self._engine.dialect.name == "postgresql" else sqlite
-        stmt = dialect.insert(thread_summaries).values(values).on_conflict_do_nothing()
+        values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}
+        insert = dialect_of(self._engine).insert
+        stmt = insert(thread_summaries).values(values).on_conflict_do_nothing()
         async with writing(self._engine, tx, "save_summary") as conn:
             await conn.execute(stmt)
 
@@ -360,7 +359,7 @@ class SqlAgentStore:
         async with wrap_db_errors("messages_after"), self._reader.connect() as conn:
             rows = (
                 await conn.execute(
-                    _MESSAGES_AFTER, {"tid": thread_id, "after": after_seq, "n": limit}
+                    MESSAGES_AFTER, {"tid": thread_id, "after": after_seq, "n": limit}
                 )
             ).all()
         return [from_row(r) for r in rows]
@@ -417,7 +416,7 @@ class SqlAgentStore:
         self, thread_id: str, *, limit: int, before: int | None = None
     ) -> list[Message]:
         """Up to `limit` messages with `seq < before` (newest page when None), oldest first."""
-        stmt = sa.select(*_MSG_COLS).where(messages.c.thread_id == thread_id)
+        stmt = sa.select(*MSG_COLS).where(messages.c.thread_id == thread_id)
         if before is not None:
             stmt = stmt.where(messages.c.seq < before)
         stmt = stmt.order_by(messages.c.seq.desc()).limit(limit)
@@ -429,7 +428,7 @@ class SqlAgentStore:
         """The messages `run_id` wrote, seq order: at most two rows, found by the unique
         (thread_id, run_id, role) index."""
         stmt = (
-            sa.select(*_MSG_COLS)
+            sa.select(*MSG_COLS)
             .where(messages.c.thread_id == thread_id, messages.c.run_id == run_id)
             .order_by(messages.c.seq)
         )

@@ -22,8 +22,8 @@ _N = sa.bindparam("n", type_=sa.Integer)
 _TOKENS = sa.bindparam("tokens", type_=sa.BigInteger)
 _RUNS_OFFSET = sa.bindparam("runs_offset", type_=sa.Integer)
 _AFTER = sa.bindparam("after", type_=sa.Integer)
-_MSG_COLS = [messages.c[name] for name in MESSAGE_COLUMNS]
-_SUMMARY_COLS = (
+MSG_COLS = [messages.c[name] for name in MESSAGE_COLUMNS]
+SUMMARY_COLS = (
     "covers_through_seq",
     "text",
     "model",
@@ -81,7 +81,7 @@ def _newest_summary() -> sa.Select[Any]:
     primary key rather than ORDER BY ... LIMIT. A LIMIT sent as a parameter lets PostgreSQL's
     generic plan guess a tenth of a long summary history and then scan the thread; max() is
     one index probe whatever the history holds."""
-    return sa.select(*[thread_summaries.c[c] for c in _SUMMARY_COLS]).where(
+    return sa.select(*[thread_summaries.c[c] for c in SUMMARY_COLS]).where(
         thread_summaries.c.thread_id == _TID,
         thread_summaries.c.covers_through_seq == _summary_boundary(),
     )
@@ -160,7 +160,7 @@ def _turn_read(
     if after_summary:
         newest = _newest_summary().subquery("summary")
         source = source.outerjoin(newest, sa.true())
-        columns += [newest.c[c].label(f"summary_{c}") for c in _SUMMARY_COLS]
+        columns += [newest.c[c].label(f"summary_{c}") for c in SUMMARY_COLS]
         start = sa.func.coalesce(_summary_boundary(), 0) + 1
         floor = start if floor is None else _Greatest(start, floor)
     page = messages.alias("page")
@@ -204,7 +204,7 @@ _TURN_READS: dict[tuple[bool, bool, bool, bool, bool], sa.Select[Any]] = {}
 _POSITIONS: dict[int, tuple[sa.Select[Any], dict[str, int]]] = {}
 
 
-def _positions(stmt: sa.Select[Any]) -> dict[str, int]:
+def positions(stmt: sa.Select[Any]) -> dict[str, int]:
     """Column name -> its index in `stmt`'s rows: driver rows are read by position."""
     hit = _POSITIONS.get(id(stmt))
     if hit is None or hit[0] is not stmt:
@@ -245,7 +245,7 @@ no summary; with `after_summary` the summary's columns come first."""
 TURN_READ_LIMITED = turn_read(ThreadTurnQuery(thread_id="", message_limit=1))[0]
 """The bounded per-turn read of a count window (parameters `tid`, `n`). Public so the
 benchmark's raw-driver floor sends exactly the statement the store sends."""
-_THREAD_BY_ID = sa.select(
+THREAD_BY_ID = sa.select(
     threads.c.id,
     threads.c.actor_id,
     threads.c.agent,
@@ -290,9 +290,9 @@ _LAST_PROMPT_VALUES = {
 }
 _BUMP_SEQ_AND_PROMPT = _BUMP_SEQ.values(**_LAST_PROMPT_VALUES)
 """The same bump, also remembering the thread's last prompt digest: an answer's append."""
-_LAST_PROMPT = sa.select(threads.c.last_prompt).where(threads.c.id == _TID)
-_REPORTED = sa.select(threads.c.last_reported_tokens).where(threads.c.id == _TID)
-_BUMPS = {
+LAST_PROMPT = sa.select(threads.c.last_prompt).where(threads.c.id == _TID)
+REPORTED = sa.select(threads.c.last_reported_tokens).where(threads.c.id == _TID)
+BUMPS = {
     (False, False): _BUMP_SEQ,
     (True, False): _BUMP_SEQ_ONCE,
     (False, True): _BUMP_SEQ_AND_PROMPT,
@@ -335,11 +335,11 @@ def _append_one_statement(bump: sa.Update) -> sa.Insert:
     return insert.add_cte(bumped).returning(messages.c.seq)
 
 
-_ENCODED = ("content", "tool_calls", "tool_results", "attachments")
+ENCODED = ("content", "tool_calls", "tool_results", "attachments")
 """A message's stored columns beyond what the bump already binds (`tid`, `rid`, `role`)."""
-_APPEND_ONE = {prompt: _append_one_statement(_BUMPS[(True, prompt)]) for prompt in (False, True)}
+APPEND_ONE = {prompt: _append_one_statement(BUMPS[(True, prompt)]) for prompt in (False, True)}
 """PostgreSQL's one-statement append of a run's one message, by (with the last prompt)."""
-_INSERT_ONE_AFTER_BUMP = messages.insert().from_select(
+INSERT_ONE_AFTER_BUMP = messages.insert().from_select(
     _ONE_MESSAGE_COLS,
     _one_message_from(threads).where(threads.c.id == _TID, sa.func.changes() == 1),
 )
@@ -347,12 +347,33 @@ _INSERT_ONE_AFTER_BUMP = messages.insert().from_select(
 (`direct.write_together`): SQLite has no data-modifying CTE. `changes()` is the row count of
 the connection's last completed write, the bump: when the bump found no row (the message is
 stored already, or no thread) this inserts nothing."""
-_INSERT_MESSAGES = messages.insert()
-_ALL_MESSAGES = sa.select(*_MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
-_LATEST_SUMMARY = _newest_summary()
-_MESSAGES_AFTER = (
-    sa.select(*_MSG_COLS)
+INSERT_MESSAGES = messages.insert()
+ALL_MESSAGES = sa.select(*MSG_COLS).where(messages.c.thread_id == _TID).order_by(messages.c.seq)
+LATEST_SUMMARY = _newest_summary()
+MESSAGES_AFTER = (
+    sa.select(*MSG_COLS)
     .where(messages.c.thread_id == _TID, messages.c.seq > _AFTER)
     .order_by(messages.c.seq)
     .limit(_N)
 )
+
+
+__all__ = [
+    "ALL_MESSAGES",
+    "APPEND_ONE",
+    "BUMPS",
+    "ENCODED",
+    "INSERT_MESSAGES",
+    "INSERT_ONE_AFTER_BUMP",
+    "LAST_PROMPT",
+    "LATEST_SUMMARY",
+    "MESSAGES_AFTER",
+    "MSG_COLS",
+    "PAGE_AT",
+    "REPORTED",
+    "SUMMARY_COLS",
+    "THREAD_BY_ID",
+    "TURN_READ_LIMITED",
+    "positions",
+    "turn_read",
+]

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bounded_agents.store.dialect import dialect_of
+
 revision: str = "0007"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
@@ -33,7 +35,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def _postgres() -> bool:
-    return op.get_bind().dialect.name == "postgresql"
+    return dialect_of(op.get_bind()).postgres
 
 
 def upgrade() -> None:

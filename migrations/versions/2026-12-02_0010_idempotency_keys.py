@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from bounded_agents.store.dialect import dialect_of
+
 revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
@@ -46,7 +48,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index(_INDEX, table_name="runs")
-    if op.get_bind().dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35, 0):
+    if dialect_of(op.get_bind()).sqlite and sqlite3.sqlite_version_info < (3, 35, 0):
         raise RuntimeError(
             f"downgrading revision 0010 needs SQLite 3.35 or later (ALTER TABLE DROP COLUMN); "
             f"this is {sqlite3.sqlite_version}, and rebuilding `runs` would cascade into "

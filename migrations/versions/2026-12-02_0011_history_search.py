@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from bounded_agents.store.dialect import dialect_of
+
 revision: str = "0011_search"
 down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
@@ -63,10 +65,10 @@ _SQLITE_DOWN = [
 
 
 def upgrade() -> None:
-    for statement in _PG_UP if op.get_bind().dialect.name == "postgresql" else _SQLITE_UP:
+    for statement in _PG_UP if dialect_of(op.get_bind()).postgres else _SQLITE_UP:
         op.execute(statement)
 
 
 def downgrade() -> None:
-    for statement in _PG_DOWN if op.get_bind().dialect.name == "postgresql" else _SQLITE_DOWN:
+    for statement in _PG_DOWN if dialect_of(op.get_bind()).postgres else _SQLITE_DOWN:
         op.execute(statement)

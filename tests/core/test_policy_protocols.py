@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 
-from bounded_agents.core import policies
+from bounded_agents.core.history import powers as policies
 from bounded_agents.core.history import summarizing_runs_window, whole_thread, window_history
-from bounded_agents.core.messages import Message
-from bounded_agents.core.policies import (
+from bounded_agents.core.history.powers import (
     POLICY_PROTOCOLS,
     supports_bounded_read,
     supports_refolding,
     supports_summarizing,
 )
+from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
 
 
@@ -41,7 +41,7 @@ def test_the_policy_protocols_are_these_seven_with_these_members() -> None:
         for n, v in vars(policies).items()
         if inspect.isclass(v) and n.endswith("Policy") and v.__module__ == policies.__name__
     }
-    assert declared == set(listed), "every policy protocol in core/policies.py is listed"
+    assert declared == set(listed), "every policy protocol in core/history/powers.py is listed"
 
 
 def test_the_built_in_policies_declare_the_powers_they_use() -> None:

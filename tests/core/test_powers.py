@@ -1,7 +1,9 @@
 """Every optional power is one runtime-checkable protocol with one `supports_<power>` probe,
-listed once in `POWERS` and in the powers module's docstring table."""
+listed once in `POWERS` and in docs/architecture.md's table of optional powers; what every
+store and ledger has is their base contract, not a power."""
 
 import inspect
+from pathlib import Path
 from typing import Protocol
 
 from bounded_agents.core import ports
@@ -30,8 +32,19 @@ def test_every_power_is_runtime_checkable_and_probed_by_a_supports_function() ->
         assert power.probe(object()) is False
 
 
-def test_the_docstring_table_names_every_power_and_its_probe() -> None:
-    doc = powers.__doc__ or ""
+ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def _table_rows() -> list[str]:
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## Optional powers", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+
+
+def test_the_docs_table_names_every_power_and_its_probe_and_nothing_else() -> None:
+    rows = _table_rows()[1:]  # the header aside
+    assert len(rows) == len(POWERS)
+    doc = "\n".join(rows)
     for power in POWERS:
         row = f"| {power.protocol.__name__} "
         assert any(
@@ -44,3 +57,19 @@ def test_the_ports_package_re_exports_every_power_and_its_probe() -> None:
     for power in POWERS:
         assert getattr(ports, power.protocol.__name__) is power.protocol
         assert getattr(ports, power.probe.__name__) is power.probe
+
+
+def test_what_every_store_and_ledger_has_is_their_base_contract_not_a_power() -> None:
+    base = {
+        "ThreadInfoReader",
+        "PromptDigestStore",
+        "SummaryStore",
+        "RunMessagesReader",
+        "NamedThreadCreator",
+        "ThreadLister",
+        "TranscriptReader",
+        "ErasingStore",
+    }
+    assert {c.__name__ for c in ports.AgentStore.__mro__} >= base
+    assert ports.QuotaReserver in ports.Ledger.__mro__
+    assert {p.protocol.__name__ for p in POWERS} & (base | {"QuotaReserver"}) == set()

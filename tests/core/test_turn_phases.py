@@ -9,8 +9,10 @@ model and tool steps, the finish's stored answer and ended run, and the preview.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import uuid
+from pathlib import Path
 from typing import Any
 
 from bounded_agents.core.history import window_history
@@ -242,3 +244,47 @@ def test_every_phase_is_a_plain_function_of_deps_and_turn() -> None:
     for phase in (load_thread, persist, fold, rolling_prompt, answer, store_answer):
         params = list(inspect.signature(phase).parameters)
         assert params[:2] == ["deps", "turn"], phase.__name__
+
+
+TURN_MODULES = sorted(
+    [
+        Path(__file__).resolve().parents[2] / "bounded_agents" / "core" / "loop.py",
+        *(Path(__file__).resolve().parents[2] / "bounded_agents" / "core" / "turn").glob("*.py"),
+    ]
+)
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [
+        node
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
+def test_no_turn_function_takes_more_than_four_positional_values_besides_deps_and_turn() -> None:
+    wide = []
+    for path in TURN_MODULES:
+        for fn in _functions(path):
+            positional = [
+                a.arg
+                for a in (*fn.args.posonlyargs, *fn.args.args)
+                if a.arg not in ("self", "cls", "deps", "turn")
+            ]
+            if len(positional) > 4:
+                wide.append(f"{path.name}:{fn.name}{positional}")
+    assert len(TURN_MODULES) > 15
+    assert wide == []
+
+
+def test_no_phase_fetches_a_transaction_back_from_its_context() -> None:
+    """Steps are handed their transaction (`DurableContext.step(..., writes=True)`)."""
+    fetches = [
+        f"{path.name}:{node.lineno}"
+        for path in TURN_MODULES
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("transaction", "_tx")
+    ]
+    assert fetches == []

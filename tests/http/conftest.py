@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from app.main import fake_page
 from bounded_agents.core.ports import ModelProvider
+from bounded_agents.http import build_router
 from bounded_agents.http.errors import install_error_handlers
 from bounded_agents.http.sse import iter_sse
 from bounded_agents.module import AgentModule
@@ -79,7 +80,7 @@ def make_module(sql_store: SqlAgentStore) -> ModuleFactory:
 
 def make_app(module: AgentModule, *, handlers: bool = True) -> FastAPI:
     app = FastAPI(lifespan=module.lifespan)
-    app.include_router(module.router)
+    app.include_router(build_router(module))
     if handlers:
         install_error_handlers(app)
     return app

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from bounded_agents.errors import ECHO_CHARS
-from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.http.openai.api import build_openai_router
 from tests.http.conftest import (
     ALICE,
     ModuleFactory,

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from bounded_agents import errors as e
 from bounded_agents.durable import InlineRuntime
+from bounded_agents.http import build_router
 from bounded_agents.http.errors import STATUS_BY_CODE, Unauthorized, status_for
 from bounded_agents.module import AgentModule
 from bounded_agents.providers import EchoModel
@@ -80,7 +81,7 @@ async def test_the_router_keeps_its_contract_in_a_host_app_without_our_handlers(
 ) -> None:
     module = make_module()
     host = FastAPI(lifespan=module.lifespan)
-    host.include_router(module.router, prefix="/agents-api")
+    host.include_router(build_router(module), prefix="/agents-api")
 
     @host.get("/hello")
     async def hello() -> dict[str, str]:

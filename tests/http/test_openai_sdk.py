@@ -18,8 +18,9 @@ from openai import AsyncOpenAI, OpenAI
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.errors import ProviderTimeout
+from bounded_agents.http import build_router
 from bounded_agents.http.errors import install_error_handlers
-from bounded_agents.http.openai_api import build_openai_router
+from bounded_agents.http.openai.api import build_openai_router
 from bounded_agents.module import AgentModule
 from bounded_agents.providers import EchoModel
 from bounded_agents.registry import agent
@@ -33,7 +34,7 @@ class OtherAgent:
 
 def openai_app(module: AgentModule) -> FastAPI:
     app = FastAPI(lifespan=module.lifespan)
-    app.include_router(module.router)
+    app.include_router(build_router(module))
     app.include_router(build_openai_router(module))
     install_error_handlers(app)
     return app

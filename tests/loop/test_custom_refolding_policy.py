@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bounded_agents.core.history.powers import supports_refolding
 from bounded_agents.core.messages import Message, ToolCall
-from bounded_agents.core.policies import supports_refolding
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySelection,

@@ -1,7 +1,7 @@
 """An erasure reaches DBOS too. With `AGENT_DURABLE=dbos` every checkpoint of a run is also a
 DBOS step output in DBOS's system database (the selection, the model's answer, the summarizer's
-output): a message folded into a summary is there in plain text. Erasing it (the route's own
-function, `bounded_agents.http.erase.erase_message`) deletes the thread's runs' workflows, so
+output): a message folded into a summary is there in plain text. Erasing it (the module's
+method the routes call, `AgentModule.erase_message`) deletes the thread's runs' workflows, so
 no table of the system database holds it afterwards, as no table of the app's does.
 
 The module is driven without its lifespan: DBOS is launched once for the loop tests
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from bounded_agents.http.erase import erase_message, erase_thread
 from bounded_agents.module import AgentModule
 from bounded_agents.registry import agent
 from bounded_agents.settings import Settings
@@ -94,9 +93,9 @@ async def test_an_erasure_leaves_no_byte_of_the_message_in_dbos_system_tables_ei
     assert _system_hits(dbos_launched, marker), "DBOS keeps the run's checkpoints"
 
     if what == "message":
-        await erase_message(module, thread, seq)
+        await module.erase_message(thread, seq, actor_id="alice")
     else:
-        await erase_thread(module, thread)
+        await module.erase_thread(thread, actor_id="alice")
 
     assert _system_hits(dbos_launched, marker) == []
     assert await marker_hits(sql_store, marker) == []

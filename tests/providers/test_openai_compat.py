@@ -34,7 +34,7 @@ from bounded_agents.providers import (
     OpenAICompatibleProvider,
     provider_from_settings,
 )
-from bounded_agents.providers.openai_compat import _retry_after, _wire_message
+from bounded_agents.providers.openai.compat import _retry_after, _wire_message
 from tests.providers.fake_openai import (
     FakeOpenAI,
     Reply,

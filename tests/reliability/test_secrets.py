@@ -14,10 +14,10 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-import bounded_agents.http.auth
+import bounded_agents.actors
+from bounded_agents.actors import api_key_resolver
 from bounded_agents.core.ports import RunRecord
 from bounded_agents.durable import SqlJournal
-from bounded_agents.http.auth import api_key_resolver
 from bounded_agents.module import AgentModule
 from bounded_agents.settings import Settings
 from bounded_agents.store.sql import SqlAgentStore
@@ -62,7 +62,7 @@ def compared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bytes]]:
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(bounded_agents.http.auth.hmac, "compare_digest", counting)
+    monkeypatch.setattr(bounded_agents.actors.hmac, "compare_digest", counting)
     return calls
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bounded_agents.core.ports import LedgerEntry, ThreadTurnQuery
-from bounded_agents.durable.journal import _INSERT_STEP
+from bounded_agents.durable.journal import INSERT_STEP
 from bounded_agents.errors import InvalidContent, StoreError
 from bounded_agents.store import SqlAgentStore, direct
 from bounded_agents.store.engine import on_citus
@@ -420,7 +420,7 @@ async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
         step = {"thread_id": thread.id, "run_id": "no-such-run", "position": 0, "name": "x"}
         with pytest.raises(StoreError, match=r"^test: database error \(IntegrityError\)$"):
             await direct.write_many(
-                tx.connection, _INSERT_STEP, [{**step, "payload": "{}"}], "test", last=True
+                tx.connection, INSERT_STEP, [{**step, "payload": "{}"}], "test", last=True
             )
     finally:
         await tx.close(commit=False)

@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import Field
 
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.frozen import Frozen
 
 JsonValue: TypeAlias = Any
 """A value `json.dumps` accepts; what a durable step returns and its journal stores."""
@@ -65,7 +65,7 @@ class DurableContext(Protocol):
         ...
 
 
-class Idempotency(_Frozen):
+class Idempotency(Frozen):
     """A turn's Idempotency-Key and what it was sent with: a repeat of the key (same actor,
     same thread) is answered with the first run's outcome, never run again; a repeat whose
     `fingerprint` differs is refused."""
@@ -76,7 +76,7 @@ class Idempotency(_Frozen):
     bounded_agents/http/idempotency)."""
 
 
-class RunRequest(_Frozen):
+class RunRequest(Frozen):
     """What a run was asked to do: enough to resume it in another process."""
 
     run_id: str
@@ -90,7 +90,7 @@ class RunRequest(_Frozen):
     Only `begin` needs it: a request read back from a runtime may leave it out."""
 
 
-class RunRecord(_Frozen):
+class RunRecord(Frozen):
     """A run as the durable runtime keeps it."""
 
     request: RunRequest
@@ -156,7 +156,7 @@ RunResumer: TypeAlias = Callable[[str], Awaitable[object]]
 """Finishes a run from its journal, given its id: the loop's `resume`."""
 
 
-class RunTrace(_Frozen):
+class RunTrace(Frozen):
     """A run as a thread's timeline shows it: its outcome and the journal entries that say what
     its model was sent. Built from the journal, never from a second read of the thread."""
 

@@ -1,6 +1,6 @@
 """The history policy SPI: the types a history policy and a summarizer speak.
 
-They live beside the other ports so `core/history.py` (the built-in policies) and
+They live beside the other ports so `core/history/` (the built-in policies) and
 `core/summary.py` (the built-in summarizer) both depend on them without depending on each other.
 """
 
@@ -12,12 +12,12 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 from pydantic import Field
 
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.frozen import Frozen
 from bounded_agents.core.ports.model import Usage
 from bounded_agents.core.ports.store import ThreadSummary
 
 
-class HistorySelection(_Frozen):
+class HistorySelection(Frozen):
     """What `select` decided: `keep` is sent (oldest first), `drop` is left out.
 
     For a summarizing policy, `drop` (with anything older the read skipped) is folded into the
@@ -28,7 +28,7 @@ class HistorySelection(_Frozen):
     drop: list[Message]
 
 
-class HistorySummary(_Frozen):
+class HistorySummary(Frozen):
     """A summarizer's result. `usage` None means the summarizer could not say what it cost: the
     ledger books the token estimate instead, flagged as estimated. `model` names the model that
     wrote it, so the ledger books the summary under the same name as that model's chat calls."""
@@ -41,7 +41,7 @@ class HistorySummary(_Frozen):
     summary was cut off and is refused; `tool_calls` that it acted instead of writing)."""
 
 
-class HistoryPolicyContext(_Frozen):
+class HistoryPolicyContext(Frozen):
     """Who a turn is for, and what the thread already folded. A frozen model so fields can be
     added without changing any signature."""
 
@@ -99,7 +99,7 @@ class HistoryPolicy(Protocol):
     """Decides which stored messages a turn sends. Only `select` is required.
 
     A policy may also declare optional powers, each a protocol of its own in
-    `bounded_agents.core.policies` that the loop probes with a `supports_*` check (never
+    `bounded_agents.core.history.powers` that the loop probes with a `supports_*` check (never
     `getattr`):
 
     - `read_bound: ReadBound | None`: what the store reads. Declaring it is a PROMISE that
@@ -112,7 +112,7 @@ class HistoryPolicy(Protocol):
     - `render_summary: SummaryRenderer | None`: words the summary as the leading system message;
       None means `render_history_summary`.
 
-    (`fold_max_tokens`, `refold_count` and the rest: see `core/policies.py`.) They are not
+    (`fold_max_tokens`, `refold_count` and the rest: see `core/history/powers.py`.) They are not
     members of this protocol, so `isinstance(obj, HistoryPolicy)` checks `select` only.
     """
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.durable import Transaction
+from bounded_agents.core.ports.frozen import Frozen
 
 MODEL_NAME_CHARS = 200
 """The longest model name a ledger row or a summary row keeps. The name comes from the
@@ -15,7 +16,7 @@ IDEMPOTENCY_KEY_CHARS = 255
 """The longest Idempotency-Key a run keeps (Stripe's bound too); a longer one is refused."""
 
 
-class LedgerEntry(_Frozen):
+class LedgerEntry(Frozen):
     run_id: str
     thread_id: str
     actor_id: str
@@ -32,8 +33,32 @@ class LedgerEntry(_Frozen):
 
 
 @runtime_checkable
-class Ledger(Protocol):
-    """Where every model call's tokens are written, so no spend goes unaccounted."""
+class QuotaReserver(Protocol):
+    """Every ledger: it holds tokens for a model call while it is in flight, so a quota
+    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
+    start only while that total is below the quota, checked and bumped in one atomic step."""
+
+    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
+        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
+        nothing added) when it is not."""
+        ...
+
+    async def release(self, actor_id: str, tokens: int) -> None:
+        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
+        ...
+
+    async def record_reserved(
+        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
+    ) -> None:
+        """`record(entry)` and give back the call's reservation, in one transaction: the
+        total goes from reserved to spent without a moment in which it counts neither."""
+        ...
+
+
+@runtime_checkable
+class Ledger(QuotaReserver, Protocol):
+    """Where every model call's tokens are written, so no spend goes unaccounted, and the
+    reservations that hold a quota under concurrency (`QuotaReserver`)."""
 
     async def record(self, entry: LedgerEntry) -> None: ...
 
@@ -49,4 +74,5 @@ __all__ = [
     "MODEL_NAME_CHARS",
     "Ledger",
     "LedgerEntry",
+    "QuotaReserver",
 ]

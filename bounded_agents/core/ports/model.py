@@ -7,7 +7,7 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import Field
 
 from bounded_agents.core.messages import ChatMessage, ToolCall
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.frozen import Frozen
 
 MAX_CALL_TOKENS = 1_000_000_000
 """The most tokens one model call may report per field. No model reads or writes a billion
@@ -15,7 +15,7 @@ tokens in one call, so a larger (or negative) figure is a broken or hostile prov
 refused as a bad response rather than booked, where it would skew the ledger and any quota."""
 
 
-class Usage(_Frozen):
+class Usage(Frozen):
     """Tokens one model call spent, as the provider reported them (or as estimated)."""
 
     prompt_tokens: int = Field(default=0, ge=0, le=MAX_CALL_TOKENS)
@@ -29,7 +29,7 @@ class Usage(_Frozen):
     `prompt_tokens`, not added to it: a quota counts them, a price list may discount them."""
 
 
-class ToolSpec(_Frozen):
+class ToolSpec(Frozen):
     """A tool as advertised to the model: a name, what it is for, and a JSON schema."""
 
     name: str
@@ -37,7 +37,7 @@ class ToolSpec(_Frozen):
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-class ModelRequest(_Frozen):
+class ModelRequest(Frozen):
     messages: list[ChatMessage]
     tools: list[ToolSpec] = Field(default_factory=list)
     purpose: str = "chat"
@@ -50,7 +50,7 @@ class ModelRequest(_Frozen):
     the prompt."""
 
 
-class ModelResponse(_Frozen):
+class ModelResponse(Frozen):
     content: str
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Usage()
@@ -61,7 +61,7 @@ class ModelResponse(_Frozen):
     cut off, and would be stored as if it were whole."""
 
 
-class TextDelta(_Frozen):
+class TextDelta(Frozen):
     """A piece of streamed answer text."""
 
     text: str

@@ -5,35 +5,15 @@ is ONE `runtime_checkable` Protocol here with ONE probe, `supports_<power>(obj) 
 TypeGuard[TheProtocol]`, and the probe is the only way code asks: never `isinstance` of a concrete
 class, never `getattr`/`hasattr` on a method name, never a wrapper's `__getattr__`. A wrapper
 (an observing runtime) declares the powers of what it wraps by implementing them. `POWERS` lists
-every one, so a new power is one protocol, one probe and one row there (a test checks that).
+every one, so a new power is one protocol, one probe and one row there, and one row in the table
+of docs/architecture.md ("Optional powers"), which says who has each (tests/core/test_powers.py
+checks both).
 
-| on      | power                  | probe                        | has it                     |
-|---------|------------------------|------------------------------|----------------------------|
-| model   | StreamingModelProvider | supports_streaming           | OpenAICompatibleProvider   |
-| model   | ClosingModelProvider   | supports_closing             | OpenAICompatibleProvider   |
-| store   | ThreadInfoReader       | supports_thread_info         | SqlAgentStore, MemoryStore |
-| store   | ThreadTurnReader       | supports_bounded_read        | SqlAgentStore              |
-| store   | PromptDigestStore      | supports_prompt_digests      | SqlAgentStore, MemoryStore |
-| store   | SummaryStore           | supports_summaries           | SqlAgentStore, MemoryStore |
-| store   | FoldHealthStore        | supports_fold_health         | SqlAgentStore, MemoryStore |
-| store   | TransactionalStore     | supports_transactions        | SqlAgentStore              |
-| store   | RunMessagesReader      | supports_run_messages        | SqlAgentStore, MemoryStore |
-| store   | NamedThreadCreator     | supports_named_threads       | SqlAgentStore, MemoryStore |
-| store   | ThreadLister           | supports_thread_listing      | SqlAgentStore, MemoryStore |
-| store   | TranscriptReader       | supports_transcripts         | SqlAgentStore, MemoryStore |
-| store   | ErasingStore           | supports_erasure             | SqlAgentStore, MemoryStore |
-| store   | HistorySearcher        | supports_history_search      | SqlAgentStore              |
-| store   | MigratingStore         | supports_migrations          | SqlAgentStore              |
-| store   | DisposableStore        | supports_disposal            | SqlAgentStore              |
-| runtime | KeyedRunFinder         | supports_keyed_runs          | SqlJournal, InlineRuntime  |
-| runtime | RunExecutor            | supports_run_executor        | DbosRuntime                |
-| runtime | RunTimelineReader      | supports_run_timeline        | SqlJournal                 |
-| runtime | JournalPruner          | supports_pruning             | SqlJournal                 |
-| runtime | RunEraser              | supports_run_erasure         | DbosRuntime                |
-| runtime | RuntimeLauncher        | supports_launch              | DbosRuntime                |
-| context | JournalFigures         | supports_journal_figures     | the project's contexts     |
-| ledger  | TransactionalLedger    | supports_ledger_transactions | SqlLedger                  |
-| ledger  | QuotaReserver          | supports_reservations        | SqlLedger, MemoryLedger    |
+What every store and every ledger has is their base contract, not a power: `AgentStore`
+(`core/ports/store.py`: thread info, prompt digests, summaries, a run's messages, named threads,
+listing, transcripts, erasure) and `Ledger` (`core/ports/ledger.py`: quota reservations). Their
+old probes (`supports_thread_info`, ..., `supports_reservations`) stay, true of every conforming
+store, while the turn's `TurnStore`/`TurnLedger` still call them.
 
 One power is not here: `SqlJournalHost` (`bounded_agents.store.host`, probe `hosts_sql_journal`),
 a store on this project's SQL schema, because it names SQLAlchemy's `AsyncEngine` and the core
@@ -53,7 +33,6 @@ from bounded_agents.core.ports.runtime_powers import (
     JournalFigures,
     JournalPruner,
     KeyedRunFinder,
-    QuotaReserver,
     RunEraser,
     RunExecutor,
     RuntimeLauncher,
@@ -71,12 +50,18 @@ from bounded_agents.core.ports.runtime_powers import (
     supports_run_timeline,
 )
 from bounded_agents.core.ports.store import (
+    ErasingStore,
     FoldHealth,
-    Thread,
-    ThreadListing,
+    NamedThreadCreator,
+    PromptDigestStore,
+    RunMessagesReader,
+    SummaryStore,
+    ThreadInfoReader,
+    ThreadLister,
     ThreadSummary,
     ThreadTurnPage,
     ThreadTurnQuery,
+    TranscriptReader,
 )
 
 _T = TypeVar("_T")
@@ -111,14 +96,9 @@ def supports_closing(model: object) -> TypeGuard[ClosingModelProvider]:
 # --- store ---------------------------------------------------------------------------------
 
 
-@runtime_checkable
-class ThreadInfoReader(Protocol):
-    """Optional: a store that can answer "whose thread is this" without reading its messages."""
-
-    async def get_thread_info(self, thread_id: str) -> Thread | None: ...
-
-
 def supports_thread_info(store: object) -> TypeGuard[ThreadInfoReader]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, ThreadInfoReader)
 
 
@@ -134,62 +114,15 @@ def supports_bounded_read(store: object) -> TypeGuard[ThreadTurnReader]:
     return isinstance(store, ThreadTurnReader)
 
 
-@runtime_checkable
-class PromptDigestStore(Protocol):
-    """Optional: a store that remembers each thread's last chat prompt as a digest, so the first
-    model call of a run can say how much of it it reuses (`prefix_reused`). The digest is
-    written with the run's answer, in the same transaction (no write of its own), and comes
-    back with the next turn's bounded read (`ThreadTurnPage.last_prompt`)."""
-
-    async def append_answer(
-        self,
-        thread_id: str,
-        messages: Sequence[Message],
-        last_prompt: str,
-        *,
-        tx: Transaction | None = None,
-        reported_tokens: int | None = None,
-    ) -> list[Message]:
-        """`append_messages`, and the thread's last prompt is now `last_prompt` (and the
-        provider's count of it, `reported_tokens`, when it gave one); with `tx` (a
-        `TransactionalStore`'s), inside that transaction."""
-        ...
-
-    async def reported_tokens(self, thread_id: str) -> int | None:
-        """The `reported_tokens` `append_answer` stored last, for a read that did not return
-        it."""
-        ...
-
-    async def last_prompt(self, thread_id: str) -> str | None:
-        """The digest `append_answer` stored last, for a read that did not return it."""
-        ...
-
-
 def supports_prompt_digests(store: object) -> TypeGuard[PromptDigestStore]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, PromptDigestStore)
 
 
-@runtime_checkable
-class SummaryStore(Protocol):
-    """Optional: a store that keeps each thread's rolling summary. A summarizing policy needs
-    one: without it every turn would have to summarize the whole thread again."""
-
-    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
-        """The summary with the highest `covers_through_seq`, or None."""
-        ...
-
-    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
-        """Store it, keyed by (thread, `covers_through_seq`). Idempotent: saving a boundary
-        that is already stored changes nothing, so a replayed fold never writes twice."""
-        ...
-
-    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
-        """Up to `limit` messages with `seq > after_seq`, oldest first: a backlog, chunk by
-        chunk."""
-        ...
-
-
 def supports_summaries(store: object) -> TypeGuard[SummaryStore]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, SummaryStore)
 
 
@@ -239,84 +172,33 @@ def supports_transactions(store: object) -> TypeGuard[TransactionalStore]:
     return isinstance(store, TransactionalStore)
 
 
-@runtime_checkable
-class RunMessagesReader(Protocol):
-    """Optional: a store that can read the messages one run wrote without reading the thread."""
-
-    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
-        """The run's user message and answer (whichever are stored), in seq order."""
-        ...
-
-
 def supports_run_messages(store: object) -> TypeGuard[RunMessagesReader]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, RunMessagesReader)
 
 
-@runtime_checkable
-class NamedThreadCreator(Protocol):
-    """Optional: a store that creates a thread under an id the caller chose, once. A request
-    that starts a new thread with an Idempotency-Key names it after the actor and the key, so
-    its retry finds the same thread (and the key's run in it) instead of starting another."""
-
-    async def create_named_thread(
-        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
-    ) -> Thread:
-        """The thread `thread_id`: created now, or as it already was (whoever owns it: the
-        caller checks)."""
-        ...
-
-
 def supports_named_threads(store: object) -> TypeGuard[NamedThreadCreator]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, NamedThreadCreator)
 
 
-@runtime_checkable
-class ThreadLister(Protocol):
-    """Optional: a store that lists an actor's threads, newest activity first, a page at a time."""
-
-    async def list_threads(
-        self, actor_id: str, *, limit: int, offset: int = 0
-    ) -> list[ThreadListing]: ...
-
-
 def supports_thread_listing(store: object) -> TypeGuard[ThreadLister]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, ThreadLister)
 
 
-@runtime_checkable
-class TranscriptReader(Protocol):
-    """Optional: a store that pages through a thread's transcript without reading the whole
-    thread (what the transcript route serves)."""
-
-    async def list_messages(
-        self, thread_id: str, *, limit: int, before: int | None = None
-    ) -> list[Message]:
-        """Up to `limit` messages with `seq < before` (the newest page when None), oldest first."""
-        ...
-
-
 def supports_transcripts(store: object) -> TypeGuard[TranscriptReader]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, TranscriptReader)
 
 
-@runtime_checkable
-class ErasingStore(Protocol):
-    """Optional: a store that erases a message or a whole thread (the right to erasure): no
-    byte of it stays in the store, summaries made of it and later `search_history` results
-    quoting it included (`bounded_agents.core.erasure`); one transaction each,
-    refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay."""
-
-    async def delete_thread(self, thread_id: str) -> bool:
-        """Erase the thread and all of it but its ledger rows; False if there was none."""
-        ...
-
-    async def delete_message(self, thread_id: str, seq: int) -> bool:
-        """Erase one message and every summary covering it (the next turns fold that span
-        again from what is left); False if the thread has no message `seq`."""
-        ...
-
-
 def supports_erasure(store: object) -> TypeGuard[ErasingStore]:
+    """Base contract now (`AgentStore`): true of every store. Kept while the turn's
+    `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, ErasingStore)
 
 
@@ -377,17 +259,9 @@ class Power:
 POWERS: tuple[Power, ...] = (
     Power("model", StreamingModelProvider, supports_streaming),
     Power("model", ClosingModelProvider, supports_closing),
-    Power("store", ThreadInfoReader, supports_thread_info),
     Power("store", ThreadTurnReader, supports_bounded_read),
-    Power("store", PromptDigestStore, supports_prompt_digests),
-    Power("store", SummaryStore, supports_summaries),
     Power("store", FoldHealthStore, supports_fold_health),
     Power("store", TransactionalStore, supports_transactions),
-    Power("store", RunMessagesReader, supports_run_messages),
-    Power("store", NamedThreadCreator, supports_named_threads),
-    Power("store", ThreadLister, supports_thread_listing),
-    Power("store", TranscriptReader, supports_transcripts),
-    Power("store", ErasingStore, supports_erasure),
     Power("store", HistorySearcher, supports_history_search),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
@@ -399,7 +273,6 @@ POWERS: tuple[Power, ...] = (
     Power("runtime", RuntimeLauncher, supports_launch),
     Power("context", JournalFigures, supports_journal_figures),
     Power("ledger", TransactionalLedger, supports_ledger_transactions),
-    Power("ledger", QuotaReserver, supports_reservations),
 )
 """Every optional power, in the module docstring's order."""
 
@@ -408,30 +281,21 @@ __all__ = [
     "POWERS",
     "ClosingModelProvider",
     "DisposableStore",
-    "ErasingStore",
     "FoldHealthStore",
     "HistorySearcher",
     "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
     "MigratingStore",
-    "NamedThreadCreator",
     "Power",
-    "PromptDigestStore",
-    "QuotaReserver",
     "RunEraser",
     "RunExecutor",
-    "RunMessagesReader",
     "RunTimelineReader",
     "RuntimeLauncher",
     "StreamingModelProvider",
-    "SummaryStore",
-    "ThreadInfoReader",
-    "ThreadLister",
     "ThreadTurnReader",
     "TransactionalLedger",
     "TransactionalStore",
-    "TranscriptReader",
     "ledger_supports_transactions",
     "supports_bounded_read",
     "supports_closing",

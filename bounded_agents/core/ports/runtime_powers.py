@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
-from bounded_agents.core.ports.ledger import LedgerEntry
+from bounded_agents.core.ports.ledger import LedgerEntry, QuotaReserver
 
 _T = TypeVar("_T")
 
@@ -168,28 +168,7 @@ ledger_supports_transactions = supports_ledger_transactions
 """The probe's earlier name, kept for code written against it."""
 
 
-@runtime_checkable
-class QuotaReserver(Protocol):
-    """Optional: a ledger that holds tokens for a model call while it is in flight, so a quota
-    holds under concurrency. The actor's total counts spent AND reserved tokens; a call may
-    start only while that total is below the quota, checked and bumped in one atomic step."""
-
-    async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
-        """Add `tokens` to the actor's total if it is below `limit`, atomically; False (and
-        nothing added) when it is not."""
-        ...
-
-    async def release(self, actor_id: str, tokens: int) -> None:
-        """Give back a reservation whose call failed (it spent nothing the ledger knows of)."""
-        ...
-
-    async def record_reserved(
-        self, entry: LedgerEntry, reserved: int, *, tx: Transaction | None = None
-    ) -> None:
-        """`record(entry)` and give back the call's reservation, in one transaction: the
-        total goes from reserved to spent without a moment in which it counts neither."""
-        ...
-
-
 def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:
+    """Base contract now (`Ledger`): true of every ledger. Kept while the turn's `TurnLedger`
+    still probes it; not a power (not in `POWERS`)."""
     return isinstance(ledger, QuotaReserver)

@@ -1,7 +1,11 @@
 """The thread store's base port and the values a turn's bounded read speaks.
 
-The optional powers a store may add (a bounded read, summaries, transactions, ...) are in
-`bounded_agents.core.ports.powers`, with their probes.
+`AgentStore` is what every store has: the three methods a turn cannot do without, and the
+parts every store of the project has kept (thread info, prompt digests, summaries, a run's
+messages, named threads, listing, transcripts, erasure), each a protocol of its own here so a
+reader can name the part it uses. The optional powers that remain (a bounded read,
+transactions, search, migrations, disposal) are in `bounded_agents.core.ports.powers`, with
+their probes; docs/architecture.md lists them with who has them.
 """
 
 from __future__ import annotations
@@ -13,10 +17,11 @@ from typing import Protocol, runtime_checkable
 from pydantic import Field
 
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports._frozen import _Frozen
+from bounded_agents.core.ports.durable import Transaction
+from bounded_agents.core.ports.frozen import Frozen
 
 
-class Thread(_Frozen):
+class Thread(Frozen):
     id: str
     actor_id: str
     agent: str
@@ -26,22 +31,7 @@ class Thread(_Frozen):
     updated_at: datetime | None = None
 
 
-@runtime_checkable
-class AgentStore(Protocol):
-    async def create_thread(
-        self, *, actor_id: str, agent: str, title: str | None = None
-    ) -> Thread: ...
-
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        """Every message of the thread, in seq order; None for an unknown thread."""
-        ...
-
-    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        """Store `messages` at the end of the thread, all or none; returns them with `seq` set."""
-        ...
-
-
-class ThreadSummary(_Frozen):
+class ThreadSummary(Frozen):
     """A thread's rolling summary: every message with `seq <= covers_through_seq` is folded
     into `text` and is never sent verbatim again."""
 
@@ -55,7 +45,7 @@ class ThreadSummary(_Frozen):
     """The run whose turn made it."""
 
 
-class FoldHealth(_Frozen):
+class FoldHealth(Frozen):
     """How a thread's folds are going, kept with the thread so it survives restarts: the last
     fold's outcome, the consecutive refused or failed folds, and the `seq` before which the
     next attempt waits (`bounded_agents.core.fold_health`). A thread that never failed has
@@ -72,7 +62,7 @@ class FoldHealth(_Frozen):
     """Messages beyond the window the summary did not cover after that attempt."""
 
 
-class ReadBound(_Frozen):
+class ReadBound(Frozen):
     """Which newest messages of a thread a turn needs: the bound a policy declares and the
     store reads by. Every limit counts from the newest message backwards.
 
@@ -92,7 +82,7 @@ class ReadBound(_Frozen):
     widest: bool = False
 
 
-class ThreadTurnQuery(_Frozen):
+class ThreadTurnQuery(Frozen):
     thread_id: str
     message_limit: int | None = Field(default=None, ge=0)
     """Newest rows to return; None reads the whole thread. 0 returns no messages."""
@@ -120,7 +110,7 @@ class ThreadTurnQuery(_Frozen):
         )
 
 
-class ThreadTurnPage(_Frozen):
+class ThreadTurnPage(Frozen):
     messages: list[Message]
     """The newest messages the query's limits select, oldest first."""
     title: str | None
@@ -153,7 +143,7 @@ class ThreadTurnPage(_Frozen):
     failed or the store keeps none."""
 
 
-class ThreadListing(_Frozen):
+class ThreadListing(Frozen):
     """One line of an actor's thread list: what the inspector shows before opening a thread."""
 
     id: str
@@ -166,13 +156,167 @@ class ThreadListing(_Frozen):
     """Last activity: the newest message, or the thread's creation."""
 
 
+@runtime_checkable
+class ThreadInfoReader(Protocol):
+    """Every store can answer "whose thread is this" without reading its messages."""
+
+    async def get_thread_info(self, thread_id: str) -> Thread | None: ...
+
+
+@runtime_checkable
+class PromptDigestStore(Protocol):
+    """Every store remembers each thread's last chat prompt as a digest, so the first
+    model call of a run can say how much of it it reuses (`prefix_reused`). The digest is
+    written with the run's answer, in the same transaction (no write of its own), and comes
+    back with the next turn's bounded read (`ThreadTurnPage.last_prompt`)."""
+
+    async def append_answer(
+        self,
+        thread_id: str,
+        messages: Sequence[Message],
+        last_prompt: str,
+        *,
+        tx: Transaction | None = None,
+        reported_tokens: int | None = None,
+    ) -> list[Message]:
+        """`append_messages`, and the thread's last prompt is now `last_prompt` (and the
+        provider's count of it, `reported_tokens`, when it gave one); with `tx` (a
+        `TransactionalStore`'s), inside that transaction."""
+        ...
+
+    async def reported_tokens(self, thread_id: str) -> int | None:
+        """The `reported_tokens` `append_answer` stored last, for a read that did not return
+        it."""
+        ...
+
+    async def last_prompt(self, thread_id: str) -> str | None:
+        """The digest `append_answer` stored last, for a read that did not return it."""
+        ...
+
+
+@runtime_checkable
+class SummaryStore(Protocol):
+    """Every store keeps each thread's rolling summary. A summarizing policy needs
+    one: without it every turn would have to summarize the whole thread again."""
+
+    async def latest_summary(self, thread_id: str) -> ThreadSummary | None:
+        """The summary with the highest `covers_through_seq`, or None."""
+        ...
+
+    async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
+        """Store it, keyed by (thread, `covers_through_seq`). Idempotent: saving a boundary
+        that is already stored changes nothing, so a replayed fold never writes twice."""
+        ...
+
+    async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        """Up to `limit` messages with `seq > after_seq`, oldest first: a backlog, chunk by
+        chunk."""
+        ...
+
+
+@runtime_checkable
+class RunMessagesReader(Protocol):
+    """Every store can read the messages one run wrote without reading the thread."""
+
+    async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
+        """The run's user message and answer (whichever are stored), in seq order."""
+        ...
+
+
+@runtime_checkable
+class NamedThreadCreator(Protocol):
+    """Every store creates a thread under an id the caller chose, once. A request
+    that starts a new thread with an Idempotency-Key names it after the actor and the key, so
+    its retry finds the same thread (and the key's run in it) instead of starting another."""
+
+    async def create_named_thread(
+        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread:
+        """The thread `thread_id`: created now, or as it already was (whoever owns it: the
+        caller checks)."""
+        ...
+
+
+@runtime_checkable
+class ThreadLister(Protocol):
+    """Every store lists an actor's threads, newest activity first, a page at a time."""
+
+    async def list_threads(
+        self, actor_id: str, *, limit: int, offset: int = 0
+    ) -> list[ThreadListing]: ...
+
+
+@runtime_checkable
+class TranscriptReader(Protocol):
+    """Every store pages through a thread's transcript without reading the whole
+    thread (what the transcript route serves)."""
+
+    async def list_messages(
+        self, thread_id: str, *, limit: int, before: int | None = None
+    ) -> list[Message]:
+        """Up to `limit` messages with `seq < before` (the newest page when None), oldest first."""
+        ...
+
+
+@runtime_checkable
+class ErasingStore(Protocol):
+    """Every store erases a message or a whole thread (the right to erasure): no
+    byte of it stays in the store, summaries made of it and later `search_history` results
+    quoting it included (`bounded_agents.core.erasure`); one transaction each,
+    refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay."""
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Erase the thread and all of it but its ledger rows; False if there was none."""
+        ...
+
+    async def delete_message(self, thread_id: str, seq: int) -> bool:
+        """Erase one message and every summary covering it (the next turns fold that span
+        again from what is left); False if the thread has no message `seq`."""
+        ...
+
+
+@runtime_checkable
+class AgentStore(
+    ThreadInfoReader,
+    PromptDigestStore,
+    SummaryStore,
+    RunMessagesReader,
+    NamedThreadCreator,
+    ThreadLister,
+    TranscriptReader,
+    ErasingStore,
+    Protocol,
+):
+    """Every store: a thread's messages written and read, and the parts it inherits."""
+
+    async def create_thread(
+        self, *, actor_id: str, agent: str, title: str | None = None
+    ) -> Thread: ...
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """Every message of the thread, in seq order; None for an unknown thread."""
+        ...
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store `messages` at the end of the thread, all or none; returns them with `seq` set."""
+        ...
+
+
 __all__ = [
     "AgentStore",
+    "ErasingStore",
     "FoldHealth",
+    "NamedThreadCreator",
+    "PromptDigestStore",
     "ReadBound",
+    "RunMessagesReader",
+    "SummaryStore",
     "Thread",
+    "ThreadInfoReader",
+    "ThreadLister",
     "ThreadListing",
     "ThreadSummary",
     "ThreadTurnPage",
     "ThreadTurnQuery",
+    "TranscriptReader",
 ]

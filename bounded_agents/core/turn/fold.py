@@ -13,8 +13,8 @@ from bounded_agents.core.checkpoints import (
     fold_step,
 )
 from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
+from bounded_agents.core.history.powers import fold_budget, policy_summarizer, supports_refolding
 from bounded_agents.core.messages import ChatMessage, Message
-from bounded_agents.core.policies import fold_budget, policy_summarizer, supports_refolding
 from bounded_agents.core.ports import (
     JsonValue,
     RunRequest,

@@ -9,8 +9,8 @@ from bounded_agents.core.checkpoints import (
     seq_payload,
     summary_saved_payload,
 )
+from bounded_agents.core.history.powers import policy_summarizer, read_bound
 from bounded_agents.core.messages import Message, journal_form, payload_bytes
-from bounded_agents.core.policies import policy_summarizer, read_bound
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySelection,

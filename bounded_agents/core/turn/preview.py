@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from bounded_agents.core.history.powers import policy_summarizer, read_bound
 from bounded_agents.core.messages import Message
-from bounded_agents.core.policies import policy_summarizer, read_bound
 from bounded_agents.core.ports import HistoryPolicyContext, Thread
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens

@@ -27,12 +27,12 @@ from bounded_agents.core.checkpoints import (
     parse_summarize,
     tool_call_id,
 )
-from bounded_agents.core.messages import ChatMessage, Message, to_chat_messages
-from bounded_agents.core.policies import (
+from bounded_agents.core.history.powers import (
     policy_summarizer,
     summary_renderer,
     supports_refolding,
 )
+from bounded_agents.core.messages import ChatMessage, Message, to_chat_messages
 from bounded_agents.core.ports import RunTrace, ThreadSummary
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import apply_middleware

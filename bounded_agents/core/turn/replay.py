@@ -10,12 +10,12 @@ from bounded_agents.core.checkpoints import (
     parse_legacy_load,
     parse_legacy_summarize,
 )
-from bounded_agents.core.messages import ChatMessage, Message, to_chat_messages
-from bounded_agents.core.policies import (
+from bounded_agents.core.history.powers import (
     policy_summarizer,
     summary_renderer,
     supports_legacy_window,
 )
+from bounded_agents.core.messages import ChatMessage, Message, to_chat_messages
 from bounded_agents.core.ports import HistorySelection, JsonValue, Transaction, Usage
 from bounded_agents.core.report import ModelCallReport
 from bounded_agents.core.turn.calls import booked_model, legacy_load_step

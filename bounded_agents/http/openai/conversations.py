@@ -12,14 +12,14 @@ from typing import Annotated, Final, Literal
 
 from fastapi import Body, Path, Query
 
+from bounded_agents.actors import Actor
 from bounded_agents.core.messages import MAX_SEQ, Message
-from bounded_agents.core.ports import Thread, supports_summaries
+from bounded_agents.core.ports import Thread
 from bounded_agents.errors import ThreadNotFound, clipped, echoed
-from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
-from bounded_agents.http.openai_errors import InvalidParameter, UnsupportedParameter
-from bounded_agents.http.openai_items import item_position, message_items
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.errors import InvalidParameter, UnsupportedParameter
+from bounded_agents.http.openai.items import item_position, message_items
+from bounded_agents.http.openai.schemas import (
     ConversationOut,
     CreateConversationIn,
     Item,
@@ -171,10 +171,7 @@ async def _items_asc(
 
 async def _next_stored(module: AgentModule, thread_id: str, start: int) -> int | None:
     """The first stored seq from `start` on (one read), or None: past an erased stretch."""
-    store = module.store
-    if not supports_summaries(store):
-        return None
-    found = await store.messages_after(thread_id, start - 1, 1)
+    found = await module.store.messages_after(thread_id, start - 1, 1)
     return found[0].seq if found else None
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bounded_agents.core.history_windows import _cut
+from bounded_agents.core.history.windows import cut_at
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
@@ -50,7 +50,7 @@ def split_runs(messages: Sequence[Message]) -> list[list[Message]]:
 def _keep_newest_runs(messages: Sequence[Message], n_runs: int) -> HistorySelection:
     runs = split_runs(messages)
     dropped = runs[: max(0, len(runs) - max(1, n_runs))]
-    return _cut(messages, sum(len(r) for r in dropped))
+    return cut_at(messages, sum(len(r) for r in dropped))
 
 
 class RunsWindow:
@@ -146,7 +146,7 @@ class SummarizingRunsWindow:
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         if ctx.skipped == 0 and self.history_tokens(messages, ctx) < self.token_threshold:
-            return _cut(messages, 0)
+            return cut_at(messages, 0)
         return _keep_newest_runs(messages, self.keep_recent_runs)
 
     def __repr__(self) -> str:

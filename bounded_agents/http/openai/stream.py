@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from bounded_agents.core.loop import AgentDefinition, LoopEvent, ToolCallEvent
-from bounded_agents.core.ports import TextDelta, supports_run_messages
+from bounded_agents.core.ports import TextDelta
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import AgentError
 from bounded_agents.http.errors import INTERNAL_MESSAGE, error_payload
-from bounded_agents.http.openai_items import (
+from bounded_agents.http.openai.items import (
     function_call_item,
     message_item_id,
     response_error,
     response_out,
 )
-from bounded_agents.http.openai_schemas import Item, MessageItem, ResponseOut, TextPart
+from bounded_agents.http.openai.schemas import Item, MessageItem, ResponseOut, TextPart
 from bounded_agents.http.sse import PING_SECONDS, TurnEnded, TurnQueue
 
 if TYPE_CHECKING:
@@ -215,10 +215,9 @@ class ResponseStream:
         else is written in between), for item ids that match the stored transcript's."""
         if self._answer_seq is None:
             store = self.module.store
-            if supports_run_messages(store):
-                mine = await store.run_messages(self.start.conversation.id, self.start.id)
-                users = [m.seq for m in mine if m.role == "user" and m.seq is not None]
-                self._answer_seq = users[0] + 1 if users else None
+            mine = await store.run_messages(self.start.conversation.id, self.start.id)
+            users = [m.seq for m in mine if m.role == "user" and m.seq is not None]
+            self._answer_seq = users[0] + 1 if users else None
         return self._answer_seq
 
     def _text_frame(self, kind: str, **payload: Any) -> ServerSentEvent:

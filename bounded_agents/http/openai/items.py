@@ -22,7 +22,7 @@ from typing import Literal
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.messages import MAX_SEQ, Message
 from bounded_agents.core.report import RunReport
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.schemas import (
     ConversationIdOut,
     FunctionCallItem,
     FunctionCallOutputItem,

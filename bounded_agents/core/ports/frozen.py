@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-__all__ = ["_Frozen"]
+__all__ = ["Frozen"]

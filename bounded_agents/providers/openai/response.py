@@ -13,7 +13,7 @@ from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, Usage
 from bounded_agents.core.tokens import estimate_usage
 from bounded_agents.errors import ProviderBadResponse
-from bounded_agents.providers.openai_failures import excerpt
+from bounded_agents.providers.openai.failures import excerpt
 
 
 def parse_completion(data: Any, request: ModelRequest, default_model: str) -> ModelResponse:

@@ -22,9 +22,9 @@ from fastapi import Query
 from bounded_agents.core.messages import ChatMessage
 from bounded_agents.errors import RunNotFound, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
-from bounded_agents.http.openai_errors import InvalidParameter
-from bounded_agents.http.openai_responses import ResponseIdPath
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.errors import InvalidParameter
+from bounded_agents.http.openai.responses import ResponseIdPath
+from bounded_agents.http.openai.schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     Item,

@@ -17,9 +17,9 @@ its context in its log only), and llama.cpp's `error:` line is its error.
 The API key only ever goes into the ``Authorization`` header, and credentials in ``base_url``
 (``http://user:password@host/v1``) only into Basic auth: no message or log line holds either.
 
-This module keeps the HTTP calls and the retries; the request body is `openai_wire`'s, reading
-an answer `openai_response`'s, reading a stream `openai_stream`'s, and classifying a failure
-`openai_failures`'s, each of which can be read without the others.
+This module keeps the HTTP calls and the retries; the request body is `wire`'s, reading
+an answer `response`'s, reading a stream `stream`'s, and classifying a failure
+`failures`'s, each of which can be read without the others.
 """
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta
 from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTimeout
-from bounded_agents.providers.openai_failures import Transient, excerpt, status_failure
-from bounded_agents.providers.openai_failures import retry_after as _retry_after
-from bounded_agents.providers.openai_response import parse_completion
-from bounded_agents.providers.openai_stream import StreamAssembly
-from bounded_agents.providers.openai_wire import MAX_TOKENS_FIELDS, chat_body
-from bounded_agents.providers.openai_wire import wire_message as _wire_message
+from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
+from bounded_agents.providers.openai.failures import retry_after as _retry_after
+from bounded_agents.providers.openai.response import parse_completion
+from bounded_agents.providers.openai.stream import StreamAssembly
+from bounded_agents.providers.openai.wire import MAX_TOKENS_FIELDS, chat_body
+from bounded_agents.providers.openai.wire import wire_message as _wire_message
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Bodies of the OpenAI-compatible API (`bounded_agents.http.openai_api`), in the shapes the
+"""Bodies of the OpenAI-compatible API (`bounded_agents.http.openai.api`), in the shapes the
 official `openai` SDK parses (`openai.types.responses`, `openai.types.conversations`).
 
 Only what the API can honour is accepted: a request naming a parameter this server would

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Path
 
 from bounded_agents.http.deps import ActorDep, ModuleDep
-from bounded_agents.http.openai_schemas import ModelOut, ModelsOut
+from bounded_agents.http.openai.schemas import ModelOut, ModelsOut
 
 
 async def list_models(_actor: ActorDep, module: ModuleDep) -> ModelsOut:

@@ -15,34 +15,34 @@ from typing import Annotated
 from fastapi import Path, Response
 from fastapi.responses import JSONResponse
 
+from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
-from bounded_agents.core.ports import Idempotency, Thread, supports_named_threads
+from bounded_agents.core.ports import Idempotency, Thread
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import IdempotencyKeyReused, RunNotFound, echoed
-from bounded_agents.http.auth import Actor
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency, keyed_thread_id
-from bounded_agents.http.openai_conversations import owned_thread
-from bounded_agents.http.openai_errors import (
+from bounded_agents.http.openai.conversations import owned_thread
+from bounded_agents.http.openai.errors import (
     InvalidParameter,
     PreviousResponseNotFound,
     UnsupportedParameter,
 )
-from bounded_agents.http.openai_items import (
+from bounded_agents.http.openai.items import (
     answer_of,
     output_items,
     response_error,
     response_out,
 )
-from bounded_agents.http.openai_schemas import (
+from bounded_agents.http.openai.schemas import (
     UNSUPPORTED_PARAMETERS,
     CreateResponseIn,
     InputMessage,
     Item,
     ResponseOut,
 )
-from bounded_agents.http.openai_stream import ResponseStream
+from bounded_agents.http.openai.stream import ResponseStream
 from bounded_agents.http.turns import StartedTurn, check_content, start_turn
 from bounded_agents.module import AgentModule
 from bounded_agents.outcome import run_messages
@@ -207,14 +207,7 @@ async def _keyed_thread(
     """A new thread for a keyed request, created once under an id named after the actor and
     the key: its retry (which would otherwise start a thread, and a turn, of its own) finds
     the same thread and, in it, the key's run. The store's insert decides a race of the two."""
-    store = module.store
-    if not supports_named_threads(store):
-        raise InvalidParameter(
-            "conversation",
-            f"{type(store).__name__} cannot name a new thread after an Idempotency-Key: "
-            "pass conversation or previous_response_id with the key",
-        )
-    thread = await store.create_named_thread(
+    thread = await module.store.create_named_thread(
         keyed_thread_id(actor.id, keyed.key), actor_id=actor.id, agent=agent
     )
     if thread.actor_id != actor.id or thread.agent != agent:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bounded_agents.core.history_runs import DEFAULT_KEEP_RECENT_RUNS
+from bounded_agents.core.history.runs import DEFAULT_KEEP_RECENT_RUNS
 from bounded_agents.core.ports import Summarizer
 from bounded_agents.core.summary import DEFAULT_FOLD_MAX_TOKENS
 from bounded_agents.errors import ConfigError

@@ -13,8 +13,8 @@ from typing import Any
 from bounded_agents.core.ports import ModelRequest, ModelResponse, Usage
 from bounded_agents.core.tokens import estimate_usage
 from bounded_agents.errors import ProviderBadResponse, ProviderError
-from bounded_agents.providers.openai_failures import error_message, excerpt, stream_error
-from bounded_agents.providers.openai_response import finish_reason, tool_call, usage
+from bounded_agents.providers.openai.failures import error_message, excerpt, stream_error
+from bounded_agents.providers.openai.response import finish_reason, tool_call, usage
 
 
 class StreamAssembly:

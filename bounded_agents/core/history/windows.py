@@ -36,7 +36,7 @@ DEFAULT_FOLD_MESSAGES = 4
 every other turn at most, not on every turn."""
 
 
-def _cut(messages: Sequence[Message], cut: int) -> HistorySelection:
+def cut_at(messages: Sequence[Message], cut: int) -> HistorySelection:
     return HistorySelection(keep=list(messages[cut:]), drop=list(messages[:cut]))
 
 
@@ -170,7 +170,7 @@ class WindowHistory:
             cut = max(cut, n - self.count_limit)
         if self.token_limit is not None:
             cut = max(cut, n - _token_fit(messages, self.token_limit, self.estimate))
-        return _cut(messages, min(cut, n - 1))
+        return cut_at(messages, min(cut, n - 1))
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         if self.summarize is None:
@@ -181,7 +181,7 @@ class WindowHistory:
         # rides (it is in no summary yet); past it, the window is cut and the rest is folded.
         if ctx.skipped > 0 or self._past_high_mark(messages) or self._cold_and_near(messages, ctx):
             return self.window(messages)
-        return _cut(messages, 0)
+        return cut_at(messages, 0)
 
     def cold(self, ctx: HistoryPolicyContext) -> bool:
         """Whether the provider's prompt cache is lost anyway: the thread sat idle at least
@@ -241,7 +241,7 @@ class WindowHistory:
         cut = min(max(cut, 0), n - 1)
         while cut < n - 1 and messages[cut].role != "user":
             cut += 1
-        return _cut(messages, cut)
+        return cut_at(messages, cut)
 
     def _past_high_mark(
         self, messages: Sequence[Message], slack_messages: int = 0, slack_tokens: int = 0
@@ -405,6 +405,7 @@ __all__ = [
     "DEFAULT_WINDOW_MESSAGES",
     "WholeThread",
     "WindowHistory",
+    "cut_at",
     "latest_message_only",
     "whole_thread",
     "window_history",

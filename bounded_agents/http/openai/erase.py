@@ -1,11 +1,12 @@
-"""The Conversations API's deletes, over the erasure of `bounded_agents.http.erase`:
+"""The Conversations API's deletes, over the module's erasure (`AgentModule.erase_thread`,
+`AgentModule.erase_message`, as the native routes of `bounded_agents.http.erase`):
 
     DELETE /v1/conversations/{conversation_id}                  ConversationDeletedOut
     DELETE /v1/conversations/{conversation_id}/items/{item_id}  ConversationOut
 
 As OpenAI defines them: the conversation delete answers `{id, object: "conversation.deleted",
 deleted: true}`, the item delete the conversation. An item id names a position in a stored
-message (`msg_<seq>`, `fc_<seq>_<i>`, `fco_<seq>_<i>`: `bounded_agents.http.openai_items`), and
+message (`msg_<seq>`, `fc_<seq>_<i>`, `fco_<seq>_<i>`: `bounded_agents.http.openai.items`), and
 what is erased is that whole message: a tool call's item and its result live in the assistant
 message that made them, and erasure errs on the side of erasing more, never less (the id must
 still be one of that message's items). An id of no
@@ -22,13 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from fastapi import APIRouter, Path
 from pydantic import BaseModel
 
-from bounded_agents.errors import NotFound, echoed
+from bounded_agents.errors import MessageNotFound, NotFound, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep
-from bounded_agents.http.erase import MessageNotFound, erase_message, erase_thread
-from bounded_agents.http.openai_conversations import ConversationIdPath, owned_thread
-from bounded_agents.http.openai_errors import openai_error_response
-from bounded_agents.http.openai_items import item_position, message_items
-from bounded_agents.http.openai_schemas import ConversationOut, OpenAIErrorOut
+from bounded_agents.http.openai.conversations import ConversationIdPath, owned_thread
+from bounded_agents.http.openai.errors import openai_error_response
+from bounded_agents.http.openai.items import item_position, message_items
+from bounded_agents.http.openai.schemas import ConversationOut, OpenAIErrorOut
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.router import transcript_page
 
@@ -88,7 +88,7 @@ async def delete_conversation(
     conversation_id: ConversationIdPath, actor: ActorDep, module: ModuleDep
 ) -> ConversationDeletedOut:
     thread = await owned_thread(module, conversation_id, actor)
-    await erase_thread(module, thread.id)
+    await module.erase_thread(thread.id, actor_id=actor.id, thread=thread)
     return ConversationDeletedOut(id=thread.id)
 
 
@@ -98,7 +98,7 @@ async def delete_item(
     thread = await owned_thread(module, conversation_id, actor)
     seq = await _seq_of_item(module, thread.id, item_id)
     try:
-        await erase_message(module, thread.id, seq)
+        await module.erase_message(thread.id, seq, actor_id=actor.id, thread=thread)
     except MessageNotFound as exc:
         raise ItemNotFound(item_id) from exc
     metadata = {"agent": thread.agent}

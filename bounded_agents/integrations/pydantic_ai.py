@@ -1,0 +1,266 @@
+"""A Pydantic AI message store whose history is the project's bounded SQL thread.
+
+    history = BoundedMessageStore(store)
+    messages = await history.load("user-42")
+    result = await agent.run("What changed?", message_history=messages)
+    await history.save(result.new_messages(), conversation_id="user-42")
+
+Pydantic AI leaves persistence to its caller: `message_history=` in, `new_messages()` out.
+`load` gives the BOUNDED history (the thread's summary first, as a system prompt, then its
+newest `keep_runs` runs whole, read in one range scan); `save` appends a run's new messages,
+once: the run's id (Pydantic AI's `run_id`) keys the batch, so saving the same run twice stores
+it once. Messages are serialized with Pydantic AI's own `ModelMessagesTypeAdapter` and come back
+exactly as they were. `history_processor` bounds a long run's history in flight the same way
+(cut at runs, the summary kept first).
+
+Importing this module imports `pydantic_ai` (`pip install "bounded-agents[pydantic-ai]"`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from bounded_agents.core.ports import AgentStore, Summarizer
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.thread import (
+    DEFAULT_FOLD_ITEMS,
+    DEFAULT_KEEP_RUNS,
+    THREAD_ID_CHARS,
+    BoundedView,
+    Entry,
+    FoldOutcome,
+    Projection,
+    ThreadHistory,
+    item_json,
+    label,
+)
+
+THREADS_KEPT = 1024
+"""Conversations a `BoundedMessageStore` remembers having created (see `thread`)."""
+
+_NAMESPACE = uuid.UUID("0f3c7a52-58a4-4ec4-8f0e-2c7e93a1d6b4")
+
+
+def _prompt_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(c for c in content if isinstance(c, str))
+
+
+def starts_run(message: ModelMessage) -> bool:
+    """A request carrying the user's prompt starts a run; tool returns and retries do not."""
+    return isinstance(message, ModelRequest) and any(
+        isinstance(p, UserPromptPart) for p in message.parts
+    )
+
+
+def project_message(message: Any, index: int) -> Projection:
+    """What the store indexes of one message; refuses what is no `ModelMessage`, naming it."""
+    if isinstance(message, ModelRequest):
+        lines: list[str] = []
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                lines.append(_prompt_text(part.content))
+            elif isinstance(part, ToolReturnPart):
+                lines.append(f"[tool output {part.tool_name}] {part.model_response_str()}")
+            elif isinstance(part, RetryPromptPart):
+                lines.append(f"[retry] {part.model_response()}")
+        return Projection("user" if starts_run(message) else "assistant", "\n".join(lines))
+    if isinstance(message, ModelResponse):
+        lines = []
+        for rpart in message.parts:
+            if isinstance(rpart, TextPart):
+                lines.append(rpart.content)
+            elif isinstance(rpart, ToolCallPart):
+                lines.append(f"[tool call {rpart.tool_name}] {rpart.args_as_json_str()}")
+        return Projection("assistant", "\n".join(lines))
+    raise InvalidInput(f"{label(message, index)} is not a ModelRequest or ModelResponse")
+
+
+def _dumped(message: ModelMessage, index: int) -> str:
+    try:
+        data = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{label(message, index)} cannot be serialized: {exc}") from None
+    return item_json(data, label=label(message, index))
+
+
+def _loaded(entries: Sequence[Entry]) -> list[ModelMessage]:
+    """The stored messages back in Pydantic AI's types; a row no adapter wrote becomes a plain
+    request or response with its text."""
+    raw: list[Any] = []
+    for e in entries:
+        if e.item is not None:
+            raw.append(e.item)
+        elif e.message.role == "user":
+            raw.append(
+                {
+                    "kind": "request",
+                    "parts": [{"part_kind": "user-prompt", "content": e.message.content}],
+                }
+            )
+        else:
+            raw.append(
+                {"kind": "response", "parts": [{"part_kind": "text", "content": e.message.content}]}
+            )
+    return ModelMessagesTypeAdapter.validate_python(raw)
+
+
+def _summary_request(view: BoundedView) -> list[ModelMessage]:
+    if view.summary_text is None:
+        return []
+    return [ModelRequest(parts=[SystemPromptPart(content=view.summary_text)])]
+
+
+class BoundedMessageStore:
+    """Conversations of Pydantic AI agents kept in `store` (a `SqlAgentStore`).
+
+    `keep_runs` is the bound `load` reads; `summarizer` (`summarize_with_model(provider)`, or
+    any `Summarizer`) is what `compact` folds older runs with, every `fold_items` items past
+    the kept runs, when `save` is called with `compact=True` or `compact` directly.
+    """
+
+    def __init__(
+        self,
+        store: AgentStore,
+        *,
+        actor_id: str = "local",
+        agent: str = "pydantic-ai",
+        keep_runs: int = DEFAULT_KEEP_RUNS,
+        summarizer: Summarizer | None = None,
+        fold_items: int = DEFAULT_FOLD_ITEMS,
+    ) -> None:
+        self.store = store
+        self.actor_id = actor_id
+        self.agent = agent
+        self.keep_runs = keep_runs
+        self.summarizer = summarizer
+        self.fold_items = fold_items
+        self.last_rows_read = 0
+        """Message rows the last `load` read: the bound, however long the thread."""
+        self._threads: dict[str, ThreadHistory] = {}
+
+    def thread(self, conversation_id: str) -> ThreadHistory:
+        """The conversation's thread in the store (the shared core). Kept for the next call
+        (up to `THREADS_KEPT` conversations), so a conversation's thread is created, and its
+        owner checked, once rather than on every save."""
+        found = self._threads.get(conversation_id)
+        if found is None:
+            if len(self._threads) >= THREADS_KEPT:
+                self._threads.clear()
+            found = self._threads[conversation_id] = ThreadHistory(
+                self.store,
+                conversation_id,
+                actor_id=self.actor_id,
+                agent=self.agent,
+                keep_runs=self.keep_runs,
+            )
+        return found
+
+    async def load(self, conversation_id: str) -> list[ModelMessage]:
+        """The bounded history: the summary first (a system prompt), then the newest runs."""
+        view = await self.thread(conversation_id).bounded()
+        self.last_rows_read = view.rows_read
+        return _summary_request(view) + _loaded(view.entries)
+
+    async def save(
+        self,
+        new_messages: Sequence[ModelMessage],
+        *,
+        conversation_id: str | None = None,
+        compact: bool = False,
+    ) -> int:
+        """Append a run's `new_messages`, all or none, in order; returns how many were stored
+        (0 when this run was saved already). The conversation is `conversation_id`, else the
+        one the messages carry (Pydantic AI sets it on every message of a run)."""
+        if not new_messages:
+            return 0
+        cid = conversation_id or next(
+            (m.conversation_id for m in new_messages if getattr(m, "conversation_id", None)),
+            None,
+        )
+        if cid is None:
+            raise InvalidInput("save needs a conversation_id: the messages carry none")
+        batch = [(project_message(m, i), _dumped(m, i)) for i, m in enumerate(new_messages)]
+        run_id = _run_key(new_messages, [text for _, text in batch])
+        thread = self.thread(cid)
+        stored = await thread.append(batch, run_id=run_id)
+        if compact and self.summarizer is not None:
+            await thread.compact_if_due(self.summarizer, fold_items=self.fold_items)
+        return len(stored)
+
+    async def compact(self, conversation_id: str) -> FoldOutcome | None:
+        """Fold every unsummarized run older than the kept ones into the summary now."""
+        if self.summarizer is None:
+            return None
+        return await self.thread(conversation_id).compact(self.summarizer)
+
+    async def pop(self, conversation_id: str) -> ModelMessage | None:
+        """Erase the newest message (and the summaries covering it) and return it."""
+        entry = await self.thread(conversation_id).pop()
+        return None if entry is None else _loaded([entry])[0]
+
+    async def clear(self, conversation_id: str) -> None:
+        """Erase the conversation: messages, summaries, search index."""
+        await self.thread(conversation_id).clear()
+
+
+def _run_key(messages: Sequence[ModelMessage], texts: Sequence[str]) -> str:
+    """The batch's idempotency key: Pydantic AI's run id when it fits the store's column,
+    else a UUID5 of it (or, with none, of the batch's own JSON)."""
+    run_id = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
+    if run_id is not None and len(run_id) <= THREAD_ID_CHARS:
+        return run_id
+    return str(uuid.uuid5(_NAMESPACE, run_id or json.dumps(list(texts))))
+
+
+def history_processor(
+    keep_runs: int = DEFAULT_KEEP_RUNS,
+) -> Callable[[list[ModelMessage]], list[ModelMessage]]:
+    """A Pydantic AI history processor that keeps a leading summary (a request of system
+    prompts only) and the newest `keep_runs` runs, whole: the run in flight is never cut, nor
+    a tool call from its return. Give it to an agent as
+    `Agent(capabilities=[ProcessHistory(history_processor(n))])`."""
+
+    def bound(messages: list[ModelMessage]) -> list[ModelMessage]:
+        starts = [i for i, m in enumerate(messages) if starts_run(m)]
+        if len(starts) <= keep_runs:
+            return messages
+        cut = starts[-keep_runs]
+        first = messages[0]
+        if not isinstance(first, ModelRequest):
+            return messages[cut:]
+        system = [p for p in first.parts if isinstance(p, SystemPromptPart)]
+        if not system:
+            return messages[cut:]
+        # The system prompts (the summary among them) stay first. In a run Pydantic AI has
+        # merged them into the oldest run's request: that request is cut, they are not.
+        lead = first if len(system) == len(first.parts) else ModelRequest(parts=system)
+        return [lead, *messages[cut:]]
+
+    return bound
+
+
+__all__ = [
+    "THREADS_KEPT",
+    "BoundedMessageStore",
+    "history_processor",
+    "project_message",
+    "starts_run",
+]

@@ -1,0 +1,482 @@
+"""The shared core of the framework adapters: one framework item is one stored message.
+
+Each adapter (`openai_agents`, `pydantic_ai`, `langchain`) only knows its framework's shapes; it
+hands this module, per item, a `Projection` (the role and plain text the store indexes,
+searches, bounds by runs and summarizes) and the item's own JSON, kept VERBATIM beside it, so
+every item type round-trips, even one no adapter knows. What comes back is an `Entry` per stored
+row: its `seq`, and the item as it was stored.
+
+The verbatim JSON rides on the message as one attachment of media type `ITEM_MEDIA_TYPE`, whose
+`data` is the item's JSON text (not base64: it is text already, and an erasure scan must find
+it). No provider is ever sent an attachment's data, and the summarizer is handed the projection
+only (`for_summary`), so nothing here changes what the project's own loop sends.
+
+Runs: the store cuts a thread at its user messages (`split_runs`), so an adapter projects to
+`user` only the item that STARTS a run (the human's turn); tool calls, tool outputs and
+everything else the agent did is `assistant`. A bounded read by runs therefore never separates
+a tool call from its output, whatever lies between them.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from bounded_agents.core.messages import Attachment, Message, storable_text, unstorable_text
+from bounded_agents.core.ports import (
+    AgentStore,
+    ErasingStore,
+    HistoryPolicyContext,
+    NamedThreadCreator,
+    Summarizer,
+    SummaryStore,
+    ThreadInfoReader,
+    ThreadSummary,
+    ThreadTurnQuery,
+    ThreadTurnReader,
+    TranscriptReader,
+    supports_bounded_read,
+    supports_erasure,
+    supports_named_threads,
+    supports_summaries,
+    supports_thread_info,
+    supports_transcripts,
+)
+from bounded_agents.core.summary import (
+    DEFAULT_FOLD_MAX_TOKENS,
+    clip_summary,
+    fold_rejection,
+    render_history_summary,
+    summary_token_cap,
+)
+from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.errors import (
+    ConfigError,
+    DuplicateMessage,
+    InvalidInput,
+    ThreadNotFound,
+    clipped,
+)
+
+ITEM_MEDIA_TYPE = "application/vnd.bounded-agents.item+json"
+"""The attachment that holds a framework item verbatim (its JSON text in `data`)."""
+
+DEFAULT_KEEP_RUNS = 10
+"""Runs the bounded view keeps verbatim unless told otherwise."""
+
+DEFAULT_FOLD_ITEMS = 200
+"""Unsummarized items past the kept runs that make `compact_if_due` fold."""
+
+THREAD_ID_CHARS = 36
+"""The store's thread ids are at most 36 characters (a UUID); a longer session id is mapped to
+a UUID5 of itself, the same one every time."""
+
+_NAMESPACE = uuid.UUID("5b0d4a8e-3f0c-4c52-9a45-7d1c2b8e6f10")
+
+
+@dataclass(frozen=True)
+class Projection:
+    """What the store sees of an item: who spoke (`user` starts a run) and its plain text."""
+
+    role: Literal["system", "user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored item: its position in the thread and the item as stored (None when the row
+    was not written by an adapter: then `message` is all there is)."""
+
+    seq: int
+    item: Any
+    message: Message
+
+
+@dataclass(frozen=True)
+class BoundedView:
+    """What a turn is given: the thread's summary (None before the first fold), then the kept
+    runs' entries, oldest first. `rows_read` is how many message rows the read returned."""
+
+    summary: ThreadSummary | None
+    entries: list[Entry]
+    skipped: int = 0
+    """Unsummarized items older than the kept runs (what the next fold takes)."""
+    rows_read: int = 0
+
+    @property
+    def summary_text(self) -> str | None:
+        """The summary worded for the prompt (`render_history_summary`), or None."""
+        return None if self.summary is None else render_history_summary(self.summary.text)
+
+
+@dataclass(frozen=True)
+class FoldOutcome:
+    summary: ThreadSummary | None
+    """The thread's summary after the fold (the old one when nothing was folded)."""
+    folded: int = 0
+    """Items folded into it by this call."""
+    refused: str | None = None
+    """Why the summarizer's last answer was refused (`fold_rejection`), if it was: the summary
+    and its boundary stay as they were, nothing is lost."""
+
+
+def thread_id_for(session_id: str) -> str:
+    """The store's thread id for a framework's session or conversation id."""
+    if not session_id:
+        raise InvalidInput("a session id may not be empty")
+    if len(session_id) <= THREAD_ID_CHARS and session_id.isprintable():
+        return session_id
+    return str(uuid.uuid5(_NAMESPACE, session_id))
+
+
+def item_json(item: Any, *, label: str) -> str:
+    """`item` as JSON text, refused with one clear line naming `label` when it is no JSON.
+
+    JSON escapes U+0000 (`\\u0000` is storable text); a lone surrogate it keeps raw unless
+    asked for ASCII, so an item holding one is written with `\\udXXX` escapes: either way the
+    text a store can hold, parsed back to the item exactly."""
+    try:
+        text = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{label} is not JSON-serializable: {exc}") from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(item, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def stored_message(projection: Projection, item_text: str, run_id: str | None = None) -> Message:
+    """The stored message of one item: the projection, and the item's JSON text verbatim.
+    The projection is ours to word, so what no store can hold (U+0000, a lone surrogate:
+    model and tool text may have them) becomes U+FFFD there (`storable_text`); the item
+    itself keeps them (`item_json`)."""
+    attachment = Attachment(name="item.json", media_type=ITEM_MEDIA_TYPE, data=item_text)
+    return Message(
+        role=projection.role,
+        content=storable_text(projection.text),
+        attachments=[attachment],
+        run_id=run_id,
+    )
+
+
+def verbatim(message: Message) -> Any:
+    """The item an adapter stored in `message`, parsed; None for a message no adapter wrote."""
+    for attachment in message.attachments:
+        if attachment.media_type == ITEM_MEDIA_TYPE and attachment.data is not None:
+            return json.loads(attachment.data)
+    return None
+
+
+def for_summary(message: Message) -> Message:
+    """`message` without the verbatim copy: the summarizer reads the projection, not JSON."""
+    kept = [a for a in message.attachments if a.media_type != ITEM_MEDIA_TYPE]
+    return message.model_copy(update={"attachments": kept})
+
+
+def _entry(message: Message) -> Entry:
+    return Entry(seq=message.seq or 0, item=verbatim(message), message=message)
+
+
+@dataclass
+class ThreadHistory:
+    """One framework session's thread in the store: append items, read the bounded view or
+    the raw newest items, erase, fold.
+
+    `store` must be a `SqlAgentStore` or any store with the same powers (bounded read, named
+    threads, transcripts, summaries, erasure); a store without one is refused here, at
+    construction, not at the first turn.
+    """
+
+    store: AgentStore
+    session_id: str
+    actor_id: str = "local"
+    agent: str = "integration"
+    keep_runs: int = DEFAULT_KEEP_RUNS
+    thread_id: str = field(init=False)
+    _created: bool = field(default=False, init=False, repr=False)
+    _owned: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.keep_runs < 1:
+            raise ConfigError(f"keep_runs must be at least 1, got {self.keep_runs!r}")
+        self.thread_id = thread_id_for(self.session_id)
+        missing = [
+            name
+            for name, probe in (
+                ("a bounded read (load_thread_for_turn)", supports_bounded_read),
+                ("named threads (create_named_thread)", supports_named_threads),
+                ("thread info (get_thread_info)", supports_thread_info),
+                ("transcripts (list_messages)", supports_transcripts),
+                ("summaries (latest_summary, save_summary)", supports_summaries),
+                ("erasure (delete_message, delete_thread)", supports_erasure),
+            )
+            if not probe(self.store)
+        ]
+        if missing:
+            raise ConfigError(
+                f"{type(self.store).__name__} cannot back a framework session: it lacks "
+                + ", ".join(missing)
+            )
+
+    # The probes held at construction; these views give the type checker the same facts.
+    @property
+    def _reader(self) -> ThreadTurnReader:
+        assert supports_bounded_read(self.store)
+        return self.store
+
+    @property
+    def _transcripts(self) -> TranscriptReader:
+        assert supports_transcripts(self.store)
+        return self.store
+
+    @property
+    def _summaries(self) -> SummaryStore:
+        assert supports_summaries(self.store)
+        return self.store
+
+    @property
+    def _eraser(self) -> ErasingStore:
+        assert supports_erasure(self.store)
+        return self.store
+
+    @property
+    def _creator(self) -> NamedThreadCreator:
+        assert supports_named_threads(self.store)
+        return self.store
+
+    @property
+    def _info(self) -> ThreadInfoReader:
+        assert supports_thread_info(self.store)
+        return self.store
+
+    async def check_owner(self) -> None:
+        """Refuse, as not found, a thread another actor owns: once per object, before its
+        first read or erasure (a thread not created yet is nobody's: reads find it empty)."""
+        if self._owned or self._created:
+            return
+        thread = await self._info.get_thread_info(self.thread_id)
+        if thread is not None and thread.actor_id != self.actor_id:
+            raise ThreadNotFound(self.thread_id)
+        self._owned = thread is not None
+
+    async def ensure_thread(self) -> None:
+        """Create the thread on first use; refuse (as not found) another actor's thread."""
+        if self._created:
+            return
+        thread = await self._creator.create_named_thread(
+            self.thread_id, actor_id=self.actor_id, agent=self.agent
+        )
+        if thread.actor_id != self.actor_id:
+            raise ThreadNotFound(self.thread_id)
+        self._created = True
+
+    # --- writes ----------------------------------------------------------------------------
+
+    async def append(
+        self, items: Sequence[tuple[Projection, str]], *, run_id: str | None = None
+    ) -> list[int]:
+        """Store `items` (projection, JSON text) at the end of the thread, all or none, in
+        order, and return their seqs. `run_id` marks the FIRST item, so the same batch saved
+        twice under one run id is stored once: the second call returns [] (`DuplicateMessage`
+        from the store's unique (thread, run, role) key). Every item is checked before any is
+        written: one the store cannot hold fails the call naming its index, with nothing
+        written."""
+        if not items:
+            return []
+        built = [
+            stored_message(p, text, run_id if i == 0 else None) for i, (p, text) in enumerate(items)
+        ]
+        for i, message in enumerate(built):
+            reason = unstorable_text(message)
+            if reason is not None:
+                raise InvalidInput(f"item {i} cannot be stored: {reason}")
+        await self.ensure_thread()
+        try:
+            try:
+                stored = await self.store.append_messages(self.thread_id, built)
+            except ThreadNotFound:
+                # Cleared by another session object (or process) since: start it again.
+                self._created = self._owned = False
+                await self.ensure_thread()
+                stored = await self.store.append_messages(self.thread_id, built)
+        except DuplicateMessage:
+            return []
+        return [m.seq or 0 for m in stored]
+
+    # --- reads -----------------------------------------------------------------------------
+
+    async def bounded(self, keep_runs: int | None = None) -> BoundedView:
+        """The summary and the newest `keep_runs` runs after it, in ONE bounded read: the rows
+        read are those runs' items whatever the thread's length."""
+        await self.check_owner()
+        runs = self.keep_runs if keep_runs is None else keep_runs
+        query = ThreadTurnQuery(thread_id=self.thread_id, run_limit=runs, after_summary=True)
+        page = await self._reader.load_thread_for_turn(query)
+        if page is None:
+            return BoundedView(summary=None, entries=[])
+        return BoundedView(
+            summary=page.summary,
+            entries=[_entry(m) for m in page.messages],
+            skipped=page.skipped,
+            rows_read=len(page.messages),
+        )
+
+    async def newest(self, n: int) -> list[Entry]:
+        """The raw newest `n` items, oldest first (no summary, no run cut)."""
+        if n <= 0:
+            return []
+        await self.check_owner()
+        found = await self._transcripts.list_messages(self.thread_id, limit=n)
+        return [_entry(m) for m in found]
+
+    # --- erasure ---------------------------------------------------------------------------
+
+    async def pop(self) -> Entry | None:
+        """Erase the newest item (and every summary covering it) and return it; None when the
+        thread is empty. Two pops racing never return the same item."""
+        for _ in range(8):
+            newest = await self.newest(1)
+            if not newest:
+                return None
+            if await self._eraser.delete_message(self.thread_id, newest[0].seq):
+                return newest[0]
+        raise ThreadNotFound(self.thread_id)  # emptied under us eight times over: give up
+
+    async def clear(self) -> None:
+        """Erase the whole thread (messages, summaries, search index); the session starts
+        afresh on its next write."""
+        await self.check_owner()
+        await self._eraser.delete_thread(self.thread_id)
+        self._created = self._owned = False
+
+    # --- folding ---------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        summarizer: Summarizer,
+        *,
+        keep_runs: int | None = None,
+        fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+    ) -> FoldOutcome:
+        """Fold every unsummarized item older than the newest `keep_runs` runs into the
+        thread's rolling summary, chunk by chunk (each within `fold_max_tokens`), through the
+        project's summarizer path: each answer is checked (`fold_rejection`), held to the
+        summary cap (`clip_summary`) and saved with its boundary (idempotent per boundary, so a
+        fold cut short by a crash resumes where it stopped). The raw items stay in the thread."""
+        view = await self.bounded(keep_runs)
+        summary = view.summary
+        if not view.entries or view.skipped == 0:
+            return FoldOutcome(summary=summary)
+        stop = view.entries[0].seq - 1  # the last item older than the kept runs
+        boundary = summary.covers_through_seq if summary is not None else 0
+        cap = summary_token_cap(fold_max_tokens)
+        folded = 0
+        while boundary < stop:
+            budget = fold_max_tokens - (
+                estimate_message_tokens(Message(role="system", content=summary.text))
+                if summary is not None
+                else 0
+            )
+            chunk = await self._chunk(boundary, stop, max(1, budget))
+            if not chunk:
+                break
+            ctx = HistoryPolicyContext(
+                thread_id=self.thread_id,
+                agent=self.agent,
+                actor_id=self.actor_id,
+                run_id="compaction",
+                summary=summary,
+                summary_max_tokens=cap,
+            )
+            made = await summarizer(chunk, ctx)
+            refused = fold_rejection(made)
+            if refused is not None:
+                return FoldOutcome(summary=summary, folded=folded, refused=refused)
+            usage = made.usage
+            summary = ThreadSummary(
+                text=clip_summary(made.text, cap),
+                covers_through_seq=chunk[-1].seq or boundary,
+                model=made.model or "",
+                prompt_tokens=usage.prompt_tokens if usage is not None else 0,
+                completion_tokens=usage.completion_tokens if usage is not None else 0,
+                run_id=None,
+            )
+            await self._summaries.save_summary(self.thread_id, summary)
+            folded += len(chunk)
+            boundary = summary.covers_through_seq
+        return FoldOutcome(summary=summary, folded=folded)
+
+    async def compact_if_due(
+        self,
+        summarizer: Summarizer,
+        *,
+        fold_items: int = DEFAULT_FOLD_ITEMS,
+        fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+    ) -> FoldOutcome | None:
+        """`compact` when at least `fold_items` unsummarized items lie past the kept runs (one
+        bounded read to find out); None when not due. Between folds the view only grows at its
+        end, so a provider's prompt cache keeps matching it."""
+        view = await self.bounded()
+        if view.skipped < fold_items:
+            return None
+        return await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
+
+    async def _chunk(self, after: int, stop: int, budget: int) -> list[Message]:
+        """The next fold's messages: seq in (after, stop], oldest first, read a page at a
+        time: whole runs, as many as fit `budget` estimated tokens. A fold never ends inside
+        a run (the view after its boundary would start on a tool output whose call it
+        folded): a run that crosses the budget is left to the next fold, and a single run
+        larger than the budget is folded whole."""
+        summaries = self._summaries
+        out: list[Message] = []
+        spent = 0
+        over = False
+        while after < stop:
+            page = await summaries.messages_after(self.thread_id, after, min(100, stop - after))
+            if not page:
+                break
+            for m in page:
+                if (m.seq or 0) > stop or (over and m.role == "user"):
+                    return out
+                plain = for_summary(m)
+                cost = estimate_message_tokens(plain)
+                if out and not over and spent + cost > budget:
+                    if m.role == "user":
+                        return out  # the budget ran out at a run's end
+                    starts = [i for i, x in enumerate(out) if i > 0 and x.role == "user"]
+                    if starts:
+                        return out[: starts[-1]]  # the run in progress goes to the next fold
+                    over = True  # one run larger than the budget: fold it whole
+                out.append(plain)
+                spent += cost
+            after = page[-1].seq or stop
+        return out
+
+
+def label(item: Any, index: int) -> str:
+    """How an error names item `index`: its type when it has one, and a clipped repr."""
+    kind = (item.get("type") or item.get("kind")) if isinstance(item, dict) else type(item).__name__
+    return f"item {index} ({kind or 'no type'}: {clipped(repr(item), 80)})"
+
+
+__all__ = [
+    "DEFAULT_FOLD_ITEMS",
+    "DEFAULT_KEEP_RUNS",
+    "ITEM_MEDIA_TYPE",
+    "THREAD_ID_CHARS",
+    "BoundedView",
+    "Entry",
+    "FoldOutcome",
+    "Projection",
+    "ThreadHistory",
+    "for_summary",
+    "item_json",
+    "label",
+    "stored_message",
+    "thread_id_for",
+    "verbatim",
+]

@@ -1,0 +1,258 @@
+"""The LangChain chat message history over the store, against the real `langchain` v1: an
+agent made by `create_agent` with a fake chat model and a tool, and RunnableWithMessageHistory."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.langchain import (
+    BoundedChatMessageHistory,
+    BoundedHistoryMiddleware,
+)
+from bounded_agents.store import SqlAgentStore
+from tests.http.erasure import marker_hits
+from tests.integrations.helpers import NotesSummarizer, rows_read
+
+
+class ToolingFakeModel(GenericFakeChatModel):
+    """LangChain's fake chat model, with tools bound as a no-op (the script decides); every
+    call's messages are kept in `seen`."""
+
+    seen: list[list[BaseMessage]] = []  # noqa: RUF012 - a pydantic field, copied per instance
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self
+
+    async def _agenerate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
+        self.seen.append(list(messages))
+        return await super()._agenerate(messages, *args, **kwargs)
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in `city`."""
+    return f"sunny in {city}"
+
+
+def script(turns: int) -> list[AIMessage]:
+    out: list[AIMessage] = []
+    for n in range(turns):
+        call = {
+            "name": "weather",
+            "args": {"city": "Paris"},
+            "id": f"call_{n}",
+            "type": "tool_call",
+        }
+        out += [AIMessage("", tool_calls=[call]), AIMessage(f"answer {n}")]
+    return out
+
+
+def run_messages(n: int, marker: str = "") -> list[BaseMessage]:
+    call = {"name": "weather", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}
+    return [
+        HumanMessage(f"question {n} {marker}".strip()),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage(f"out {n}", tool_call_id=f"c{n}", name="weather"),
+        AIMessage(f"answer {n}"),
+    ]
+
+
+def calls_paired(messages: Sequence[BaseMessage]) -> bool:
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    outputs = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return calls == outputs
+
+
+async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_history(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = ToolingFakeModel(messages=iter(script(3)))
+    agent = create_agent(model, tools=[weather], system_prompt="You help.")
+    history = BoundedChatMessageHistory("lc-a", sql_store, keep_runs=2)
+    for question in ("one", "two", "three"):
+        with rows_read(sql_store) as reads:
+            before = await history.aget_messages()
+        state = await agent.ainvoke({"messages": [*before, HumanMessage(question)]})
+        new = state["messages"][len(before) :]
+        assert [type(m).__name__ for m in new] == [
+            "HumanMessage",
+            "AIMessage",
+            "ToolMessage",
+            "AIMessage",
+        ]
+        assert new[2].content == "sunny in Paris"
+        await history.aadd_messages(new)
+    assert reads == [("load_thread_for_turn", 8)] and calls_paired(before)
+    assert [m.content for m in await history.aget_messages()][-4:] == [
+        "three",
+        "",
+        "sunny in Paris",
+        "answer 2",
+    ]
+
+
+async def test_runnable_with_message_history_keeps_its_turns_in_the_store(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = GenericFakeChatModel(messages=iter([AIMessage(f"a{n}") for n in range(3)]))
+    prompt = ChatPromptTemplate.from_messages(
+        [("system", "You help."), MessagesPlaceholder("history"), ("human", "{q}")]
+    )
+    with pytest.warns(DeprecationWarning, match="RunnableWithMessageHistory"):
+        chain = RunnableWithMessageHistory(
+            prompt | model,
+            lambda session_id: BoundedChatMessageHistory(session_id, sql_store, keep_runs=1),
+            input_messages_key="q",
+            history_messages_key="history",
+        )
+    for q in ("one", "two", "three"):
+        await chain.ainvoke({"q": q}, config={"configurable": {"session_id": "lc-b"}})
+    kept = await BoundedChatMessageHistory("lc-b", sql_store, keep_runs=9).aget_messages()
+    assert [m.content for m in kept] == ["one", "a0", "two", "a1", "three", "a2"]
+
+
+async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-c", sql_store)
+    with pytest.raises(InvalidInput, match=r"item 4 \(str.*not a LangChain message"):
+        await history.aadd_messages([*run_messages(0), "plain text"])  # type: ignore[list-item]
+    assert await history.aget_messages() == []
+    with pytest.raises(NotImplementedError, match="aget_messages"):
+        _ = history.messages
+
+
+async def test_a_ten_thousand_message_thread_reads_the_bound_and_carries_the_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-d", sql_store, keep_runs=3)
+    for start in range(0, 2500, 250):
+        await history.aadd_messages([m for n in range(start, start + 250) for m in run_messages(n)])
+    history.summarizer = NotesSummarizer()
+    folded = await history.acompact()
+    assert folded is not None and folded.folded == 10_000 - 12
+    with rows_read(sql_store) as reads:
+        loaded = await history.aget_messages()
+    assert reads == [("load_thread_for_turn", 12)]
+    assert isinstance(loaded[0], SystemMessage) and "answer 2496" in str(loaded[0].content)
+    assert len(loaded) == 1 + 12 and calls_paired(loaded[1:])
+    assert loaded[1:] == [m for n in range(2497, 2500) for m in run_messages(n)]
+
+
+async def test_aclear_leaves_the_text_in_no_table(sql_store: SqlAgentStore) -> None:
+    history = BoundedChatMessageHistory(
+        "lc-e", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=1
+    )
+    await history.aadd_messages(run_messages(0, "MARKFOLDED"))
+    await history.aadd_messages(run_messages(1))  # folds run 0: past the kept run
+    assert "MARKFOLDED" in str((await history.aget_messages())[0].content)
+    await history.aclear()
+    assert await marker_hits(sql_store, "MARKFOLDED") == []
+    assert await history.aget_messages() == []
+
+
+async def test_the_middleware_feeds_the_model_sql_and_keeps_one_run_in_the_checkpoint(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = ToolingFakeModel(messages=iter(script(3)))
+    middleware = BoundedHistoryMiddleware(sql_store, keep_runs=2)
+    agent = create_agent(
+        model,
+        tools=[weather],
+        system_prompt="You help.",
+        middleware=[middleware],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "lc-mw"}}
+    for question in ("one", "two", "three"):
+        state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config=config)
+        assert state["messages"][-1].content.startswith("answer")
+    # The third run's first model call: the system prompt, two runs from SQL, the question.
+    third = model.seen[4]
+    assert [m.content for m in third[1:]][-1] == "three" and len(third) == 1 + 2 * 4 + 1
+    assert calls_paired(third[1:-1]) and middleware.last_rows_read == 8
+    # The checkpoint holds the last run only; the thread, all three.
+    checkpoint = await agent.aget_state(config)
+    assert checkpoint.values["messages"][0].content == "three"
+    assert len(checkpoint.values["messages"]) == 4
+    stored = await BoundedChatMessageHistory("lc-mw", sql_store, keep_runs=9).aget_messages()
+    assert [m.content for m in stored if isinstance(m, HumanMessage)] == ["one", "two", "three"]
+    assert len(stored) == 12
+
+
+async def test_the_middleware_reads_the_bound_from_a_ten_thousand_message_thread(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-mw-long", sql_store, keep_runs=3)
+    for start in range(0, 2500, 500):
+        await history.aadd_messages([m for n in range(start, start + 500) for m in run_messages(n)])
+    history.summarizer = NotesSummarizer()
+    await history.acompact()
+    model = ToolingFakeModel(messages=iter(script(1)))
+    middleware = BoundedHistoryMiddleware(sql_store, session_id="lc-mw-long", keep_runs=3)
+    agent = create_agent(model, tools=[weather], system_prompt="You help.", middleware=[middleware])
+    with rows_read(sql_store) as reads:
+        await agent.ainvoke({"messages": [HumanMessage("next")]})
+    bounded = [n for name, n in reads if name == "load_thread_for_turn"]
+    assert bounded == [12, 12]  # one bounded read per model call, the bound each time
+    assert max(n for _, n in reads) == 12
+    first = model.seen[0]
+    assert isinstance(first[0], SystemMessage) and str(first[0].content).startswith("You help.")
+    assert "answer 2496" in str(first[0].content)  # the summary rides on the system prompt
+    assert len(first) == 1 + 12 + 1 and calls_paired(first[1:-1])
+
+
+class NoteMessage(BaseMessage):
+    """A message type of the user's own, which LangChain's loader does not know."""
+
+    type: str = "note"
+
+
+async def test_every_message_type_round_trips_and_an_unloadable_one_is_refused(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedChatMessageHistory("lc-types", sql_store)
+    messages: list[BaseMessage] = [
+        HumanMessage(
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ]
+        ),
+        AIMessage(
+            "",
+            tool_calls=[{"name": "f", "args": {"a": [1, None]}, "id": "c1", "type": "tool_call"}],
+            additional_kwargs={"k": "v"},
+        ),
+        ToolMessage("é\u2028", tool_call_id="c1", status="error", artifact={"raw": 1}),
+        ChatMessage("hello", role="critic"),
+        SystemMessage("be brief", id="sys-1"),
+        AIMessage(
+            "done",
+            response_metadata={"model_name": "m"},
+            usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+        ),
+    ]
+    await history.aadd_messages(messages)
+    assert await history.aget_messages() == messages
+    with pytest.raises(InvalidInput, match=r"item 1 \(NoteMessage.*cannot load back"):
+        await history.aadd_messages([HumanMessage("x"), NoteMessage("a note")])
+    assert len(await history.aget_messages()) == len(messages)

@@ -1,0 +1,374 @@
+"""The OpenAI Agents SDK `Session` over the store, against the real SDK (`openai-agents`):
+its `Runner` drives an `Agent` whose model is the SDK's `Model` interface with a script."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, Usage, function_tool
+from agents.items import ModelResponse, TResponseInputItem
+from agents.memory.session import Session
+from agents.models.interface import Model
+from openai.types.responses import (
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from bounded_agents.errors import InvalidInput, ThreadNotFound
+from bounded_agents.integrations.openai_agents import BoundedSession
+from bounded_agents.store import SqlAgentStore
+from tests.conftest import emptied_store
+from tests.http.erasure import marker_hits
+from tests.integrations.helpers import NotesSummarizer, rows_read
+
+
+class ScriptedModel(Model):
+    """Asks for the `weather` tool on each user turn, then answers with what it returned."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+        self.calls = 0
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        items = input if isinstance(input, list) else [{"role": "user", "content": input}]
+        self.inputs.append(items)
+        last = items[-1]
+        if last.get("type") == "function_call_output":
+            text = ResponseOutputText(
+                type="output_text", text=f"it is {last['output']}", annotations=[]
+            )
+            out: list[Any] = [
+                ResponseOutputMessage(
+                    id=f"msg_{self.calls}",
+                    type="message",
+                    role="assistant",
+                    status="completed",
+                    content=[text],
+                )
+            ]
+        else:
+            self.calls += 1
+            out = [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    id=f"fc_{self.calls}",
+                    call_id=f"call_{self.calls}",
+                    name="weather",
+                    arguments=json.dumps({"city": "Paris"}),
+                    status="completed",
+                )
+            ]
+        return ModelResponse(output=out, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+@function_tool
+def weather(city: str) -> str:
+    """The weather in `city`."""
+    return f"sunny in {city}"
+
+
+NO_TRACING = RunConfig(tracing_disabled=True)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_items(n: int, marker: str = "") -> list[TResponseInputItem]:
+    """One run as the SDK stores it: the question, a tool call, its output, the answer."""
+    return [
+        {"role": "user", "content": f"question {n} {marker}".strip()},
+        {"type": "function_call", "call_id": f"c{n}", "name": "weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{n}", "output": f"out {n}"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": f"answer {n}", "annotations": []}],
+        },
+    ]  # type: ignore[list-item]
+
+
+def assert_calls_paired(items: list[Any]) -> None:
+    calls = {i["call_id"] for i in items if i.get("type") == "function_call"}
+    outputs = {i["call_id"] for i in items if i.get("type") == "function_call_output"}
+    assert calls == outputs
+
+
+def test_the_session_is_the_sdks_session_protocol(sql_store: SqlAgentStore) -> None:
+    assert isinstance(BoundedSession("s", sql_store), Session)
+
+
+async def test_an_agent_runs_three_turns_with_a_tool_call_against_the_store(
+    sql_store: SqlAgentStore,
+) -> None:
+    model = ScriptedModel()
+    agent = Agent(name="helper", instructions="You help.", model=model, tools=[weather])
+    session = BoundedSession("thread-a", sql_store, keep_runs=2)
+    for question in ("one", "two", "three"):
+        with rows_read(sql_store) as reads:
+            result = await Runner.run(agent, question, session=session, run_config=NO_TRACING)
+        assert result.final_output == "it is sunny in Paris"
+    stored = await session.get_items(100)
+    assert [i.get("type", "message") for i in stored] == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "message",
+    ] * 3
+    # The third turn's first model call saw the two kept runs (8 items) and its question.
+    third = model.inputs[4]
+    assert len(third) == 2 * 4 + 1 and third[-1]["content"] == "three"
+    # Its one bounded read returned those 8 rows; the SDK's own checks read raw tails only.
+    assert reads[0] == ("load_thread_for_turn", 8)
+    assert all(name == "list_messages" for name, _ in reads[1:]), reads
+
+
+async def test_every_item_type_round_trips_verbatim_even_an_unknown_one(
+    sql_store: SqlAgentStore,
+) -> None:
+    items: list[Any] = [
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}]},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "thinking"}],
+            "encrypted_content": "xyz",
+        },
+        {
+            "type": "function_call",
+            "id": "fc_1",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": '{"a": [1, 2.5, null]}',
+            "status": "completed",
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "é\u2028"}],
+        },
+        {"type": "handoff_call", "id": "h1", "target": "other agent"},
+        {
+            "type": "computer_call",
+            "id": "cc",
+            "call_id": "c2",
+            "action": {"type": "click", "x": 1, "y": 2},
+            "pending_safety_checks": [],
+            "status": "completed",
+        },
+        {"type": "a_type_from_2030", "payload": {"nested": {"deep": True}}, "order": 7},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "m1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        },
+    ]
+    session = BoundedSession("thread-b", sql_store)
+    await session.add_items(items)
+    assert await session.get_items(len(items)) == items
+    assert await session.get_items() == items
+    assert await session.get_items(2) == items[-2:]
+
+
+async def test_a_malformed_item_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
+    session = BoundedSession("thread-c", sql_store)
+    await session.add_items(run_items(0))
+    bad: list[Any] = [*run_items(1), {"content": "no role, no type"}]
+    with pytest.raises(InvalidInput, match=r"item 4 \(no type"):
+        await session.add_items(bad)
+    with pytest.raises(InvalidInput, match=r"item 1 \(set"):
+        await session.add_items([run_items(2)[0], {1, 2}])  # type: ignore[list-item]
+    with pytest.raises(InvalidInput, match=r"item 0 .*not JSON-serializable"):
+        await session.add_items([{"type": "x", "when": object()}])  # type: ignore[list-item]
+    assert len(await session.get_items(100)) == 4
+
+
+async def test_a_ten_thousand_item_thread_reads_the_bound_keeps_calls_whole_and_carries_the_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    session = BoundedSession("thread-d", sql_store, keep_runs=3, summarizer=NotesSummarizer())
+    for start in range(0, 2500, 250):
+        await session.add_items([i for n in range(start, start + 250) for i in run_items(n)])
+    assert len(await session.get_items(10_001)) == 10_000
+    with rows_read(sql_store) as reads:
+        view = await session.get_items()
+    assert (
+        reads == [("load_thread_for_turn", 12)] and len(view) == 12
+    )  # three runs of four items, one read
+    assert_calls_paired(view)
+    folded = await session.compact(force=True)
+    assert folded is not None and folded.folded == 10_000 - 12 and folded.refused is None
+    model = ScriptedModel()
+    agent = Agent(name="helper", instructions="You help.", model=model, tools=[weather])
+    with rows_read(sql_store) as reads:
+        await Runner.run(agent, "next", session=session, run_config=NO_TRACING)
+    sent = model.inputs[0]
+    assert sent[0]["role"] == "developer" and "answer 2496" in sent[0]["content"]
+    assert len(sent) == 1 + 12 + 1  # the summary, three runs, the question
+    assert_calls_paired(sent[1:])
+    # The run stored its own four items only: never the summary item it was handed.
+    assert len(await session.get_items(20_000)) == 10_000 + 4
+    # Every read of the turn returned at most the bound (plus the run in flight's items).
+    assert reads[0] == ("load_thread_for_turn", 12)
+    assert max(n for _, n in reads) <= 3 * 4 + 4 and sum(n for _, n in reads) < 100, reads
+
+
+async def test_pop_item_and_clear_session_leave_the_text_in_no_table(
+    sql_store: SqlAgentStore,
+) -> None:
+    session = BoundedSession("thread-e", sql_store, keep_runs=1, summarizer=NotesSummarizer())
+    await session.add_items(run_items(0, "MARKPOPPED"))
+    await session.add_items(run_items(1))
+    await session.add_items([{"role": "user", "content": "MARKLAST secret"}])
+    await session.compact(force=True)  # the first runs are in the summary now
+    assert await marker_hits(sql_store, "MARKPOPPED") != []
+    popped = await session.pop_item()
+    assert popped == {"role": "user", "content": "MARKLAST secret"}
+    assert await marker_hits(sql_store, "MARKLAST") == []
+    await session.clear_session()
+    assert await marker_hits(sql_store, "MARKPOPPED") == []
+    assert await session.get_items() == [] and await session.pop_item() is None
+    await session.add_items(run_items(5))  # the session goes on after a clear
+    assert len(await session.get_items()) == 4
+
+
+async def test_concurrent_add_items_keep_each_batch_whole_and_in_order(
+    sql_store: SqlAgentStore,
+) -> None:
+    first, second = BoundedSession("thread-f", sql_store), BoundedSession("thread-f", sql_store)
+    batches = [[{"type": "x", "batch": b, "i": i} for i in range(50)] for b in range(8)]
+    await asyncio.gather(
+        *((first if b % 2 else second).add_items(batch) for b, batch in enumerate(batches))
+    )  # type: ignore[arg-type]
+    stored = await first.get_items(1000)
+    assert len(stored) == 400
+    runs = [stored[k : k + 50] for k in range(0, 400, 50)]
+    assert sorted(r[0]["batch"] for r in runs) == list(range(8))
+    assert all(r == batches[r[0]["batch"]] for r in runs)
+
+
+async def test_two_processes_adding_to_one_session_lose_nothing_and_keep_each_batch_whole(
+    db_url: str,
+) -> None:
+    async with emptied_store(db_url) as store:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        procs = [
+            await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "tests.integrations.appender"),
+                *(db_url, "two-proc", tag, "25"),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=REPO,
+            )
+            for tag in ("a", "b")
+        ]
+        for p in procs:
+            assert p.stdout is not None and (await p.stdout.readline()).strip() == b"ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(b"go\n")
+            await p.stdin.drain()
+        for p in procs:
+            assert await asyncio.wait_for(p.wait(), 120) == 0
+        stored: list[Any] = await BoundedSession("two-proc", store).get_items(10_000)
+        assert len(stored) == 2 * 25 * 20
+        batches = [stored[k : k + 20] for k in range(0, len(stored), 20)]
+        for batch in batches:  # each batch contiguous, its items in order
+            assert [i["i"] for i in batch] == list(range(20))
+            assert len({(i["tag"], i["batch"]) for i in batch}) == 1
+        for tag in ("a", "b"):  # each process's batches in the order it wrote them
+            order = [b[0]["batch"] for b in batches if b[0]["tag"] == tag]
+            assert order == list(range(25))
+
+
+async def test_another_actors_session_of_the_same_id_is_not_found(sql_store: SqlAgentStore) -> None:
+    alice = BoundedSession("shared-id", sql_store, actor_id="alice")
+    await alice.add_items(run_items(0, "MARKALICE"))
+    bob = BoundedSession("shared-id", sql_store, actor_id="bob")
+    calls = (bob.get_items, lambda: bob.get_items(5), bob.pop_item, bob.clear_session)
+    for call in calls:
+        with pytest.raises(ThreadNotFound):
+            await call()
+    with pytest.raises(ThreadNotFound):
+        await bob.add_items(run_items(1))
+    assert len(await alice.get_items()) == 4
+
+
+async def test_the_runs_context_names_the_actor(sql_store: SqlAgentStore) -> None:
+    agent = Agent(name="helper", instructions="You help.", model=ScriptedModel(), tools=[weather])
+    session = BoundedSession("ctx-thread", sql_store)  # built for no one in particular
+    await Runner.run(
+        agent, "hi", session=session, context={"actor_id": "alice"}, run_config=NO_TRACING
+    )
+    info = await sql_store.get_thread_info("ctx-thread")
+    assert info is not None and info.actor_id == "alice"
+    with pytest.raises(ThreadNotFound):
+        await Runner.run(
+            agent, "me too", session=session, context={"actor_id": "bob"}, run_config=NO_TRACING
+        )
+    assert len(await BoundedSession("ctx-thread", sql_store, actor_id="alice").get_items()) == 4
+
+
+async def test_nul_and_lone_surrogates_round_trip_verbatim(sql_store: SqlAgentStore) -> None:
+    """Model and tool text may hold what no store column can (U+0000, a lone surrogate): the
+    item comes back exactly, and the run is not failed for it."""
+    items: list[Any] = [
+        {"role": "user", "content": "a\x00b \ud800 c"},
+        {"type": "function_call_output", "call_id": "c", "output": "\x00\udfff"},
+    ]
+    session = BoundedSession("odd-text", sql_store)
+    await session.add_items(items)
+    assert await session.get_items() == items
+
+
+class AnsweringModel(Model):
+    """Answers at once, with a response id: the runner then runs the session's compaction."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        self.inputs.append(list(input))
+        n = len(self.inputs)
+        text = ResponseOutputText(type="output_text", text=f"reply {n}", annotations=[])
+        message = ResponseOutputMessage(
+            id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=f"resp_{n}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+async def test_the_runner_compacts_the_session_through_the_summarizer(
+    sql_store: SqlAgentStore,
+) -> None:
+    summarizer = NotesSummarizer()
+    session = BoundedSession(
+        "auto-fold", sql_store, keep_runs=1, summarizer=summarizer, fold_items=4
+    )
+    model = AnsweringModel()
+    agent = Agent(name="helper", instructions="You help.", model=model)
+    for n in range(4):
+        await Runner.run(agent, f"question {n}", session=session, run_config=NO_TRACING)
+    assert summarizer.calls >= 1  # the runner called run_compaction, and it was due
+    sent = model.inputs[-1]
+    assert sent[0]["role"] == "developer" and "question 0" in sent[0]["content"]
+    assert sent[-1]["content"] == "question 3"
+    assert len(await session.get_items(100)) == 8  # the raw thread is whole

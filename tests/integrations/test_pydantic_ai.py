@@ -1,0 +1,157 @@
+"""The Pydantic AI message store over the store, against the real `pydantic_ai`: an `Agent`
+with a `FunctionModel` and a tool."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.pydantic_ai import BoundedMessageStore, history_processor
+from bounded_agents.store import SqlAgentStore
+from tests.http.erasure import marker_hits
+from tests.integrations.helpers import NotesSummarizer, rows_read
+
+
+def weather_agent(seen: list[list[ModelMessage]]) -> Agent[None, str]:
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        last = messages[-1].parts[-1]
+        if isinstance(last, ToolReturnPart):
+            return ModelResponse(parts=[TextPart(f"it is {last.content}")])
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": "Paris"})])
+
+    agent: Agent[None, str] = Agent(FunctionModel(respond), instructions="You help.")
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    return agent
+
+
+def run_messages(n: int, marker: str = "") -> list[ModelMessage]:
+    return [
+        ModelRequest(parts=[UserPromptPart(f"question {n} {marker}".strip())]),
+        ModelResponse(parts=[ToolCallPart("weather", {"n": n}, tool_call_id=f"c{n}")]),
+        ModelRequest(parts=[ToolReturnPart("weather", f"out {n}", tool_call_id=f"c{n}")]),
+        ModelResponse(parts=[TextPart(f"answer {n}")]),
+    ]
+
+
+def calls_paired(messages: list[ModelMessage]) -> bool:
+    calls = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolCallPart)}
+    returns = {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolReturnPart)}
+    return calls == returns
+
+
+async def test_an_agent_runs_three_turns_with_a_tool_call_and_saves_each_run_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    seen: list[list[ModelMessage]] = []
+    agent = weather_agent(seen)
+    history = BoundedMessageStore(sql_store, keep_runs=2)
+    for question in ("one", "two", "three"):
+        with rows_read(sql_store) as reads:
+            messages = await history.load("conv-a")
+        result = await agent.run(question, message_history=messages)
+        assert result.output == "it is sunny in Paris"
+        assert await history.save(result.new_messages(), conversation_id="conv-a") == 4
+        assert await history.save(result.new_messages(), conversation_id="conv-a") == 0
+    assert reads == [("load_thread_for_turn", 8)]
+    # The third run's first model call: two kept runs and its own request.
+    assert len(seen[4]) == 2 * 4 + 1 and calls_paired(seen[4][:-1])
+    # Messages come back exactly as Pydantic AI made them.
+    assert await history.load("conv-a") == [*messages[4:], *result.new_messages()]
+
+
+async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedMessageStore(sql_store)
+    bad = [*run_messages(0), {"kind": "request"}]
+    with pytest.raises(InvalidInput, match=r"item 4 \(request.*not a ModelRequest"):
+        await history.save(bad, conversation_id="conv-b")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match="needs a conversation_id"):
+        await history.save(run_messages(0))
+    assert await history.load("conv-b") == []
+
+
+async def test_a_ten_thousand_message_thread_loads_the_bound_and_carries_the_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    history = BoundedMessageStore(sql_store, keep_runs=3, summarizer=NotesSummarizer())
+    for start in range(0, 2500, 250):
+        batch = [m for n in range(start, start + 250) for m in run_messages(n)]
+        await history.save(batch, conversation_id="conv-c")
+    with rows_read(sql_store) as reads:
+        loaded = await history.load("conv-c")
+    assert reads == [("load_thread_for_turn", 12)] and len(loaded) == 12 and calls_paired(loaded)
+    folded = await history.compact("conv-c")
+    assert folded is not None and folded.folded == 10_000 - 12
+    seen: list[list[ModelMessage]] = []
+    with rows_read(sql_store) as reads:
+        messages = await history.load("conv-c")
+    result = await weather_agent(seen).run("next", message_history=messages)
+    assert reads == [("load_thread_for_turn", 12)]
+    lead = seen[0][0]
+    assert isinstance(lead, ModelRequest) and isinstance(lead.parts[0], SystemPromptPart)
+    assert "answer 2496" in lead.parts[0].content
+    # Pydantic AI merges consecutive requests: the summary rides on the first kept run's.
+    assert isinstance(lead.parts[1], UserPromptPart) and lead.parts[1].content == "question 2497"
+    assert len(seen[0]) == 12 + 1 and calls_paired(seen[0][:-1])
+    assert await history.save(result.new_messages(), conversation_id="conv-c") == 4
+
+
+async def test_pop_and_clear_leave_the_text_in_no_table(sql_store: SqlAgentStore) -> None:
+    history = BoundedMessageStore(sql_store, keep_runs=1, summarizer=NotesSummarizer())
+    await history.save(run_messages(0, "MARKFOLDED"), conversation_id="conv-d")
+    await history.save(run_messages(1), conversation_id="conv-d")
+    await history.save([ModelRequest(parts=[UserPromptPart("MARKLAST")])], conversation_id="conv-d")
+    await history.compact("conv-d")
+    assert await marker_hits(sql_store, "MARKFOLDED") != []
+    popped = await history.pop("conv-d")
+    assert isinstance(popped, ModelRequest) and await marker_hits(sql_store, "MARKLAST") == []
+    await history.clear("conv-d")
+    assert await marker_hits(sql_store, "MARKFOLDED") == []
+    assert await history.load("conv-d") == []
+
+
+def test_the_history_processor_keeps_the_summary_and_the_newest_runs_whole() -> None:
+    summary = ModelRequest(parts=[SystemPromptPart("notes")])
+    runs = [run_messages(n) for n in range(5)]
+    messages = [summary, *(m for run in runs for m in run)]
+    kept = history_processor(2)(messages)
+    assert kept == [summary, *runs[3], *runs[4]]
+    assert history_processor(9)(messages) == messages
+
+
+async def test_the_history_processor_bounds_an_agents_run() -> None:
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart("ok")])
+
+    bound = ProcessHistory(history_processor(2))
+    agent: Agent[None, str] = Agent(FunctionModel(respond), capabilities=[bound])
+    summary = ModelRequest(parts=[SystemPromptPart("notes")])
+    history = [summary, *(m for n in range(6) for m in run_messages(n))]
+    await agent.run("next", message_history=history)
+    sent = seen[0]
+    assert isinstance(sent[0], ModelRequest) and sent[0].parts[0] == summary.parts[0]
+    prompts = [p.content for m in sent for p in m.parts if isinstance(p, UserPromptPart)]
+    assert prompts == ["question 5", "next"]  # the run in flight counts as one of the two
+    assert calls_paired(sent)
