@@ -24,7 +24,7 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	rm -f $(VENV)/.installed-run-* && touch $@
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[dev,bench]'
+	$(PIP) -e '.[dev,bench,frameworks]'
 	rm -f $(VENV)/.installed-* && touch $@ $(RUN_STAMP)
 
 ## The runtime dependencies only: what `make run` needs.
@@ -117,7 +117,8 @@ run-local: install llama
 	$(BIN)/python -m scripts.llama_server
 
 ## The suite on the LOWEST runtime versions pyproject.toml declares (less the bench's smoke test:
-## the bench extra has bounds of its own), then on the NEWEST releases; each in its own venv,
+## the bench extra has bounds of its own; and less the framework adapters, whose extras need
+## newer pydantic and OpenTelemetry than the core's bounds, and are tested by `make test`), then on the NEWEST releases; each in its own venv,
 ## with PostgreSQL required, so both databases run. The dev extra brings the dbos extra, so its
 ## bounds are pinned too.
 test-lowest:
@@ -125,10 +126,12 @@ test-lowest:
 	.venv-lowest/bin/pip install -q --upgrade pip
 	$(PYTHON) .ci/lowest_constraints.py dbos > .venv-lowest/constraints.txt
 	.venv-lowest/bin/pip install -q -c .venv-lowest/constraints.txt -e '.[dev]'
-	AGENT_REQUIRE_POSTGRES=1 .venv-lowest/bin/pytest -p no:cacheprovider --ignore=tests/bench
+	AGENT_REQUIRE_POSTGRES=1 AGENT_DOCS_LEFT_OUT=docs/integrations.md .venv-lowest/bin/pytest \
+		-p no:cacheprovider --ignore=tests/bench --ignore=tests/integrations \
+		--ignore=tests/install/test_extras.py
 
 test-newest:
 	test -x .venv-newest/bin/python || $(PYTHON) -m venv .venv-newest
 	.venv-newest/bin/pip install -q --upgrade pip
-	.venv-newest/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[dev,bench]'
+	.venv-newest/bin/pip install -q --upgrade --upgrade-strategy eager -e '.[dev,bench,frameworks]'
 	AGENT_REQUIRE_POSTGRES=1 .venv-newest/bin/pytest -p no:cacheprovider

@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack
 import httpx
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse
-from bounded_agents.providers.openai_failures import status_failure
+from bounded_agents.providers.openai.failures import status_failure
 from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import ALICE, ModuleFactory, new_thread, open_client, post
 from tests.http.erasure import RecordingEcho, marker_hits

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.errors import RunFailed
 from bounded_agents.providers import EchoModel
-from bounded_agents.providers.openai_failures import status_failure
+from bounded_agents.providers.openai.failures import status_failure
 from bounded_agents.settings import Settings
 from tests.observability.conftest import ModuleFactory
 
