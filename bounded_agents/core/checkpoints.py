@@ -45,6 +45,9 @@ PERSIST_USAGE_HISTORY = "persist:usage:history"
 """A fold step's ledger row (`UsageRecordedPayload`); `:n` as its fold."""
 PERSIST_SUMMARY = "persist:summary"
 """A fold's summary stored (`SummarySavedPayload`); `:n` as its fold."""
+PERSIST_FOLD_HEALTH = "persist:fold_health"
+"""The thread's fold health stored after a fold that changed it (a refusal, a failure, the
+first success after them); `:n` as its fold. Payload `{"failures": n}`."""
 MODEL_PREFIX = "model:"
 """`model:<n>`: the run's n-th chat call (`ModelPayload`)."""
 TOOL_PREFIX = "tool:"
@@ -178,6 +181,9 @@ class FoldPayload(TypedDict):
 
     through: int
     messages: list[JsonObject]
+    health: NotRequired[JsonObject]
+    """The thread's `FoldHealth` when its folds failed before (issue 36): the backoff is
+    decided from this journaled copy, so a replay decides as the run did."""
 
 
 class LoadThreadPayload(TypedDict):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from bounded_agents.core.messages import Message
+from bounded_agents.core.ports.store import FoldHealth
 
 
 class ModelCallReport(BaseModel):
@@ -137,14 +138,28 @@ class SummaryReport(BaseModel):
     failed: nothing was stored, and the fold is owed to a later turn."""
     rejected_reasons: list[str] = Field(default_factory=list)
     """Why, per refused fold: `empty`, `truncated`, `tool_call`, `refused`, `echo`,
+    `unrelated` (it shares too little with what it folds: `fold_health.judge_relatedness`),
     `too_long` (a one-message chunk the provider refused), `failed:<error code>`,
     `failed:timeout`."""
+    outcome: str | None = None
+    """The last fold attempt's outcome this run: `ok` (stored), a refusal reason (as in
+    `rejected_reasons`), `backoff` (not attempted: the thread is waiting after failed folds),
+    None when no fold was attempted."""
+    failures: int = 0
+    """The thread's consecutive refused or failed folds after this run (0 when healthy)."""
+    backoff_turns: int = 0
+    """Turns before the thread's next fold attempt (0: the next turn may fold); it grows
+    1, 2, 4, ... up to `bounded_agents.core.fold_health.BACKOFF_MAX_TURNS` while folds fail."""
+    health: FoldHealth | None = Field(default=None, exclude=True)
+    """The thread's fold health as this run last knew it (internal: a mid-run refold, whose
+    fold `load:thread` did not journal, decides its backoff from it)."""
     deferred: bool = False
     """True when the run spent its summarizer calls before the fold was done: the rest of the
     backlog is folded by later turns."""
     pending: int = 0
-    """Messages this run's fold owed that the summary still does not cover (rejected or
-    deferred): they ride in the prompt up to a cap, and are folded later."""
+    """Messages this run's fold owed that the summary still does not cover (rejected,
+    deferred or backing off): the memory's debt. They ride in the prompt up to a cap, and
+    are folded later."""
     omitted: int = 0
     """Of `pending`, those left out of this run's prompt by that cap (never out of the database);
     the prompt says how many."""

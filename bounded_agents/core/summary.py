@@ -196,7 +196,8 @@ def fold_rejection(made: HistorySummary) -> str | None:
     budget thinking), `tool_call` (it acted instead of writing), `refused` (a content filter,
     or a short answer that opens like a refusal: "I'm sorry, I can't help with that"),
     `empty` (nothing but whitespace), `echo` (the instruction or the fold's own input headings
-    given back)."""
+    given back). What the answer SAYS is judged apart, against the chunk it folds:
+    `bounded_agents.core.fold_health.unrelated_fold` (reason `unrelated`)."""
     reason = made.finish_reason
     if reason == "length":
         return "truncated"

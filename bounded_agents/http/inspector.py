@@ -44,7 +44,7 @@ from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
 from bounded_agents.http.deps import canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
-from bounded_agents.http.inspector_views import turn_view, with_bars
+from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
 
 if TYPE_CHECKING:
     from bounded_agents.actors import Actor
@@ -221,9 +221,12 @@ class _Pages:
             values = await self.timeline_values(actor, thread_id, before)
             thread = values["thread"]
             preview = await self.module.loop.preview(thread.id, actor.id, thread)
+            memory = await memory_view(self.module.store, preview)
         except AgentError as exc:
             return self.failure(request, actor, exc)
-        return self.render(request, "thread.html", actor=actor, preview=preview, **values)
+        return self.render(
+            request, "thread.html", actor=actor, preview=preview, memory=memory, **values
+        )
 
     async def timeline_fragment(
         self, request: Request, thread_id: str, before: BeforeQuery = None

@@ -16,10 +16,12 @@ from bounded_agents.core.checkpoints import (
     parse_load_thread,
     parse_summarize,
 )
+from bounded_agents.core.fold_health import MemoryHealth, memory_health
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports import RunTrace
+from bounded_agents.core.ports import RunTrace, supports_fold_health
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.core.turn.public import WindowPreview
 from bounded_agents.http.errors import public_message
 
 PREVIEW_CHARS = 400
@@ -197,3 +199,16 @@ def _layout(segments: Iterable[tuple[str, int]], whole: int) -> list[tuple[str, 
 
 
 __all__ = ["PREVIEW_CHARS", "KeptLine", "TurnView", "turn_view", "with_bars"]
+
+
+async def memory_view(store: object, preview: WindowPreview) -> MemoryHealth | None:
+    """The thread's memory health for the thread page (issue 36), None for an agent that does
+    not summarize: the stored fold health (a store with `FoldHealthStore`), whether it has a
+    summary, and what the next turn's fold would owe. Archived notes: not counted until a store
+    archives them (None)."""
+    if not preview.summarizes and preview.summary is None:
+        return None
+    health = await store.fold_health(preview.thread_id) if supports_fold_health(store) else None
+    fold = preview.next_fold
+    span = (fold.from_seq, fold.through_seq) if fold is not None else None
+    return memory_health(health, preview.summary is not None, span)

@@ -138,6 +138,11 @@ def run_attributes(report: RunReport) -> Attributes:
         out[NS + "summary.pending"] = summary.pending
         out[NS + "summary.omitted"] = summary.omitted
         out[NS + "summary.deferred"] = summary.deferred
+        # Memory health (issue 36): the last fold's outcome and the thread's backoff.
+        if summary.outcome is not None:
+            out[NS + "summary.outcome"] = summary.outcome
+        out[NS + "summary.failures"] = summary.failures
+        out[NS + "summary.backoff_turns"] = summary.backoff_turns
     out[NS + "journal_bytes"] = sum(report.journal_bytes.values())
     return out
 

@@ -102,7 +102,8 @@ class TurnMetrics:
         self.summaries_rejected = Counter(
             "agent_summaries_rejected",
             "Fold chunks whose summarizer answer was refused or whose call failed, by reason "
-            "(empty, truncated, tool_call, refused, echo, too_long, failed:<code>): nothing was "
+            "(empty, truncated, tool_call, refused, echo, unrelated, too_long, failed:<code>): "
+            "nothing was "
             "stored, and a later turn folds them.",
             ["agent", "reason"],
             registry=r,
@@ -118,6 +119,24 @@ class TurnMetrics:
             "Summaries still over their cap after that, cut to it: what was cut is lost (the "
             "summary tells the model so).",
             ["agent"],
+            registry=r,
+        )
+
+        # Memory health (issue 36): how far behind the summary is, and folds held back.
+        self.folds_backed_off = Counter(
+            "agent_folds_backed_off",
+            "Turns whose owed fold was not attempted: the thread is waiting out the backoff "
+            "after refused or failed folds (1, 2, 4 ... 32 turns). Rising with "
+            "agent_summaries_rejected: the summarizer is broken, and cheap.",
+            ["agent"],
+            registry=r,
+        )
+        self.fold_messages_owed = Histogram(
+            "agent_fold_messages_owed",
+            "Per summarizing turn: messages beyond the window that the summary does not cover "
+            "(the report's summary.pending). Healthy: 0 on most turns.",
+            ["agent"],
+            buckets=(0, 1, 4, 16, 64, 256, 1024, 4096),
             registry=r,
         )
 

@@ -257,6 +257,7 @@ class ObservedRuntime:
                 self.metrics.child(self.metrics.bytes_read, agent).observe(
                     report.get("bytes_read", 0)
                 )
+                self._meter_memory(agent, report.get("summary"))
         span = run.span
         if span.is_recording():  # the report is parsed only for a span that keeps it
             parsed = RunReport.model_validate(report) if report else None
@@ -387,6 +388,18 @@ class ObservedRuntime:
         self.metrics.child(self.metrics.model_seconds, agent, purpose).observe(elapsed)
         self.metrics.child(self.metrics.tokens, agent, purpose, "input").inc(usage[0])
         self.metrics.child(self.metrics.tokens, agent, purpose, "output").inc(usage[1])
+
+    def _meter_memory(self, agent: str, summary: object) -> None:
+        """The run's memory health (issue 36): what its summary still owes, and whether its
+        fold waited out the backoff."""
+        assert self.metrics is not None
+        if not isinstance(summary, Mapping):
+            return
+        self.metrics.child(self.metrics.fold_messages_owed, agent).observe(
+            int(summary.get("pending", 0))
+        )
+        if summary.get("outcome") == "backoff":
+            self.metrics.child(self.metrics.folds_backed_off, agent).inc()
 
     def _meter_fold(self, run: _Run, fold: SummarizePayload | None) -> None:
         """A fold step's summary: made (compressed, clipped) or refused."""

@@ -22,6 +22,8 @@ from bounded_agents.core.ports import (
     AgentStore,
     ArchivedPart,
     ErasingStore,
+    FoldHealth,
+    FoldHealthStore,
     NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
@@ -40,6 +42,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._threads: dict[str, Thread] = {}
         self._summaries: dict[str, dict[int, ThreadSummary]] = {}
+        self._fold_health: dict[str, FoldHealth] = {}
         self._last_prompts: dict[str, str] = {}
         self._reported: dict[str, int | None] = {}
         self._archive: dict[str, dict[tuple[int, int], ArchivedPart]] = {}
@@ -149,6 +152,17 @@ class MemoryStore:
     async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
         self._summaries.setdefault(thread_id, {}).setdefault(summary.covers_through_seq, summary)
 
+    async def fold_health(self, thread_id: str) -> FoldHealth | None:
+        return self._fold_health.get(thread_id)
+
+    async def save_fold_health(
+        self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
+    ) -> None:
+        if health is None:
+            self._fold_health.pop(thread_id, None)
+        elif thread_id in self._threads:
+            self._fold_health[thread_id] = health
+
     async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
         thread = self._threads.get(thread_id)
         if thread is None:
@@ -163,6 +177,7 @@ class MemoryStore:
                 self._last_prompts,
                 self._reported,
                 self._last_seq,
+                self._fold_health,
             ):
                 kept.pop(thread_id, None)
             return self._threads.pop(thread_id, None) is not None
@@ -241,3 +256,4 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_LISTER: ThreadLister = MemoryStore()
     _AS_ERASING: ErasingStore = MemoryStore()
     _AS_ARCHIVE: SummaryArchive = MemoryStore()
+    _AS_FOLD_HEALTH: FoldHealthStore = MemoryStore()

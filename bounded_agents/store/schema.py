@@ -64,6 +64,10 @@ threads = sa.Table(
     # to the estimate, as HasteKit does.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("fold_health", sa.Text, nullable=True),
+    # The thread's fold health (`FoldHealth` as JSON: the last fold's outcome, the backoff
+    # after refused or failed folds); NULL while its folds never failed, so a healthy thread
+    # never writes it. Read with the turn's page, written only when it changes.
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
 )
 

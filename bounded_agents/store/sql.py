@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from bounded_agents.core.messages import Message, unstorable_text
 from bounded_agents.core.ports import (
     ArchivedPart,
+    FoldHealth,
     SearchHit,
     Thread,
     ThreadListing,
@@ -65,8 +66,8 @@ from bounded_agents.store.tx import joined, writing
 
 class SqlAgentStore:
     """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore`,
-    `PromptDigestStore` and `ErasingStore` over SQLAlchemy Core (no ORM identity map to pay
-    for)."""
+    `PromptDigestStore`, `FoldHealthStore` and `ErasingStore` over SQLAlchemy Core (no ORM
+    identity map to pay for)."""
 
     joins_transactions = True
 
@@ -318,7 +319,25 @@ class SqlAgentStore:
             last_prompt=last[at["last_prompt"]],
             reported_tokens=last[at["last_reported_tokens"]],
             previous_at=_previous_at(rows, at["previous_at"]),
+            fold_health=_fold_health(last[at["fold_health"]]),
         )
+
+    # --- FoldHealthStore -------------------------------------------------------------------
+
+    async def fold_health(self, thread_id: str) -> FoldHealth | None:
+        stmt = sa.select(threads.c.fold_health).where(threads.c.id == thread_id)
+        async with wrap_db_errors("fold_health"), self._reader.connect() as conn:
+            return _fold_health((await conn.execute(stmt)).scalar_one_or_none())
+
+    async def save_fold_health(
+        self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
+    ) -> None:
+        """One UPDATE of the thread row; written only when the health changed (the loop
+        compares), so a healthy thread never pays it."""
+        value = None if health is None else health.model_dump_json()
+        stmt = threads.update().where(threads.c.id == thread_id).values(fold_health=value)
+        async with writing(self._engine, tx, "save_fold_health") as conn:
+            await conn.execute(stmt)
 
     # --- SummaryStore ----------------------------------------------------------------------
 
@@ -463,6 +482,17 @@ def _thread(row: Any, msgs: list[Message]) -> Thread:
         created_at=aware_utc(row.created_at),
         updated_at=aware_utc(row.updated_at),
     )
+
+
+def _fold_health(value: str | None) -> FoldHealth | None:
+    """The `threads.fold_health` column as a value; an unreadable one is taken as healthy
+    (the backoff is an economy, never a reason to fail a turn)."""
+    if value is None:
+        return None
+    try:
+        return FoldHealth.model_validate_json(value)
+    except ValueError:
+        return None
 
 
 def _previous_at(rows: Sequence[Any], at: int) -> datetime | None:

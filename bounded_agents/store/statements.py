@@ -181,6 +181,11 @@ def _turn_read(
             (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.last_reported_tokens),
             else_=sa.null(),
         ).label("last_reported_tokens"),
+        # The thread's fold health (NULL while its folds never failed), on that one row too.
+        sa.case(
+            (sa.or_(page.c.seq.is_(None), page.c.seq == t.c.last_seq), t.c.fold_health),
+            else_=sa.null(),
+        ).label("fold_health"),
         # The thread's last activity before its newest message (in a turn: before the turn's
         # own user message), on that one row: how long the thread sat idle.
         sa.case((page.c.seq + 1 == t.c.last_seq, page.c.created_at), else_=sa.null()).label(

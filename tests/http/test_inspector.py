@@ -339,3 +339,64 @@ async def test_pages_signed_in_with_an_api_key_offer_log_out(
         r = await client.get(page, headers=ALICE)
         assert r.status_code == 200 and "actor <strong>alice</strong>" in r.text
         assert LOG_OUT in r.text
+
+
+class EmptySummaries:
+    """One model for chat and summaries: the chat answers, every summary comes back empty."""
+
+    model = "empty-summaries"
+
+    async def complete(self, request: Any) -> Any:
+        from bounded_agents.core.ports import ModelResponse
+
+        if request.purpose == "history_summary":
+            return ModelResponse(content="", finish_reason="stop")
+        return ModelResponse(content="answer", finish_reason="stop")
+
+
+def _memory_health(html: str) -> dict[str, str]:
+    found = re.search(r'<dl class="facts memory-health">(.*?)</dl>', html, re.S)
+    assert found, "the thread page shows the memory health"
+    return {
+        k: " ".join(v.split())
+        for k, v in re.findall(r'<dd class="([a-z-]+)">(.*?)</dd>', found.group(1), re.S)
+    }
+
+
+async def test_the_thread_page_shows_the_memory_health_of_a_failing_summarizer(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Issue 36: the last fold's outcome, the backoff, the messages owed and the archived
+    notes, as the store and the next turn's fold have them."""
+    module = make_module(model=EmptySummaries(), history=SUMMARIZING)
+    client = await open_client(stack, make_app(module))
+    thread, reports = await summarized_thread(client, turns=8)
+    last = reports[-1]["summary"]
+    assert last["failures"] >= 2
+    html = (await client.get(f"/inspect/threads/{thread}", headers=ALICE)).text
+    shown = _memory_health(html)
+    health = await module.store.fold_health(thread)  # type: ignore[attr-defined]
+    assert health is not None and health.outcome == "empty"
+    assert shown["last-fold"] == f"empty ({health.failures} failed in a row)"
+    owed = int(shown["owed"])
+    assert owed >= last["pending"] > 0, "what the summary does not cover, beyond the window"
+    waits = last["backoff_turns"] if last["outcome"] == "backoff" else None
+    if waits:
+        assert shown["backoff"] == f"the next {waits} turn{'s' if waits != 1 else ''} will not fold"
+    assert shown["archived"] == "—", "no archive on this store"
+
+
+async def test_a_healthy_summarizing_thread_shows_ok_and_a_plain_window_shows_none(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, make_app(make_module(history=SUMMARIZING)))
+    thread, reports = await summarized_thread(client, turns=8)
+    assert any(r["summary"] and r["summary"]["made"] for r in reports)
+    shown = _memory_health((await client.get(f"/inspect/threads/{thread}", headers=ALICE)).text)
+    assert shown["last-fold"] == "ok"
+    assert shown["backoff"] == "none: the next turn may fold"
+
+    plain = await open_client(stack, make_app(make_module(history={"max_messages": 3})))
+    thread, _ = await summarized_thread(plain, turns=2)
+    html = (await plain.get(f"/inspect/threads/{thread}", headers=ALICE)).text
+    assert "memory-health" not in html

@@ -81,6 +81,18 @@ async def test_refused_compressed_and_clipped_folds_are_on_the_spans_and_in_the_
     assert metric(module, "agent_summaries_rejected_total", agent="helper", reason="empty") == 1
     assert metric(module, "agent_summaries_total", agent="helper") == 0, "nothing was made"
 
+    # Issue 36: the thread waits one turn after a refused fold; the wait is on the span and
+    # counted, and what the summary owes is observed per turn.
+    waited = await turn("waits")
+    report = waited.report.summary
+    assert report is not None and report.outcome == "backoff" and report.calls == 0
+    root, children = spans_of(exporter, waited.run_id)
+    assert attrs(root)[NS + "summary.outcome"] == "backoff"
+    assert attrs(root)[NS + "summary.failures"] == 1
+    assert [c for c in children if c.name == "history:summarize"] == []
+    assert metric(module, "agent_folds_backed_off_total", agent="helper") == 1
+    assert metric(module, "agent_fold_messages_owed_count", agent="helper") == 2
+
     summarizer.mode = "verbose"
     clipped = await turn("two")
     report = clipped.report.summary

@@ -52,6 +52,7 @@ from bounded_agents.core.ports.runtime_powers import (
 from bounded_agents.core.ports.store import (
     ArchivedPart,
     ErasingStore,
+    FoldHealth,
     NamedThreadCreator,
     PromptDigestStore,
     RunMessagesReader,
@@ -125,6 +126,28 @@ def supports_summaries(store: object) -> TypeGuard[SummaryStore]:
     """Base contract now (`AgentStore`): true of every store. Kept while the turn's
     `TurnStore` still probes it; not a power (not in `POWERS`)."""
     return isinstance(store, SummaryStore)
+
+
+@runtime_checkable
+class FoldHealthStore(Protocol):
+    """Optional: a store that keeps each thread's fold health (`FoldHealth`: the last fold's
+    outcome and the backoff after refused or failed folds), so a restart does not forget a
+    failing summarizer's backoff. Its bounded turn read returns it on the page
+    (`ThreadTurnPage.fold_health`)."""
+
+    async def fold_health(self, thread_id: str) -> FoldHealth | None:
+        """The thread's fold health; None when it never failed (or no such thread)."""
+        ...
+
+    async def save_fold_health(
+        self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
+    ) -> None:
+        """Replace it (None: plainly healthy). Idempotent; with `tx`, inside that transaction."""
+        ...
+
+
+def supports_fold_health(store: object) -> TypeGuard[FoldHealthStore]:
+    return isinstance(store, FoldHealthStore)
 
 
 @runtime_checkable
@@ -272,6 +295,7 @@ POWERS: tuple[Power, ...] = (
     Power("model", StreamingModelProvider, supports_streaming),
     Power("model", ClosingModelProvider, supports_closing),
     Power("store", ThreadTurnReader, supports_bounded_read),
+    Power("store", FoldHealthStore, supports_fold_health),
     Power("store", TransactionalStore, supports_transactions),
     Power("store", HistorySearcher, supports_history_search),
     Power("store", SummaryArchive, supports_summary_archive),
@@ -293,6 +317,7 @@ __all__ = [
     "POWERS",
     "ClosingModelProvider",
     "DisposableStore",
+    "FoldHealthStore",
     "HistorySearcher",
     "JournalFigures",
     "JournalPruner",
@@ -313,6 +338,7 @@ __all__ = [
     "supports_closing",
     "supports_disposal",
     "supports_erasure",
+    "supports_fold_health",
     "supports_history_search",
     "supports_journal_figures",
     "supports_keyed_runs",

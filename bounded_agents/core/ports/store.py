@@ -45,6 +45,23 @@ class ThreadSummary(Frozen):
     """The run whose turn made it."""
 
 
+class FoldHealth(Frozen):
+    """How a thread's folds are going, kept with the thread so it survives restarts: the last
+    fold's outcome, the consecutive refused or failed folds, and the `seq` before which the
+    next attempt waits (`bounded_agents.core.fold_health`). A thread that never failed has
+    none (None): the plain healthy state costs no write."""
+
+    outcome: str = "ok"
+    """`ok` (a summary was stored), or the refusal reason of the last attempt (`empty`,
+    `unrelated`, `failed:timeout`, ...)."""
+    failures: int = Field(default=0, ge=0)
+    """Consecutive refused or failed folds; 0 once one is stored again."""
+    retry_after_seq: int = Field(default=0, ge=0)
+    """No fold is attempted before the thread's newest message reaches this seq."""
+    owed: int = Field(default=0, ge=0)
+    """Messages beyond the window the summary did not cover after that attempt."""
+
+
 class ReadBound(Frozen):
     """Which newest messages of a thread a turn needs: the bound a policy declares and the
     store reads by. Every limit counts from the newest message backwards.
@@ -121,6 +138,9 @@ class ThreadTurnPage(Frozen):
     activity before it: how long the thread sat idle (`HistoryPolicyContext.idle_seconds`).
     None when the page does not hold it, or when that message was erased (the seq before the
     newest is then a gap): unknown, so nothing is folded early."""
+    fold_health: FoldHealth | None = None
+    """The thread's fold health (a store that keeps it: `FoldHealthStore`); None when it never
+    failed or the store keeps none."""
 
 
 class ThreadListing(Frozen):
@@ -328,6 +348,7 @@ __all__ = [
     "AgentStore",
     "ArchivedPart",
     "ErasingStore",
+    "FoldHealth",
     "NamedThreadCreator",
     "PromptDigestStore",
     "ReadBound",

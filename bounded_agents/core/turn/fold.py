@@ -12,6 +12,7 @@ from bounded_agents.core.checkpoints import (
     SUMMARIZE,
     fold_step,
 )
+from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
 from bounded_agents.core.history.powers import fold_budget, policy_summarizer, supports_refolding
 from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.ports import (
@@ -115,6 +116,10 @@ async def fold(
     through, budget = task.through, task.budget
     stats = _fold_stats(turn.report.summary, summary)
     folds = made_before
+    if backoff_holds(owed, stats, summary.covers_through_seq if summary else 0):  # issue 36
+        turn.report.summary = stats
+        return summary, folds
+    outcome: str | None = None  # issue 36: the last attempt's refusal reason, if any
     while summary is None or summary.covers_through_seq < through:
         # The budget the run's first fold step journaled, once there is one: a resumed run
         # follows its journal even where this process allows fewer calls.
@@ -137,11 +142,17 @@ async def fold(
             turn.report.model_calls.append(_summary_call(usage, made))
         if "rejected" in made:
             _note_refusal(stats, turn.request, summary, made, through=through)
+            outcome = str(made["rejected"])  # issue 36
             break
         assert usage is not None  # an accepted fold always records what it cost
         summary = await _keep_summary(deps, turn, task.known, made, (usage, folds))
         _count_kept(stats, summary, made)
     stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
+    if folds > made_before:  # issue 36: the thread's fold health and backoff
+        thread, shares = turn.request.thread_id, deps.shares_transactions
+        await keep_fold_health(
+            turn.ctx, deps.store, thread, owed, stats, outcome, folds, writes=shares
+        )
     turn.report.summary = stats
     return summary, folds
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
+from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import (
     Message,
     storable_text,
@@ -117,6 +118,8 @@ class FoldCalls:
             return None
         shorter = storable_text(made.text).strip()
         if fold_rejection(made.model_copy(update={"text": shorter})) is not None:
+            return None
+        if unrelated_fold(shorter, [], head) is not None:  # issue 36: junk for the notes
             return None
         if len(shorter) >= len(head.strip()):
             return None

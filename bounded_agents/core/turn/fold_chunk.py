@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import (
     Message,
     storable_text,
@@ -99,6 +100,9 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
         return made
     text = storable_text(made.text)
     refused = fold_rejection(made.model_copy(update={"text": text}))
+    if refused is None:  # issue 36: a summary that does not stand for its chunk
+        previous = task.summary.text if task.summary is not None else None
+        refused = unrelated_fold(text, chunk.messages, previous)
     if refused is not None:
         return calls.rejected(refused, chunk.messages, chunk.tokens)
     more = chunk.next_seq <= task.through

@@ -59,6 +59,8 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
                     if (m.seq or 0) <= through
                 ],
             }
+            if page.fold_health is not None:  # issue 36: the backoff decides from the journal
+                fold["health"] = page.fold_health.model_dump(mode="json")
     return load_thread_payload(
         [journal_form(m) for m in selection.keep],
         last_prompt=page.last_prompt,

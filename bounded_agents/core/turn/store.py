@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     AgentStore,
+    FoldHealth,
+    FoldHealthStore,
     PromptDigestStore,
     SummaryStore,
     Thread,
@@ -28,6 +30,7 @@ from bounded_agents.core.ports import (
     Transaction,
     TransactionalStore,
     supports_bounded_read,
+    supports_fold_health,
     supports_prompt_digests,
     supports_summaries,
     supports_thread_info,
@@ -61,6 +64,7 @@ class TurnStore:
         self._tx: TransactionalStore | None = store if supports_transactions(store) else None
         self._digests: PromptDigestStore | None = store if supports_prompt_digests(store) else None
         self._summaries: SummaryStore | None = store if supports_summaries(store) else None
+        self._health: FoldHealthStore | None = store if supports_fold_health(store) else None
 
     @property
     def keeps_summaries(self) -> bool:
@@ -100,7 +104,8 @@ class TurnStore:
             last_prompt = await self._digests.last_prompt(query.thread_id)
             reported = await self._digests.reported_tokens(query.thread_id)
         page = bounded_page(thread, query, summary, last_prompt)
-        page = page.model_copy(update={"reported_tokens": reported})
+        health = await self._health.fold_health(query.thread_id) if self._health else None
+        page = page.model_copy(update={"reported_tokens": reported, "fold_health": health})
         return TurnRead(page=page, read=thread.messages, bounded=False)
 
     async def append(
@@ -141,6 +146,14 @@ class TurnStore:
             await self._summaries.save_summary(thread_id, summary)
         else:
             raise ConfigError(NO_SUMMARIES)
+
+    async def save_fold_health(
+        self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
+    ) -> None:
+        """Keep the thread's fold health (issue 36 backoff); a store that keeps none forgets
+        it, and the backoff then lasts the run only."""
+        if self._health is not None:
+            await self._health.save_fold_health(thread_id, health, tx=tx if self._tx else None)
 
 
 __all__ = ["NO_SUMMARIES", "TurnRead", "TurnStore"]
