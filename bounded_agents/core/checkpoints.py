@@ -207,6 +207,14 @@ class LegacyLoadPayload(TypedDict):
     messages: NotRequired[list[JsonObject]]
 
 
+class ArchivedPayload(TypedDict):
+    """The part of a summary a fold archived: notes from messages `from_seq..to_seq`."""
+
+    from_seq: int
+    to_seq: int
+    content: str
+
+
 class SummarizePayload(TypedDict):
     """`history:summarize[:n]`: the fold's calls and their cost, then the summary made (`text`,
     `covers_through_seq`) or why none was (`rejected`, `last_seq`)."""
@@ -226,6 +234,9 @@ class SummarizePayload(TypedDict):
     fitted_tokens: NotRequired[int]
     messages_cut: NotRequired[int]
     clipped_chars: NotRequired[int]
+    archived_chars: NotRequired[int]
+    archived: NotRequired[ArchivedPayload]
+    """The summary's oldest part, archived instead of clipped (written by `persist:summary`)."""
 
 
 class LegacySummarizePayload(TypedDict):

@@ -120,6 +120,11 @@ class SummaryReport(BaseModel):
     was asked to compress itself, and was cut to its end
     (`bounded_agents.core.summary.clip_summary`, which tells the model so). What was cut is lost;
     the journal records the characters (`clipped_chars`)."""
+    archived: int = 0
+    """Folds whose summary was still over its cap after compressing and whose oldest part was
+    ARCHIVED (`SummaryArchive`: stored with its seq range, searchable, erased with the thread)
+    instead of clipped: nothing left the agent's reach. The journal records the characters
+    (`archived_chars`)."""
     messages_cut: int = 0
     """Messages handed to the summarizer cut to their head and end, because alone they were
     longer than its context (the provider refused them whole): the summary stands for the

@@ -124,7 +124,32 @@ CLIP_NOTE = (
 so is every later fold (which is asked to carry its facts forward, this line included)."""
 
 
-def clip_summary(text: str, cap: int) -> str:
+ARCHIVE_NOTE = "[Older notes of this summary are archived, not lost: search the history for them.]"
+"""Leads a summary whose oldest part was archived (`SummaryArchive`) instead of cut: the model
+is told where those notes went. Not counted as kept text, like `CLIP_NOTE`."""
+
+
+ARCHIVED_UNSEARCHABLE_NOTE = "[Older notes of this summary are archived and not shown here.]"
+"""`ARCHIVE_NOTE` for an agent without the search tool: the notes are kept (the inspector lists
+them; erasure reaches them), but this model cannot look them up."""
+
+
+def split_summary(text: str, cap: int, note: str = ARCHIVE_NOTE) -> tuple[str, str]:
+    """(what `clip_summary` keeps, led by `note` when it cut; the oldest part it cut, "" when
+    nothing was), for a store that archives that part instead of dropping it. The kept text is
+    a suffix of the summary (less any note it led with), so the cut part is what precedes it."""
+    kept = clip_summary(text, cap, note=note)
+    whole = text.strip()
+    for old in (CLIP_NOTE, ARCHIVE_NOTE, ARCHIVED_UNSEARCHABLE_NOTE):
+        if whole.startswith(old):
+            whole = whole[len(old) :].strip()
+    body = kept.removeprefix(note).strip()
+    if body == whole or not whole.endswith(body):
+        return kept, ""
+    return kept, whole[: len(whole) - len(body)].strip()
+
+
+def clip_summary(text: str, cap: int, *, note: str | None = None) -> str:
     """`text` cut to at most `cap` estimated tokens (as `estimate_message_tokens` counts a
     message holding it), keeping its END, from a word break when one is near, and led by
     `CLIP_NOTE`; unchanged (but for surrounding whitespace) when it fits.
@@ -133,16 +158,18 @@ def clip_summary(text: str, cap: int) -> str:
     cut is lost, so the loop reports it (`summary.clipped`, a metric, a span attribute) and the
     note tells the model. A summary extends the previous one, so its newest facts tend to come
     last; one kept by its head at the cap would take in nothing new ever again."""
+    lead = CLIP_NOTE if note is None else note
     text = text.strip()
     limit = max(0, (cap - MESSAGE_ALLOWANCE) * 4)
     if len(text) <= limit:
         return text
     # The note needs room of its own: a cap too small for it and as much text again gets none.
-    noted = len(CLIP_NOTE) + 1 <= limit // 2
+    noted = len(lead) + 1 <= limit // 2
     if noted:
-        limit -= len(CLIP_NOTE) + 1
-        if text.startswith(CLIP_NOTE):
-            text = text[len(CLIP_NOTE) :].strip()
+        limit -= len(lead) + 1
+        for old in (CLIP_NOTE, ARCHIVE_NOTE, ARCHIVED_UNSEARCHABLE_NOTE):
+            if text.startswith(old):
+                text = text[len(old) :].strip()
     # With the note set aside, what is left may fit already: then nothing of it is cut.
     start = max(0, len(text) - limit)
     cut = text[start:] if limit else ""
@@ -150,7 +177,7 @@ def clip_summary(text: str, cap: int) -> str:
     if start and breaks and min(breaks) <= limit // 5:
         cut = cut[min(breaks) :]
     body = cut.strip()
-    return f"{CLIP_NOTE}\n{body}" if noted else body
+    return f"{lead}\n{body}" if noted else body
 
 
 def summary_fits(text: str, cap: int) -> bool:
@@ -364,6 +391,8 @@ def summarize_with_model(
 
 __all__ = [
     "APPEND_SUMMARY_INSTRUCTION",
+    "ARCHIVED_UNSEARCHABLE_NOTE",
+    "ARCHIVE_NOTE",
     "CLIP_NOTE",
     "COMPRESS_SUMMARY_INSTRUCTION",
     "DEFAULT_FOLD_MAX_TOKENS",
@@ -373,6 +402,7 @@ __all__ = [
     "fold_input",
     "fold_rejection",
     "render_history_summary",
+    "split_summary",
     "summarize_with_model",
     "summary_fits",
     "summary_token_cap",

@@ -67,6 +67,9 @@ def fold_attributes(fold: SummarizePayload | None) -> Attributes:
         out[NS + "summary.compressed"] = compressed
     if clipped:
         out[NS + "summary.clipped_chars"] = clipped
+    archived = fold.get("archived_chars")
+    if archived:
+        out[NS + "summary.archived_chars"] = archived
     return out
 
 
@@ -135,6 +138,7 @@ def run_attributes(report: RunReport) -> Attributes:
         out[NS + "summary.rejected"] = summary.rejected
         out[NS + "summary.compressed"] = summary.compressed
         out[NS + "summary.clipped"] = summary.clipped
+        out[NS + "summary.archived"] = summary.archived
         out[NS + "summary.pending"] = summary.pending
         out[NS + "summary.omitted"] = summary.omitted
         out[NS + "summary.deferred"] = summary.deferred

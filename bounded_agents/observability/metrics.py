@@ -121,6 +121,13 @@ class TurnMetrics:
             ["agent"],
             registry=r,
         )
+        self.summaries_archived = Counter(
+            "agent_summaries_archived",
+            "Summaries still over their cap after compressing whose oldest part was archived "
+            "(kept, searchable, erasable) instead of cut.",
+            ["agent"],
+            registry=r,
+        )
 
         # Memory health (issue 36): how far behind the summary is, and folds held back.
         self.folds_backed_off = Counter(

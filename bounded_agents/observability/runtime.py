@@ -416,6 +416,8 @@ class ObservedRuntime:
             self.metrics.child(self.metrics.summaries_compressed, agent).inc()
         if fold.get("clipped_chars"):
             self.metrics.child(self.metrics.summaries_clipped, agent).inc()
+        if fold.get("archived_chars"):
+            self.metrics.child(self.metrics.summaries_archived, agent).inc()
 
     def _call_attributes(self, purpose: str, usage: tuple[int, int], model: str) -> Attributes:
         """A chat step (`model:n`) or a summarizer step (`history:summarize[:n]`)."""

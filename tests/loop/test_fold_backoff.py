@@ -232,8 +232,8 @@ class JunkCompressor:
 
 async def test_a_compression_that_answers_junk_is_not_taken_for_the_notes(env: LoopEnv) -> None:
     """The compress answer replaces the whole summary: a junk one (shorter, so it passed the
-    old checks) would wipe every fact; it is refused as unrelated, and the summary is clipped
-    instead (reported), keeping its newest facts."""
+    old checks) would wipe every fact; it is refused as unrelated, and the summary's oldest part
+    is archived instead (reported), the summary keeping its newest facts."""
     tid = await env.thread()
     policy = window_history(max_messages=WINDOW, summarize=JunkCompressor(), fold_max_tokens=1000)
     loop = env.loop(EchoModel(), policy)
@@ -241,6 +241,6 @@ async def test_a_compression_that_answers_junk_is_not_taken_for_the_notes(env: L
     rows = await summary_rows(env.store, tid)
     assert rows, "folded"
     assert all("quick brown fox" not in text for _, text in rows)
-    assert any(r is not None and r.clipped for r in reports)
+    assert any(r is not None and r.archived for r in reports)
     assert all(r is None or r.compressed == 0 for r in reports)
-    assert "ORD-" in rows[-1][1], "the clip kept the newest facts"
+    assert "ORD-" in rows[-1][1], "the summary kept the newest facts"

@@ -149,3 +149,74 @@ async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_aga
     replayed = [m for m in model.calls[0].messages if m.tool_call_id == "c1"]
     assert [m.content for m in replayed] == [first_result]
     assert json.loads(first_result)["results"][0]["content"] == FACT
+
+
+class Notetaker:
+    """A summarizer whose notes restate every message it is handed, word for word, and never
+    get shorter when asked to compress: its summary outgrows the cap, so the fold archives the
+    oldest notes (issue 36) instead of cutting them."""
+
+    async def __call__(self, messages: list[Message], ctx: Any) -> Any:
+        from bounded_agents.core.ports import HistorySummary, Usage
+
+        previous = ctx.summary.text if ctx.summary is not None else ""
+        if ctx.fold_task == "compress":
+            return HistorySummary(text=previous, usage=Usage(prompt_tokens=1, completion_tokens=1))
+        notes = "\n".join(f"- {m.role} said: {m.content}" for m in messages)
+        return HistorySummary(
+            text=f"{previous}\n{notes}".strip(), usage=Usage(prompt_tokens=1, completion_tokens=1)
+        )
+
+
+async def test_an_archived_summary_part_is_found_by_search_and_gone_after_erasure(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Summary + search: the fact's note leaves the capped summary for the archive, the model
+    finds it there with `search_history`, and the thread's erasure takes the archive too."""
+    notes = Notetaker()
+
+    @agent(
+        name="keeper",
+        history={"max_messages": 4, "summarize": notes, "fold_max_tokens": 300},
+        search=True,
+    )
+    class Keeper:
+        pass
+
+    found: list[str] = []
+
+    async def read_result(request: ModelRequest) -> ModelResponse:
+        rows = json.loads(request.messages[-1].content)["results"]
+        found.extend(json.dumps(r) for r in rows)
+        return reply("ok")
+
+    filler = [f"Chat {i} about films and the weather in the mountains." for i in range(24)]
+    script: list[Any] = [reply(f"noted {i}") for i in range(len(filler) + 1)]
+    script += [_search_call("discount code"), read_result]
+    module = AgentModule.for_root(
+        model=ScriptedProvider(script),
+        store=sql_store,
+        agents=[Keeper],
+        settings=Settings(migrate_on_start=False),
+    )
+    thread = await sql_store.create_thread(actor_id="alice", agent="keeper")
+    archived = 0
+    for content in [FACT, *filler]:
+        result = await module.run_turn(
+            agent="keeper", thread_id=thread.id, actor_id="alice", content=content
+        )
+        summary = result.report.summary
+        archived += summary.archived if summary is not None else 0
+    summary_now = await sql_store.latest_summary(thread.id)
+    assert archived >= 1 and summary_now is not None
+    assert "SPRING-7731" not in summary_now.text, "the fact's note left the summary..."
+    parts = await sql_store.archived_parts(thread.id)
+    assert any("SPRING-7731" in p.content for p in parts), "...for the archive"
+
+    await module.run_turn(
+        agent="keeper", thread_id=thread.id, actor_id="alice", content="what was the code?"
+    )
+    assert any("SPRING" in row and "from_seq" in row for row in found), found  # the archive
+
+    await module.erase_thread(thread.id, actor_id="alice")
+    assert await sql_store.archived_parts(thread.id) == []

@@ -24,7 +24,7 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
     Usage,
 )
-from bounded_agents.core.summary import CLIP_NOTE
+from bounded_agents.core.summary import ARCHIVED_UNSEARCHABLE_NOTE
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.durable import InlineRuntime
 from bounded_agents.errors import ConfigError, RunFailed
@@ -449,14 +449,15 @@ async def test_the_threshold_prefers_the_providers_count_of_the_last_call(env: L
     assert quiet.folds == [], "an estimated count is not a report: the estimate decides"
 
 
-async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays_bounded(
+async def test_a_summarizer_that_ignores_its_cap_is_archived_and_the_prompt_stays_bounded(
     env: LoopEnv,
 ) -> None:
     """A summarizer (a model that rambles, or lies) returning far more than the summary's cap,
     even when asked to compress: the summary is asked to compress itself once per fold, then
-    each one kept is cut to half the fold budget and says so (`CLIP_NOTE`), so every later
-    prompt and fold stays bounded however long the thread gets; the clips are counted and the
-    ledger still books what the provider billed. (It rambles ABOUT the thread, repeating its
+    each one kept is cut to half the fold budget, its oldest part ARCHIVED (the store keeps a
+    `SummaryArchive`: nothing leaves reach) and the summary says so, so every later prompt and
+    fold stays bounded however long the thread gets; the archivings are counted and the ledger
+    still books what the provider billed. (It rambles ABOUT the thread, repeating its
     messages' words: a summary of invented words is refused as `unrelated` since issue 36.)"""
     budget = 400
     cap = budget // 2
@@ -484,12 +485,15 @@ async def test_a_summarizer_that_ignores_its_cap_is_clipped_and_the_prompt_stays
     assert {cap_ for task, cap_ in seen if task == "compress"} == {cap // 2}, "asked for half"
     for _, text in await summary_rows(env.store, tid):
         assert estimate_message_tokens(Message(role="system", content=text)) <= cap
-        assert text.startswith(CLIP_NOTE + "\n"), "the summary says it was cut"
+        assert text.startswith(ARCHIVED_UNSEARCHABLE_NOTE + "\n"), "it says notes went"
         assert text.endswith("q0 a0 q1 a1"), "the end is kept"
     sizes = [sum(estimate_message_tokens(m) for m in call.messages) for call in model.calls]
     assert max(sizes) <= cap + 200, f"every prompt is the capped summary plus the window: {sizes}"
     folded = [r.summary for r in reports if r.summary is not None and r.summary.made]
-    assert len(folded) >= 3 and all(s.clipped == s.folds for s in folded)
+    assert len(folded) >= 3 and all(s.archived == s.folds and not s.clipped for s in folded)
+    parts = await env.store.archived_parts(tid)
+    # One part per fold at most (a part is stored once per range and text).
+    assert 1 <= len(parts) <= len(folded) and all("q0 a0" in p.content for p in parts)
     assert all(s.compressed == 0 and s.calls == 2 for s in folded), "one compression tried"
     ledger = [
         e

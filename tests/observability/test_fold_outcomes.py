@@ -37,7 +37,8 @@ def metric(module: AgentModule, name: str, **labels: str) -> float:
 
 class Scripted:
     """Answers each fold as the test says: "empty", or "verbose" (over the cap; its
-    compression is no shorter, so the summary is clipped)."""
+    compression is no shorter, so the summary's oldest part is archived: the store keeps a
+    `SummaryArchive`)."""
 
     def __init__(self) -> None:
         self.mode = "empty"
@@ -49,7 +50,7 @@ class Scripted:
         return HistorySummary(text="- a long fact about ORD-1\n" * 400, usage=usage)
 
 
-async def test_refused_compressed_and_clipped_folds_are_on_the_spans_and_in_the_metrics(
+async def test_refused_compressed_and_archived_folds_are_on_the_spans_and_in_the_metrics(
     make_module: ModuleFactory, exporter: InMemorySpanExporter
 ) -> None:
     summarizer = Scripted()
@@ -94,15 +95,16 @@ async def test_refused_compressed_and_clipped_folds_are_on_the_spans_and_in_the_
     assert metric(module, "agent_fold_messages_owed_count", agent="helper") == 2
 
     summarizer.mode = "verbose"
-    clipped = await turn("two")
-    report = clipped.report.summary
-    assert report is not None and report.made and report.clipped == 1
-    root, children = spans_of(exporter, clipped.run_id)
+    archived = await turn("two")
+    report = archived.report.summary
+    assert report is not None and report.made and (report.archived, report.clipped) == (1, 0)
+    root, children = spans_of(exporter, archived.run_id)
     a = attrs(root)
-    assert a[NS + "summary.clipped"] == 1
+    assert (a[NS + "summary.archived"], a[NS + "summary.clipped"]) == (1, 0)
     assert a[NS + "summary.compressed"] == report.compressed == 0
     assert a[NS + "summary.calls"] == report.calls == 2
     (step,) = [c for c in children if c.name == "history:summarize"]
-    assert attrs(step)[NS + "summary.clipped_chars"] > 0
+    assert attrs(step)[NS + "summary.archived_chars"] > 0
     assert metric(module, "agent_summaries_total", agent="helper") == 1
-    assert metric(module, "agent_summaries_clipped_total", agent="helper") == 1
+    assert metric(module, "agent_summaries_archived_total", agent="helper") == 1
+    assert metric(module, "agent_summaries_clipped_total", agent="helper") == 0

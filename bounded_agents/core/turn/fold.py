@@ -24,6 +24,7 @@ from bounded_agents.core.ports import (
     Usage,
 )
 from bounded_agents.core.report import ModelCallReport, SummaryReport
+from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.core.summary import summary_token_cap
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.constants import UNBOUNDED_CALLS
@@ -210,7 +211,14 @@ async def _keep_summary(
         run_id=turn.request.run_id,
     )
 
+    archived = made.get("archived")
+
     async def save(tx: Transaction | None) -> JsonValue:
+        if archived is not None:  # the summary's oldest part, kept where search finds it
+            span = (int(archived["from_seq"]), int(archived["to_seq"]))
+            await deps.store.archive_summary_part(
+                turn.request.thread_id, span, str(archived["content"]), tx=tx
+            )
         return await save_summary(deps, turn.request.thread_id, summary, tx=tx)
 
     async with turn.ctx.unit_of_work():
@@ -227,6 +235,7 @@ def _count_kept(stats: SummaryReport, summary: ThreadSummary, made: dict[str, An
     stats.compressed += int(made.get("compressed", 0))
     stats.messages_cut += int(made.get("messages_cut", 0))
     stats.clipped += 1 if made.get("clipped_chars") else 0
+    stats.archived += 1 if made.get("archived_chars") else 0
 
 
 def _first_task(
@@ -246,6 +255,7 @@ def _first_task(
         cap=summary_token_cap(budget),  # the policy's; a chunk may be made smaller, not this
         calls_left=0,
         call_budget=0,
+        searchable=SEARCH_TOOL_NAME in turn.definition.tools,
     )
 
 

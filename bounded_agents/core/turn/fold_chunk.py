@@ -20,9 +20,12 @@ from bounded_agents.core.ports import (
     ThreadSummary,
 )
 from bounded_agents.core.summary import (
+    ARCHIVE_NOTE,
+    ARCHIVED_UNSEARCHABLE_NOTE,
     CLIP_NOTE,
     clip_summary,
     fold_rejection,
+    split_summary,
     summary_fits,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
@@ -55,6 +58,9 @@ class ChunkTask:
     cap: int
     calls_left: int
     call_budget: int
+    searchable: bool = False
+    """The agent has the `search_history` tool: an archived part is reachable by it, and the
+    summary's note says so."""
 
 
 @dataclass
@@ -108,8 +114,20 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
     more = chunk.next_seq <= task.through
     if learned is not None and learned < task.budget and not chunk.halved and more:
         grow_chunk_cap(deps, task.request.agent, learned, max(task.budget, learned))
-    kept, compressed, cut = await fit_summary(task, calls, fold_ctx, text)
-    return _chunk_record(calls, chunk, kept, compressed=compressed, cut=cut)
+    fitted = await fit_summary(task, calls, fold_ctx, text, archives=deps.store.archives)
+    record = _chunk_record(calls, chunk, fitted.kept, compressed=fitted.compressed, cut=fitted.cut)
+    if fitted.archived:
+        # Written by `persist:summary` with the summary (one transaction, replay-safe): notes
+        # from the thread's start through the previous boundary (the new chunk's notes are the
+        # newest, the kept end).
+        last = (
+            task.summary.covers_through_seq
+            if task.summary is not None
+            else record["covers_through_seq"]
+        )
+        record["archived"] = {"from_seq": 1, "to_seq": last, "content": fitted.archived}
+        record["archived_chars"] = len(fitted.archived)
+    return record
 
 
 async def gather_chunk(deps: TurnDeps, task: ChunkTask, budget: int) -> Chunk:
@@ -179,17 +197,45 @@ def grow_chunk_cap(deps: TurnDeps, agent: str, learned: int, full: int) -> None:
         deps.learned.chunk_cap[agent] = grown
 
 
+@dataclass(frozen=True)
+class Fitted:
+    """A summary held to its cap: the text stored, compressions made, characters clipped away
+    (lost) and the oldest part archived instead (kept, searchable), at most one of the two."""
+
+    kept: str
+    compressed: int = 0
+    cut: int = 0
+    archived: str = ""
+
+
 async def fit_summary(
-    task: ChunkTask, calls: FoldCalls, fold_ctx: HistoryPolicyContext, text: str
-) -> tuple[str, int, int]:
-    """(the summary as stored, compressions, characters clipped): a summary over its cap
-    is compressed by one more call if the budget allows, and clipped only if still over."""
+    task: ChunkTask,
+    calls: FoldCalls,
+    fold_ctx: HistoryPolicyContext,
+    text: str,
+    *,
+    archives: bool = False,
+) -> Fitted:
+    """A summary over its cap is compressed by one more call if the budget allows; if still
+    over, its oldest part is archived (`archives`: the store keeps a `SummaryArchive`) and the
+    summary says so, or, on a store without one, clipped (lost, reported)."""
     cap = task.cap
     compressed = 0
     if not summary_fits(text, cap) and calls.count < task.calls_left:
         shorter = await calls.compress(text, fold_ctx, cap)  # None unless shorter
         if shorter is not None:
             text, compressed = shorter, 1
+    if archives and not summary_fits(text, cap):
+        note = ARCHIVE_NOTE if task.searchable else ARCHIVED_UNSEARCHABLE_NOTE
+        kept, archived = split_summary(text, cap, note=note)
+        log.info(
+            "run %s: the summary is over its cap of %d estimated tokens after compressing: "
+            "its oldest %d characters are archived",
+            task.request.run_id,
+            cap,
+            len(archived),
+        )
+        return Fitted(kept, compressed=compressed, archived=archived)
     kept = clip_summary(text, cap)
     cut = 0
     if not summary_fits(text, cap):
@@ -205,7 +251,7 @@ async def fit_summary(
             bool(compressed),
             cut,
         )
-    return kept, compressed, cut
+    return Fitted(kept, compressed=compressed, cut=cut)
 
 
 def _halve(chunk: Chunk) -> bool:

@@ -20,6 +20,7 @@ from bounded_agents.core.ports import (
     FoldHealth,
     FoldHealthStore,
     PromptDigestStore,
+    SummaryArchive,
     SummaryStore,
     Thread,
     ThreadInfoReader,
@@ -33,6 +34,7 @@ from bounded_agents.core.ports import (
     supports_fold_health,
     supports_prompt_digests,
     supports_summaries,
+    supports_summary_archive,
     supports_thread_info,
     supports_transactions,
 )
@@ -64,6 +66,7 @@ class TurnStore:
         self._tx: TransactionalStore | None = store if supports_transactions(store) else None
         self._digests: PromptDigestStore | None = store if supports_prompt_digests(store) else None
         self._summaries: SummaryStore | None = store if supports_summaries(store) else None
+        self._archive: SummaryArchive | None = store if supports_summary_archive(store) else None
         self._health: FoldHealthStore | None = store if supports_fold_health(store) else None
 
     @property
@@ -146,6 +149,22 @@ class TurnStore:
             await self._summaries.save_summary(thread_id, summary)
         else:
             raise ConfigError(NO_SUMMARIES)
+
+    @property
+    def archives(self) -> bool:
+        """Whether a summary's oldest part can be archived rather than clipped."""
+        return self._archive is not None
+
+    async def archive_summary_part(
+        self, thread_id: str, span: tuple[int, int], content: str, *, tx: Transaction | None
+    ) -> None:
+        """Keep `content`, notes written from the messages of `span` (from seq, to seq), in
+        the archive (idempotent); nothing on a store without one (the fold then clips)."""
+        if self._archive is not None:
+            first, last = span
+            await self._archive.archive_summary_part(
+                thread_id, first, last, content, tx=tx if self._tx is not None else None
+            )
 
     async def save_fold_health(
         self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
