@@ -288,3 +288,21 @@ def test_no_phase_fetches_a_transaction_back_from_its_context() -> None:
         and node.func.attr in ("transaction", "_tx")
     ]
     assert fetches == []
+
+
+def test_a_summary_and_search_agent_is_told_the_summary_can_be_searched_past() -> None:
+    from bounded_agents.core.ports import ThreadSummary
+    from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+    from bounded_agents.core.turn.prompt import SEARCH_HINT, history_prompt
+
+    summary = ThreadSummary(text="- the user likes tea", covers_through_seq=4)
+    plain = _agent(window_history(max_messages=4))
+    searching = AgentDefinition(
+        name="helper",
+        system_prompt="You help.",
+        policy=plain.policy,
+        tools={SEARCH_TOOL_NAME: HistorySearchTool(MemoryStore())},
+    )
+    assert SEARCH_HINT not in history_prompt(plain, summary, [])[1].content
+    told = history_prompt(searching, summary, [])[1].content
+    assert "likes tea" in told and told.endswith(SEARCH_HINT)

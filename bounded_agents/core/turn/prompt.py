@@ -34,10 +34,18 @@ from bounded_agents.core.history.powers import (
 )
 from bounded_agents.core.messages import ChatMessage, Message, to_chat_messages
 from bounded_agents.core.ports import RunTrace, ThreadSummary
+from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import apply_middleware
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.state import Window
+
+SEARCH_HINT = (
+    "The summary is a digest: the exact earlier messages of this thread (and any archived "
+    f"notes) can be looked up with the {SEARCH_TOOL_NAME} tool."
+)
+"""Follows the summary in the prompt of an agent that has the search tool (summary + search):
+the model is told where the detail a summary leaves out still is."""
 
 DEGRADED_SHARE = 1
 """While a fold is overdue, the unsummarized messages sent besides the kept window may be as
@@ -55,9 +63,10 @@ def history_prompt(
     a fold is overdue and the cap left messages out) and the kept messages."""
     prompt = [ChatMessage(role="system", content=definition.system_prompt)]
     if summary is not None:
-        prompt.append(
-            ChatMessage(role="system", content=summary_renderer(definition.policy)(summary.text))
-        )
+        rendered = summary_renderer(definition.policy)(summary.text)
+        if SEARCH_TOOL_NAME in definition.tools:
+            rendered = f"{rendered}\n{SEARCH_HINT}"
+        prompt.append(ChatMessage(role="system", content=rendered))
     if omitted:
         prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
@@ -264,6 +273,7 @@ def summary_tokens(summary: ThreadSummary | None) -> int:
 
 __all__ = [
     "DEGRADED_SHARE",
+    "SEARCH_HINT",
     "degraded_history",
     "folded_summary",
     "history_prompt",
