@@ -18,7 +18,7 @@ from bounded_agents.core.checkpoints import (
 )
 from bounded_agents.core.fold_health import MemoryHealth, memory_health
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports import RunTrace, supports_fold_health
+from bounded_agents.core.ports import RunTrace, supports_fold_health, supports_summary_archive
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.public import WindowPreview
@@ -204,11 +204,19 @@ __all__ = ["PREVIEW_CHARS", "KeptLine", "TurnView", "turn_view", "with_bars"]
 async def memory_view(store: object, preview: WindowPreview) -> MemoryHealth | None:
     """The thread's memory health for the thread page (issue 36), None for an agent that does
     not summarize: the stored fold health (a store with `FoldHealthStore`), whether it has a
-    summary, and what the next turn's fold would owe. Archived notes: not counted until a store
-    archives them (None)."""
+    summary, what the next turn's fold would owe, and the archived summary parts (a store with
+    a `SummaryArchive`; None on one without: nothing to count). The count reads at most
+    `ARCHIVED_SHOWN` parts (the page shows at most that many)."""
     if not preview.summarizes and preview.summary is None:
         return None
     health = await store.fold_health(preview.thread_id) if supports_fold_health(store) else None
     fold = preview.next_fold
     span = (fold.from_seq, fold.through_seq) if fold is not None else None
-    return memory_health(health, preview.summary is not None, span)
+    archived = None
+    if supports_summary_archive(store):
+        archived = len(await store.archived_parts(preview.thread_id, limit=ARCHIVED_SHOWN))
+    return memory_health(health, preview.summary is not None, span, archived)
+
+
+ARCHIVED_SHOWN = 100
+"""Archived parts the inspector counts at most (one bounded read per page view)."""
