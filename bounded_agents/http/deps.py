@@ -10,10 +10,12 @@ and an id that is not a UUID at all are the same 404 `thread_not_found`.
 
 from __future__ import annotations
 
+import re
 import uuid
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import Depends, Path, Request
+from pydantic import BeforeValidator
 
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Thread
@@ -23,6 +25,20 @@ from bounded_agents.http.errors import Unauthorized
 from bounded_agents.module import AgentModule
 
 MODULE_SCOPE_KEY = "bounded_agents.agent_module"
+
+_DIGITS: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+def _digits_only(value: object) -> object:
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("must be a whole number written in digits only, as listed (like 3)")
+    return value
+
+
+DIGITS_ONLY: Final = BeforeValidator(_digits_only)
+"""Put on a `seq` path or query parameter: it takes only plain ASCII digits. Pydantic's lax
+integers also read `1.0`, `+2`, ` 3` and `1_0`, so `DELETE .../messages/1.0` would erase
+message 1 where a client most likely sent something else by mistake; an erasure is for good."""
 
 
 def get_module(request: Request) -> AgentModule:

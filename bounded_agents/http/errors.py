@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bounded_agents.errors import (
     AgentError,
+    AnswerErased,
     ContentTooLarge,
     RecordedFailure,
     RunFailed,
@@ -47,6 +48,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "thread_not_found": 404,
         "run_not_found": 404,
         "journal_pruned": 410,
+        "journal_erased": 410,  # a run an erasure failed: its journal is gone with the content
+        "answer_erased": 410,
         "method_not_allowed": 405,
         "thread_busy": 409,
         "turn_in_progress": 409,
@@ -140,7 +143,7 @@ def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
     cause: BaseException = error
     if isinstance(error, RunFailed):
         run_id, cause = error.run_id, error.cause
-    elif isinstance(error, TurnInProgress):
+    elif isinstance(error, TurnInProgress | AnswerErased):
         run_id = error.run_id  # the run to wait for (`GET /runs/{id}`), named as a failed one is
     status = status_for(cause)
     if isinstance(cause, RecordedFailure):

@@ -36,6 +36,7 @@ from bounded_agents.errors import (
     ThreadNotFound,
 )
 from bounded_agents.http.deps import (
+    DIGITS_ONLY,
     ActorDep,
     AgentDefinitionDep,
     ModuleDep,
@@ -215,6 +216,7 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=200, description="Messages per page.")] = 50,
     before: Annotated[
         int | None,
+        DIGITS_ONLY,
         Query(ge=1, le=MAX_SEQ, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
