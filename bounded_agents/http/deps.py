@@ -21,7 +21,7 @@ from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Thread
 from bounded_agents.errors import ConfigError, RunNotFound, ThreadNotFound
 from bounded_agents.http.auth import Actor
-from bounded_agents.http.errors import Unauthorized
+from bounded_agents.http.errors import PAIR_AS_TOKEN_HINT, Unauthorized
 from bounded_agents.module import AgentModule
 
 MODULE_SCOPE_KEY = "bounded_agents.agent_module"
@@ -55,7 +55,8 @@ async def get_actor(request: Request, module: ModuleDep) -> Actor:
     """The actor the module's resolver names; 401 `unauthorized` when it names none."""
     actor = await module.actor_resolver(request)
     if actor is None:
-        raise Unauthorized()
+        _scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        raise Unauthorized(PAIR_AS_TOKEN_HINT if "=" in token.strip() else "")
     return actor
 
 

@@ -91,8 +91,30 @@ class Unauthorized(AgentError):
 
     code = "unauthorized"
 
-    def __init__(self) -> None:
-        super().__init__("a valid API key is required (Authorization: Bearer <key>)")
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(f"a valid API key is required (Authorization: Bearer <key>){hint}")
+
+
+PAIR_AS_TOKEN_HINT: Final = (
+    "; the token looks like an AGENT_API_KEYS pair (key=actor): send the key alone"
+)
+"""Added to a 401 whose bearer token holds `=`: a newcomer who copied `key1=alice` from the
+setting. It says nothing of whether the key part is valid."""
+
+JSON_TYPE_HINT: Final = (
+    "; the body was not read as JSON: send it with the header Content-Type: application/json"
+)
+"""Added to a 422 whose body FastAPI left as bytes: it reads a body as JSON only under a JSON
+content type, and `curl -d` sends `application/x-www-form-urlencoded`."""
+
+
+def body_not_read_as_json(error: RequestValidationError) -> bool:
+    """Whether the request's body failed validation as raw bytes (its content type was not
+    JSON), not as a JSON value of the wrong shape."""
+    return any(
+        tuple(p.get("loc", ())) == ("body",) and isinstance(p.get("input"), bytes)
+        for p in error.errors()
+    )
 
 
 class BodyTooLarge(ContentTooLarge):
@@ -186,8 +208,9 @@ def validation_error_response(error: RequestValidationError) -> JSONResponse:
                 "invalid_json",
                 f"request body is not valid JSON: {reason}{where}",
             )
+    hint = JSON_TYPE_HINT if body_not_read_as_json(error) else ""
     return error_response(
-        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error) + hint
     )
 
 
