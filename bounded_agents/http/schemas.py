@@ -117,5 +117,15 @@ class RunOut(RunReport):
     includes the `/v1` router: a response is a run, of the same id)."""
 
 
+class AgentOut(BaseModel):
+    name: str
+
+
+class AgentsOut(BaseModel):
+    """The module's agents, by name (`bounded-agents chat` picks the only one)."""
+
+    agents: list[AgentOut]
+
+
 class HealthOut(BaseModel):
     status: str

@@ -56,3 +56,13 @@ async def test_v1_a_json_body_without_the_json_content_type_is_400_naming_the_he
     error = r.json()["error"]
     assert error["code"] == "validation_error"
     assert "Content-Type: application/json" in error["message"], error
+
+
+async def test_get_agents_lists_the_module_s_agent_names_sorted_for_an_actor_only(
+    client: httpx.AsyncClient,
+) -> None:
+    """What `bounded-agents chat` reads to pick the only agent when `--agent` is not given."""
+    r = await client.get("/agents", headers=ALICE)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"agents": [{"name": "helper"}]}
+    assert_error(await client.get("/agents"), 401, "unauthorized")
