@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from bounded_agents.core.history import HistoryConfig, config_error
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
+from bounded_agents.startup import exit_in_one_line
 
 _URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
 
@@ -328,11 +329,14 @@ def database_url_problem(url: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`)."""
+    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`), which,
+    if nothing catches it (`uvicorn app.main:app` importing the app), prints as one line."""
     try:
         return Settings()
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        error = settings_error(exc)
+        exit_in_one_line(error)
+        raise error from None
 
 
 def settings_error(exc: ValidationError) -> ConfigError:
