@@ -333,7 +333,7 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
     print(
         shown(
             f"kept {kept} messages, ~{window['total_tokens']} tokens; "
-            f"dropped {window['dropped_count']}{summary}"
+            f"dropped {window.get('dropped_read_count', window.get('dropped_count'))}{summary}"
         ),
         file=out,
     )

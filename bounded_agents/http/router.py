@@ -266,6 +266,7 @@ async def get_window(thread: OwnedThreadDep, actor: ActorDep, module: ModuleDep)
         read_token_bound=preview.read_token_bound,
         read_run_bound=preview.read_run_bound,
         kept=kept,
+        dropped_read_count=len(preview.dropped),
         dropped_count=len(preview.dropped),
         dropped=preview.dropped,
         summarizes=preview.summarizes,
