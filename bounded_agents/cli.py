@@ -213,6 +213,23 @@ def _error_text(response: httpx.Response) -> str:
     return text
 
 
+def only_agent(client: httpx.Client, url: str) -> str:
+    """The server's one agent (`GET /agents`), for `chat` without `--agent`; with several (or
+    none) a `ConfigError` naming them, so the user picks one rather than the demo's name
+    being guessed."""
+    listed = client.get("/agents")
+    if listed.status_code != 200:
+        raise ConfigError(f"{url}: cannot list its agents ({_error_text(listed)}); give --agent")
+    names = sorted(str(a["name"]) for a in listed.json()["agents"])
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ConfigError(f"{url} serves no agent")
+    quoted = [repr(shown(n)) for n in names]
+    listing = f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    raise ConfigError(f"{url} serves {len(names)} agents, {listing}: choose one with --agent")
+
+
 def chat(
     client: httpx.Client,
     agent: str,
@@ -316,7 +333,7 @@ def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
     print(
         shown(
             f"kept {kept} messages, ~{window['total_tokens']} tokens; "
-            f"dropped {window['dropped_count']}{summary}"
+            f"dropped {window.get('dropped_read_count', window.get('dropped_count'))}{summary}"
         ),
         file=out,
     )
@@ -426,7 +443,9 @@ def _add_client_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         f"back. Ctrl-D quits. Reads lines from stdin when it is not a terminal. {_NEEDS_SERVER}",
     )
     _add_server_options(chat_)
-    chat_.add_argument("--agent", default="assistant", help="the agent (default: assistant)")
+    chat_.add_argument(
+        "--agent", help="the agent (default: the server's only agent; required if it has several)"
+    )
     chat_.add_argument("--thread", help="continue this thread (default: start a new one)")
     inspect_ = sub.add_parser(
         "inspect",
@@ -448,6 +467,7 @@ def _command(args: argparse.Namespace) -> int:
             with _client(args.url, args.api_key) as client:
                 if args.command == "inspect":
                     return inspect(client, args.thread, sys.stdout)
+                args.agent = args.agent or only_agent(client, args.url)
                 lines: Iterable[str] = sys.stdin
                 if sys.stdin.isatty():
                     print(

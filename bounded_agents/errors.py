@@ -15,6 +15,8 @@
     │   └── RunNotFound             run_not_found       404
     │       └── PreviousResponseNotFound run_not_found  404  (bounded_agents/http/openai/errors.py)
     ├── ThreadBusy                  thread_busy         409
+    │   └── AnswerErased            answer_erased       410  (the Idempotency-Key's run completed;
+    │                                                         its answer was erased since)
     ├── TurnInProgress              turn_in_progress    409  (the Idempotency-Key's turn still runs)
     ├── LeaseLost                   lease_lost          409  (another process took the run over)
     ├── RunCompleted                run_completed       409  (resume of a completed run)
@@ -31,6 +33,9 @@
     ├── RecordedFailure             the recorded code   its status (a stored run's failure)
     └── Unauthorized                unauthorized        401  (bounded_agents/http/errors.py: HTTP
     only)
+
+A run an erasure failed (its process had stopped, and the erasure deleted its journal) is
+recorded with the code `journal_erased` (410): its client, and a keyed retry, are answered it.
 
 The HTTP edge adds codes of its own that no domain error carries: `validation_error` (422),
 `invalid_json` (400, a body that cannot be read as JSON: malformed, not UTF-8, nested too
@@ -156,6 +161,21 @@ class JournalPruned(NotFound):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} completed and its journal was pruned: nothing to replay")
+        self.run_id = run_id
+
+
+class AnswerErased(NotFound):
+    """A repeat of a completed keyed run whose answer was erased since: the turn happened (so it
+    is not run again, which would call the model twice), and what it answered is gone, so no
+    wait or retry can get it. Stated at once, never as "still running"."""
+
+    code = "answer_erased"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"the turn with this Idempotency-Key (run {run_id}) completed and its answer was "
+            "erased since; send a new key for a new turn"
+        )
         self.run_id = run_id
 
 

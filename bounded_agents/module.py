@@ -66,6 +66,7 @@ from bounded_agents.persistence import Persistence, build_persistence
 from bounded_agents.providers import provider_from_settings
 from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from bounded_agents.settings import Settings, get_settings
+from bounded_agents.startup import startup_errors_in_one_line
 
 log = logging.getLogger("bounded_agents")
 
@@ -497,17 +498,18 @@ class AgentModule:
         before the engine is disposed. Nest it in your own lifespan with
         `async with module.lifespan(app): ...` to compose."""
         persistence = self.persistence
-        if self.settings.migrate_on_start:
-            await persistence.migrate()
-        if self.local_mode:
-            log.warning(
-                "no AGENT_API_KEYS configured: local development mode, every request "
-                "is actor 'local'"
-            )
-        level, note = persistence.note
-        log.log(level, "%s", note)
-        await persistence.launch(self.settings)
-        await self.resume_expired_runs()
+        async with startup_errors_in_one_line(self.settings.database_url):
+            if self.settings.migrate_on_start:
+                await persistence.migrate()
+            if self.local_mode:
+                log.warning(
+                    "no AGENT_API_KEYS configured: local development mode, every request "
+                    "is actor 'local'"
+                )
+            level, note = persistence.note
+            log.log(level, "%s", note)
+            await persistence.launch(self.settings)
+            await self.resume_expired_runs()
         sweeper = asyncio.create_task(self._sweep_forever())
         try:
             yield

@@ -22,7 +22,7 @@ from bounded_agents.core.loop import AgentLoop
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import AgentStore, RunRecord
 from bounded_agents.core.report import RunReport, RunResult
-from bounded_agents.errors import RecordedFailure, RunFailed
+from bounded_agents.errors import AnswerErased, RecordedFailure, RunFailed
 
 POLL_FIRST_SECONDS = 0.05
 POLL_MAX_SECONDS = 0.5
@@ -31,7 +31,8 @@ POLL_MAX_SECONDS = 0.5
 async def await_outcome(loop: AgentLoop, run_id: str, wait_seconds: float) -> RunResult | None:
     """The run's answer once it ended, waiting up to `wait_seconds` for it; None if it still
     runs by then. A run that failed raises `RunFailed` with its recorded failure (the code and
-    status its own client was answered)."""
+    status its own client was answered); a completed run whose answer was erased raises
+    `AnswerErased` at once (waiting would not bring it back)."""
     retrying = AsyncRetrying(
         stop=stop_after_delay(wait_seconds),
         wait=wait_exponential(multiplier=POLL_FIRST_SECONDS, max=POLL_MAX_SECONDS),
@@ -49,13 +50,16 @@ async def _ended(loop: AgentLoop, run_id: str) -> RunResult | None:
     if record.status == "failed":
         code = record.error_code or "run_failed"
         raise RunFailed(run_id, RecordedFailure(code, record.error_message or code))
-    return await stored_result(loop.store, run_id, record)
+    result = await stored_result(loop.store, run_id, record)
+    if result is None:
+        raise AnswerErased(run_id)
+    return result
 
 
 async def stored_result(store: AgentStore, run_id: str, record: RunRecord) -> RunResult | None:
     """A completed run as its turn answered it: the stored answer and the recorded report.
-    None while the answer is not readable (a run marked completed before its answer commits
-    is not possible with the SQL journal; a store of another database may lag)."""
+    None when the answer is gone: a run is marked completed in the transaction that stores its
+    answer (the SQL journal), so a completed run without one had it erased since."""
     stored = await run_messages(store, record.request.thread_id, run_id)
     answer = next((m for m in stored if m.role == "assistant"), None)
     if answer is None:

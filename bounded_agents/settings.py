@@ -10,7 +10,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,6 +19,7 @@ from bounded_agents.core.history import HistoryConfig, config_error
 from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
+from bounded_agents.startup import exit_in_one_line
 
 MIN_FINGERPRINT_KEY_CHARS = 32
 DEVELOPMENT_FINGERPRINT_KEY = b"bounded-agents local development: not a secret"
@@ -252,7 +253,7 @@ class Settings(BaseSettings):
     def _api_keys_are_pairs(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and not parse_api_keys(value.get_secret_value()):
             raise ValueError(
-                "set but names no key=actor pair; list them like 'key1=alice,key2=bob', or "
+                f"set but names no key=actor pair; list them like {API_KEYS_FORM}, or "
                 "unset AGENT_API_KEYS for local development mode (every request actor 'local')"
             )
         return value
@@ -354,10 +355,17 @@ class Settings(BaseSettings):
         return parse_api_keys(self.api_keys.get_secret_value())
 
 
+API_KEYS_FORM: Final = "'key1=alice,key2=bob'"
+"""How AGENT_API_KEYS is written, quoted in every error about it."""
+
+
 def parse_api_keys(text: str) -> dict[str, str]:
-    """`key1=alice,key2=bob` as {key: actor}. A malformed or repeated pair is a `ValueError`
-    that says which pair (by position) and never quotes it: the text is all secrets. A key
-    given twice is refused, not resolved: the last one winning would hand one actor's key to
+    """`key1=alice,key2=bob` as {key: actor}; spaces around a `,` or `=` are ignored. A
+    malformed or repeated pair is a `ValueError` that says which pair (by position) and the
+    expected form, and never quotes it: the text is all secrets. Strict on purpose: `;` or
+    whitespace inside a pair (`key1=alice;key2=bob`) was read as actor `alice;key2=bob`, so one
+    key named a strange actor and the next key none; `=` in an actor likewise. A key given
+    twice is refused, not resolved: the last one winning would hand one actor's key to
     another without a word."""
     out: dict[str, str] = {}
     for n, pair in enumerate(text.split(","), start=1):
@@ -365,10 +373,18 @@ def parse_api_keys(text: str) -> dict[str, str]:
         if not pair:
             continue
         key, sep, actor = (part.strip() for part in pair.partition("="))
-        if not sep or not key or not actor:
-            raise ValueError(f"pair {n} is not key=actor; write it like 'key1=alice,key2=bob'")
+        if ";" in pair or any(c.isspace() for c in key + actor):
+            raise ValueError(
+                f"pair {n} holds ';' or whitespace; separate pairs with ',' only, like "
+                f"{API_KEYS_FORM}"
+            )
+        if not sep or not key or not actor or "=" in actor:
+            raise ValueError(f"pair {n} is not key=actor; write it like {API_KEYS_FORM}")
         if key in out:
-            raise ValueError(f"pair {n} repeats an earlier pair's key; each key names one actor")
+            raise ValueError(
+                f"pair {n} repeats an earlier pair's key; each key names one actor, like "
+                f"{API_KEYS_FORM}"
+            )
         out[key] = actor
     return out
 
@@ -399,11 +415,14 @@ def database_url_problem(url: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`)."""
+    """The environment's settings; a bad one is a `ConfigError` (see `settings_error`), which,
+    if nothing catches it (`uvicorn app.main:app` importing the app), prints as one line."""
     try:
         return Settings()
     except ValidationError as exc:
-        raise settings_error(exc) from None
+        error = settings_error(exc)
+        exit_in_one_line(error)
+        raise error from None
 
 
 def settings_error(exc: ValidationError) -> ConfigError:

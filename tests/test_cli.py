@@ -496,3 +496,52 @@ def test_a_thread_id_with_control_characters_from_a_hostile_server_is_one_escape
     [line] = err.strip().splitlines()
     assert line.startswith("error: http://evil: Invalid non-printable ASCII character in URL")
     assert not _RAW_CONTROL.search(out + err) and "Traceback" not in err
+
+
+# --- which agent chat talks to ---------------------------------------------------------------
+
+
+def _agents_server(names: list[str], seen: list[str]) -> httpx.Client:
+    """A server whose `GET /agents` lists `names`; it records each request's method and path."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/agents":
+            return httpx.Response(200, json={"agents": [{"name": n} for n in names]})
+        return httpx.Response(201, json={"id": "t1"})
+
+    return httpx.Client(transport=httpx.MockTransport(answer), base_url="http://s")
+
+
+@pytest.mark.parametrize("only", ["helper", "assistant"])
+def test_chat_without_agent_talks_to_the_only_agent_the_server_has(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], only: str
+) -> None:
+    """Issue 40: `--agent` defaulted to `assistant`, the demo's agent, in a project whose only
+    agent is another one (a 404 `agent_not_found` at the first line)."""
+    seen: list[str] = []
+    monkeypatch.setattr(cli, "_client", lambda _url, _key: _agents_server([only], seen))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert cli.main(["chat", "--url", "http://s"]) == 0
+    assert seen == ["GET /agents", f"POST /agents/{only}/threads"]
+    assert capsys.readouterr().out.splitlines() == ["thread t1"]
+
+
+def test_chat_without_agent_on_a_server_of_several_exits_2_naming_them(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(cli, "_client", lambda _url, _key: _agents_server(["b", "a"], seen))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
+    assert cli.main(["chat", "--url", "http://s"]) == 2
+    assert seen == ["GET /agents"]  # no thread started
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line == "error: http://s serves 2 agents, 'a' and 'b': choose one with --agent", line
+
+
+def test_chat_with_agent_asks_no_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    monkeypatch.setattr(cli, "_client", lambda _url, _key: _agents_server(["a", "b"], seen))
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert cli.main(["chat", "--url", "http://s", "--agent", "b"]) == 0
+    assert seen == ["POST /agents/b/threads"]

@@ -95,6 +95,12 @@ def test_malformed_api_keys_name_the_expected_shape() -> None:
         ("k1=alice,=bob", "pair 2 is not key=actor"),
         ("s3cr3t-key=alice,k2=bob,s3cr3t-key=mallory", "pair 3 repeats an earlier pair's key"),
         ("s3cr3t-key=alice, s3cr3t-key =alice", "pair 2 repeats an earlier pair's key"),
+        # issue 40: `;` as the separator made `Bearer key1` actor 'alice;key2=bob'
+        ("s3cr3t-key=alice;k2=bob", "pair 1 holds ';' or whitespace"),
+        ("k1=alice,s3cr3t key=bob", "pair 2 holds ';' or whitespace"),
+        ("k1=al ice", "pair 1 holds ';' or whitespace"),
+        ("k1=alice\tk2=bob", "pair 1 holds ';' or whitespace"),
+        ("k1=alice=s3cr3t", "pair 1 is not key=actor"),
     ],
 )
 def test_bad_or_repeated_api_keys_are_one_line_at_start_up_without_the_keys(
@@ -106,6 +112,7 @@ def test_bad_or_repeated_api_keys_are_one_line_at_start_up_without_the_keys(
     message = _settings_error()
     assert message.startswith(f"invalid settings: AGENT_API_KEYS: {problem}"), message
     assert "\n" not in message and "s3cr3t" not in message
+    assert "'key1=alice,key2=bob'" in message  # the expected form, every time
 
 
 @pytest.mark.parametrize("value", ["", "   ", ",", " , ,"])

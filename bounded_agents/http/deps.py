@@ -10,19 +10,35 @@ and an id that is not a UUID at all are the same 404 `thread_not_found`.
 
 from __future__ import annotations
 
+import re
 import uuid
-from typing import Annotated
+from typing import Annotated, Final
 
 from fastapi import Depends, Path, Request
+from pydantic import BeforeValidator
 
 from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Thread
 from bounded_agents.errors import ConfigError, RunNotFound, ThreadNotFound
-from bounded_agents.http.errors import Unauthorized
+from bounded_agents.http.errors import PAIR_AS_TOKEN_HINT, Unauthorized
 from bounded_agents.module import AgentModule
 
 MODULE_SCOPE_KEY = "bounded_agents.agent_module"
+
+_DIGITS: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+def _digits_only(value: object) -> object:
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError("must be a whole number written in digits only, as listed (like 3)")
+    return value
+
+
+DIGITS_ONLY: Final = BeforeValidator(_digits_only)
+"""Put on a `seq` path or query parameter: it takes only plain ASCII digits. Pydantic's lax
+integers also read `1.0`, `+2`, ` 3` and `1_0`, so `DELETE .../messages/1.0` would erase
+message 1 where a client most likely sent something else by mistake; an erasure is for good."""
 
 
 def get_module(request: Request) -> AgentModule:
@@ -41,7 +57,8 @@ async def get_actor(request: Request, module: ModuleDep) -> Actor:
     """The actor the module's resolver names; 401 `unauthorized` when it names none."""
     actor = await module.actor_resolver(request)
     if actor is None:
-        raise Unauthorized()
+        _scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        raise Unauthorized(PAIR_AS_TOKEN_HINT if "=" in token.strip() else "")
     return actor
 
 

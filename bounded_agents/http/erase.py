@@ -21,7 +21,7 @@ from fastapi import APIRouter, Path, Response
 
 from bounded_agents.core.messages import MAX_SEQ
 from bounded_agents.errors import MessageNotFound
-from bounded_agents.http.deps import ModuleDep, OwnedThreadDep
+from bounded_agents.http.deps import DIGITS_ONLY, ModuleDep, OwnedThreadDep
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.schemas import ErrorOut
 
@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 
 SeqPath = Annotated[
-    int, Path(ge=1, le=MAX_SEQ, description="The message's `seq`, as the transcript lists it.")
+    int,
+    DIGITS_ONLY,
+    Path(ge=1, le=MAX_SEQ, description="The message's `seq`, as the transcript lists it: digits."),
 ]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bounded_agents.errors import (
     AgentError,
+    AnswerErased,
     ContentTooLarge,
     RecordedFailure,
     RunFailed,
@@ -47,6 +48,8 @@ STATUS_BY_CODE: Final[Mapping[str, int]] = MappingProxyType(
         "thread_not_found": 404,
         "run_not_found": 404,
         "journal_pruned": 410,
+        "journal_erased": 410,  # a run an erasure failed: its journal is gone with the content
+        "answer_erased": 410,
         "method_not_allowed": 405,
         "thread_busy": 409,
         "turn_in_progress": 409,
@@ -88,8 +91,30 @@ class Unauthorized(AgentError):
 
     code = "unauthorized"
 
-    def __init__(self) -> None:
-        super().__init__("a valid API key is required (Authorization: Bearer <key>)")
+    def __init__(self, hint: str = "") -> None:
+        super().__init__(f"a valid API key is required (Authorization: Bearer <key>){hint}")
+
+
+PAIR_AS_TOKEN_HINT: Final = (
+    "; the token looks like an AGENT_API_KEYS pair (key=actor): send the key alone"
+)
+"""Added to a 401 whose bearer token holds `=`: a newcomer who copied `key1=alice` from the
+setting. It says nothing of whether the key part is valid."""
+
+JSON_TYPE_HINT: Final = (
+    "; the body was not read as JSON: send it with the header Content-Type: application/json"
+)
+"""Added to a 422 whose body FastAPI left as bytes: it reads a body as JSON only under a JSON
+content type, and `curl -d` sends `application/x-www-form-urlencoded`."""
+
+
+def body_not_read_as_json(error: RequestValidationError) -> bool:
+    """Whether the request's body failed validation as raw bytes (its content type was not
+    JSON), not as a JSON value of the wrong shape."""
+    return any(
+        tuple(p.get("loc", ())) == ("body",) and isinstance(p.get("input"), bytes)
+        for p in error.errors()
+    )
 
 
 class BodyTooLarge(ContentTooLarge):
@@ -140,7 +165,7 @@ def error_payload(error: AgentError) -> tuple[int, str, str, str | None]:
     cause: BaseException = error
     if isinstance(error, RunFailed):
         run_id, cause = error.run_id, error.cause
-    elif isinstance(error, TurnInProgress):
+    elif isinstance(error, TurnInProgress | AnswerErased):
         run_id = error.run_id  # the run to wait for (`GET /runs/{id}`), named as a failed one is
     status = status_for(cause)
     if isinstance(cause, RecordedFailure):
@@ -183,8 +208,9 @@ def validation_error_response(error: RequestValidationError) -> JSONResponse:
                 "invalid_json",
                 f"request body is not valid JSON: {reason}{where}",
             )
+    hint = JSON_TYPE_HINT if body_not_read_as_json(error) else ""
     return error_response(
-        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error)
+        STATUS_BY_CODE["validation_error"], "validation_error", validation_message(error) + hint
     )
 
 

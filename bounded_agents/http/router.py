@@ -35,6 +35,7 @@ from bounded_agents.errors import (
     ThreadNotFound,
 )
 from bounded_agents.http.deps import (
+    DIGITS_ONLY,
     ActorDep,
     AgentDefinitionDep,
     ModuleDep,
@@ -48,6 +49,8 @@ from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency
 from bounded_agents.http.inspector import build_inspector_router
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.http.schemas import (
+    AgentOut,
+    AgentsOut,
     CreateThreadIn,
     ErrorDetail,
     ErrorOut,
@@ -79,6 +82,8 @@ _DESCRIPTIONS = {
     404: "No such agent, or no such thread/run for this actor (`*_not_found`).",
     409: "A turn is already running on this thread (`thread_busy`), or the turn this "
     "`Idempotency-Key` names still runs (`turn_in_progress`: retry for its answer).",
+    410: "The `Idempotency-Key`'s turn completed and its answer was erased since "
+    "(`answer_erased`), or an erasure failed the run (`journal_erased`); `run_id` names it.",
     413: "The content is over `AGENT_MAX_CONTENT_BYTES` (`content_too_large`).",
     422: "The request does not validate (`validation_error`, `invalid_content`), or its "
     "`Idempotency-Key` came first with another body (`idempotency_key_reused`).",
@@ -112,6 +117,14 @@ def build_router(module: AgentModule) -> APIRouter:
 
 def _add_turn_routes(router: APIRouter) -> None:
     router.add_api_route(
+        "/agents",
+        list_agents,
+        methods=["GET"],
+        response_model=AgentsOut,
+        responses=_errors(401, 500),
+        summary="The agents this server runs, by name",
+    )
+    router.add_api_route(
         "/agents/{agent}/threads",
         create_thread,
         methods=["POST"],
@@ -132,7 +145,7 @@ def _add_turn_routes(router: APIRouter) -> None:
                 "(a TurnOut) or `error` (an ErrorOut).",
                 "content": {"text/event-stream": {"schema": {"type": "string"}}},
             },
-            **_errors(400, 401, 404, 409, 413, 422, 429, 500, 502, 503),
+            **_errors(400, 401, 404, 409, 410, 413, 422, 429, 500, 502, 503),
         },
         summary="Send a message and get the agent's answer",
     )
@@ -215,6 +228,7 @@ async def list_messages(
     limit: Annotated[int, Query(ge=1, le=200, description="Messages per page.")] = 50,
     before: Annotated[
         int | None,
+        DIGITS_ONLY,
         Query(ge=1, le=MAX_SEQ, description="Only messages with `seq` below this."),
     ] = None,
 ) -> MessagesPage:
@@ -245,6 +259,7 @@ async def get_window(thread: OwnedThreadDep, actor: ActorDep, module: ModuleDep)
         read_token_bound=preview.read_token_bound,
         read_run_bound=preview.read_run_bound,
         kept=kept,
+        dropped_read_count=len(preview.dropped),
         dropped_count=len(preview.dropped),
         dropped=preview.dropped,
         summarizes=preview.summarizes,
@@ -323,6 +338,11 @@ async def get_run(run_id: RunIdPath, actor: ActorDep, module: ModuleDep) -> RunO
         error=error,
         input_items_url=f"/v1/responses/{canonical}/input_items",
     )
+
+
+async def list_agents(_actor: ActorDep, module: ModuleDep) -> AgentsOut:
+    """Sorted by name; a client offers them, or picks the only one."""
+    return AgentsOut(agents=[AgentOut(name=name) for name in sorted(module.loop.agents)])
 
 
 async def healthz(module: ModuleDep) -> HealthOut:

@@ -92,8 +92,17 @@ class WindowOut(BaseModel):
     read_run_bound: int | None = None
     """Newest runs the read is bounded to, if any."""
     kept: list[WindowMessage]
-    dropped_count: int
+    dropped_read_count: int = Field(
+        description="How many of the rows the bounded read returned the policy did not keep "
+        "(the length of `dropped`): not the thread's older messages, which the turn never reads."
+    )
+    dropped_count: int = Field(
+        deprecated=True,
+        description="Deprecated alias of `dropped_read_count` (same value), kept for one "
+        "release: the name suggested the thread's dropped messages, which it never counted.",
+    )
     dropped: list[Message]
+    """The rows read that the policy did not keep, oldest first."""
     summarizes: bool
     """True when the next turn would fold messages into the summary (folds happen in turns)."""
     summary: ThreadSummary | None = None
@@ -115,6 +124,16 @@ class RunOut(RunReport):
     input_items_url: str | None = None
     """`GET` it for what the run's model was sent, as OpenAI input items (where the app
     includes the `/v1` router: a response is a run, of the same id)."""
+
+
+class AgentOut(BaseModel):
+    name: str
+
+
+class AgentsOut(BaseModel):
+    """The module's agents, by name (`bounded-agents chat` picks the only one)."""
+
+    agents: list[AgentOut]
 
 
 class HealthOut(BaseModel):

@@ -32,13 +32,30 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+def reader_path(path: str) -> str:
+    """PATH as a reader's fresh shell has it: no virtual environment on it (neither the tests'
+    nor any other), so `python` is whatever python the system has. A block must say
+    `.venv/bin/python` or `.venv/bin/bounded-agents`, as a reader must type it: with the venv
+    first on PATH, `python -m app inspect` passed here and failed for readers (issue 40)."""
+    kept = [
+        entry
+        for entry in path.split(os.pathsep)
+        if entry and not (Path(entry).parent / "pyvenv.cfg").exists()
+    ]
+    return os.pathsep.join(kept)
+
+
 def block_env(database: Path, target: Target | None) -> dict[str, str]:
-    """The environment a reader of the docs has in a fresh shell of this repository: the venv
-    first on PATH, the repository importable, the offline model (no AGENT_* of the test run
-    leaks in), the database given, and the CLI's default server the one the tests started."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["VIRTUAL_ENV"] = str(VENV)
+    """The environment a reader of the docs has in a fresh shell of this repository: no venv
+    on PATH (`reader_path`; `.venv` in the cwd is the tests' venv), the repository importable,
+    the offline model (no AGENT_* of the test run leaks in), the database given, and the CLI's
+    default server the one the tests started."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("AGENT_") and k not in ("VIRTUAL_ENV", "PYTHONHOME")
+    }
+    env["PATH"] = reader_path(env.get("PATH", ""))
     env["PYTHONPATH"] = str(REPO)
     env["AGENT_DATABASE_URL"] = sqlite_url(database)
     if target is not None:

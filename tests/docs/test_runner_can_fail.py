@@ -3,7 +3,10 @@ each caught, so a green tests/docs means the docs ran, not that the runner looke
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 from tests.docs.blocks import (
     Block,
@@ -16,7 +19,7 @@ from tests.docs.blocks import (
     unknown_tags,
 )
 from tests.docs.execute import Outcome, failure, run_block
-from tests.docs.server import block_env
+from tests.docs.server import VENV, block_env
 
 SAMPLE = """\
 # A page
@@ -158,3 +161,24 @@ def test_a_fence_indented_in_a_nested_list_is_still_found() -> None:
     text = "- a list\n  - nested:\n\n        ```python\n        print(1)\n        ```\n"
     (block,) = parse("list.md", text).blocks
     assert (block.line, block.lang, block.source, block.runs) == (4, "python", "print(1)\n", True)
+
+
+def test_blocks_run_as_a_reader_s_shell_with_no_virtual_environment_on_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: the blocks ran with the tests' venv first on PATH, so the docs' bare
+    `python -m app inspect` passed here and failed for a reader (`No module named 'httpx'`).
+    Even a test run from an activated venv hands the blocks a PATH without it."""
+    venv_bin = str(VENV / "bin")
+    monkeypatch.setenv("PATH", os.pathsep.join([venv_bin, "/usr/bin", "/bin"]))
+    monkeypatch.setenv("VIRTUAL_ENV", str(VENV))
+    env = block_env(tmp_path / "agent.db", None)
+    assert env["PATH"].split(os.pathsep) == ["/usr/bin", "/bin"]
+    assert "VIRTUAL_ENV" not in env
+    shown = run_block(
+        Block(path="x.md", line=1, lang="sh", source="command -v python3 || true\n"),
+        workdir=tmp_path / "w",
+        env=env,
+        venv=VENV,
+    )
+    assert shown.ok and venv_bin not in shown.output, shown.output

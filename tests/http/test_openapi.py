@@ -12,12 +12,14 @@ import httpx
 ERROR_REF = "#/components/schemas/ErrorOut"
 
 EXPECTED: dict[tuple[str, str], set[str]] = {
+    ("get", "/agents"): {"401", "500"},
     ("post", "/agents/{agent}/threads"): {"401", "404", "422", "500"},
     ("post", "/agents/{agent}/threads/{thread_id}/messages"): {
         "400",
         "401",
         "404",
         "409",
+        "410",
         "413",
         "422",
         "429",

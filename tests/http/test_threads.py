@@ -103,7 +103,8 @@ async def test_window_shows_kept_messages_with_token_estimates(client: httpx.Asy
         "read_token_bound",
         "read_run_bound",
         "kept",
-        "dropped_count",
+        "dropped_read_count",
+        "dropped_count",  # deprecated alias, one release
         "dropped",
         "summarizes",
         "summary",
@@ -117,7 +118,7 @@ async def test_window_shows_kept_messages_with_token_estimates(client: httpx.Asy
     # the page the tool read rides on the assistant message and dominates the estimate
     assert window["kept"][1]["tokens"] > 4000
     assert window["total_tokens"] == sum(m["tokens"] for m in window["kept"])
-    assert window["dropped_count"] == 0 and window["dropped"] == []
+    assert window["dropped_read_count"] == 0 and window["dropped"] == []
     assert window["summarizes"] is False
 
 
@@ -155,3 +156,25 @@ async def test_window_and_run_report_show_the_rolling_summary(
     assert window["summarizes"] is True
     assert [m["seq"] for m in window["kept"]] == [10]
     assert [m["seq"] for m in window["dropped"]] == [6, 7, 8, 9]
+
+
+async def test_window_names_its_dropped_count_for_the_rows_read_not_the_thread(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Issue 40: `dropped_count` counted the rows the bounded read returned and the policy did
+    not keep, never the thread's older messages, and its name said otherwise. It is now
+    `dropped_read_count`; `dropped_count` stays one release as a deprecated alias."""
+    client = await open_client(stack, make_app(make_module(history={"max_messages": 3})))
+    thread_id = await new_thread(client)
+    for i in range(5):
+        assert (await post(client, thread_id, f"turn {i}")).status_code == 200
+    window = (await client.get(f"/threads/{thread_id}/window", headers=ALICE)).json()
+
+    older = 10 - len(window["kept"])  # what the thread holds that the window does not send
+    assert window["dropped_read_count"] == len(window["dropped"]) < older
+    assert window["dropped_count"] == window["dropped_read_count"]
+    spec = (await client.get("/openapi.json")).json()
+    fields = spec["components"]["schemas"]["WindowOut"]["properties"]
+    assert fields["dropped_count"].get("deprecated") is True
+    assert "dropped_read_count" in fields["dropped_count"]["description"]
+    assert "not the thread" in fields["dropped_read_count"]["description"]

@@ -128,7 +128,7 @@ def test_the_readme_app_serves_a_thread_whose_tool_call_is_stored_and_windowed(
     assert window["thread_id"] == tid
     assert window["agent"] == "helper"
     assert window["read_bound"] == 20  # the README's HistoryConfig(max_messages=20)
-    assert window["dropped_count"] == 0
+    assert window["dropped_read_count"] == 0
     assert window["dropped"] == []
     assert window["summarizes"] is False
     assert [m["seq"] for m in window["kept"]] == [m["seq"] for m in transcript]

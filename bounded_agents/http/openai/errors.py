@@ -28,7 +28,12 @@ from bounded_agents.errors import (
     clipped,
     echoed,
 )
-from bounded_agents.http.errors import INTERNAL_MESSAGE, error_payload
+from bounded_agents.http.errors import (
+    INTERNAL_MESSAGE,
+    JSON_TYPE_HINT,
+    body_not_read_as_json,
+    error_payload,
+)
 
 log = logging.getLogger("bounded_agents.http")
 
@@ -127,7 +132,10 @@ def validation_error(error: RequestValidationError) -> JSONResponse:
                 400, "unknown_parameter", f"Unknown parameter: {param!r}.", param=param
             )
         msg = str(problem.get("msg", "invalid")).removeprefix("Value error, ")
-        return openai_error(400, "validation_error", f"{param or 'request'}: {msg}", param=param)
+        hint = JSON_TYPE_HINT if body_not_read_as_json(error) else ""
+        return openai_error(
+            400, "validation_error", f"{param or 'request'}: {msg}{hint}", param=param
+        )
     return openai_error(400, "validation_error", "invalid request")
 
 

@@ -20,9 +20,10 @@ from typing import Annotated, Literal
 from fastapi import Query
 
 from bounded_agents.core.messages import ChatMessage
-from bounded_agents.errors import RunNotFound, echoed
+from bounded_agents.core.ports import RunRecord
+from bounded_agents.errors import JournalPruned, RunNotFound, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
-from bounded_agents.http.openai.errors import InvalidParameter
+from bounded_agents.http.openai.errors import InvalidParameter, UnsupportedParameter
 from bounded_agents.http.openai.responses import ResponseIdPath
 from bounded_agents.http.openai.schemas import (
     FunctionCallItem,
@@ -33,6 +34,8 @@ from bounded_agents.http.openai.schemas import (
     TextPart,
 )
 from bounded_agents.http.sent_prompt import sent_prompt
+from bounded_agents.module import AgentModule
+from bounded_agents.outcome import run_messages
 
 
 def input_items_path(response_id: str) -> str:
@@ -59,7 +62,7 @@ async def list_input_items(
     record = await module.loop.runtime.get_run(canonical) if canonical else None
     if canonical is None or record is None or record.request.actor_id != actor.id:
         raise RunNotFound(response_id)
-    items = prompt_items(canonical, await sent_prompt(module, canonical, record))
+    items = prompt_items(canonical, await _sent_prompt(module, canonical, record))
     if order == "desc":
         items.reverse()
     if after is not None:
@@ -74,6 +77,20 @@ async def list_input_items(
         last_id=page[-1].id if page else None,
         has_more=len(items) > limit,
     )
+
+
+async def _sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> list[ChatMessage]:
+    """`sent_prompt`, but an ended run whose user message was erased is 410 `journal_pruned`,
+    as every other run of its thread is after an erasure (it deletes the thread's journal):
+    its input is gone, not a parameter this API cannot serve."""
+    try:
+        return await sent_prompt(module, run_id, record)
+    except UnsupportedParameter:
+        if record.status != "running":
+            stored = await run_messages(module.store, record.request.thread_id, run_id)
+            if not any(m.role == "user" for m in stored):
+                raise JournalPruned(run_id) from None
+        raise
 
 
 def prompt_items(run_id: str, prompt: list[ChatMessage]) -> list[Item]:

@@ -1,0 +1,156 @@
+"""What a client is answered about a run an erasure reached, on SQLite and PostgreSQL (issue 40,
+breaks 3, 8 and 9): a keyed retry of a completed run whose answer was erased is told so at once
+(410 `answer_erased`, never 409 `turn_in_progress`, never `x-should-retry: true`); a turn whose
+run an erasure failed is a 410 `journal_erased`, not a 500; `input_items` of a run whose user
+message was erased is 410 `journal_pruned`, as docs/openai-api.md promises."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import AsyncExitStack
+
+import pytest
+
+from bounded_agents.store.clock import db_now
+from bounded_agents.store.schema import runs
+from bounded_agents.store.sql import SqlAgentStore
+from bounded_agents.testing import Gate, ScriptedProvider, reply
+from tests.http.conftest import (
+    ALICE,
+    ModuleFactory,
+    assert_error,
+    http_settings,
+    make_app,
+    new_thread,
+    open_client,
+    transcript,
+)
+from tests.http.test_idempotency import keyed, post_keyed
+from tests.http.test_openai_sdk import openai_app
+
+WAIT = 5.0
+"""AGENT_IDEMPOTENCY_WAIT_SECONDS here: a repeat that waited for it would take this long."""
+
+
+async def test_a_keyed_repeat_after_the_answer_was_erased_is_410_answer_erased_at_once(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    provider = ScriptedProvider([reply("the answer")])
+    module = make_module(model=provider, settings=http_settings(idempotency_wait_seconds=WAIT))
+    client = await open_client(stack, make_app(module))
+    thread_id = await new_thread(client)
+    first = await post_keyed(client, thread_id, "q", "key-erased")
+    assert first.status_code == 200, first.text
+    seq = first.json()["message"]["seq"]
+    erased = await client.delete(f"/threads/{thread_id}/messages/{seq}", headers=ALICE)
+    assert erased.status_code == 204, erased.text
+
+    started = time.monotonic()
+    again = await post_keyed(client, thread_id, "q", "key-erased")
+    took = time.monotonic() - started
+
+    body = assert_error(again, 410, "answer_erased")
+    assert body["run_id"] == first.json()["run_id"]
+    assert took < WAIT / 2, took
+    assert len(provider.calls) == 1
+    assert [m["role"] for m in await transcript(client, thread_id)] == ["user"]
+
+
+async def test_v1_a_keyed_repeat_after_the_answer_was_erased_is_410_and_not_retried(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    provider = ScriptedProvider([reply("the answer")])
+    module = make_module(model=provider, settings=http_settings(idempotency_wait_seconds=WAIT))
+    client = await open_client(stack, openai_app(module))
+    body = {"model": "helper", "input": "q"}
+    first = await client.post("/v1/responses", headers=keyed("v1-erased"), json=body)
+    assert first.status_code == 200, first.text
+    conversation = first.json()["conversation"]["id"]
+    items = (await client.get(f"/v1/conversations/{conversation}/items", headers=ALICE)).json()
+    answer = next(i["id"] for i in items["data"] if i.get("role") == "assistant")
+    deleted = await client.delete(f"/v1/conversations/{conversation}/items/{answer}", headers=ALICE)
+    assert deleted.status_code == 200, deleted.text
+
+    started = time.monotonic()
+    again = await client.post("/v1/responses", headers=keyed("v1-erased"), json=body)
+    took = time.monotonic() - started
+
+    assert again.status_code == 410, again.text
+    error = again.json()["error"]
+    assert (error["code"], error["type"]) == ("answer_erased", "invalid_request_error")
+    assert again.json()["response_id"] == first.json()["id"]
+    assert again.headers["x-should-retry"] == "false"
+    assert took < WAIT / 2, took
+    assert len(provider.calls) == 1
+
+
+@pytest.mark.parametrize("api", ["native", "v1"])
+async def test_a_turn_whose_run_an_erasure_failed_is_410_journal_erased_without_a_traceback(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    caplog: pytest.LogCaptureFixture,
+    api: str,
+) -> None:
+    """The turn stalls in its model call past its lease; an erasure of its thread's message
+    fails the lapsed run (`journal_erased`); the turn wakes and its client is told why."""
+    stalled = Gate(reply("never stored"))
+    module = make_module(model=ScriptedProvider([stalled]))
+    client = await open_client(stack, openai_app(module) if api == "v1" else make_app(module))
+    thread_id = await new_thread(client)
+    if api == "v1":
+        send = client.post(
+            "/v1/responses",
+            headers=ALICE,
+            json={"model": "helper", "input": "q", "conversation": thread_id},
+        )
+    else:
+        send = client.post(
+            f"/agents/helper/threads/{thread_id}/messages", headers=ALICE, json={"content": "q"}
+        )
+    request = asyncio.create_task(send)
+    await stalled.reached()
+    async with sql_store.engine.begin() as conn:  # the turn stops renewing: its lease lapses
+        await conn.execute(
+            runs.update().where(runs.c.thread_id == thread_id).values(lease_expires_at=db_now(-1))
+        )
+    erased = await client.delete(f"/threads/{thread_id}/messages/1", headers=ALICE)
+    assert erased.status_code == 204, erased.text
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        stalled.release.set()
+        answer = await request
+
+    assert answer.status_code == 410, answer.text
+    if api == "v1":
+        assert answer.json()["error"]["code"] == "journal_erased"
+        assert answer.headers["x-should-retry"] == "false"
+    else:
+        assert_error(answer, 410, "journal_erased")
+        assert "erasure" in answer.json()["error"]["message"]
+    assert [r for r in caplog.records if r.exc_info] == []
+
+
+async def test_input_items_of_a_run_whose_user_message_was_erased_are_410_journal_pruned(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await open_client(stack, openai_app(make_module()))
+    first = await client.post(
+        "/v1/responses", headers=ALICE, json={"model": "helper", "input": "a"}
+    )
+    conversation = first.json()["conversation"]["id"]
+    second = await client.post(
+        "/v1/responses",
+        headers=ALICE,
+        json={"model": "helper", "input": "b", "conversation": conversation},
+    )
+    assert second.status_code == 200, second.text
+    erased = await client.delete(f"/threads/{conversation}/messages/1", headers=ALICE)
+    assert erased.status_code == 204, erased.text
+
+    for response in (first, second):  # the erased message's run, and another run of the thread
+        r = await client.get(f"/v1/responses/{response.json()['id']}/input_items", headers=ALICE)
+        assert r.status_code == 410, r.text
+        assert r.json()["error"]["code"] == "journal_pruned"
