@@ -37,7 +37,7 @@ HTTP_MODULES = sorted(
     for p in (PACKAGE / "http").rglob("*.py")
 )
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "redact"),
+    ("errors", "redact", "startup"),
     ("core",),
     ("store", "providers", "observability", "actors", "settings", "registry", "outcome", "testing"),
     ("durable", "integrations"),
