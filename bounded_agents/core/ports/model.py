@@ -27,6 +27,10 @@ class Usage(_Frozen):
     """Of `prompt_tokens`, those the provider served from its prompt cache (OpenAI's
     `usage.prompt_tokens_details.cached_tokens`); None when it did not say. Included in
     `prompt_tokens`, not added to it: a quota counts them, a price list may discount them."""
+    cache_write_tokens: int | None = Field(default=None, ge=0, le=MAX_CALL_TOKENS)
+    """Of `prompt_tokens`, those the provider wrote to its prompt cache on this call
+    (Anthropic's `cache_creation_input_tokens`, billed above the plain input price); None when
+    it did not say. Included in `prompt_tokens`, like `cached_tokens`."""
 
 
 class ToolSpec(_Frozen):

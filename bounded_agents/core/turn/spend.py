@@ -101,6 +101,7 @@ class SpendPhase(TurnDeps):
             completion_tokens=usage.completion_tokens,
             estimated=usage.estimated,
             cached_tokens=usage.cached_tokens or 0,
+            cache_write_tokens=usage.cache_write_tokens or 0,
         )
         try:
             tx = await self._tx(ctx) if ctx is not None else None
