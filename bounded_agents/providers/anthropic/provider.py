@@ -345,7 +345,9 @@ def usage(raw: Any) -> Usage:
     written = _count("cache_creation_input_tokens", raw.get("cache_creation_input_tokens"))
     prompt = fresh + read + written
     if prompt > MAX_CALL_TOKENS:
-        raise ProviderBadResponse(f"usage prompt tokens {prompt} over {MAX_CALL_TOKENS}: not booked")
+        raise ProviderBadResponse(
+            f"usage prompt tokens {prompt} over {MAX_CALL_TOKENS}: not booked"
+        )
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=_count("output_tokens", raw.get("output_tokens")),
