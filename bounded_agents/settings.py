@@ -17,7 +17,9 @@ from bounded_agents.core.history import HistoryConfig, config_error
 from bounded_agents.errors import ConfigError
 from bounded_agents.redact import redacted_url
 
-_URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
+_URL_FIELDS = frozenset(
+    {"database_url", "openai_base_url", "anthropic_base_url", "dbos_system_database_url"}
+)
 
 
 class Settings(BaseSettings):
@@ -43,8 +45,10 @@ class Settings(BaseSettings):
     migrate_on_start: bool = True
     """Run `alembic upgrade head` when the app starts."""
 
-    model: Literal["echo", "openai"] = "echo"
-    """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
+    model: Literal["echo", "openai", "anthropic"] = "echo"
+    """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server.
+    `anthropic`: Claude over the native Messages API, with prompt caching (the extra
+    `bounded-agents[anthropic]`; docs/anthropic.md)."""
     openai_base_url: str = "https://api.openai.com/v1"
     """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`).
     `user:password@` in it is sent as Basic auth and never shown (errors, runs, logs)."""
@@ -59,6 +63,18 @@ class Settings(BaseSettings):
     openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The request field that cap is sent in: `max_completion_tokens` for OpenAI's reasoning
     models, which refuse `max_tokens`."""
+    anthropic_base_url: str = "https://api.anthropic.com"
+    """Anthropic API root (`/v1/messages` is appended): Anthropic, or a gateway in front of it."""
+    anthropic_api_key: SecretStr | None = None
+    """Key for AGENT_MODEL=anthropic, sent as `x-api-key`; unset falls back to the SDK's own
+    ANTHROPIC_API_KEY."""
+    anthropic_model: str = "claude-sonnet-4-5"
+    """Claude model name for AGENT_MODEL=anthropic."""
+    anthropic_max_tokens: int = Field(default=4096, ge=1)
+    """Cap on the tokens of each answer: the Messages API requires one."""
+    anthropic_cache: bool = True
+    """Place prompt-cache breakpoints (`cache_control`) on the stable prefix: cache reads cost
+    0.1x the input price, writes 1.25x. False sends none."""
 
     history_enabled: bool = True
     """False: the model sees only the current user message (no history at all)."""

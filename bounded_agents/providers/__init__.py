@@ -1,10 +1,14 @@
-"""ModelProvider adapters: the offline EchoModel and an OpenAI-compatible HTTP provider.
+"""ModelProvider adapters: the offline EchoModel, an OpenAI-compatible HTTP provider and (an
+optional extra, imported only when chosen) Claude's native Messages API.
 
 `provider_from_settings` takes plain values rather than a settings object so this package does
 not depend on `app.settings`; whoever reads the settings passes the fields in.
 """
 
 from __future__ import annotations
+
+import os
+from dataclasses import dataclass
 
 from bounded_agents.core.ports import ModelProvider
 from bounded_agents.errors import ConfigError
@@ -23,8 +27,11 @@ def provider_from_settings(
     timeout: float,
     max_tokens: int | None = None,
     max_tokens_field: str = "max_tokens",
+    *,
+    anthropic: AnthropicOptions | None = None,
 ) -> ModelProvider:
-    """Build the configured provider: ``"echo"`` or ``"openai"`` (any OpenAI-compatible server).
+    """Build the configured provider: ``"echo"``, ``"openai"`` (any OpenAI-compatible server)
+    or ``"anthropic"`` (Claude's native Messages API, from `anthropic`'s options).
 
     Raises:
         ConfigError: for an unknown kind, or ``"openai"`` without a model name (there is no
@@ -46,7 +53,57 @@ def provider_from_settings(
             max_tokens=max_tokens,
             max_tokens_field=max_tokens_field,
         )
-    raise ConfigError(f"unknown model kind {kind!r}: expected 'echo' or 'openai'")
+    if normalized == "anthropic":
+        return anthropic_provider(anthropic or AnthropicOptions(), timeout)
+    raise ConfigError(f"unknown model kind {kind!r}: expected 'echo', 'openai' or 'anthropic'")
 
 
-__all__ = ["OPENAI_BASE_URL", "EchoModel", "OpenAICompatibleProvider", "provider_from_settings"]
+@dataclass(frozen=True)
+class AnthropicOptions:
+    """What AGENT_MODEL=anthropic is built from (the AGENT_ANTHROPIC_* settings)."""
+
+    base_url: str = "https://api.anthropic.com"
+    api_key: str | None = None
+    model: str = "claude-sonnet-4-5"
+    max_tokens: int | None = None
+    cache: bool = True
+
+
+def anthropic_provider(options: AnthropicOptions, timeout: float) -> ModelProvider:
+    """The Anthropic provider, imported only here: its SDK is an optional extra, and a
+    deployment without it must still start with the other kinds.
+
+    Raises:
+        ConfigError: the extra is not installed, or no API key is set anywhere.
+    """
+    try:
+        from bounded_agents.providers.anthropic import AnthropicProvider
+    except ImportError as exc:
+        raise ConfigError(
+            "model kind 'anthropic' needs the anthropic SDK: "
+            "pip install 'bounded-agents[anthropic]'"
+        ) from exc
+    key = options.api_key or os.environ.get("ANTHROPIC_API_KEY")
+    if not key:
+        raise ConfigError(
+            "model kind 'anthropic' needs an API key: "
+            "set AGENT_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY)"
+        )
+    return AnthropicProvider(
+        api_key=key,
+        model=options.model,
+        base_url=options.base_url,
+        timeout=timeout,
+        max_tokens=options.max_tokens,
+        cache=options.cache,
+    )
+
+
+__all__ = [
+    "OPENAI_BASE_URL",
+    "AnthropicOptions",
+    "EchoModel",
+    "OpenAICompatibleProvider",
+    "anthropic_provider",
+    "provider_from_settings",
+]

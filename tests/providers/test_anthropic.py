@@ -16,16 +16,20 @@ from typing import Any
 import anthropic  # noqa: F401  (required: see the module docstring)
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec
 from bounded_agents.errors import (
+    ConfigError,
     ProviderBadResponse,
     ProviderContextExceeded,
     ProviderError,
     ProviderRateLimited,
 )
+from bounded_agents.module import model_from_settings
 from bounded_agents.providers.anthropic import AnthropicProvider, messages_body
+from bounded_agents.settings import Settings
 from tests.providers import fake_anthropic as wire
 from tests.providers.fake_anthropic import FakeAnthropic
 
@@ -319,3 +323,29 @@ async def test_an_error_never_carries_the_api_key(
     with pytest.raises(ProviderError) as raised:
         await _provider(fake_anthropic, http_client).complete(_request(0))
     assert "sk-ant-test" not in str(raised.value)
+
+
+def test_agent_model_anthropic_builds_the_provider_from_its_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    settings = Settings(
+        model="anthropic",
+        anthropic_api_key=SecretStr("sk-ant-set"),
+        anthropic_base_url="http://gateway.test",
+        anthropic_model="claude-haiku-4-5",
+        anthropic_max_tokens=900,
+        anthropic_cache=False,
+    )
+    provider = model_from_settings(settings)
+    assert isinstance(provider, AnthropicProvider)
+    assert (provider.base_url, provider.model, provider.max_tokens, provider.cache) == (
+        "http://gateway.test",
+        "claude-haiku-4-5",
+        900,
+        False,
+    )
+    with pytest.raises(ConfigError, match="AGENT_ANTHROPIC_API_KEY"):
+        model_from_settings(Settings(model="anthropic"))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
+    assert isinstance(model_from_settings(Settings(model="anthropic")), AnthropicProvider)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports._frozen import _Frozen
@@ -31,6 +31,16 @@ class Usage(_Frozen):
     """Of `prompt_tokens`, those the provider wrote to its prompt cache on this call
     (Anthropic's `cache_creation_input_tokens`, billed above the plain input price); None when
     it did not say. Included in `prompt_tokens`, like `cached_tokens`."""
+
+    @model_serializer(mode="wrap")
+    def _unsaid_cache_writes_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """`cache_write_tokens` is left out of the dump while None: a usage journaled before
+        the field existed (or by a provider that does not say) keeps its exact bytes, so a
+        journal replays the same and the golden journals stay as recorded."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("cache_write_tokens") is None:
+            data.pop("cache_write_tokens", None)
+        return data
 
 
 class ToolSpec(_Frozen):

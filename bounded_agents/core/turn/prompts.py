@@ -127,6 +127,7 @@ def _ledger_row(entry: LedgerEntry) -> LedgerRow:
         completion_tokens=entry.completion_tokens,
         estimated=entry.estimated,
         cached_tokens=entry.cached_tokens,
+        cache_write_tokens=entry.cache_write_tokens,
     )
 
 
