@@ -93,6 +93,8 @@ def model_from_settings(settings: Settings) -> ModelProvider:
             max_tokens=settings.anthropic_max_tokens,
             cache=settings.anthropic_cache,
         ),
+        prompt_cache_key=settings.openai_prompt_cache_key,
+        prompt_cache_retention=settings.openai_prompt_cache_retention,
     )
 
 

@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The request field that cap is sent in: `max_completion_tokens` for OpenAI's reasoning
     models, which refuse `max_tokens`."""
+    openai_prompt_cache_key: Literal["auto", "on", "off"] = "auto"
+    """Send `prompt_cache_key` (a hash of the thread id, never the id) so a thread's calls
+    reach the same OpenAI prompt cache. `auto`: only to api.openai.com (another server may
+    refuse the field)."""
+    openai_prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    """Sent as `prompt_cache_retention` when set: `24h` keeps an idle thread's prefix cached
+    for a day (OpenAI models that support it); unset leaves the server's default."""
     anthropic_base_url: str = "https://api.anthropic.com"
     """Anthropic API root (`/v1/messages` is appended): Anthropic, or a gateway in front of it."""
     anthropic_api_key: SecretStr | None = None
@@ -238,6 +245,7 @@ class Settings(BaseSettings):
         "history_summary_carry",
         "token_quota",
         "openai_max_tokens",
+        "openai_prompt_cache_retention",
         "sweep_seconds",
         mode="before",
     )

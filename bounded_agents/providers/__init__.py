@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import httpx
+
 from bounded_agents.core.ports import ModelProvider
 from bounded_agents.errors import ConfigError
 from bounded_agents.providers.echo import EchoModel
@@ -29,6 +31,8 @@ def provider_from_settings(
     max_tokens_field: str = "max_tokens",
     *,
     anthropic: AnthropicOptions | None = None,
+    prompt_cache_key: str = "auto",
+    prompt_cache_retention: str | None = None,
 ) -> ModelProvider:
     """Build the configured provider: ``"echo"``, ``"openai"`` (any OpenAI-compatible server)
     or ``"anthropic"`` (Claude's native Messages API, from `anthropic`'s options).
@@ -52,10 +56,20 @@ def provider_from_settings(
             timeout=timeout,
             max_tokens=max_tokens,
             max_tokens_field=max_tokens_field,
+            prompt_cache_key=sends_cache_key(prompt_cache_key, base_url or OPENAI_BASE_URL),
+            prompt_cache_retention=prompt_cache_retention,
         )
     if normalized == "anthropic":
         return anthropic_provider(anthropic or AnthropicOptions(), timeout)
     raise ConfigError(f"unknown model kind {kind!r}: expected 'echo', 'openai' or 'anthropic'")
+
+
+def sends_cache_key(setting: str, base_url: str) -> bool:
+    """AGENT_OPENAI_PROMPT_CACHE_KEY: `on`, `off`, or `auto` (only to OpenAI's own API: a
+    local server or gateway may refuse a field it does not know)."""
+    if setting == "auto":
+        return httpx.URL(base_url).host == "api.openai.com"
+    return setting == "on"
 
 
 @dataclass(frozen=True)
@@ -106,4 +120,5 @@ __all__ = [
     "OpenAICompatibleProvider",
     "anthropic_provider",
     "provider_from_settings",
+    "sends_cache_key",
 ]

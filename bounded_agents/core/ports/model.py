@@ -62,6 +62,10 @@ class ModelRequest(_Frozen):
     (`OpenAICompatibleProvider` sends it in place of its own configured cap); the caller
     enforces its bound on what comes back anyway, so a provider that ignores it cannot grow
     the prompt."""
+    thread_id: str | None = None
+    """The thread the call is for, when the caller knows it: a provider may derive a stable
+    cache-routing key from it (`OpenAICompatibleProvider`'s hashed `prompt_cache_key`), never
+    send it raw. None: no per-thread routing."""
 
 
 class ModelResponse(_Frozen):
