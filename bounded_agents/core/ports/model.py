@@ -33,12 +33,14 @@ class Usage(_Frozen):
     it did not say. Included in `prompt_tokens`, like `cached_tokens`."""
 
     @model_serializer(mode="wrap")
-    def _unsaid_cache_writes_left_out(self, handler: SerializerFunctionWrapHandler) -> Any:
+    def _unsaid_cache_writes_left_out(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, int | bool | None]:
         """`cache_write_tokens` is left out of the dump while None: a usage journaled before
         the field existed (or by a provider that does not say) keeps its exact bytes, so a
         journal replays the same and the golden journals stay as recorded."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("cache_write_tokens") is None:
+        data: dict[str, int | bool | None] = handler(self)
+        if data.get("cache_write_tokens") is None:
             data.pop("cache_write_tokens", None)
         return data
 
