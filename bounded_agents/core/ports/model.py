@@ -69,6 +69,15 @@ class ModelRequest(_Frozen):
     cache-routing key from it (`OpenAICompatibleProvider`'s hashed `prompt_cache_key`), never
     send it raw. None: no per-thread routing."""
 
+    @model_serializer(mode="wrap")
+    def _no_thread_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`thread_id` is left out of the dump while None: a prompt recorded before the field
+        existed (the golden journals' prompts) keeps its exact form."""
+        data: dict[str, Any] = handler(self)
+        if data.get("thread_id") is None:
+            data.pop("thread_id", None)
+        return data
+
 
 class ModelResponse(_Frozen):
     content: str
