@@ -122,7 +122,7 @@ run-local: install llama
 test-lowest:
 	test -x .venv-lowest/bin/python || $(PYTHON) -m venv .venv-lowest
 	.venv-lowest/bin/pip install -q --upgrade pip
-	$(PYTHON) .ci/lowest_constraints.py dbos > .venv-lowest/constraints.txt
+	$(PYTHON) .ci/lowest_constraints.py dbos anthropic > .venv-lowest/constraints.txt
 	.venv-lowest/bin/pip install -q -c .venv-lowest/constraints.txt -e '.[dev]'
 	AGENT_REQUIRE_POSTGRES=1 .venv-lowest/bin/pytest -p no:cacheprovider --ignore=tests/bench
 
