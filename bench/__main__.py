@@ -60,6 +60,11 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="only cProfile of 200 turns per backend (bench/profile.py)",
     )
     parser.add_argument(
+        "--spend",
+        action="store_true",
+        help="only input cost per provider price table, uncached vs cached (bench/spend.py)",
+    )
+    parser.add_argument(
         "--recall",
         action="store_true",
         help="only the recall benchmark by memory layer and summarizer style, one markdown "
@@ -132,7 +137,9 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         n.strip() for n in args.recall_summarizers.split(",") if n.strip()
     )
     only = (
-        "recall-search"
+        "spend"
+        if args.spend
+        else "recall-search"
         if args.recall_search
         else "recall-legacy"
         if args.recall_legacy
@@ -184,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if only == "cache":
         return cache_main(RESULTS / "cache.json")
+    if only == "spend":
+        from bench.spend import spend_main
+
+        return spend_main(RESULTS / "spend.json")
     if only == "profile":
         return profile_main(config)
     if only == "peers":

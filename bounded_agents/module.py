@@ -63,7 +63,7 @@ from bounded_agents.errors import (
 from bounded_agents.observability import ObservedRuntime, TurnMetrics, model_names
 from bounded_agents.outcome import await_outcome
 from bounded_agents.persistence import Persistence, build_persistence
-from bounded_agents.providers import provider_from_settings
+from bounded_agents.providers import AnthropicOptions, provider_from_settings
 from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
 from bounded_agents.settings import Settings, get_settings
 from bounded_agents.startup import startup_errors_in_one_line
@@ -102,7 +102,7 @@ def register_router_factory(factory: RouterFactory) -> None:
 
 
 def model_from_settings(settings: Settings) -> ModelProvider:
-    """The model AGENT_MODEL names, with its AGENT_OPENAI_* options."""
+    """The model AGENT_MODEL names, with its AGENT_OPENAI_* or AGENT_ANTHROPIC_* options."""
     key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
     return provider_from_settings(
         settings.model,
@@ -112,6 +112,19 @@ def model_from_settings(settings: Settings) -> ModelProvider:
         settings.model_timeout,
         settings.openai_max_tokens,
         settings.openai_max_tokens_field,
+        anthropic=AnthropicOptions(
+            base_url=settings.anthropic_base_url,
+            api_key=(
+                settings.anthropic_api_key.get_secret_value()
+                if settings.anthropic_api_key
+                else None
+            ),
+            model=settings.anthropic_model,
+            max_tokens=settings.anthropic_max_tokens,
+            cache=settings.anthropic_cache,
+        ),
+        prompt_cache_key=settings.openai_prompt_cache_key,
+        prompt_cache_retention=settings.openai_prompt_cache_retention,
     )
 
 

@@ -31,7 +31,9 @@ _OTEL_CAPTURE_ON = frozenset({"true", "1", "yes", "on", "span_only", "span_and_e
 """Its values that turn capture on: the boolean spellings, and the newer conventions' modes
 that put content on spans."""
 
-_URL_FIELDS = frozenset({"database_url", "openai_base_url", "dbos_system_database_url"})
+_URL_FIELDS = frozenset(
+    {"database_url", "openai_base_url", "anthropic_base_url", "dbos_system_database_url"}
+)
 
 
 class Settings(BaseSettings):
@@ -57,8 +59,10 @@ class Settings(BaseSettings):
     migrate_on_start: bool = True
     """Run `alembic upgrade head` when the app starts."""
 
-    model: Literal["echo", "openai"] = "echo"
-    """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server."""
+    model: Literal["echo", "openai", "anthropic"] = "echo"
+    """`echo`: the offline deterministic model. `openai`: any OpenAI-compatible server.
+    `anthropic`: Claude over the native Messages API, with prompt caching (the extra
+    `bounded-agents[anthropic]`; docs/anthropic.md)."""
     openai_base_url: str = "https://api.openai.com/v1"
     """OpenAI-compatible API root: OpenAI, or Ollama/vLLM/llama.cpp (`http://host:port/v1`).
     `user:password@` in it is sent as Basic auth and never shown (errors, runs, logs)."""
@@ -73,6 +77,25 @@ class Settings(BaseSettings):
     openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The request field that cap is sent in: `max_completion_tokens` for OpenAI's reasoning
     models, which refuse `max_tokens`."""
+    openai_prompt_cache_key: Literal["auto", "on", "off"] = "auto"
+    """Send `prompt_cache_key` (a hash of the thread id, never the id) so a thread's calls
+    reach the same OpenAI prompt cache. `auto`: only to api.openai.com (another server may
+    refuse the field)."""
+    openai_prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    """Sent as `prompt_cache_retention` when set: `24h` keeps an idle thread's prefix cached
+    for a day (OpenAI models that support it); unset leaves the server's default."""
+    anthropic_base_url: str = "https://api.anthropic.com"
+    """Anthropic API root (`/v1/messages` is appended): Anthropic, or a gateway in front of it."""
+    anthropic_api_key: SecretStr | None = None
+    """Key for AGENT_MODEL=anthropic, sent as `x-api-key`; unset falls back to the SDK's own
+    ANTHROPIC_API_KEY."""
+    anthropic_model: str = "claude-sonnet-4-5"
+    """Claude model name for AGENT_MODEL=anthropic."""
+    anthropic_max_tokens: int = Field(default=4096, ge=1)
+    """Cap on the tokens of each answer: the Messages API requires one."""
+    anthropic_cache: bool = True
+    """Place prompt-cache breakpoints (`cache_control`) on the stable prefix: cache reads cost
+    0.1x the input price, writes 1.25x. False sends none."""
 
     history_enabled: bool = True
     """False: the model sees only the current user message (no history at all)."""
@@ -271,6 +294,7 @@ class Settings(BaseSettings):
         "history_summary_carry",
         "token_quota",
         "openai_max_tokens",
+        "openai_prompt_cache_retention",
         "sweep_seconds",
         "trace_content",
         mode="before",

@@ -130,6 +130,7 @@ class UsagePayload(TypedDict):
     completion_tokens: int
     estimated: NotRequired[bool]
     cached_tokens: NotRequired[int | None]
+    cache_write_tokens: NotRequired[int | None]
 
 
 class ToolCallPayload(TypedDict):

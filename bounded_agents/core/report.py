@@ -58,6 +58,9 @@ class LedgerRow(BaseModel):
     estimated: bool = False
     """Booked by the token estimate: the provider reported no usage."""
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    """Of `prompt_tokens`, those written to the provider's prompt cache (Anthropic's cache
+    creation, billed above plain input)."""
 
 
 class PromptCacheReport(BaseModel):

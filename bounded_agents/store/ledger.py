@@ -26,6 +26,7 @@ _FIELDS = (
     "completion_tokens",
     "estimated",
     "cached_tokens",
+    "cache_write_tokens",
 )
 
 

@@ -241,6 +241,9 @@ ledger = sa.Table(
     sa.Column("cached_tokens", sa.BigInteger, nullable=False, server_default="0"),
     # Of `prompt_tokens`, those the provider served from its prompt cache (0 when it did not
     # say): booked apart so cost figures can price them below uncached input.
+    sa.Column("cache_write_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # Of `prompt_tokens`, those the provider wrote to its prompt cache (Anthropic's
+    # `cache_creation_input_tokens`, billed above uncached input; 0 when it did not say).
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
     sa.PrimaryKeyConstraint("actor_id", "id"),
     sa.Index("ix_ledger_run_id", "run_id"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from bounded_agents.core.ports import ModelResponse, Usage
 from bounded_agents.providers import EchoModel
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
@@ -402,3 +403,33 @@ async def test_a_healthy_summarizing_thread_shows_ok_and_a_plain_window_shows_no
     thread, _ = await summarized_thread(plain, turns=2)
     html = (await plain.get(f"/inspect/threads/{thread}", headers=ALICE)).text
     assert "memory-health" not in html
+
+
+async def test_the_run_page_ledger_shows_the_calls_cache_reads_and_writes(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """A provider's cache figures (Anthropic's reads and writes) reach the ledger, the run
+    report and the run page's ledger row."""
+    cached = ModelResponse(
+        content="hello",
+        model="claude-test",
+        usage=Usage(
+            prompt_tokens=2000, completion_tokens=5, cached_tokens=1500, cache_write_tokens=400
+        ),
+    )
+    client = await open_client(stack, make_app(make_module(model=ScriptedProvider([cached]))))
+    thread = await new_thread(client)
+    r = await post(client, thread, "hi")
+    assert r.status_code == 200, r.text
+    report = r.json()["report"]
+    [row] = report["ledger"]
+    assert (row["prompt_tokens"], row["cached_tokens"], row["cache_write_tokens"]) == (
+        2000,
+        1500,
+        400,
+    )
+    page = (await client.get(f"/inspect/runs/{report['run_id']}", headers=ALICE)).text
+    assert (
+        '<td class="num">2000</td><td class="num">5</td><td class="num">1500</td>'
+        '<td class="num">400</td>'
+    ) in page

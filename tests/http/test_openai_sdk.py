@@ -289,6 +289,16 @@ async def test_errors_in_the_openai_shape(alice: AsyncOpenAI) -> None:
     assert extra.value.code == "unsupported_parameter"
 
 
+async def test_prompt_cache_parameters_are_accepted_and_change_nothing(alice: AsyncOpenAI) -> None:
+    """`prompt_cache_key` and `prompt_cache_retention` only route a provider's cache: this
+    server's history decides the prompt, so both are accepted (an SDK user's code sets them
+    by default in some frameworks) rather than refused as unknown."""
+    made = await alice.responses.create(
+        model="helper", input="hi", prompt_cache_key="thread-7", prompt_cache_retention="24h"
+    )
+    assert made.status == "completed"
+
+
 class FailingModel(EchoModel):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         raise ProviderTimeout("the model did not answer in time")

@@ -165,6 +165,9 @@ _REASONS = {
 class FakeOpenAI:
     """The server. Use through the `fake_openai` fixture (tests/providers/conftest.py)."""
 
+    PATH = "/v1/chat/completions"
+    """The one path served; any other is a 404 (a subclass serves another wire format's)."""
+
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
         self.errors: list[BaseException] = []
@@ -243,7 +246,7 @@ class FakeOpenAI:
         body = await reader.readexactly(length) if length else b""
         self.requests.append(RecordedRequest(method, target, headers, body))
 
-        if target != "/v1/chat/completions":
+        if target != self.PATH:
             reply = Reply.error(404, f"fake server: unknown path {target}")
         elif self._replies:
             reply = self._replies.popleft()

@@ -33,6 +33,7 @@ from bounded_agents.providers import (
     EchoModel,
     OpenAICompatibleProvider,
     provider_from_settings,
+    sends_cache_key,
 )
 from bounded_agents.providers.openai.compat import _retry_after, _wire_message
 from tests.providers.fake_openai import (
@@ -139,6 +140,40 @@ async def test_max_tokens_is_sent_only_when_set(
     assert [r.json()["max_tokens"] for r in fake_openai.requests] == [32, 32]
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         make_provider(max_tokens=0)
+
+
+async def test_a_threads_calls_carry_one_hashed_prompt_cache_key_and_the_retention(
+    fake_openai: FakeOpenAI, make_provider: MakeProvider
+) -> None:
+    """Every call of a thread sends the same `prompt_cache_key`, another thread's differs, the
+    thread id itself is in no request, and a request with no thread id sends no key."""
+    for _ in range(4):
+        fake_openai.enqueue(Reply.json(completion("Hi")))
+    provider = make_provider(prompt_cache_key=True, prompt_cache_retention="24h")
+    thread = "0b6f2d3c-1f1e-4b7e-9d51-3f1a2b3c4d5e"
+
+    def of(thread_id: str | None) -> ModelRequest:
+        return ModelRequest(messages=[ChatMessage(role="user", content="hi")], thread_id=thread_id)
+
+    for request in (of(thread), of(thread), of("another-thread"), of(None)):
+        await provider.complete(request)
+
+    bodies = [r.json() for r in fake_openai.requests]
+    keys = [b.get("prompt_cache_key") for b in bodies]
+    assert keys[0] == keys[1] and keys[0] != keys[2] and keys[3] is None
+    assert len(keys[0]) == 34
+    assert all(thread not in r.body.decode() for r in fake_openai.requests)
+    assert [b["prompt_cache_retention"] for b in bodies] == ["24h"] * 4
+    fake_openai.enqueue(Reply.json(completion("Hi")))
+    await make_provider().complete(of(thread))  # off by default in the provider
+    assert "prompt_cache_key" not in fake_openai.requests[-1].json()
+
+
+def test_the_cache_key_setting_sends_it_to_openai_only_on_auto() -> None:
+    assert sends_cache_key("auto", "https://api.openai.com/v1")
+    assert not sends_cache_key("auto", "http://localhost:11434/v1")
+    assert sends_cache_key("on", "http://localhost:11434/v1")
+    assert not sends_cache_key("off", "https://api.openai.com/v1")
 
 
 async def test_a_requests_own_max_tokens_replaces_a_configured_cap(
@@ -700,8 +735,8 @@ async def test_provider_from_settings() -> None:
     await default.aclose()
     with pytest.raises(ConfigError, match="needs a model name"):
         provider_from_settings("openai", None, None, None, 60.0)
-    with pytest.raises(ConfigError, match="unknown model kind 'anthropic'"):
-        provider_from_settings("anthropic", None, None, "m", 60.0)
+    with pytest.raises(ConfigError, match="unknown model kind 'gemini'"):
+        provider_from_settings("gemini", None, None, "m", 60.0)
 
 
 def test_wire_arguments_are_json_strings() -> None:

@@ -30,6 +30,9 @@ class LedgerEntry(Frozen):
     cached_tokens: int = 0
     """Of `prompt_tokens`, those the provider served from its prompt cache (0 when it did not
     say): booked apart so cost figures can price them differently."""
+    cache_write_tokens: int = 0
+    """Of `prompt_tokens`, those the provider wrote to its prompt cache (0 when it did not
+    say): Anthropic bills them at 1.25x or 2x the input price, so a cost figure needs them."""
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports.frozen import Frozen
@@ -27,6 +27,22 @@ class Usage(Frozen):
     """Of `prompt_tokens`, those the provider served from its prompt cache (OpenAI's
     `usage.prompt_tokens_details.cached_tokens`); None when it did not say. Included in
     `prompt_tokens`, not added to it: a quota counts them, a price list may discount them."""
+    cache_write_tokens: int | None = Field(default=None, ge=0, le=MAX_CALL_TOKENS)
+    """Of `prompt_tokens`, those the provider wrote to its prompt cache on this call
+    (Anthropic's `cache_creation_input_tokens`, billed above the plain input price); None when
+    it did not say. Included in `prompt_tokens`, like `cached_tokens`."""
+
+    @model_serializer(mode="wrap")
+    def _unsaid_cache_writes_left_out(
+        self, handler: SerializerFunctionWrapHandler
+    ) -> dict[str, int | bool | None]:
+        """`cache_write_tokens` is left out of the dump while None: a usage journaled before
+        the field existed (or by a provider that does not say) keeps its exact bytes, so a
+        journal replays the same and the golden journals stay as recorded."""
+        data: dict[str, int | bool | None] = handler(self)
+        if data.get("cache_write_tokens") is None:
+            data.pop("cache_write_tokens", None)
+        return data
 
 
 class ToolSpec(Frozen):
@@ -48,6 +64,19 @@ class ModelRequest(Frozen):
     (`OpenAICompatibleProvider` sends it in place of its own configured cap); the caller
     enforces its bound on what comes back anyway, so a provider that ignores it cannot grow
     the prompt."""
+    thread_id: str | None = None
+    """The thread the call is for, when the caller knows it: a provider may derive a stable
+    cache-routing key from it (`OpenAICompatibleProvider`'s hashed `prompt_cache_key`), never
+    send it raw. None: no per-thread routing."""
+
+    @model_serializer(mode="wrap")
+    def _no_thread_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`thread_id` is left out of the dump while None: a prompt recorded before the field
+        existed (the golden journals' prompts) keeps its exact form."""
+        data: dict[str, Any] = handler(self)
+        if data.get("thread_id") is None:
+            data.pop("thread_id", None)
+        return data
 
 
 class ModelResponse(Frozen):

@@ -171,7 +171,9 @@ async def model_step(
         extends_previous=reuse.extends,
         prompt_estimated_tokens=sum(costs),
     )
-    model_request = ModelRequest(messages=messages, tools=specs, purpose="chat")
+    model_request = ModelRequest(
+        messages=messages, tools=specs, purpose="chat", thread_id=request.thread_id
+    )
     paid: list[tuple[str, Usage, int]] = []
 
     async def call(tx: Transaction | None) -> JsonValue:

@@ -185,6 +185,7 @@ def _added(a: Usage, b: Usage) -> Usage:
         prompt_tokens=a.prompt_tokens + b.prompt_tokens,
         completion_tokens=a.completion_tokens + b.completion_tokens,
         cached_tokens=(a.cached_tokens or 0) + (b.cached_tokens or 0) or None,
+        cache_write_tokens=(a.cache_write_tokens or 0) + (b.cache_write_tokens or 0) or None,
         estimated=a.estimated or b.estimated,
     )
 

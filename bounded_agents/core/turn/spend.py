@@ -90,6 +90,7 @@ async def record_usage(
         completion_tokens=usage.completion_tokens,
         estimated=usage.estimated,
         cached_tokens=usage.cached_tokens or 0,
+        cache_write_tokens=usage.cache_write_tokens or 0,
     )
     await deps.ledger.book(entry, reserved, tx)
     report.ledger.append(ledger_row(entry))
@@ -105,6 +106,7 @@ def ledger_row(entry: LedgerEntry) -> LedgerRow:
         completion_tokens=entry.completion_tokens,
         estimated=entry.estimated,
         cached_tokens=entry.cached_tokens,
+        cache_write_tokens=entry.cache_write_tokens,
     )
 
 

@@ -86,6 +86,7 @@ class CreateResponseIn(_In):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
     include: list[str] | None = None

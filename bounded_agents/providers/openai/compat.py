@@ -73,6 +73,11 @@ class OpenAICompatibleProvider:
         max_tokens_field: The request field the cap goes in: ``max_tokens`` (most servers:
             llama.cpp, vLLM, Ollama, older OpenAI models) or ``max_completion_tokens``
             (OpenAI's reasoning models refuse ``max_tokens``).
+        prompt_cache_key: Send OpenAI's ``prompt_cache_key``, a hash of the request's
+            ``thread_id`` (never the id itself), so a thread's calls are routed to the same
+            prompt cache; a request without a thread id sends none.
+        prompt_cache_retention: Sent as ``prompt_cache_retention`` when set (OpenAI's
+            ``"in_memory"`` or ``"24h"``: a 24-hour cache keeps an idle thread's prefix warm).
     """
 
     def __init__(
@@ -89,6 +94,8 @@ class OpenAICompatibleProvider:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         max_tokens: int | None = None,
         max_tokens_field: str = "max_tokens",
+        prompt_cache_key: bool = False,
+        prompt_cache_retention: str | None = None,
     ) -> None:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
@@ -101,6 +108,8 @@ class OpenAICompatibleProvider:
             )
         self.max_tokens = max_tokens
         self.max_tokens_field = max_tokens_field
+        self.prompt_cache_key = prompt_cache_key
+        self.prompt_cache_retention = prompt_cache_retention
         self.model = model
         url = httpx.URL(base_url.rstrip("/") + "/chat/completions")
         self._auth: httpx.Auth | None = None
@@ -265,6 +274,8 @@ class OpenAICompatibleProvider:
             stream=stream,
             max_tokens=self.max_tokens,
             max_tokens_field=self.max_tokens_field,
+            prompt_cache_key=self.prompt_cache_key,
+            prompt_cache_retention=self.prompt_cache_retention,
         )
 
     def _headers(self) -> dict[str, str]:

@@ -7,6 +7,7 @@ server and the provider class holds only the HTTP and retry logic.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -25,12 +26,20 @@ def chat_body(
     stream: bool,
     max_tokens: int | None,
     max_tokens_field: str,
+    prompt_cache_key: bool = False,
+    prompt_cache_retention: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
         "messages": [wire_message(m) for m in request.messages],
         "stream": stream,
     }
+    if prompt_cache_key and request.thread_id:
+        # OpenAI routes calls with one key to the same cache machine: a thread's calls share
+        # their prefix, so they share a key. Hashed, so no thread id leaves the service.
+        body["prompt_cache_key"] = cache_key(request.thread_id)
+    if prompt_cache_retention:
+        body["prompt_cache_retention"] = prompt_cache_retention
     if request.tools:
         body["tools"] = [wire_tool(t) for t in request.tools]
     if max_tokens is not None:
@@ -42,6 +51,18 @@ def chat_body(
     if stream:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+CACHE_KEY_DOMAIN = b"bounded-agents prompt_cache_key v1\0"
+"""Prefixed to the thread id before hashing, so the key is this project's and no other
+hash of the same id matches it."""
+
+
+def cache_key(thread_id: str) -> str:
+    """A thread's stable `prompt_cache_key`: 32 hex digits of SHA-256 over the domain and the
+    thread id. The same thread always gets the same key, and the key does not give back the
+    id (thread ids are random UUIDs, so the hash cannot be reversed by trying ids)."""
+    return "t-" + hashlib.sha256(CACHE_KEY_DOMAIN + thread_id.encode()).hexdigest()[:32]
 
 
 def wire_message(message: ChatMessage) -> dict[str, Any]:

@@ -1,0 +1,142 @@
+"""Calibrated token counts: the chars/4 estimate corrected, per model, by what the provider
+reports.
+
+Every window, fold chunk and budget is sized by `estimate_message_tokens` (chars/4). A model
+whose tokenizer counts more (digit-heavy text ran 1.4-2.2x on SmolLM2's) is then sent fold
+chunks past its context, refused as too long. Providers report the true prompt tokens on every
+call, so the ratio reported/estimated is learned per model name, bounded, and applied where the
+loop sizes things: `CalibratedCounter.count` (real tokens of messages) and `.budget` (how many
+estimated tokens fit a real-token limit).
+
+Per process, in memory: a restart relearns from the first reported call (one call's worth of
+error, the same as before this module). The estimate stays the default offline (ratio 1.0 until
+a provider reports).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol, runtime_checkable
+
+from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.ports import ModelProvider, ModelRequest, ModelResponse, TextDelta
+from bounded_agents.core.ports.powers import supports_streaming
+from bounded_agents.core.tokens import estimate_message_tokens
+
+MIN_RATIO = 0.5
+MAX_RATIO = 4.0
+"""The ratio is clamped to this range: a broken report cannot make every budget 0 or infinite."""
+
+MIN_SAMPLE_TOKENS = 64
+"""Prompts smaller than this (estimated) teach nothing: per-message overheads dominate them."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts a prompt's tokens for one model: the estimate, a calibrated estimate, or an exact
+    tokenizer (tiktoken for OpenAI models) plugged in where one exists."""
+
+    def count(self, messages: Sequence[Message | ChatMessage], model: str = "") -> int: ...
+
+
+class EstimateCounter:
+    """The offline default: `estimate_message_tokens` summed, whatever the model."""
+
+    def count(self, messages: Sequence[Message | ChatMessage], model: str = "") -> int:
+        return sum(estimate_message_tokens(m) for m in messages)
+
+
+class CalibratedCounter:
+    """The estimate times a per-model ratio learned from reported prompt tokens.
+
+    Learning keeps the largest ratio seen, smoothed down slowly (`decay`): a count that is too
+    low gets a chunk refused, one a little too high only sends a smaller chunk, so the
+    calibration errs high.
+    """
+
+    def __init__(self, base: TokenCounter | None = None, *, decay: float = 0.1) -> None:
+        self.base = base or EstimateCounter()
+        self.decay = decay
+        self._ratios: dict[str, float] = {}
+
+    def ratio(self, model: str) -> float:
+        return self._ratios.get(model, 1.0)
+
+    def observe(self, model: str, estimated: int, reported: int) -> None:
+        """Learn from one call: `estimated` tokens by the base counter, `reported` by the
+        provider."""
+        if estimated < MIN_SAMPLE_TOKENS or reported <= 0:
+            return
+        seen = min(max(reported / estimated, MIN_RATIO), MAX_RATIO)
+        known = self._ratios.get(model)
+        if known is None or seen >= known:
+            self._ratios[model] = seen
+        else:
+            self._ratios[model] = known - self.decay * (known - seen)
+
+    def count(self, messages: Sequence[Message | ChatMessage], model: str = "") -> int:
+        return math.ceil(self.base.count(messages, model) * self.ratio(model))
+
+    def budget(self, tokens: int, model: str) -> int:
+        """How many estimated tokens fit in `tokens` of the model's real tokens: what a window,
+        a fold chunk or a budget sized in estimated tokens should use."""
+        return max(1, math.floor(tokens / self.ratio(model)))
+
+
+class CalibratingProvider:
+    """A `ModelProvider` that teaches a `CalibratedCounter` from every reported usage.
+
+    Wraps any provider; the ratio is learned under the provider's `model` attribute when it has
+    one (the name the deployment configured), else the response's model name.
+    """
+
+    def __init__(self, inner: ModelProvider, counter: CalibratedCounter) -> None:
+        self.inner = inner
+        self.counter = counter
+
+    @property
+    def model_name(self) -> str:
+        return str(getattr(self.inner, "model", "") or "")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        response = await self.inner.complete(request)
+        self._learn(request, response)
+        return response
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
+        if not supports_streaming(self.inner):
+            yield await self.complete(request)
+            return
+        async for event in self.inner.stream(request):
+            if isinstance(event, ModelResponse):
+                self._learn(request, event)
+            yield event
+
+    def _learn(self, request: ModelRequest, response: ModelResponse) -> None:
+        if response.usage.estimated:
+            return
+        estimated = self.counter.base.count(request.messages, self.model_name)
+        self.counter.observe(
+            self.model_name or response.model, estimated, response.usage.prompt_tokens
+        )
+
+
+def calibrated_budget(tokens: int, model: object) -> int:
+    """`tokens` of the model's real tokens as estimated tokens: the calibrated budget when
+    `model` is a `CalibratingProvider`, `tokens` unchanged otherwise (the offline default).
+    The one call the loop makes where it sizes a fold chunk or a window by the estimate."""
+    if isinstance(model, CalibratingProvider):
+        return model.counter.budget(tokens, model.model_name)
+    return tokens
+
+
+__all__ = [
+    "MAX_RATIO",
+    "MIN_RATIO",
+    "CalibratedCounter",
+    "CalibratingProvider",
+    "EstimateCounter",
+    "TokenCounter",
+    "calibrated_budget",
+]

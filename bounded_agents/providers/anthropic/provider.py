@@ -1,0 +1,374 @@
+"""`AnthropicProvider`: Claude over the native Messages API, through the `anthropic` SDK.
+
+Why native and not Anthropic's OpenAI-compatible endpoint: that endpoint does no prompt
+caching, so a Claude thread there paid full price for the prefix the hysteresis window keeps
+stable. Here the breakpoints of `wire` mark that prefix, and the usage the API reports
+(`cache_read_input_tokens`, `cache_creation_input_tokens`) is booked apart.
+
+The SDK's own retries are off (`max_retries=0`): failures are classified and retried the way
+`OpenAICompatibleProvider` does it (`openai_failures.status_failure`: 429 with its
+`retry-after`, 529 overloaded and other 5xx retried with capped exponential backoff, "prompt is
+too long" a `ProviderContextExceeded` the fold splits its chunk on, every other 4xx final), so
+one turn's retry budget means the same on both providers. A stream is retried only until it has
+begun; a stream cut before its `message_stop` is a `ProviderBadResponse`, never a whole answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import anthropic
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, TextDelta, Usage
+from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTimeout
+from bounded_agents.providers.anthropic.wire import CachePlan, messages_body
+from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
+from bounded_agents.providers.openai.response import tool_call
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+"""The API root the SDK appends `/v1/messages` to."""
+
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "pause_turn": "stop",
+    "model_context_window_exceeded": "length",
+}
+"""Anthropic's stop reasons in the project's (OpenAI's) words: a fold refuses a `length`
+summary and classes `content_filter` as refused (`core.summary`)."""
+
+
+class AnthropicProvider:
+    """Claude's Messages API with `complete` and `stream`, prompt-cache breakpoints included.
+
+    Args:
+        api_key: Sent as `x-api-key`.
+        model: e.g. ``claude-sonnet-4-5``.
+        base_url: The API root (``https://api.anthropic.com``); a test's server or a gateway.
+        timeout: Seconds per request.
+        max_retries: Retries after the first attempt.
+        client: An ``httpx.AsyncClient`` to share; the caller keeps ownership.
+        max_tokens: The answer cap (the Messages API requires one; `wire.DEFAULT_MAX_TOKENS`
+            when unset); a request's own cap replaces it.
+        cache: Whether to place `cache_control` breakpoints.
+    """
+
+    def __init__(
+        self,
+        api_key: str,
+        model: str,
+        base_url: str = ANTHROPIC_BASE_URL,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        client: httpx.AsyncClient | None = None,
+        *,
+        backoff_base: float = 0.5,
+        max_retry_wait: float = 30.0,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+        max_tokens: int | None = None,
+        cache: bool = True,
+    ) -> None:
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries!r}")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens!r}")
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.max_retry_wait = max_retry_wait
+        self.max_tokens = max_tokens
+        self.cache = cache
+        self._api_key = api_key
+        self._sleep = sleep
+        self._owns_client = client is None
+        self._http = client if client is not None else httpx.AsyncClient()
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=self.base_url,
+            timeout=timeout,
+            max_retries=0,
+            http_client=self._http,
+        )
+        self.uncacheable_calls = 0
+        """Calls whose cached prefix was below the model's minimum (so nothing was cached);
+        each is also logged."""
+        self.last_plan: CachePlan | None = None
+
+    def __repr__(self) -> str:
+        return f"AnthropicProvider(url={self.base_url!r}, model={self.model!r})"
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AnthropicProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # --- ModelProvider ------------------------------------------------------------------------
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body = self._body(request, stream=False)
+
+        async def attempt() -> Any:
+            try:
+                return await self._client.messages.create(**body)
+            except anthropic.APIError as exc:
+                raise self._failure(exc) from exc
+
+        message = await self._retrying(attempt)
+        try:
+            data = message.model_dump(mode="json")
+            return _response(
+                data.get("content") or [],
+                data.get("stop_reason"),
+                data.get("usage"),
+                str(data.get("model") or self.model),
+            )
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            if isinstance(exc, ProviderError):
+                raise
+            raise ProviderBadResponse(f"provider response is not a message ({exc!r})") from exc
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ModelResponse]:
+        """Yield a TextDelta per text delta, then the assembled ModelResponse."""
+        async with contextlib.aclosing(self._stream(request)) as events:
+            async for event in events:
+                yield event
+
+    async def _stream(
+        self, request: ModelRequest
+    ) -> AsyncGenerator[TextDelta | ModelResponse, None]:
+        body = self._body(request, stream=True)
+
+        async def attempt() -> Any:
+            try:
+                return await self._client.messages.create(**body)
+            except anthropic.APIError as exc:
+                raise self._failure(exc) from exc
+
+        events = await self._retrying(attempt)
+        assembly = _StreamAssembly(self.model)
+        try:
+            async for event in events:
+                delta = assembly.feed(event.model_dump(mode="json"))
+                if delta:
+                    yield TextDelta(text=delta)
+                if assembly.done:
+                    break
+        except anthropic.APIStatusError as exc:
+            raise ProviderError(f"provider failed mid-stream: {_message(exc)}") from exc
+        except (anthropic.APITimeoutError, httpx.TimeoutException) as exc:
+            raise ProviderTimeout(
+                f"stream from {self.base_url} stalled for more than {self.timeout}s"
+            ) from exc
+        except (anthropic.APIError, httpx.HTTPError) as exc:
+            raise ProviderBadResponse(f"stream from {self.base_url} was cut off: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await events.close()
+        yield assembly.result()
+
+    # --- request ------------------------------------------------------------------------------
+
+    def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        body, plan = messages_body(
+            request, model=self.model, stream=stream, max_tokens=self.max_tokens, cache=self.cache
+        )
+        self.last_plan = plan
+        if plan.breakpoints and not plan.cacheable:
+            self.uncacheable_calls += 1
+            logger.info(
+                "prompt prefix of ~%d tokens is below %s's minimum cacheable %d: not cached",
+                plan.prefix_tokens,
+                self.model,
+                plan.min_tokens,
+            )
+        return body
+
+    # --- failures and retries -----------------------------------------------------------------
+
+    def _failure(self, exc: anthropic.APIError) -> Exception:
+        if isinstance(exc, anthropic.APITimeoutError):
+            return Transient(
+                ProviderTimeout(f"no answer from {self.base_url} within {self.timeout}s")
+            )
+        if isinstance(exc, anthropic.APIStatusError):
+            content = json.dumps(exc.body).encode() if exc.body is not None else b""
+            failure = status_failure(exc.status_code, exc.response.headers, content)
+            return self._scrubbed(failure)
+        return Transient(ProviderError(f"could not talk to {self.base_url}: {exc!r}"))
+
+    def _scrubbed(self, failure: Exception) -> Exception:
+        """The API key blanked out of the error's message (a proxy may echo it back)."""
+        error = failure.final if isinstance(failure, Transient) else failure
+        if isinstance(error, ProviderError) and self._api_key and self._api_key in error.message:
+            error.message = error.message.replace(self._api_key, "[redacted]")
+            error.args = (error.message,)
+        return failure
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        kwargs: dict[str, Any] = {} if self._sleep is None else {"sleep": self._sleep}
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(Transient),
+            reraise=True,
+            before_sleep=self._log_retry,
+            **kwargs,
+        )
+        try:
+            result: T = await retrying(attempt)
+        except Transient as exc:
+            raise exc.final from exc.__cause__
+        return result
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, Transient) and exc.retry_after is not None:
+            return min(exc.retry_after, self.max_retry_wait)
+        backoff: float = self.backoff_base * 2.0 ** (state.attempt_number - 1)
+        return min(backoff, self.max_retry_wait)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        logger.warning(
+            "model call to %s failed (attempt %d of %d): %s; retrying in %.2fs",
+            self.base_url,
+            state.attempt_number,
+            self.max_retries + 1,
+            exc.final if isinstance(exc, Transient) else exc,
+            wait,
+        )
+
+
+class _StreamAssembly:
+    """Folds Messages stream events into text deltas and one final response."""
+
+    def __init__(self, default_model: str) -> None:
+        self.done = False
+        self._model = default_model
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._usage: dict[str, Any] = {}
+        self._stop_reason: str | None = None
+
+    def feed(self, event: dict[str, Any]) -> str:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            self._model = str(message.get("model") or self._model)
+            self._usage.update(message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = dict(event["content_block"])
+            block["parts"] = [block.get("text") or ""]
+            self._blocks[int(event["index"])] = block
+        elif kind == "content_block_delta":
+            block = self._blocks[int(event["index"])]
+            delta = event["delta"]
+            if delta.get("type") == "text_delta":
+                block["parts"].append(delta["text"])
+                return str(delta["text"])
+            if delta.get("type") == "input_json_delta":
+                block["parts"].append(delta.get("partial_json") or "")
+        elif kind == "message_delta":
+            self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
+            self._usage.update({k: v for k, v in (event.get("usage") or {}).items() if v})
+        elif kind == "message_stop":
+            self.done = True
+        return ""
+
+    def result(self) -> ModelResponse:
+        if not self.done:
+            raise ProviderBadResponse("stream ended before its message_stop event")
+        content: list[dict[str, Any]] = []
+        for index in sorted(self._blocks):
+            block = self._blocks[index]
+            joined = "".join(block.pop("parts"))
+            if block.get("type") == "text":
+                block["text"] = joined
+            elif block.get("type") == "tool_use":
+                block["input"] = joined
+            content.append(block)
+        return _response(content, self._stop_reason, self._usage, self._model)
+
+
+def _response(
+    content: list[dict[str, Any]], stop_reason: Any, raw_usage: Any, model: str
+) -> ModelResponse:
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    for block in content:
+        if block.get("type") == "text":
+            text.append(str(block.get("text") or ""))
+        elif block.get("type") == "tool_use":
+            arguments = block.get("input")
+            if isinstance(arguments, dict):
+                arguments = json.dumps(arguments)
+            calls.append(tool_call(block.get("id"), block.get("name"), arguments))
+    reason = STOP_REASONS.get(stop_reason, stop_reason) if isinstance(stop_reason, str) else None
+    return ModelResponse(
+        content="".join(text),
+        tool_calls=calls,
+        usage=usage(raw_usage),
+        model=model,
+        finish_reason=reason[:40] if reason else None,
+    )
+
+
+def usage(raw: Any) -> Usage:
+    """Anthropic's usage in the project's terms: `input_tokens` counts only the uncached part,
+    so `prompt_tokens` is input + cache read + cache creation; `cached_tokens` is the read and
+    `cache_write_tokens` the creation."""
+    if not isinstance(raw, dict):
+        raise ProviderBadResponse(f"provider response has no usage: {excerpt(raw)}")
+    fresh = _count("input_tokens", raw.get("input_tokens"))
+    read = _count("cache_read_input_tokens", raw.get("cache_read_input_tokens"))
+    written = _count("cache_creation_input_tokens", raw.get("cache_creation_input_tokens"))
+    prompt = fresh + read + written
+    if prompt > MAX_CALL_TOKENS:
+        raise ProviderBadResponse(
+            f"usage prompt tokens {prompt} over {MAX_CALL_TOKENS}: not booked"
+        )
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=_count("output_tokens", raw.get("output_tokens")),
+        cached_tokens=read,
+        cache_write_tokens=written,
+    )
+
+
+def _count(name: str, value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CALL_TOKENS:
+        raise ProviderBadResponse(f"usage {name} is not a count: {excerpt(value)}")
+    return value
+
+
+def _message(exc: anthropic.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message") or exc.message)
+    return str(exc.message)
+
+
+__all__ = ["ANTHROPIC_BASE_URL", "STOP_REASONS", "AnthropicProvider", "usage"]
