@@ -426,7 +426,7 @@ async def run_strategy(
         settings=settings,
     )
     thread = await store.create_thread(actor_id=ACTOR, agent=AGENT)
-    totals = {"folds": 0, "compressed": 0, "clipped": 0, "rejected": 0, "calls": 0}
+    totals = {"folds": 0, "compressed": 0, "clipped": 0, "archived": 0, "rejected": 0, "calls": 0}
     input_tokens = input_messages = extends = omitted_turns = 0
     wanted = set(probes)
     found: list[Probe] = []

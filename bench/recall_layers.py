@@ -44,14 +44,13 @@ from typing import Any
 
 from bench.recall_material import Material, Turn, generate
 from bench.recall_styles import STYLES, Counted, style
-from bench.turns import bench_settings
+from bench.turns import bench_settings, search_probe_settings
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse, Summarizer, Usage
-from bounded_agents.core.search import MAX_RESULT_BYTES, SEARCH_TOOL_NAME
+from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.module import AgentModule
 from bounded_agents.registry import agent, tool
-from bounded_agents.settings import Settings
 from bounded_agents.store.sql import SqlAgentStore
 
 ACTOR = "recall-actor"
@@ -190,21 +189,6 @@ def _copy_database(source: Path, target: Path) -> None:
         dst.close()
 
 
-def _probe_settings(searches: int) -> Settings:
-    """The probe asks one search per fact in a single turn (what each search returns is what
-    is measured), past the tool budget's default caps (4 a step, 12 a turn, 64 KiB of results
-    a step): the probe's turn gets room for all of them, at most 8 KiB each."""
-    room = max(1, searches) * MAX_RESULT_BYTES
-    return bench_settings(2).model_copy(
-        update={
-            "search_calls_per_step": max(1, searches),
-            "search_calls_per_turn": max(1, searches),
-            "tool_result_bytes_per_step": room,
-            "tool_result_bytes_per_turn": room,
-        }
-    )
-
-
 async def run_one(
     material: Material,
     window: int,
@@ -254,7 +238,7 @@ async def run_one(
             model=probe_chat,
             store=probe_store,
             agents=[_agent(window, fresh, lambda: "nothing found")],
-            settings=_probe_settings(len(topics)),
+            settings=search_probe_settings(len(topics)),
         )
         try:
             await probe_module.run_turn(

@@ -36,7 +36,7 @@ from bench.recall import (
     conversation,
     probe_points,
 )
-from bench.turns import bench_settings
+from bench.turns import search_probe_settings
 from bounded_agents.core.history import whole_thread
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse, Summarizer, Usage
@@ -113,7 +113,7 @@ async def run_search_strategy(
         model=chat,
         store=store,
         agents=[_agent_class(history, tool_results)],
-        settings=bench_settings(2),
+        settings=search_probe_settings(len(convo.facts)),
     )
     thread = await store.create_thread(actor_id=ACTOR, agent=AGENT)
     off: list[dict[str, Any]] = []

@@ -99,6 +99,24 @@ def bench_settings(fold_calls_per_turn: int = 2) -> Settings:
     )
 
 
+def search_probe_settings(searches: int, fold_calls_per_turn: int = 2) -> Settings:
+    """`bench_settings` for a recall probe that asks one `search_history` per fact in a single
+    turn (what each search returns is what is measured), past the tool budget's default caps
+    (4 searches a step, 12 a turn, 64 KiB of results a step): room for all of them, at most
+    8 KiB each."""
+    from bounded_agents.core.search import MAX_RESULT_BYTES
+
+    room = max(1, searches) * MAX_RESULT_BYTES
+    return bench_settings(fold_calls_per_turn).model_copy(
+        update={
+            "search_calls_per_step": max(1, searches),
+            "search_calls_per_turn": max(1, searches),
+            "tool_result_bytes_per_step": room,
+            "tool_result_bytes_per_turn": room,
+        }
+    )
+
+
 def bench_module(
     store: SqlAgentStore,
     history: History | None,

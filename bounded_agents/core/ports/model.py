@@ -64,19 +64,11 @@ class ModelRequest(Frozen):
     (`OpenAICompatibleProvider` sends it in place of its own configured cap); the caller
     enforces its bound on what comes back anyway, so a provider that ignores it cannot grow
     the prompt."""
-    thread_id: str | None = None
+    thread_id: str | None = Field(default=None, exclude=True)
     """The thread the call is for, when the caller knows it: a provider may derive a stable
     cache-routing key from it (`OpenAICompatibleProvider`'s hashed `prompt_cache_key`), never
-    send it raw. None: no per-thread routing."""
-
-    @model_serializer(mode="wrap")
-    def _no_thread_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """`thread_id` is left out of the dump while None: a prompt recorded before the field
-        existed (the golden journals' prompts) keeps its exact form."""
-        data: dict[str, Any] = handler(self)
-        if data.get("thread_id") is None:
-            data.pop("thread_id", None)
-        return data
+    send it raw. None: no per-thread routing. Never in a dump: it is routing, not the prompt
+    (a recorded prompt, the golden journals' included, is the same for every thread)."""
 
 
 class ModelResponse(Frozen):
