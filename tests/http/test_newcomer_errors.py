@@ -40,6 +40,11 @@ async def test_a_json_body_without_the_json_content_type_is_422_naming_the_heade
     r = await client.post(
         f"/agents/helper/threads/{thread}/messages", headers=headers, content=b'{"content": "hi"}'
     )
+    if content_type is None and r.status_code == 200:
+        # Older FastAPI (0.115, the lowest bound) reads a body sent with no Content-Type at
+        # all as JSON; newer releases do not: accepted, so there is nothing to hint at.
+        assert r.json()["message"]["role"] == "assistant"
+        return
     message = assert_error(r, 422, "validation_error")["error"]["message"]
     assert "Content-Type: application/json" in message, message
 
