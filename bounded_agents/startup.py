@@ -30,17 +30,24 @@ UVICORN_LOGGER = "uvicorn.error"
 """Where uvicorn logs the lifespan's start-up failure (Starlette's formatted traceback)."""
 
 
+_told: list[BaseException] = []
+"""The error `exit_in_one_line` was last given (one: the process ends on the first)."""
+
+
 def exit_in_one_line(error: BaseException) -> None:
-    """If `error` ends the process uncaught, print ``error: <error>`` instead of a traceback."""
-    previous = sys.excepthook
+    """If `error` ends the process uncaught, print ``error: <error>`` instead of a traceback.
+    The hook is installed once; a later call names the error it now stands for."""
+    if not _told:
+        previous = sys.excepthook
 
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        if value is error:
-            print(f"error: {error}", file=sys.stderr)
-            return
-        previous(kind, value, tb)
+        def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+            if _told and value is _told[0]:
+                print(f"error: {value}", file=sys.stderr)
+                return
+            previous(kind, value, tb)
 
-    sys.excepthook = hook
+        sys.excepthook = hook
+    _told[:] = [error]
 
 
 class _OneLine(logging.Filter):

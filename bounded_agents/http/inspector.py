@@ -42,7 +42,7 @@ from bounded_agents.core.ports import (
 )
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
-from bounded_agents.http.deps import canonical_uuid
+from bounded_agents.http.deps import DIGITS_ONLY, canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
 from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
 
@@ -70,7 +70,9 @@ MAX_PAGE = MAX_SEQ // THREADS_PER_PAGE
 """The last page number accepted: its offset still fits any database's integer."""
 PageQuery = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Page of the thread list.")]
 BeforeQuery = Annotated[
-    int | None, Query(ge=1, le=MAX_SEQ, description="Only turns whose seq is below this.")
+    int | None,
+    DIGITS_ONLY,
+    Query(ge=1, le=MAX_SEQ, description="Only turns whose seq is below this."),
 ]
 
 _templates = Environment(

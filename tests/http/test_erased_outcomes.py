@@ -19,6 +19,7 @@ from bounded_agents.store.sql import SqlAgentStore
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
     ALICE,
+    SSE,
     ModuleFactory,
     assert_error,
     http_settings,
@@ -54,6 +55,8 @@ async def test_a_keyed_repeat_after_the_answer_was_erased_is_410_answer_erased_a
     body = assert_error(again, 410, "answer_erased")
     assert body["run_id"] == first.json()["run_id"]
     assert took < WAIT / 2, took
+    streamed = await post_keyed(client, thread_id, "q", "key-erased", extra=SSE)
+    assert assert_error(streamed, 410, "answer_erased") == body  # over SSE: the same, at once
     assert len(provider.calls) == 1
     assert [m["role"] for m in await transcript(client, thread_id)] == ["user"]
 

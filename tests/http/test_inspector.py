@@ -250,7 +250,10 @@ async def test_a_page_number_out_of_range_is_a_400_page_not_a_database_error(
     thread = await new_thread(client)
     urls = [
         *(f"/inspect/?page={n}" for n in ("0", "-1", str(10**20), "two")),
-        *(f"/inspect/threads/{thread}?before={n}" for n in ("0", str(2**31), str(2**63))),
+        *(
+            f"/inspect/threads/{thread}?before={n}"
+            for n in ("0", str(2**31), str(2**63), "1.0", "%2B2", "%203")
+        ),
         f"/inspect/threads/{thread}/timeline?before={2**31}",
     ]
     for url in urls:

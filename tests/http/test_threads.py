@@ -85,7 +85,8 @@ async def test_messages_are_paged_newest_page_first_oldest_first_within(
 
 async def test_message_paging_parameters_are_validated(client: httpx.AsyncClient) -> None:
     thread_id = await new_thread(client)
-    for params in ({"limit": 0}, {"limit": 201}, {"before": 0}, {"limit": "many"}):
+    lax = ({"before": "1.0"}, {"before": "+2"}, {"before": " 3"}, {"before": "1_0"})
+    for params in ({"limit": 0}, {"limit": 201}, {"before": 0}, {"limit": "many"}, *lax):
         r = await client.get(f"/threads/{thread_id}/messages", headers=ALICE, params=params)
         assert_error(r, 422, "validation_error")
 
