@@ -36,6 +36,11 @@ def _configure(connection: Connection) -> None:
         # Processes started together on one database queue here: the first migrates, the next
         # finds the schema at head. Held until the migration's transaction ends.
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+        if connection.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'citus'").first():
+            # On a Citus coordinator one migration run mixes DDL on distributed tables with
+            # functions (0012's search trigger), which Citus allows in one transaction only over
+            # one connection per node.
+            connection.exec_driver_sql("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     require_foreign_keys_off(connection)
     context.configure(
         connection=connection,

@@ -123,16 +123,24 @@ async def _check_ready(conn: AsyncConnection) -> None:
             "citus_add_node (docs/scale-out.md)"
         )
     existing = set((await conn.execute(_EXISTING)).scalars())
-    missing = [d.table for d in PLAN if d.table not in existing]
-    if missing:
+    if "threads" not in existing:
+        missing = [d.table for d in PLAN if d.table not in existing]
         raise ConfigError(
             f"tables {missing} do not exist: run `python -m app migrate` first, then distribute"
         )
 
 
+async def _present(conn: AsyncConnection) -> tuple[Distribution, ...]:
+    """The plan's tables this database has: one migrated to an older revision lacks the later
+    tables, which the migration that creates them distributes (0012: `summary_archive`)."""
+    existing = set((await conn.execute(_EXISTING)).scalars())
+    return tuple(plan for plan in PLAN if plan.table in existing)
+
+
 async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Outcome]:
     before = await _distributed(conn)
-    for plan in PLAN:
+    present = await _present(conn)
+    for plan in present:
         if plan.table in before:
             continue
         params: dict[str, object] = {
@@ -151,7 +159,7 @@ async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Ou
             # requires of every primary key, unique index and foreign key.
             detail = (str(exc.orig).strip().splitlines() or [""])[0]
             raise ConfigError(f"Citus refused to distribute {plan.table}: {detail}") from exc
-    for plan in PLAN:
+    for plan in present:
         if plan.table not in before:
             # Rows that were there before (a database that ran on one server) were copied into
             # the shards; their local copies, which Citus no longer reads, are dropped.
@@ -161,7 +169,7 @@ async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Ou
             )
     after = await _distributed(conn)
     outcomes = []
-    for plan in PLAN:
+    for plan in present:
         column, colocation_id, shards = after[plan.table]
         group = after[plan.colocate_with][1] if plan.colocate_with != "none" else colocation_id
         if column != plan.column or colocation_id != group:

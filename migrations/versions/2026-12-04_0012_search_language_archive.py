@@ -203,6 +203,11 @@ def upgrade() -> None:
         ),
     )
     if dialect_of(bind).postgres:
+        citus = _distributed_by_citus(bind)
+        if citus:
+            # Triggers on distributed tables (the search vectors') are refused without this
+            # (migrations/env.py runs the whole migration over one connection per node).
+            op.execute("SET LOCAL citus.enable_unsafe_triggers TO on")
         known = bind.execute(
             sa.text("SELECT 1 FROM pg_ts_config WHERE cfgname = :name"), {"name": language}
         ).first()
@@ -216,6 +221,13 @@ def upgrade() -> None:
         _backfill(bind, f"search_vector = {_PG_VECTOR.format(row='messages')}")
         for statement in _PG_INDEXES:
             op.execute(statement)
+        if citus:
+            # A database distributed before this revision: its new table joins the thread's
+            # shards, as `bounded_agents.store.distribute` would place it.
+            op.execute(
+                "SELECT create_distributed_table('summary_archive', 'thread_id', "
+                "colocate_with => 'threads')"
+            )
     else:
         for statement in _SQLITE_UP:
             op.execute(statement)
@@ -223,6 +235,17 @@ def upgrade() -> None:
         for statement in _sqlite_index(sqlite_tokenizer(language)):
             op.execute(statement)
         _sqlite_fill_index(bind)
+
+
+def _distributed_by_citus(bind: Any) -> bool:
+    """Whether this PostgreSQL database has Citus and its `threads` table is distributed."""
+    has_citus = bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first()
+    if has_citus is None:
+        return False
+    row = bind.execute(
+        sa.text("SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'threads'::regclass")
+    ).first()
+    return row is not None
 
 
 _PAGE = sa.text(
