@@ -137,14 +137,23 @@ async def test_the_persist_phase_stores_once_per_run_and_role() -> None:
     assert thread is not None and [m.content for m in thread.messages] == ["m1", "m2", "q"]
 
 
-async def test_the_fold_phase_summarizes_the_owed_range_and_stores_it() -> None:
+async def _nine_messages_owing_a_fold() -> tuple[
+    MemoryStore, Summaries, TurnDeps, Turn, dict[str, Any]
+]:
+    """A thread of nine messages under a window of four that summarizes, its load made: the
+    fold of m1..m5 is owed and not made yet."""
     store = MemoryStore()
     summaries = Summaries()
     definition = _agent(window_history(max_messages=4, summarize=summaries))
     deps = _deps(store, ScriptedProvider(), definition)
-    tid = await _thread(store, 9)
-    turn = _turn(definition, tid)
-    recorded = await load_thread(deps, turn, None)
+    turn = _turn(definition, await _thread(store, 9))
+    recorded: dict[str, Any] = await load_thread(deps, turn, None)
+    return store, summaries, deps, turn, recorded
+
+
+async def test_the_fold_phase_summarizes_the_owed_range_and_stores_it() -> None:
+    store, summaries, deps, turn, recorded = await _nine_messages_owing_a_fold()
+    tid = turn.request.thread_id
 
     summary, folds = await fold(deps, turn, summaries, None, recorded["fold"])
 
@@ -158,13 +167,7 @@ async def test_the_fold_phase_summarizes_the_owed_range_and_stores_it() -> None:
 
 
 async def test_the_prompt_phase_puts_the_summary_between_the_system_prompt_and_the_window() -> None:
-    store = MemoryStore()
-    summaries = Summaries()
-    definition = _agent(window_history(max_messages=4, summarize=summaries))
-    deps = _deps(store, ScriptedProvider(), definition)
-    tid = await _thread(store, 9)
-    turn = _turn(definition, tid)
-    recorded = await load_thread(deps, turn, None)
+    _, _, deps, turn, recorded = await _nine_messages_owing_a_fold()
 
     prompt = await rolling_prompt(deps, turn, recorded, user_seq=None)
 
