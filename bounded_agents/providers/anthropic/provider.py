@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import anthropic
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import RetryCallState
 
 from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, TextDelta, Usage
@@ -31,6 +31,7 @@ from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTi
 from bounded_agents.providers.anthropic.wire import CachePlan, messages_body
 from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
 from bounded_agents.providers.openai.response import tool_call
+from bounded_agents.providers.retries import RetryPolicy, retried
 
 logger = logging.getLogger(__name__)
 
@@ -226,27 +227,9 @@ class AnthropicProvider:
         return failure
 
     async def _retrying(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        kwargs: dict[str, Any] = {} if self._sleep is None else {"sleep": self._sleep}
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception_type(Transient),
-            reraise=True,
-            before_sleep=self._log_retry,
-            **kwargs,
-        )
-        try:
-            result: T = await retrying(attempt)
-        except Transient as exc:
-            raise exc.final from exc.__cause__
-        return result
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, Transient) and exc.retry_after is not None:
-            return min(exc.retry_after, self.max_retry_wait)
-        backoff: float = self.backoff_base * 2.0 ** (state.attempt_number - 1)
-        return min(backoff, self.max_retry_wait)
+        """Run `attempt`, retrying `Transient` failures (`bounded_agents.providers.retries`)."""
+        policy = RetryPolicy(self.max_retries, self.backoff_base, self.max_retry_wait, self._sleep)
+        return await retried(attempt, policy, self._log_retry)
 
     def _log_retry(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome is not None else None
