@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic  # noqa: F401  (required: see the module docstring)
-import httpx
 import pytest
 from pydantic import SecretStr
 
@@ -55,20 +54,32 @@ LOOKUP = ToolSpec(
 )
 
 
-def _provider(fake: FakeAnthropic, client: httpx.AsyncClient, **kwargs: Any) -> AnthropicProvider:
+_OPEN: list[AnthropicProvider] = []
+"""Providers made by `_provider`, closed after each test (the SDK owns its HTTP client)."""
+
+
+@pytest.fixture(autouse=True)
+async def _close_providers() -> AsyncIterator[None]:
+    yield
+    while _OPEN:
+        await _OPEN.pop().aclose()
+
+
+def _provider(fake: FakeAnthropic, **kwargs: Any) -> AnthropicProvider:
     waits: list[float] = kwargs.pop("waits", [])
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    return AnthropicProvider(
+    provider = AnthropicProvider(
         api_key="sk-ant-test",
         model="claude-sonnet-4-5",
         base_url=fake.base_url.removesuffix("/v1"),
-        client=client,
         sleep=sleep,
         **kwargs,
     )
+    _OPEN.append(provider)
+    return provider
 
 
 def _turns(n: int) -> list[ChatMessage]:
@@ -105,16 +116,20 @@ def _marked(body: dict[str, Any]) -> list[str]:
 
 
 async def test_a_call_sends_system_apart_tool_blocks_and_breakpoints_and_books_cache_usage(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     fake_anthropic.enqueue(wire.message("bin 14", input_tokens=20, read=3000, written=400))
-    provider = _provider(fake_anthropic, http_client)
+    provider = _provider(fake_anthropic)
 
     response = await provider.complete(_request(2))
 
     [sent] = fake_anthropic.requests
     assert sent.path == "/v1/messages"
-    assert sent.headers["x-api-key"] == "sk-ant-test"
+    # the SDK's releases differ on the header (x-api-key up to 1.x, a bearer token in 2.x)
+    assert "sk-ant-test" in (
+        sent.headers.get("x-api-key"),
+        sent.headers.get("authorization", "").removeprefix("Bearer "),
+    )
     body = sent.json()
     assert [b["text"] for b in body["system"]] == [SYSTEM, SUMMARY]
     # question, tool_use, tool_result, answer per turn; the next question joins no result
@@ -134,14 +149,12 @@ async def test_a_call_sends_system_apart_tool_blocks_and_breakpoints_and_books_c
     assert provider.uncacheable_calls == 0
 
 
-async def test_the_recorded_request_shows_the_breakpoints(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
-) -> None:
+async def test_the_recorded_request_shows_the_breakpoints(fake_anthropic: FakeAnthropic) -> None:
     """tests/providers/recorded/anthropic_breakpoints.json is the body this request sends:
     breakpoints on the summary (the last system block), on the previous prompt's stable end
     (the assistant's answer before the newest user message) and on the newest message."""
     fake_anthropic.enqueue(wire.message("ok"))
-    await _provider(fake_anthropic, http_client).complete(_request(2))
+    await _provider(fake_anthropic).complete(_request(2))
     body = fake_anthropic.requests[0].json()
     assert body == json.loads(RECORDED.read_text())
     assert _marked(body) == ["system[1]", "messages[7][0]", "messages[8][0]"]
@@ -197,29 +210,27 @@ def test_the_breakpoint_prefix_is_byte_identical_across_the_turns_the_window_ext
     ],
 )
 async def test_stop_reasons_are_the_projects(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient, stop: str, expected: str
+    fake_anthropic: FakeAnthropic, stop: str, expected: str
 ) -> None:
     fake_anthropic.enqueue(wire.message("x", stop_reason=stop))
-    response = await _provider(fake_anthropic, http_client).complete(_request(0))
+    response = await _provider(fake_anthropic).complete(_request(0))
     assert response.finish_reason == expected
 
 
-async def test_a_tool_use_block_is_a_tool_call(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
-) -> None:
+async def test_a_tool_use_block_is_a_tool_call(fake_anthropic: FakeAnthropic) -> None:
     blocks = [
         {"type": "text", "text": "Looking."},
         {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"code": "7"}},
     ]
     fake_anthropic.enqueue(wire.message(blocks, stop_reason="tool_use"))
-    response = await _provider(fake_anthropic, http_client).complete(_request(0))
+    response = await _provider(fake_anthropic).complete(_request(0))
     assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
         ("toolu_1", "lookup", {"code": "7"})
     ]
 
 
 async def test_a_stream_yields_text_deltas_then_the_whole_answer_with_tool_call_and_usage(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     fake_anthropic.enqueue(
         wire.stream(
@@ -232,7 +243,7 @@ async def test_a_stream_yields_text_deltas_then_the_whole_answer_with_tool_call_
             output_tokens=30,
         )
     )
-    events = [e async for e in _provider(fake_anthropic, http_client).stream(_request(1))]
+    events = [e async for e in _provider(fake_anthropic).stream(_request(1))]
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["Look", "ing."]
     [final] = [e for e in events if isinstance(e, ModelResponse)]
     assert final.content == "Looking."
@@ -244,41 +255,37 @@ async def test_a_stream_yields_text_deltas_then_the_whole_answer_with_tool_call_
 
 
 async def test_a_stream_cut_mid_answer_is_never_returned_as_whole(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     fake_anthropic.enqueue(wire.stream(["Half ", "an answer", " never ends"], cut_after=4))
     events: list[object] = []
     with pytest.raises(ProviderBadResponse):
-        async for event in _provider(fake_anthropic, http_client).stream(_request(0)):
+        async for event in _provider(fake_anthropic).stream(_request(0)):
             events.append(event)
     assert not any(isinstance(e, ModelResponse) for e in events)
     assert len(fake_anthropic.requests) == 1  # begun: not asked again
 
 
-async def test_overloaded_529_is_retried(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
-) -> None:
+async def test_overloaded_529_is_retried(fake_anthropic: FakeAnthropic) -> None:
     fake_anthropic.enqueue(
         wire.error(529, "overloaded_error", "Overloaded"),
         wire.error(529, "overloaded_error", "Overloaded"),
         wire.message("fine"),
     )
     waits: list[float] = []
-    response = await _provider(fake_anthropic, http_client, waits=waits).complete(_request(0))
+    response = await _provider(fake_anthropic, waits=waits).complete(_request(0))
     assert response.content == "fine"
     assert len(fake_anthropic.requests) == 3
     assert waits == [0.5, 1.0]
 
 
 async def test_a_429_waits_its_retry_after_capped_then_gives_up_as_rate_limited(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     limited = wire.error(429, "rate_limit_error", "slow down", headers={"retry-after": "7"})
     fake_anthropic.enqueue(limited, limited, limited)
     waits: list[float] = []
-    provider = _provider(
-        fake_anthropic, http_client, waits=waits, max_retries=2, max_retry_wait=5.0
-    )
+    provider = _provider(fake_anthropic, waits=waits, max_retries=2, max_retry_wait=5.0)
     with pytest.raises(ProviderRateLimited, match="slow down"):
         await provider.complete(_request(0))
     assert waits == [5.0, 5.0]
@@ -286,7 +293,7 @@ async def test_a_429_waits_its_retry_after_capped_then_gives_up_as_rate_limited(
 
 
 async def test_prompt_is_too_long_is_context_exceeded_and_not_retried(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
+    fake_anthropic: FakeAnthropic,
 ) -> None:
     fake_anthropic.enqueue(
         wire.error(
@@ -294,15 +301,15 @@ async def test_prompt_is_too_long_is_context_exceeded_and_not_retried(
         )
     )
     with pytest.raises(ProviderContextExceeded, match="prompt is too long"):
-        await _provider(fake_anthropic, http_client).complete(_request(0))
+        await _provider(fake_anthropic).complete(_request(0))
     assert len(fake_anthropic.requests) == 1
 
 
 async def test_a_prefix_below_the_models_minimum_is_reported_uncacheable(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+    fake_anthropic: FakeAnthropic, caplog: pytest.LogCaptureFixture
 ) -> None:
     fake_anthropic.enqueue(wire.message("hi"))
-    provider = _provider(fake_anthropic, http_client)
+    provider = _provider(fake_anthropic)
     short = ModelRequest(
         messages=[
             ChatMessage(role="system", content="Be brief."),
@@ -316,12 +323,10 @@ async def test_a_prefix_below_the_models_minimum_is_reported_uncacheable(
     assert "below claude-sonnet-4-5's minimum cacheable 1024" in caplog.text
 
 
-async def test_an_error_never_carries_the_api_key(
-    fake_anthropic: FakeAnthropic, http_client: httpx.AsyncClient
-) -> None:
+async def test_an_error_never_carries_the_api_key(fake_anthropic: FakeAnthropic) -> None:
     fake_anthropic.enqueue(wire.error(401, "authentication_error", "invalid x-api-key sk-ant-test"))
     with pytest.raises(ProviderError) as raised:
-        await _provider(fake_anthropic, http_client).complete(_request(0))
+        await _provider(fake_anthropic).complete(_request(0))
     assert "sk-ant-test" not in str(raised.value)
 
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from types import ModuleType
 from typing import Any, TypeVar
 
 import anthropic
@@ -34,6 +35,23 @@ from bounded_agents.providers.openai.response import tool_call
 from bounded_agents.providers.retries import RetryPolicy, retried
 
 logger = logging.getLogger(__name__)
+
+_HTTP_LIBRARIES: list[ModuleType] = [httpx]
+with contextlib.suppress(ImportError):  # the SDK's transport from anthropic 2.x on
+    import httpx2
+
+    _HTTP_LIBRARIES.append(httpx2)
+STREAM_STALLS: tuple[type[BaseException], ...] = (
+    anthropic.APITimeoutError,
+    *(library.TimeoutException for library in _HTTP_LIBRARIES),
+)
+"""What a stalled stream raises: the SDK's timeout, or its transport's (`httpx` or `httpx2`,
+whichever the installed SDK uses) when the stall comes between two events."""
+STREAM_CUTS: tuple[type[BaseException], ...] = (
+    anthropic.APIError,
+    *(library.HTTPError for library in _HTTP_LIBRARIES),
+)
+"""What a stream cut off mid-answer raises, on either transport."""
 
 T = TypeVar("T")
 
@@ -57,12 +75,11 @@ class AnthropicProvider:
     """Claude's Messages API with `complete` and `stream`, prompt-cache breakpoints included.
 
     Args:
-        api_key: Sent as `x-api-key`.
+        api_key: Sent by the SDK (as `x-api-key`, or a bearer token in its 2.x releases).
         model: e.g. ``claude-sonnet-4-5``.
         base_url: The API root (``https://api.anthropic.com``); a test's server or a gateway.
         timeout: Seconds per request.
         max_retries: Retries after the first attempt.
-        client: An ``httpx.AsyncClient`` to share; the caller keeps ownership.
         max_tokens: The answer cap (the Messages API requires one; `wire.DEFAULT_MAX_TOKENS`
             when unset); a request's own cap replaces it.
         cache: Whether to place `cache_control` breakpoints.
@@ -75,7 +92,6 @@ class AnthropicProvider:
         base_url: str = ANTHROPIC_BASE_URL,
         timeout: float = 60.0,
         max_retries: int = 3,
-        client: httpx.AsyncClient | None = None,
         *,
         backoff_base: float = 0.5,
         max_retry_wait: float = 30.0,
@@ -97,14 +113,10 @@ class AnthropicProvider:
         self.cache = cache
         self._api_key = api_key
         self._sleep = sleep
-        self._owns_client = client is None
-        self._http = client if client is not None else httpx.AsyncClient()
+        # The SDK's own HTTP client: its releases moved from `httpx` to `httpx2` and it refuses
+        # the other's client, so none is handed in (the tests talk to a real local server).
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=self.base_url,
-            timeout=timeout,
-            max_retries=0,
-            http_client=self._http,
+            api_key=api_key, base_url=self.base_url, timeout=timeout, max_retries=0
         )
         self.uncacheable_calls = 0
         """Calls whose cached prefix was below the model's minimum (so nothing was cached);
@@ -115,8 +127,7 @@ class AnthropicProvider:
         return f"AnthropicProvider(url={self.base_url!r}, model={self.model!r})"
 
     async def aclose(self) -> None:
-        if self._owns_client:
-            await self._http.aclose()
+        await self._client.close()
 
     async def __aenter__(self) -> AnthropicProvider:
         return self
@@ -177,11 +188,11 @@ class AnthropicProvider:
                     break
         except anthropic.APIStatusError as exc:
             raise ProviderError(f"provider failed mid-stream: {_message(exc)}") from exc
-        except (anthropic.APITimeoutError, httpx.TimeoutException) as exc:
+        except STREAM_STALLS as exc:
             raise ProviderTimeout(
                 f"stream from {self.base_url} stalled for more than {self.timeout}s"
             ) from exc
-        except (anthropic.APIError, httpx.HTTPError) as exc:
+        except STREAM_CUTS as exc:
             raise ProviderBadResponse(f"stream from {self.base_url} was cut off: {exc}") from exc
         finally:
             with contextlib.suppress(Exception):

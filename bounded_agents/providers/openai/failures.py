@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
-
-import httpx
 
 from bounded_agents.errors import (
     ProviderContextExceeded,
@@ -45,7 +44,7 @@ CONTEXT_EXCEEDED = re.compile(
 length", Anthropic's "prompt is too long"."""
 
 
-def status_failure(status: int, headers: httpx.Headers, content: bytes) -> Exception:
+def status_failure(status: int, headers: Mapping[str, str], content: bytes) -> Exception:
     """Classify a non-2xx answer: 429 and 5xx are transient, any other status is final; a
     400/413 that says the context was exceeded is `ProviderContextExceeded` (a fold splits its
     chunk on it)."""
@@ -92,7 +91,7 @@ def stream_error(payload: str) -> str:
     return message if isinstance(message, str) else error_message(data)
 
 
-def retry_after(headers: httpx.Headers) -> float | None:
+def retry_after(headers: Mapping[str, str]) -> float | None:
     """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
     value = headers.get("retry-after")
     if value is None:
