@@ -22,6 +22,11 @@ The result is JSON, `{"results": [...], "omitted": n}`, each row:
   hit holds: the value found may have been superseded, and the model should prefer (or look
   up) the newer one. The turn's own question (the prompt's last user message) is never counted
   as newer, since it repeats the terms it asks about.
+- `reply_to` (only on a reply row): a hit where the assistant ASKED something ("what is your
+  order number?") is followed by the user's reply, the next message, as a row of its own with
+  `reply_to` naming the question's seq. The user's answer ("It is ORD-41234.") rarely repeats
+  the words of the question, so no index finds it by them; its question is what a search finds.
+  A text said twice comes back once (`distinct`), so repeats do not crowd out the `k` places.
 
 Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
 recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
@@ -40,7 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -84,6 +89,10 @@ MAX_SKIPPED_ROWS = 200
 """Rows the store is asked for beyond `k` at most, to make up for hits the prompt already
 shows: a prompt holding more messages than this (a whole-thread history) may get fewer than
 `k` results, which is right, since it already shows nearly everything."""
+
+QUESTION_MARKS = ("?", "\uff1f", "\u061f")
+"""What makes an assistant message a question whose reply a search returns with it (`asks`):
+the ASCII, full-width and Arabic question marks."""
 
 MAX_QUERY_CHARS = 500
 """A query is clipped to this before it reaches the store: a search is a few words."""
@@ -281,9 +290,16 @@ class HistorySearchTool:
             # The model is told, and may answer without it; the cause is the operator's.
             log.warning("search_history failed in thread %s", context.thread_id, exc_info=exc)
             return _error(f"the search failed: {type(exc).__name__}")
-        fresh = [h for h in found if not shown.holds(h)][:k]
+        fresh = distinct([h for h in found if not shown.holds(h)])[:k]
         newer = newer_seqs(fresh, [h for h in found if not shown.is_question(h)])
-        return ToolResult(call_id="", content=render_hits(fresh, newer))
+        try:
+            replies = await reply_hits(self._store, context.thread_id, fresh, shown.holds)
+        except Exception as exc:  # the hits stand without their replies
+            log.warning(
+                "search_history could not read replies in %s", context.thread_id, exc_info=exc
+            )
+            replies = {}
+        return ToolResult(call_id="", content=render_hits(fresh, newer, replies))
 
 
 class _Shown:
@@ -306,6 +322,61 @@ class _Shown:
 
     def is_question(self, hit: SearchHit) -> bool:
         return hit.role == "user" and hit.from_seq is None and hit.content == self.question
+
+
+def distinct(hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """`hits` without repeats: a text said twice ("Can the team see our notes?") is shown
+    once, at its best-ranked place, so it does not take two of the `k` places a fact needs."""
+    seen: set[tuple[str, str]] = set()
+    out: list[SearchHit] = []
+    for hit in hits:
+        key = (hit.role if hit.from_seq is None else "summary", hit.marked)
+        if key not in seen:
+            seen.add(key)
+            out.append(hit)
+    return out
+
+
+def asks(hit: SearchHit) -> bool:
+    """Whether a hit is the assistant asking the user something: its reply (the next message)
+    is where the user's answer is, and an answer ("It is ORD-41234.") rarely repeats the words
+    of the question a search finds."""
+    return (
+        hit.role == "assistant"
+        and hit.from_seq is None
+        and not hit.in_tools
+        and any(mark in hit.content for mark in QUESTION_MARKS)
+    )
+
+
+async def reply_hits(
+    store: AgentStore,
+    thread_id: str,
+    hits: Sequence[SearchHit],
+    shown: Callable[[SearchHit], bool] = lambda hit: False,
+) -> dict[int, SearchHit]:
+    """For each hit that `asks` (by its index in `hits`), the user's reply to it: the message
+    right after it, when that is a user message neither among `hits` nor `shown` by the prompt.
+    One bounded read (a row) per asking hit, so at most `MAX_SEARCH_RESULTS` rows a search."""
+    seqs = {h.seq for h in hits if h.from_seq is None}
+    out: dict[int, SearchHit] = {}
+    for i, hit in enumerate(hits):
+        if not asks(hit):
+            continue
+        after = await store.messages_after(thread_id, hit.seq, 1)
+        if not after or after[0].role != "user" or after[0].seq is None:
+            continue
+        reply = after[0]
+        row = SearchHit(
+            seq=reply.seq,
+            role="user",
+            content=reply.content,
+            marked=reply.content,
+            relevance=0.0,
+        )
+        if row.seq not in seqs and not shown(row):
+            out[i] = row
+    return out
 
 
 def newer_seqs(hits: Sequence[SearchHit], candidates: Sequence[SearchHit]) -> dict[int, int]:
@@ -359,28 +430,43 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 
-def render_hits(found: Sequence[SearchHit], newer: dict[int, int] | None = None) -> str:
+def render_hits(
+    found: Sequence[SearchHit],
+    newer: dict[int, int] | None = None,
+    replies: dict[int, SearchHit] | None = None,
+) -> str:
     """The result as JSON (see the module docstring for each key), within `MAX_RESULT_BYTES`:
-    rows past it are left out and counted in `omitted`."""
+    rows past it are left out and counted in `omitted`. A hit's reply (`reply_hits`) follows
+    it as a row of its own, with `reply_to`, so erasure finds it by its `seq` like any row."""
     rows: list[dict[str, Any]] = []
     used = 0
+    kept = 0
     for i, hit in enumerate(found):
-        content = snippet(hit.marked)[:MESSAGE_CLIP_CHARS]
-        role = "tool" if hit.in_tools else hit.role
-        row: dict[str, Any] = {"seq": hit.seq, "role": role, "content": content}
-        if hit.at is not None:
-            row["at"] = hit.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if hit.from_seq is not None:
-            row["from_seq"], row["to_seq"] = hit.from_seq, hit.seq
-        if newer and i in newer:
-            row["newer"] = newer[i]
-        size = len(json.dumps(row, ensure_ascii=False).encode()) + 2  # and ", "
+        group = [_row(hit, newer.get(i) if newer else None)]
+        reply = replies.get(i) if replies else None
+        if reply is not None:
+            group.append(_row(reply, None) | {"reply_to": hit.seq})
+        size = sum(len(json.dumps(r, ensure_ascii=False).encode()) + 2 for r in group)  # ", "
         if used + size > MAX_RESULT_BYTES - _ENVELOPE_BYTES:
             break
-        rows.append(row)
+        rows.extend(group)
         used += size
-    out = {"results": rows, "omitted": len(found) - len(rows)}
+        kept += 1
+    out = {"results": rows, "omitted": len(found) - kept}
     return json.dumps(out, ensure_ascii=False)
+
+
+def _row(hit: SearchHit, newer: int | None) -> dict[str, Any]:
+    content = snippet(hit.marked)[:MESSAGE_CLIP_CHARS]
+    role = "tool" if hit.in_tools else hit.role
+    row: dict[str, Any] = {"seq": hit.seq, "role": role, "content": content}
+    if hit.at is not None:
+        row["at"] = hit.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if hit.from_seq is not None:
+        row["from_seq"], row["to_seq"] = hit.from_seq, hit.seq
+    if newer is not None:
+        row["newer"] = newer
+    return row
 
 
 def _error(text: str) -> ToolResult:
@@ -396,12 +482,16 @@ __all__ = [
     "MAX_SEARCH_RESULTS",
     "MAX_SKIPPED_ROWS",
     "MESSAGE_CLIP_CHARS",
+    "QUESTION_MARKS",
     "RECENCY_HALF_LIFE",
     "SEARCH_TOOL_NAME",
     "SNIPPET_CHARS",
     "HistorySearchTool",
+    "asks",
+    "distinct",
     "newer_seqs",
     "render_hits",
+    "reply_hits",
     "scan_hits",
     "scan_search",
     "search_terms",

@@ -56,6 +56,19 @@ def test_a_result_that_does_not_quote_the_seq_or_is_not_a_result_is_left_alone()
     assert redact_search_result(redact_search_result(hits, 5) or "", 5) is None  # idempotent
 
 
+def test_a_reply_row_is_erased_by_its_own_seq_and_its_question_kept() -> None:
+    question = SearchHit(
+        seq=8, role="assistant", content="What is your order number?", marked="x", relevance=1.0
+    )
+    rendered = render_hits([question], replies={0: _hit("It is ORD-41234.", 9)})
+
+    redacted = json.loads(redact_search_result(rendered, 9) or "")
+
+    assert [(r["seq"], r["content"]) for r in redacted["results"]] == [(8, "x"), (9, ERASED)]
+    assert redacted["results"][1]["reply_to"] == 8  # a number: it names no content
+    assert "ORD-41234" not in json.dumps(redacted)
+
+
 def test_only_the_results_of_search_calls_are_rewritten() -> None:
     quoted = render_hits([_hit("secret", 2)])
     calls = [

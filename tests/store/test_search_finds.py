@@ -240,3 +240,55 @@ async def test_erasing_a_covered_message_erases_the_parts_that_cover_it(
 def test_both_stores_keep_an_archive() -> None:
     assert supports_summary_archive(MemoryStore())
     assert supports_summary_archive(SqlAgentStore.from_url("sqlite+aiosqlite://"))
+
+
+async def test_a_question_found_brings_the_users_reply_as_a_row_of_its_own(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            *chatter(3),  # 1..6
+            user("Hello again."),  # 7
+            assistant("Glad to help. Before I forget, what is your order number?"),  # 8
+            user("It is ORD-41234."),  # 9: the answer holds no word of the question
+            *chatter(3),  # 10..15
+        ],
+    )
+
+    found = await _search(store, tid, "order number")
+
+    assert [(r["seq"], r["role"], r.get("reply_to")) for r in found] == [
+        (8, "assistant", None),
+        (9, "user", 8),
+    ]
+    assert found[1]["content"] == "It is ORD-41234."
+
+
+async def test_a_reply_is_not_added_for_a_statement_nor_when_shown_or_already_found(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("Hello."),  # 1
+            assistant("Noted, your order number is on file."),  # 2: no question
+            user("Thanks, the order number ends in 34."),  # 3: found by itself
+            assistant("What is the order number then?"),  # 4: asks; its reply is 5
+            user("ORD-41234."),  # 5
+            *chatter(2),
+        ],
+    )
+    reply_shown = (ChatMessage(role="user", content="ORD-41234."),)
+
+    found = await _search(store, tid, "order number", k=5)
+    shown = await _search(store, tid, "order number", reply_shown, k=5)
+
+    assert sorted((r["seq"], r.get("reply_to")) for r in found) == [
+        (2, None),
+        (3, None),
+        (4, None),
+        (5, 4),
+    ]
+    assert 5 not in {r["seq"] for r in shown}  # the prompt shows the reply already
+    assert sum(1 for r in found if r["seq"] == 3) == 1  # a reply found by itself is not doubled
