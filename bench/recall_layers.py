@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import sqlite3
 import sys
 import tempfile
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.recall_material import Material, Turn, generate
+from bench.recall_material import Fact, Material, Turn, generate
 from bench.recall_styles import STYLES, Counted, style
 from bench.turns import bench_settings, search_probe_settings
 from bounded_agents.core.messages import ChatMessage, ToolCall
@@ -153,22 +154,62 @@ class Probe:
     sent_tokens: int
     thread_tokens: int
     missing: list[str] = field(default_factory=list)
+    reachable: int = 0
+    """Facts whose current value a search by the topic's words could find at all (`reachable`):
+    the ceiling of any retrieval by topic words, whatever its ranking."""
 
     @property
     def recall(self) -> float:
         return 100.0 * self.recalled / self.planted if self.planted else 100.0
 
 
+_WORDS = re.compile(r"[a-z]+")
+_PREFIX = 5
+
+
+def _shares_a_word(topic: str, text: str) -> bool:
+    """Whether `text` holds a word of `topic`, or a form of one: the same first letters, up to
+    `_PREFIX` of them and at least 4 ("warehoused" for "warehouse", "ship" for "shipping"); a
+    word shorter than 4 letters only whole ("API", "VAT")."""
+    words = set(_WORDS.findall(text.lower()))
+    for t in _WORDS.findall(topic.lower()):
+        for w in words:
+            n = min(len(w), len(t), _PREFIX)
+            if w == t or (n >= 4 and w[:n] == t[:n]):
+                return True
+    return False
+
+
+def reachable(material: Material, fact: Fact, done: int) -> bool:
+    """Whether a search by `fact`'s topic words could find its current value as of `done`
+    turns: the message holding the value (the user's, or the tool result) has a word of the
+    topic, or it answers an assistant message that asks with one (a search returns the reply to
+    a question it finds). An oracle over the text, independent of the project's search: it
+    tells which misses no retrieval by topic words can avoid (a value said without its topic,
+    "Actually, use INV-2027-5523 instead.")."""
+    current = fact.current(done)
+    if current is None:
+        return False
+    at = max(t for t, v in fact.values if v == current and t < done)
+    turn = material.turns[at]
+    holder = turn.tool_result if turn.tool_result and current in turn.tool_result else turn.content
+    if _shares_a_word(fact.topic, holder):
+        return True
+    before = material.turns[at - 1].reply if at > 0 else None
+    return bool(before and "?" in before and _shares_a_word(fact.topic, before))
+
+
 def measure(material: Material, done: int, prompt: Sequence[ChatMessage], thread: int) -> Probe:
     """Facts said in the first `done` turns, checked in `prompt` (what the model is sent)."""
     text = "\n".join(m.content for m in prompt)
-    planted = recalled = stale = 0
+    planted = recalled = stale = reach = 0
     missing: list[str] = []
     for fact in material.facts:
         current = fact.current(done)
         if current is None:
             continue
         planted += 1
+        reach += reachable(material, fact, done)
         if current in text:
             recalled += 1
             continue
@@ -176,7 +217,7 @@ def measure(material: Material, done: int, prompt: Sequence[ChatMessage], thread
         if any(old in text for old in fact.stale(done)):
             stale += 1
     sent = sum(estimate_message_tokens(m) for m in prompt)
-    return Probe(done, planted, recalled, stale, sent, thread, missing)
+    return Probe(done, planted, recalled, stale, sent, thread, missing, reach)
 
 
 def _copy_database(source: Path, target: Path) -> None:
@@ -440,7 +481,29 @@ def render(results: dict[str, Any]) -> str:
             f"{row['worst']:.0f}% | {row['stale']} | {_range(sent_lo, sent_hi, '.1f')}% | "
             f"{summ} | {counts} | {missed} |"
         )
-    return "\n".join(lines)
+    return "\n".join([*lines, "", ceiling_line(results)])
+
+
+def ceiling_line(results: dict[str, Any]) -> str:
+    """What a search by topic words could reach at all at the last turn (`reachable`), per
+    length and seed: the ceiling under every search row of the table."""
+    parts: list[str] = []
+    for turns in results["turn_counts"]:
+        seen: dict[int, tuple[int, int]] = {}
+        for run in results["runs"]:
+            if run["turns"] == turns and run["with_search"]:
+                last = run["with_search"][-1]
+                seen.setdefault(run["seed"], (last.get("reachable", 0), last["planted"]))
+        cells = ", ".join(f"{r}/{p}" for _, (r, p) in sorted(seen.items()))
+        parts.append(f"{turns} turns: {cells}")
+    return (
+        "Facts a search by topic words could reach at all at the last turn (seeds "
+        + ", ".join(str(s) for s in results["seeds"])
+        + "; the value's message or the assistant's question it answers holds a word of the "
+        + "topic): "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def write_chart(results: dict[str, Any], path: Path) -> str:

@@ -26,7 +26,14 @@ import pytest
 import bench.recall_layers
 import bench.recall_styles
 from bench.__main__ import parse_args
-from bench.recall_layers import probe_points, render, run_layers, run_one, write_chart
+from bench.recall_layers import (
+    probe_points,
+    reachable,
+    render,
+    run_layers,
+    run_one,
+    write_chart,
+)
 from bench.recall_material import FACTS, TOOL_FACTS, UPDATES, generate, template_strings
 from bench.recall_styles import STYLES, Compact
 from bounded_agents.core.messages import Message
@@ -169,10 +176,14 @@ async def test_one_command_makes_one_table_and_the_chart_is_optional(
     lines: list[str] = []
     results = await run_layers((60,), (0,), (20,), ("compact", "junk"), log=lines.append)
     assert len(lines) == 3  # window/search, compact, junk
-    table = render(results).splitlines()
+    *table, blank, ceiling = render(results).splitlines()
     assert table[0].startswith("| turns | layers |") and table[1].startswith("|---")
     # window, search; summary and summary + search for each of the two styles
     assert len(table) == 2 + 2 + 2 * 2
+    assert blank == "" and ceiling.startswith("Facts a search by topic words could reach")
+    material = generate(60, seed=0)
+    reach = sum(reachable(material, f, 60) for f in material.facts)
+    assert ceiling.endswith(f": 60 turns: {reach}/{FACTS}."), ceiling
     assert all(line.count("|") == table[0].count("|") for line in table)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     assert write_chart(results, tmp_path / "chart.png").startswith("chart skipped")
@@ -222,3 +233,20 @@ def test_the_command_line_picks_the_layers_bench_and_its_quick_form() -> None:
     assert config.recall_styles == ("compact", "down")
     config, _, _, only = parse_args(["--recall-legacy"])
     assert only == "recall-legacy" and config.recall_summarizers == ("reference", "verbose")
+
+
+def test_the_ceiling_counts_a_value_said_without_its_topic_as_out_of_reach() -> None:
+    """`reachable` reads the text, not the generator's labels: checked against them here. A
+    value stated with its topic, answering a question that names it, or in a tool result that
+    names it is reachable by topic words; a bare statement or correction never is."""
+    for seed in (0, 1):
+        material = generate(500, seed=seed)
+        for done in (120, 300, 500):
+            for fact in material.facts:
+                if fact.current(done) is None:
+                    continue
+                wording = fact.wording(done)
+                if wording in ("bare", "bare correction"):
+                    assert not reachable(material, fact, done), (fact.topic, wording)
+                elif wording in ("statement", "correction", "answer", "tool"):
+                    assert reachable(material, fact, done), (fact.topic, wording)
