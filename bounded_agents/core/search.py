@@ -356,7 +356,8 @@ async def reply_hits(
     shown: Callable[[SearchHit], bool] = lambda hit: False,
 ) -> dict[int, SearchHit]:
     """For each hit that `asks` (by its index in `hits`), the user's reply to it: the message
-    right after it, when that is a user message neither among `hits` nor `shown` by the prompt.
+    right after it (`seq + 1`: an erased reply leaves a gap, and the next message is not its
+    answer), when that is a user message neither among `hits` nor `shown` by the prompt.
     One bounded read (a row) per asking hit, so at most `MAX_SEARCH_RESULTS` rows a search."""
     seqs = {h.seq for h in hits if h.from_seq is None}
     out: dict[int, SearchHit] = {}
@@ -364,8 +365,8 @@ async def reply_hits(
         if not asks(hit):
             continue
         after = await store.messages_after(thread_id, hit.seq, 1)
-        if not after or after[0].role != "user" or after[0].seq is None:
-            continue
+        if not after or after[0].role != "user" or after[0].seq != hit.seq + 1:
+            continue  # no reply, or it was erased: a later message is not its answer
         reply = after[0]
         row = SearchHit(
             seq=reply.seq,

@@ -174,12 +174,22 @@ def test_a_snippet_of_a_short_text_is_the_whole_text_and_marks_are_removed() -> 
 
 async def test_equal_matches_come_newest_first(store: ContractStore) -> None:
     tid = await _thread(
-        store, [user("Parking is on level 3."), *chatter(4), user("Parking is on level 3.")]
+        store, [user("Parking is on level 3."), *chatter(4), user("Parking is on level 4.")]
     )
 
     found = await _search(store, tid, "parking level")
 
     assert [r["seq"] for r in found] == [10, 1]
+
+
+async def test_a_text_said_twice_comes_back_once_at_its_newest(store: ContractStore) -> None:
+    tid = await _thread(
+        store, [user("Parking is on level 3."), *chatter(4), user("Parking is on level 3.")]
+    )
+
+    found = await _search(store, tid, "parking level")
+
+    assert [r["seq"] for r in found] == [10]
 
 
 async def test_the_archive_port_stores_a_part_once_and_pages_newest_first(
@@ -292,3 +302,21 @@ async def test_a_reply_is_not_added_for_a_statement_nor_when_shown_or_already_fo
     ]
     assert 5 not in {r["seq"] for r in shown}  # the prompt shows the reply already
     assert sum(1 for r in found if r["seq"] == 3) == 1  # a reply found by itself is not doubled
+
+
+async def test_an_erased_reply_is_not_replaced_by_a_later_message(store: ContractStore) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("Hello."),  # 1
+            assistant("What is your order number?"),  # 2
+            user("It is ORD-41234."),  # 3: erased below
+            user("Unrelated: the weather is fine."),  # 4: not an answer to 2
+            *chatter(2),
+        ],
+    )
+    assert await _erasing(store).delete_message(tid, 3)
+
+    found = await _search(store, tid, "order number")
+
+    assert [(r["seq"], r.get("reply_to")) for r in found] == [(2, None)]
