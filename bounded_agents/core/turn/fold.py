@@ -57,9 +57,10 @@ async def rolling_prompt(
         turn.report.summary = SummaryReport(
             made=False, covers_through_seq=summary.covers_through_seq
         )
-    prompt, turn.window, omitted = opening_prompt(
+    prompt, turn.window, omitted, cleared = opening_prompt(
         turn.definition, recorded, summary, user_seq=user_seq, folds=folds
     )
+    turn.report.cleared_results, turn.report.cleared_tokens = cleared.results, cleared.tokens
     if omitted and turn.report.summary is not None:
         turn.report.summary.omitted = omitted
     return prompt
@@ -89,7 +90,10 @@ async def refold(deps: TurnDeps, turn: Turn, prompt: list[ChatMessage]) -> list[
         # did store is where the next refold starts: none is summarized twice.
         window.summary = summary
         return prompt
-    return refolded_prompt(turn.definition, prompt, window, summary=summary, folded=len(older))
+    refolded = refolded_prompt(turn.definition, prompt, window, summary=summary, folded=len(older))
+    turn.report.cleared_results = window.cleared.results
+    turn.report.cleared_tokens = window.cleared.tokens
+    return refolded
 
 
 async def fold(
