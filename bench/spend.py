@@ -64,12 +64,10 @@ PRICES = {
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 FETCH_EVERY = 3
 """Every third user message asks for a page."""
-EVICTION = {"clear_tool_results_keep": 0, "clear_tool_results_step_tokens": 2048}
-"""The clearing lever: a result rides whole in the run that fetched it (a run's own tool
-results are never in its kept history), and is cleared from the next turns' prompts in
-2,048-token steps. Measured against keep 1-2 and steps of 1,024-32,768 on 150 turns: keeping
-an older result verbatim makes each step rewrite the cache from that result on (Anthropic
-writes at 1.25x), which costs more than clearing saves."""
+EVICTION = {"clear_tool_results_keep": 1, "clear_tool_results_step_tokens": 4096}
+"""The clearing lever: the page of the previous turn that fetched one rides verbatim (a run's
+own results are never in its kept history, so the page being answered always does), older
+ones are cleared in steps of the default 4,096 estimated tokens."""
 
 
 def page(n: int) -> str:

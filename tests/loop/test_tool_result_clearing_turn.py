@@ -77,14 +77,14 @@ async def test_old_results_ride_as_placeholders_and_search_still_finds_them(
         agent="reader", thread_id=thread.id, actor_id="alice", content="how are you?"
     )
 
-    # Four results of ~2,006 tokens, the newest kept: 6,018 clearable, steps of 1,000 cut at
-    # 6,000, so the two oldest are cleared and the third (which would reach 6,018) rides.
+    # Four results of ~2,006 tokens, the newest kept: 6,018 clearable, in steps of 1,000 the
+    # line is at 6,000, and the three older results start below it (at 0, 2,006 and 4,012).
     sent = _tool_messages(model.calls[8])
-    assert [s.startswith(CLEARED_PREFIX) for s in sent] == [True, True, False, False]
+    assert [s.startswith(CLEARED_PREFIX) for s in sent] == [True, True, True, False]
     assert "fetch returned 8,021 characters (~2,006 tokens) at message seq 2" in sent[0]
     assert "at message seq 4" in sent[1]  # each run: the question, then one answer
-    assert sent[2] == page(2) and sent[3] == page(3)
-    assert fifth.report.cleared_results == 2 and fifth.report.cleared_tokens == 2 * 2006
+    assert sent[3] == page(3)
+    assert fifth.report.cleared_results == 3 and fifth.report.cleared_tokens == 3 * 2006
     stored = await sql_store.get_thread(thread.id)
     assert stored is not None
     assert stored.messages[1].tool_results[0].content == page(0)  # the row is untouched
@@ -123,7 +123,7 @@ async def test_a_resumed_run_sends_the_same_cleared_prompt(env: LoopEnv) -> None
             agent="helper", thread_id=tid, actor_id="alice", content="next?", run_id=run_id
         )
     first = failing.calls[0]
-    assert sum(m.content.startswith(CLEARED_PREFIX) for m in first.messages) == 2
+    assert sum(m.content.startswith(CLEARED_PREFIX) for m in first.messages) == 3
 
     # The process comes back with clearing off: the journal, not the new policy, decides.
     again = ScriptedProvider([reply("done")])

@@ -10,11 +10,12 @@ still reach the whole result.
 A placeholder changes the prompt where it stands, which would break a provider's prompt cache
 on every turn if it moved by one result per turn. So clearing moves in STEPS: the results
 older than the newest `keep_results` are counted in estimated tokens from the window's first
-kept message, and only the results wholly below the newest multiple of `step_tokens` of that
-count are cleared. The window's start is fixed between two of its own cuts (the hysteresis
-grid), so the cleared set is too: it changes only when the clearable tokens pass the next
-multiple of `step_tokens`, at most once per `step_tokens` tokens of new tool output. When the
-window cuts, the prompt changes anyway, and the count starts again from the new start.
+kept message, and the results that START below the newest multiple of `step_tokens` of that
+count are cleared (the one across that line with them). The window's start is fixed between
+two of its own cuts (the hysteresis grid), so the cleared set is too: it changes only when the
+clearable tokens pass the next multiple of `step_tokens`, at most once per `step_tokens`
+tokens of new tool output. When the window cuts, the prompt changes anyway, and the count
+starts again from the new start.
 
 Everything here is a pure function of the kept messages (journaled by `load:thread`) and the
 policy's settings: a replay clears exactly what the first attempt cleared.
@@ -96,7 +97,7 @@ def clear_tool_results(
     chosen: set[tuple[int, int]] = set()
     total = 0
     for position, size in zip(clearable, sizes, strict=True):
-        if total + size > line:
+        if total >= line:  # this one starts at or past the line: it stays
             break
         total += size
         chosen.add(position)
