@@ -62,13 +62,24 @@ class CalibratedCounter:
     calibration errs high.
     """
 
-    def __init__(self, base: TokenCounter | None = None, *, decay: float = 0.1) -> None:
+    def __init__(
+        self, base: TokenCounter | None = None, *, decay: float = 0.1, floor: float = MIN_RATIO
+    ) -> None:
         self.base = base or EstimateCounter()
         self.decay = decay
+        self.floor = floor
+        """The smallest ratio applied (learned ones below it are kept, not applied): the loop
+        uses 1.0, so calibration only ever shrinks a chunk or grows a hold, never sends more
+        than the plain estimate allowed (a fake or lying usage report cannot inflate it)."""
         self._ratios: dict[str, float] = {}
 
     def ratio(self, model: str) -> float:
-        return self._ratios.get(model, 1.0)
+        """The ratio applied to `model`'s estimates: the learned one, at least `floor`."""
+        return max(self.floor, self._ratios.get(model, 1.0))
+
+    def learned(self, model: str) -> float | None:
+        """The ratio learned for `model` (None: none reported yet)."""
+        return self._ratios.get(model)
 
     def observe(self, model: str, estimated: int, reported: int) -> None:
         """Learn from one call: `estimated` tokens by the base counter, `reported` by the

@@ -51,11 +51,12 @@ class LearnedSizes:
     compress_cap: dict[str, int] = field(default_factory=dict)
     """Half the smallest summary the agent's summarizer refused to compress: a longer one is
     compressed by its oldest part within this (`FoldCalls.compress`)."""
-    tokens: CalibratedCounter = field(default_factory=CalibratedCounter)
+    tokens: CalibratedCounter = field(default_factory=lambda: CalibratedCounter(floor=1.0))
     """Per model name, the ratio of the prompt tokens providers reported to the estimate
     (`bounded_agents.core.calibration`): learned from every chat call that reports usage,
     applied where the loop sizes by the estimate (fold chunks, quota holds). 1.0 until a
-    provider reports: the estimate stays the default offline."""
+    provider reports, and never below it: the estimate stays the default offline, and a model
+    that counts fewer tokens than the estimate is sized as before."""
 
 
 @dataclass(frozen=True)
