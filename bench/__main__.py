@@ -62,7 +62,10 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
     parser.add_argument(
         "--spend",
         action="store_true",
-        help="only input cost per provider price table, uncached vs cached (bench/spend.py)",
+        help=(
+            "only input cost per provider price table: uncached, cached, cached + tool-result "
+            "eviction (bench/spend.py)"
+        ),
     )
     parser.add_argument(
         "--recall",

@@ -12,8 +12,16 @@ provider would send:
 - OpenAI: automatic prefix caching of the thread's previous prompt (one `prompt_cache_key` per
   thread routes to one cache), in 128-token steps from 1,024 tokens.
 
+The thread uses a tool: every `FETCH_EVERY`-th user message asks for a page, the model calls
+`fetch` (a seeded 2-20 KB page, the README demo's size at most) and then answers. The same
+script runs twice: once with the plain window, once with tool-result clearing
+(`EVICTION`: the newest results verbatim, older ones placeholders, in grid-aligned steps). The
+columns: uncached (the plain run's prompts, no cache), cached (the same prompts through the
+provider's cache) and cached + eviction (the clearing run's prompts through the cache), each
+as a share of the uncached cost.
+
 Token counts are the chars/4 estimate on the body's blocks (the same for every column, so the
-ratios hold). Tool-result eviction is not built yet: no `+ eviction` column.
+ratios hold).
 """
 
 from __future__ import annotations
@@ -22,13 +30,19 @@ import asyncio
 import hashlib
 import json
 import math
+import random
 import statistics
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.cache import conversation, script
-from bounded_agents.core.ports import ModelRequest
+from bench.cache import SYSTEM_PROMPT, script
+from bounded_agents.core.history import HistoryConfig, policy_from_config
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.core.ports import ModelRequest, ModelResponse, Usage
+from bounded_agents.durable import SqlJournal
 from bounded_agents.providers.anthropic.wire import (
     LOOKBACK_BLOCKS,
     messages_body,
@@ -36,6 +50,9 @@ from bounded_agents.providers.anthropic.wire import (
 )
 from bounded_agents.providers.echo import EchoModel
 from bounded_agents.providers.openai.wire import wire_message
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.sql import SqlAgentStore
+from bounded_agents.testing import FunctionTool
 
 TURNS = 500
 HISTORY = {"max_messages": 40, "min_messages": 20}
@@ -45,6 +62,89 @@ PRICES = {
     "openai gpt-5": (1.25, 0.125, 1.25),
 }
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
+FETCH_EVERY = 3
+"""Every third user message asks for a page."""
+EVICTION = {"clear_tool_results_keep": 1, "clear_tool_results_step_tokens": 4096}
+"""The clearing lever: the page of the previous turn that fetched one rides verbatim (a run's
+own results are never in its kept history, so the page being answered always does), older
+ones are cleared in steps of the default 4,096 estimated tokens."""
+
+
+def page(n: int) -> str:
+    """Page `n`: 2,000-20,000 characters of seeded words."""
+    rng = random.Random(n)
+    words = "price stock order delivery invoice customer region total margin".split()
+    size = rng.randint(2_000, 20_000)
+    text = f"Page {n}:"
+    while len(text) < size:
+        text += f" {rng.choice(words)} {rng.randint(0, 99_999)}"
+    return text
+
+
+def tool_script(turns: int) -> list[str]:
+    """`bench.cache.script`, every `FETCH_EVERY`-th message asking for a page."""
+    return [
+        f"{text} Please fetch page {n}." if n % FETCH_EVERY == 0 else text
+        for n, text in enumerate(script(turns))
+    ]
+
+
+class FetchingModel:
+    """EchoModel that first calls `fetch` when the user's message asks for a page."""
+
+    model = "echo"
+
+    def __init__(self) -> None:
+        self.echo = EchoModel()
+        self.prompts: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "chat":
+            self.prompts.append(request)
+        last = request.messages[-1]
+        if last.role == "user" and "Please fetch page " in last.content:
+            n = int(last.content.rsplit("Please fetch page ", 1)[1].rstrip("."))
+            call = ToolCall(id=f"fetch{n}", name="fetch", arguments={"page": n})
+            usage = Usage(prompt_tokens=1, completion_tokens=1)
+            return ModelResponse(content="", tool_calls=[call], model="echo", usage=usage)
+        return await self.echo.complete(request)
+
+
+async def tool_thread(history: dict[str, Any], turns: int, url: str) -> list[ModelRequest]:
+    """The tool-using thread through `AgentLoop` on SQLite: every chat prompt sent."""
+    store = SqlAgentStore.from_url(url)
+    await store.create_schema()
+    model = FetchingModel()
+
+    async def fetch(page: int) -> str:
+        return globals()["page"](page)
+
+    definition = AgentDefinition(
+        name="bench",
+        system_prompt=SYSTEM_PROMPT,
+        policy=policy_from_config(HistoryConfig.coerce(history), model),
+        tools={"fetch": FunctionTool("fetch", fetch, "A page of the shop's records.")},
+    )
+    loop = AgentLoop(
+        store=store,
+        runtime=SqlJournal(store.engine, lease_seconds=60),
+        ledger=SqlLedger(store.engine),
+        model=model,
+        agents={"bench": definition},
+    )
+    thread = await store.create_thread(actor_id="bench", agent="bench")
+    try:
+        for content in tool_script(turns):
+            await loop.run_turn(
+                agent="bench",
+                thread_id=thread.id,
+                actor_id="bench",
+                content=content,
+                run_id=str(uuid.uuid4()),
+            )
+    finally:
+        await store.dispose()
+    return model.prompts
 
 
 def _tokens(value: Any) -> int:
@@ -124,51 +224,62 @@ def _cost(calls: list[dict[str, int]], prices: tuple[float, float, float]) -> fl
     )
 
 
+def _lever(calls: list[dict[str, int]], prices: tuple[float, float, float]) -> dict[str, Any]:
+    hit = [c["read"] / c["input"] for c in calls if c["input"]]
+    return {
+        "input_tokens": sum(c["input"] for c in calls),
+        "cached_reads": sum(c["read"] for c in calls),
+        "cache_writes": sum(c["written"] for c in calls),
+        "cost": _cost(calls, prices),
+        "hit_share_mean": statistics.fmean(hit) if hit else 0.0,
+        "hit_share_median": statistics.median(hit) if hit else 0.0,
+    }
+
+
 async def run_spend_bench(turns: int = TURNS) -> dict[str, Any]:
-    from bench.cache import RecordingModel  # the recorder keeps every chat prompt
-
-    prompts: list[ModelRequest] = []
-
-    class Keeping(RecordingModel):
-        async def complete(self, request: ModelRequest) -> Any:
-            if request.purpose == "chat":
-                prompts.append(request)
-            return await super().complete(request)
-
+    evicting = {**HISTORY, **EVICTION}
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite+aiosqlite:///{Path(tmp) / 'spend.db'}"
-        await conversation(HISTORY, Keeping(EchoModel()), script(turns), url)
-    results: dict[str, Any] = {"turns": turns, "history": HISTORY, "providers": {}}
+        plain = await tool_thread(HISTORY, turns, f"sqlite+aiosqlite:///{Path(tmp) / 'a.db'}")
+        cleared = await tool_thread(evicting, turns, f"sqlite+aiosqlite:///{Path(tmp) / 'b.db'}")
+    results: dict[str, Any] = {
+        "turns": turns,
+        "history": HISTORY,
+        "eviction": EVICTION,
+        "fetch_every": FETCH_EVERY,
+        "chat_calls": {"plain": len(plain), "eviction": len(cleared)},
+        "providers": {},
+    }
     for name, prices in PRICES.items():
-        calls = anthropic_calls(prompts) if name.startswith("anthropic") else openai_calls(prompts)
-        uncached = [{**c, "read": 0, "written": 0} for c in calls]
-        hit = [c["read"] / c["input"] for c in calls if c["input"]]
-        results["providers"][name] = {
-            "input_tokens": sum(c["input"] for c in calls),
-            "cached_reads": sum(c["read"] for c in calls),
-            "cache_writes": sum(c["written"] for c in calls),
-            "cost_uncached": _cost(uncached, prices),
-            "cost_cached": _cost(calls, prices),
-            "hit_share_mean": statistics.fmean(hit) if hit else 0.0,
-            "hit_share_median": statistics.median(hit) if hit else 0.0,
+        simulate = anthropic_calls if name.startswith("anthropic") else openai_calls
+        calls, evicted = simulate(plain), simulate(cleared)
+        uncached = _lever([{**c, "read": 0, "written": 0} for c in calls], prices)
+        f = {
+            "uncached": uncached,
+            "cached": _lever(calls, prices),
+            "cached_eviction": _lever(evicted, prices),
         }
-        f = results["providers"][name]
-        f["cached_vs_uncached"] = f["cost_cached"] / f["cost_uncached"]
+        for lever in ("cached", "cached_eviction"):
+            f[lever]["vs_uncached"] = f[lever]["cost"] / uncached["cost"]
+        results["providers"][name] = f
     return results
 
 
 def render_spend(results: dict[str, Any]) -> str:
     lines = [
-        f"Spend: {results['turns']}-turn thread, hysteresis {results['history']}, EchoModel",
-        f"{'price table':30} {'input tok':>10} {'reads':>10} {'writes':>9} {'$ uncached':>10} "
-        f"{'$ cached':>9} {'ratio':>6} {'hit/turn':>8}",
+        f"Spend: {results['turns']}-turn tool-using thread (a page every "
+        f"{results['fetch_every']} turns), hysteresis {results['history']}, "
+        f"eviction {results['eviction']}, EchoModel",
+        f"{'price table':28} {'lever':16} {'input tok':>10} {'reads':>10} {'writes':>9} "
+        f"{'$':>7} {'vs uncached':>11} {'hit/call':>8}",
     ]
     for name, f in results["providers"].items():
-        lines.append(
-            f"{name:30} {f['input_tokens']:10,} {f['cached_reads']:10,} {f['cache_writes']:9,} "
-            f"{f['cost_uncached']:10.3f} {f['cost_cached']:9.3f} {f['cached_vs_uncached']:6.2f} "
-            f"{f['hit_share_mean']:8.1%}"
-        )
+        for lever in ("uncached", "cached", "cached_eviction"):
+            x = f[lever]
+            lines.append(
+                f"{name:28} {lever.replace('_', ' + '):16} {x['input_tokens']:10,} "
+                f"{x['cached_reads']:10,} {x['cache_writes']:9,} {x['cost']:7.3f} "
+                f"{x.get('vs_uncached', 1.0):11.2f} {x['hit_share_mean']:8.1%}"
+            )
     return "\n".join(lines)
 
 

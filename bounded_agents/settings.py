@@ -134,6 +134,14 @@ class Settings(BaseSettings):
     prompt bounded meanwhile (docs/history.md)."""
     history_fold_timeout_seconds: float = Field(default=120.0, gt=0)
     """How long one summarizer call may take before the turn answers without that fold."""
+    history_clear_tool_results_keep: int | None = Field(default=None, ge=0)
+    """Tool-result clearing (off when unset): the newest this many tool results ride verbatim,
+    older ones are replaced in the prompt by a placeholder (tool, size, seq); the stored rows
+    stay and `search_history` finds them (docs/history.md). On its own it gives the default
+    40-message window, as AGENT_HISTORY_SUMMARIZE does."""
+    history_clear_tool_results_step_tokens: int | None = Field(default=None, ge=1)
+    """Clearing moves in steps of at least this many estimated tokens (default 4096), so the
+    prompt's prefix, and a provider's prompt cache, changes only at a step."""
     history_cache_ttl_seconds: float = Field(default=300.0, ge=0, allow_inf_nan=False)
     """How long the provider keeps a prompt cache while the thread is idle. A summarizing
     window whose thread sat idle this long folds as soon as the fold is within half a batch:
@@ -292,6 +300,8 @@ class Settings(BaseSettings):
         "history_fold_messages",
         "history_fold_max_tokens",
         "history_summary_carry",
+        "history_clear_tool_results_keep",
+        "history_clear_tool_results_step_tokens",
         "token_quota",
         "openai_max_tokens",
         "openai_prompt_cache_retention",
@@ -319,6 +329,8 @@ class Settings(BaseSettings):
                 ("keep_recent_runs", self.history_keep_recent_runs),
                 ("fold_messages", self.history_fold_messages),
                 ("fold_max_tokens", self.history_fold_max_tokens),
+                ("clear_tool_results_keep", self.history_clear_tool_results_keep),
+                ("clear_tool_results_step_tokens", self.history_clear_tool_results_step_tokens),
                 # Only beside `summarize`: on its own it describes no history at all.
                 ("summary_carry", self.history_summary_carry if self.history_summarize else None),
             )

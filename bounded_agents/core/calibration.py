@@ -8,6 +8,13 @@ call, so the ratio reported/estimated is learned per model name, bounded, and ap
 loop sizes things: `CalibratedCounter.count` (real tokens of messages) and `.budget` (how many
 estimated tokens fit a real-token limit).
 
+The loop keeps one `CalibratedCounter` per process (`TurnDeps.learned.tokens`): every chat
+call whose usage the provider reported teaches it, under the configured model's name, and the
+fold sizes its chunks (`calibrated` budget of the policy's `fold_max_tokens`) and the quota
+holds its reservations by it. Token windows (`max_tokens`, `min_tokens`) are NOT calibrated: they
+cut by the running estimate the store keeps per message, so a window and its bounded read agree.
+`CalibratingProvider` does the same for a provider used outside the loop.
+
 Per process, in memory: a restart relearns from the first reported call (one call's worth of
 error, the same as before this module). The estimate stays the default offline (ratio 1.0 until
 a provider reports).
@@ -55,13 +62,24 @@ class CalibratedCounter:
     calibration errs high.
     """
 
-    def __init__(self, base: TokenCounter | None = None, *, decay: float = 0.1) -> None:
+    def __init__(
+        self, base: TokenCounter | None = None, *, decay: float = 0.1, floor: float = MIN_RATIO
+    ) -> None:
         self.base = base or EstimateCounter()
         self.decay = decay
+        self.floor = floor
+        """The smallest ratio applied (learned ones below it are kept, not applied): the loop
+        uses 1.0, so calibration only ever shrinks a chunk or grows a hold, never sends more
+        than the plain estimate allowed (a fake or lying usage report cannot inflate it)."""
         self._ratios: dict[str, float] = {}
 
     def ratio(self, model: str) -> float:
-        return self._ratios.get(model, 1.0)
+        """The ratio applied to `model`'s estimates: the learned one, at least `floor`."""
+        return max(self.floor, self._ratios.get(model, 1.0))
+
+    def learned(self, model: str) -> float | None:
+        """The ratio learned for `model` (None: none reported yet)."""
+        return self._ratios.get(model)
 
     def observe(self, model: str, estimated: int, reported: int) -> None:
         """Learn from one call: `estimated` tokens by the base counter, `reported` by the
@@ -77,6 +95,10 @@ class CalibratedCounter:
 
     def count(self, messages: Sequence[Message | ChatMessage], model: str = "") -> int:
         return math.ceil(self.base.count(messages, model) * self.ratio(model))
+
+    def tokens(self, estimated: int, model: str) -> int:
+        """`estimated` tokens (by the base counter) as the model's real tokens."""
+        return math.ceil(estimated * self.ratio(model))
 
     def budget(self, tokens: int, model: str) -> int:
         """How many estimated tokens fit in `tokens` of the model's real tokens: what a window,

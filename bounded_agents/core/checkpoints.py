@@ -197,6 +197,9 @@ class LoadThreadPayload(TypedDict):
     fold: NotRequired[FoldPayload]
     title: NotRequired[str | None]
     has_assistant_message: NotRequired[bool]
+    clearing: NotRequired[JsonObject]
+    """The policy's tool-result clearing when it read (`ToolResultClearing`), so a replay
+    clears as the first attempt did; absent: nothing cleared (journals from before it too)."""
 
 
 class LegacyLoadPayload(TypedDict):

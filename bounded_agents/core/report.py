@@ -200,6 +200,11 @@ class RunReport(BaseModel):
     summary: SummaryReport | None = None
     prompt_cache: PromptCacheReport | None = None
     """The chat calls' prefix reuse and cached tokens, summed (None before the run ended)."""
+    cleared_results: int = 0
+    """Tool results of the kept history the prompt carried as placeholders instead of whole
+    (tool-result clearing, `clear_tool_results_keep`); the stored rows are untouched."""
+    cleared_tokens: int = 0
+    """Their estimated tokens (the content left out of the prompt)."""
 
 
 class RunResult(BaseModel):

@@ -30,7 +30,17 @@ async def test_a_short_thread_costs_less_cached_on_both_price_tables() -> None:
     results = await run_spend_bench(turns=60)
     anthropic = results["providers"]["anthropic claude-sonnet-4-5"]
     openai = results["providers"]["openai gpt-5"]
-    for figures in (anthropic, openai):
+    for levers in (anthropic, openai):
+        figures = levers["cached"]
         assert 0 < figures["cached_reads"] < figures["input_tokens"]
-        assert figures["cost_cached"] < figures["cost_uncached"]
-    assert anthropic["cache_writes"] > 0 and openai["cache_writes"] == 0
+        assert figures["cost"] < levers["uncached"]["cost"]
+    assert anthropic["cached"]["cache_writes"] > 0 and openai["cached"]["cache_writes"] == 0
+
+
+async def test_eviction_sends_fewer_tokens_and_costs_less_than_caching_alone() -> None:
+    results = await run_spend_bench(turns=60)
+    for levers in results["providers"].values():
+        evicted, cached = levers["cached_eviction"], levers["cached"]
+        assert evicted["input_tokens"] < cached["input_tokens"]
+        assert 0 < evicted["cached_reads"]
+        assert evicted["cost"] < cached["cost"]

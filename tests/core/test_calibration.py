@@ -91,3 +91,13 @@ def test_the_ratio_is_bounded_errs_high_and_leaves_other_models_and_small_prompt
     assert counter.ratio("tiny") == 1.0
     assert counter.ratio("other") == 1.0
     assert calibrated_budget(CONTEXT, object()) == CONTEXT  # no calibration: the estimate
+
+
+def test_the_loops_floor_keeps_a_low_report_from_growing_any_budget() -> None:
+    """The loop's counter applies no ratio below 1.0: a model (or a fake) reporting fewer
+    tokens than the estimate is sized as by the plain estimate, never sent more."""
+    counter = CalibratedCounter(floor=1.0)
+    counter.observe("terse", estimated=1000, reported=500)
+    assert counter.learned("terse") == 0.5
+    assert counter.ratio("terse") == 1.0
+    assert counter.budget(8000, "terse") == 8000

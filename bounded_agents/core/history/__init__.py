@@ -31,6 +31,8 @@ where users import them from (`from bounded_agents.core.history import window_hi
     powers.py    what a policy may declare beyond `select`, as protocols the loop probes
                  (`supports_*`, `read_bound`, `fold_budget`): the loop's vocabulary, imported
                  from `bounded_agents.core.history.powers`
+    clearing.py  tool-result clearing (`ToolResultClearing`): old tool results replaced by
+                 placeholders in the prompt, in steps a provider's cache survives
 """
 
 from __future__ import annotations

@@ -33,13 +33,15 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
 
     `enabled=False` gives `latest_message_only()`. `runs` gives `runs_window`,
     `summary_token_threshold` gives `summarizing_runs_window`, anything else a `window_history`
-    (40 messages when no limit is given). `summarize=True` binds `summarize_with_model(model)`
+    (40 messages when no limit is given), each clearing old tool results when
+    `clear_tool_results_keep` is set. `summarize=True` binds `summarize_with_model(model)`
     and raises `ConfigError` when no model is given; a callable `summarize` is used as is.
     """
     if not config.enabled:
         return latest_message_only()
+    clearing = config.tool_result_clearing
     if config.runs is not None:
-        return runs_window(config.runs)
+        return runs_window(config.runs, clear_tool_results=clearing)
     summarizer: Summarizer | None
     if config.summarize is True:
         if model is None:
@@ -56,6 +58,7 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
             config.summary_token_threshold,
             keep_recent_runs=config.keep_recent_runs,
             fold_max_tokens=config.fold_max_tokens,
+            clear_tool_results=clearing,
         )
     if config.max_messages is None and config.max_tokens is None:
         max_messages: int | None = DEFAULT_WINDOW_MESSAGES
@@ -71,6 +74,7 @@ def policy_from_config(config: HistoryConfig, model: ModelProvider | None) -> Hi
         min_messages=config.min_messages,
         min_tokens=config.min_tokens,
         cache_ttl_seconds=config.cache_ttl_seconds,
+        clear_tool_results=clearing,
     )
 
 

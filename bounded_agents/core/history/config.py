@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bounded_agents.core.history.clearing import DEFAULT_CLEAR_STEP_TOKENS, ToolResultClearing
 from bounded_agents.core.history.runs import DEFAULT_KEEP_RECENT_RUNS
 from bounded_agents.core.ports import Summarizer
 from bounded_agents.core.summary import DEFAULT_FOLD_MAX_TOKENS
@@ -73,6 +74,23 @@ class HistoryConfig(BaseModel):
     (`summarize_with_model`'s `carry`): `rewrite` asks the model for the updated summary,
     `append` asks it for notes on the new messages alone and appends them (for small models
     that drop what they are asked to copy)."""
+    clear_tool_results_keep: int | None = Field(default=None, ge=0)
+    """Tool-result clearing (off by default): the newest this many tool results of the kept
+    history ride verbatim, older ones are replaced IN THE PROMPT by a placeholder naming the
+    tool, its size and seq (the stored row untouched, `search_history` still finds it)."""
+    clear_tool_results_step_tokens: int = Field(default=DEFAULT_CLEAR_STEP_TOKENS, ge=1)
+    """With `clear_tool_results_keep`: clearing moves in steps of at least this many
+    estimated tokens, so the prompt prefix (and a provider's cache) changes only at a step."""
+
+    @property
+    def tool_result_clearing(self) -> ToolResultClearing | None:
+        """The clearing these settings ask for, or None (off)."""
+        if self.clear_tool_results_keep is None:
+            return None
+        return ToolResultClearing(
+            keep_results=self.clear_tool_results_keep,
+            step_tokens=self.clear_tool_results_step_tokens,
+        )
 
     @model_validator(mode="after")
     def _one_strategy(self) -> HistoryConfig:
@@ -98,6 +116,13 @@ class HistoryConfig(BaseModel):
                 raise ValueError("summary_token_threshold: needs summarize (True or a summarizer)")
         elif "keep_recent_runs" in self.model_fields_set:
             raise ValueError("keep_recent_runs: only applies with summary_token_threshold")
+        if (
+            "clear_tool_results_step_tokens" in self.model_fields_set
+            and self.clear_tool_results_keep is None
+        ):
+            raise ValueError(
+                "clear_tool_results_step_tokens: only applies with clear_tool_results_keep"
+            )
         for key in ("fold_messages", "fold_tokens", "cache_ttl_seconds"):
             if getattr(self, key) is not None and not (window and summarizing):
                 raise ValueError(f"{key}: only applies to a summarizing window")

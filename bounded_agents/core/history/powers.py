@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeGuard, runtime_checkable
 
+from bounded_agents.core.history.clearing import ToolResultClearing
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicy, ReadBound, Summarizer, SummaryRenderer
 from bounded_agents.core.summary import DEFAULT_FOLD_MAX_TOKENS, render_history_summary
@@ -65,6 +66,14 @@ class RefoldingPolicy(Protocol):
 
 
 @runtime_checkable
+class ClearingPolicy(Protocol):
+    """Clears old tool results from the prompt in steps (`core/history/clearing.py`);
+    None: every kept result rides verbatim."""
+
+    clear_tool_results: ToolResultClearing | None
+
+
+@runtime_checkable
 class LegacyWindowPolicy(Protocol):
     """The pre-`select` method a journal of the legacy path was recorded with."""
 
@@ -93,6 +102,17 @@ def supports_fold_budget(policy: HistoryPolicy) -> TypeGuard[FoldBudgetPolicy]:
 
 def supports_refolding(policy: HistoryPolicy) -> TypeGuard[RefoldingPolicy]:
     return isinstance(policy, RefoldingPolicy) and supports_summarizing(policy)
+
+
+def supports_clearing(policy: HistoryPolicy) -> TypeGuard[ClearingPolicy]:
+    return isinstance(policy, ClearingPolicy) and isinstance(
+        policy.clear_tool_results, ToolResultClearing
+    )
+
+
+def result_clearing(policy: HistoryPolicy) -> ToolResultClearing | None:
+    """The policy's tool-result clearing, or None when it clears nothing."""
+    return policy.clear_tool_results if supports_clearing(policy) else None
 
 
 def supports_legacy_window(policy: HistoryPolicy) -> TypeGuard[LegacyWindowPolicy]:
@@ -140,6 +160,7 @@ POLICY_PROTOCOLS: tuple[type, ...] = (
     SummaryRenderingPolicy,
     FoldBudgetPolicy,
     RefoldingPolicy,
+    ClearingPolicy,
     LegacyWindowPolicy,
 )
 """Every power a policy may declare, for docs and the test that lists them."""

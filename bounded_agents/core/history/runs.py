@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from bounded_agents.core.history.clearing import ToolResultClearing
 from bounded_agents.core.history.windows import cut_at
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
@@ -58,10 +59,13 @@ class RunsWindow:
 
     summarize: Summarizer | None = None
 
-    def __init__(self, *, max_runs: int) -> None:
+    def __init__(
+        self, *, max_runs: int, clear_tool_results: ToolResultClearing | None = None
+    ) -> None:
         if max_runs < 0:
             raise ConfigError(f"max_runs must be >= 0, got {max_runs!r}")
         self.max_runs = max_runs
+        self.clear_tool_results = clear_tool_results
         self.read_bound = ReadBound(runs=max(1, max_runs))
 
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
@@ -71,7 +75,7 @@ class RunsWindow:
         return f"RunsWindow(max_runs={self.max_runs!r})"
 
 
-def runs_window(max_runs: int) -> RunsWindow:
+def runs_window(max_runs: int, clear_tool_results: ToolResultClearing | None = None) -> RunsWindow:
     """Keep the newest `max_runs` runs whole; drop everything older (no summary).
 
     Runs are grouped by `split_runs`, and a run is never split: a question is never separated
@@ -80,7 +84,7 @@ def runs_window(max_runs: int) -> RunsWindow:
     `max_runs=0` still keeps it. The store reads from the start of the `max_runs`-th newest run
     (one statement). Raises `ConfigError` for a negative `max_runs`.
     """
-    return RunsWindow(max_runs=max_runs)
+    return RunsWindow(max_runs=max_runs, clear_tool_results=clear_tool_results)
 
 
 class SummarizingRunsWindow:
@@ -102,6 +106,7 @@ class SummarizingRunsWindow:
         estimate: TokenEstimator = estimate_message_tokens,
         render_summary: SummaryRenderer = render_history_summary,
         fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> None:
         if token_threshold < 1:
             raise ConfigError(f"token_threshold must be >= 1, got {token_threshold!r}")
@@ -113,6 +118,7 @@ class SummarizingRunsWindow:
         self.estimate = estimate
         self.render_summary = render_summary
         self.fold_max_tokens = fold_max_tokens
+        self.clear_tool_results = clear_tool_results
         # Below the threshold every unsummarized message rides, so the read needs all of them up
         # to the threshold's worth of tokens, AND the newest runs whole however large they are.
         tokens = token_threshold if estimate is estimate_message_tokens else None
@@ -163,6 +169,7 @@ def summarizing_runs_window(
     estimate: TokenEstimator = estimate_message_tokens,
     render_summary: SummaryRenderer = render_history_summary,
     fold_max_tokens: int = DEFAULT_FOLD_MAX_TOKENS,
+    clear_tool_results: ToolResultClearing | None = None,
 ) -> SummarizingRunsWindow:
     """HasteKit's LLM summarization, rolling: keep everything the summary does not cover until
     its estimated tokens (with the summary's own) REACH `token_threshold` (`>=`); then keep the
@@ -180,6 +187,7 @@ def summarizing_runs_window(
         estimate=estimate,
         render_summary=render_summary,
         fold_max_tokens=fold_max_tokens,
+        clear_tool_results=clear_tool_results,
     )
 
 

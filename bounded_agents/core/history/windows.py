@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
+from bounded_agents.core.history.clearing import ToolResultClearing
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
@@ -83,6 +84,8 @@ class WindowHistory:
     cache_ttl_seconds: float | None
     """Summarizing only: how long the provider keeps a prompt cache idle; None takes the
     loop's (`HistoryPolicyContext.cache_ttl_seconds`), 0 never folds early (see `select`)."""
+    clear_tool_results: ToolResultClearing | None
+    """Old tool results replaced in the prompt by placeholders (`ClearingPolicy`); None: off."""
 
     def __init__(
         self,
@@ -98,6 +101,7 @@ class WindowHistory:
         min_messages: int | None = None,
         min_tokens: int | None = None,
         cache_ttl_seconds: float | None = None,
+        clear_tool_results: ToolResultClearing | None = None,
     ) -> None:
         _check_limits(
             fold_max_tokens,
@@ -135,6 +139,7 @@ class WindowHistory:
         self.render_summary = render_summary
         self.fold_max_tokens = fold_max_tokens
         self.cache_ttl_seconds = cache_ttl_seconds
+        self.clear_tool_results = clear_tool_results
         self.fold_messages = (
             fold_messages
             if fold_messages is not None
@@ -327,6 +332,7 @@ def window_history(
     min_messages: int | None = None,
     min_tokens: int | None = None,
     cache_ttl_seconds: float | None = None,
+    clear_tool_results: ToolResultClearing | None = None,
 ) -> WindowHistory:
     """The built-in window: keep the newest messages that fit; the rest is dropped or folded.
 
@@ -357,6 +363,8 @@ def window_history(
     estimator) make the window HYSTERESIS (`WindowHistory.hysteresis`): a sliding window moves
     its start every turn, so a provider's prompt cache never hits; this one moves it in steps,
     and between two cuts each prompt extends the previous one. `cache_ttl_seconds`: see `cold`.
+    `clear_tool_results` replaces old tool results in the prompt by placeholders, in steps
+    (`bounded_agents.core.history.clearing`).
     Raises `ConfigError` for a negative limit, or a low mark without a high one or not below it.
     """
     if max_messages is _UNSET:
@@ -373,6 +381,7 @@ def window_history(
         min_messages=min_messages,
         min_tokens=min_tokens,
         cache_ttl_seconds=cache_ttl_seconds,
+        clear_tool_results=clear_tool_results,
     )
 
 
@@ -388,6 +397,9 @@ class WholeThread:
     read_bound: ReadBound | None = None
     summarize: Summarizer | None = None
 
+    def __init__(self, clear_tool_results: ToolResultClearing | None = None) -> None:
+        self.clear_tool_results = clear_tool_results
+
     def select(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySelection:
         return HistorySelection(keep=list(messages), drop=[])
 
@@ -395,9 +407,9 @@ class WholeThread:
         return "WholeThread()"
 
 
-def whole_thread() -> WholeThread:
+def whole_thread(clear_tool_results: ToolResultClearing | None = None) -> WholeThread:
     """The policy when nothing is configured anywhere: the whole thread is sent."""
-    return WholeThread()
+    return WholeThread(clear_tool_results)
 
 
 __all__ = [

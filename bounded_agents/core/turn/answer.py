@@ -177,7 +177,8 @@ async def model_step(
     paid: list[tuple[str, Usage, int]] = []
 
     async def call(tx: Transaction | None) -> JsonValue:
-        reserved = await reserve(deps, request.actor_id, sum(costs) + COMPLETION_RESERVE)
+        calibrated = deps.learned.tokens.tokens(sum(costs), deps.model_name)
+        reserved = await reserve(deps, request.actor_id, calibrated + COMPLETION_RESERVE)
         try:
             async with provider_boundary("model"):
                 response = await call_model(deps, model_request, turn.on_event)
@@ -185,6 +186,8 @@ async def model_step(
             await release(deps, request.actor_id, reserved)
             raise
         model = booked_model(response.model, deps.model)
+        if not response.usage.estimated:  # the provider counted: learn its ratio
+            deps.learned.tokens.observe(deps.model_name, sum(costs), response.usage.prompt_tokens)
         for asked in response.tool_calls:
             if nesting_depth(asked.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
                 # The step fails, and its unit with it: the call's spend is booked on its own.

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from bounded_agents.core.calibration import CalibratedCounter
 from bounded_agents.core.ports import DurableRuntime, Ledger, ModelProvider, Thread
 from bounded_agents.core.tool_budget import ToolBudget
 from bounded_agents.core.turn.ledger import TurnLedger
@@ -50,6 +51,12 @@ class LearnedSizes:
     compress_cap: dict[str, int] = field(default_factory=dict)
     """Half the smallest summary the agent's summarizer refused to compress: a longer one is
     compressed by its oldest part within this (`FoldCalls.compress`)."""
+    tokens: CalibratedCounter = field(default_factory=lambda: CalibratedCounter(floor=1.0))
+    """Per model name, the ratio of the prompt tokens providers reported to the estimate
+    (`bounded_agents.core.calibration`): learned from every chat call that reports usage,
+    applied where the loop sizes by the estimate (fold chunks, quota holds). 1.0 until a
+    provider reports, and never below it: the estimate stays the default offline, and a model
+    that counts fewer tokens than the estimate is sized as before."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,12 @@ class TurnDeps:
     """Writes join a step's unit of work only when every writer can: one that wrote on a
     connection of its own while the unit's transaction is open could wait for that very
     transaction (SQLite's single write lock, or a row lock on PostgreSQL)."""
+
+    @property
+    def model_name(self) -> str:
+        """The configured model's name: what its token ratio is learned and applied under."""
+        name = getattr(self.model, "model", None) or getattr(self.model, "name", None)
+        return name if isinstance(name, str) else type(self.model).__name__
 
     @property
     def raw_ledger(self) -> Ledger:

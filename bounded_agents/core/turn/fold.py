@@ -57,9 +57,10 @@ async def rolling_prompt(
         turn.report.summary = SummaryReport(
             made=False, covers_through_seq=summary.covers_through_seq
         )
-    prompt, turn.window, omitted = opening_prompt(
+    prompt, turn.window, omitted, cleared = opening_prompt(
         turn.definition, recorded, summary, user_seq=user_seq, folds=folds
     )
+    turn.report.cleared_results, turn.report.cleared_tokens = cleared.results, cleared.tokens
     if omitted and turn.report.summary is not None:
         turn.report.summary.omitted = omitted
     return prompt
@@ -89,7 +90,10 @@ async def refold(deps: TurnDeps, turn: Turn, prompt: list[ChatMessage]) -> list[
         # did store is where the next refold starts: none is summarized twice.
         window.summary = summary
         return prompt
-    return refolded_prompt(turn.definition, prompt, window, summary=summary, folded=len(older))
+    refolded = refolded_prompt(turn.definition, prompt, window, summary=summary, folded=len(older))
+    turn.report.cleared_results = window.cleared.results
+    turn.report.cleared_tokens = window.cleared.tokens
+    return refolded
 
 
 async def fold(
@@ -113,7 +117,7 @@ async def fold(
     stored, so the boundary and the previous summary stay. The prompt then carries what the
     summary does not cover, up to a cap (`degraded_history`). Returns the summary (None if
     there is still none) and the run's chunk count."""
-    task = _first_task(turn, summarizer, summary, owed)
+    task = _first_task(deps, turn, summarizer, summary, owed)
     through, budget = task.through, task.budget
     stats = _fold_stats(turn.report.summary, summary)
     folds = made_before
@@ -239,11 +243,18 @@ def _count_kept(stats: SummaryReport, summary: ThreadSummary, made: dict[str, An
 
 
 def _first_task(
-    turn: Turn, summarizer: Summarizer, summary: ThreadSummary | None, owed: dict[str, Any]
+    deps: TurnDeps,
+    turn: Turn,
+    summarizer: Summarizer,
+    summary: ThreadSummary | None,
+    owed: dict[str, Any],
 ) -> ChunkTask:
     """What the fold's first step is handed; each later step replaces what moved since (the
-    summary, a budget the provider made smaller, the calls left)."""
-    budget = fold_budget(turn.definition.policy)
+    summary, a budget the provider made smaller, the calls left). The policy's budget is in
+    the model's tokens: the chunk is sized by the estimate, so it gets the estimated tokens
+    that fit them, by the ratio learned from the model's reported usage (1.0 until then)."""
+    policy_budget = fold_budget(turn.definition.policy)
+    budget = deps.learned.tokens.budget(policy_budget, deps.model_name)
     return ChunkTask(
         request=turn.request,
         hctx=turn.hctx,
@@ -252,7 +263,7 @@ def _first_task(
         through=int(owed["through"]),
         known={m.seq: m for m in (Message.model_validate(x) for x in owed["messages"])},
         budget=budget,
-        cap=summary_token_cap(budget),  # the policy's; a chunk may be made smaller, not this
+        cap=summary_token_cap(policy_budget),  # the policy's; a chunk may be smaller, not this
         calls_left=0,
         call_budget=0,
         searchable=SEARCH_TOOL_NAME in turn.definition.tools,

@@ -9,7 +9,7 @@ from bounded_agents.core.checkpoints import (
     seq_payload,
     summary_saved_payload,
 )
-from bounded_agents.core.history.powers import policy_summarizer, read_bound
+from bounded_agents.core.history.powers import policy_summarizer, read_bound, result_clearing
 from bounded_agents.core.messages import Message, journal_form, payload_bytes
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
@@ -61,7 +61,7 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
             }
             if page.fold_health is not None:  # issue 36: the backoff decides from the journal
                 fold["health"] = page.fold_health.model_dump(mode="json")
-    return load_thread_payload(
+    payload = load_thread_payload(
         [journal_form(m) for m in selection.keep],
         last_prompt=page.last_prompt,
         summary=summary,
@@ -69,6 +69,10 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
         title=page.title,
         has_assistant_message=page.has_assistant_message,
     )
+    clearing = result_clearing(policy)
+    if clearing is not None:  # journaled with the selection: a replay clears the same
+        payload["clearing"] = clearing.model_dump(mode="json")
+    return payload
 
 
 async def persist(

@@ -27,6 +27,7 @@ from bounded_agents.core.checkpoints import (
     parse_summarize,
     tool_call_id,
 )
+from bounded_agents.core.history.clearing import Cleared, ToolResultClearing, clear_tool_results
 from bounded_agents.core.history.powers import (
     policy_summarizer,
     summary_renderer,
@@ -60,7 +61,8 @@ def history_prompt(
     omitted: int = 0,
 ) -> list[ChatMessage]:
     """The system prompt, the summary (when there is one), the note on what is left out (when
-    a fold is overdue and the cap left messages out) and the kept messages."""
+    a fold is overdue and the cap left messages out) and the kept messages (as given: clear
+    their old tool results first with `cleared_history`)."""
     prompt = [ChatMessage(role="system", content=definition.system_prompt)]
     if summary is not None:
         rendered = summary_renderer(definition.policy)(summary.text)
@@ -71,6 +73,23 @@ def history_prompt(
         prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
     return prompt
+
+
+def cleared_history(
+    definition: AgentDefinition,
+    keep: Sequence[Message],
+    first_seq: int | None,
+    journaled: Mapping[str, Any] | None,
+) -> tuple[list[Message], Cleared]:
+    """The kept history with its old tool results replaced by placeholders
+    (`core/history/clearing.py`) as the clearing `load:thread` journaled says, and what it
+    cleared; as is when none was journaled. A pure function of the journal: a replay clears
+    the same results whatever the resuming process's policy."""
+    clearing = ToolResultClearing.model_validate(journaled) if journaled is not None else None
+    if clearing is None:
+        return list(keep), Cleared()
+    searchable = SEARCH_TOOL_NAME in definition.tools
+    return clear_tool_results(keep, clearing, first_seq=first_seq, searchable=searchable)
 
 
 def omission_note(omitted: int) -> str:
@@ -116,8 +135,9 @@ def opening_prompt(
     *,
     user_seq: int | None,
     folds: int = 0,
-) -> tuple[list[ChatMessage], Window | None, int]:
-    """(the run's first prompt, its window for a refolding policy, messages left out).
+) -> tuple[list[ChatMessage], Window | None, int, Cleared]:
+    """(the run's first prompt, its window for a refolding policy, messages left out, the
+    tool results cleared from it).
 
     `summary` is the one this turn's fold left (the one `load` read when there was no fold).
     When the fold this turn owed is not (all) made, what the summary does not cover rides, up
@@ -125,20 +145,30 @@ def opening_prompt(
     oldest are left out, and the model is told. A refolding policy also gets its kept history
     with seqs (the kept runs are the newest, contiguous to the user's message)."""
     keep = [Message.model_validate(m) for m in load["keep"]]
+    # The kept history is contiguous and ends with the user's message.
+    first_seq = user_seq - len(keep) + 1 if user_seq is not None and keep else None
+    sent, cleared = cleared_history(definition, keep, first_seq, load.get("clearing"))
     omitted = 0
     fold = load.get("fold")
     if fold is not None and policy_summarizer(definition.policy) is not None:
         covered = summary.covers_through_seq if summary is not None else 0
         if covered < int(fold["through"]):
             unfolded, omitted = degraded_history(fold, covered, keep)
-            keep = [*unfolded, *keep]
-    prompt = history_prompt(definition, summary, keep, omitted)
+            keep, sent = [*unfolded, *keep], [*unfolded, *sent]
+    prompt = history_prompt(definition, summary, sent, omitted)
     window = None
     if supports_refolding(definition.policy) and user_seq is not None and keep:
         first = user_seq - len(keep) + 1
         numbered = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
-        window = Window(summary=summary, keep=numbered, head=len(prompt), folds=folds)
-    return prompt, window, omitted
+        window = Window(
+            summary=summary,
+            keep=numbered,
+            head=len(prompt),
+            folds=folds,
+            cleared=cleared,
+            clearing=load.get("clearing"),
+        )
+    return prompt, window, omitted, cleared
 
 
 def refolded_prompt(
@@ -153,7 +183,9 @@ def refolded_prompt(
     new head (the system prompt, the new summary, the kept rest), then what the run added
     since its first call. `window` moves with it."""
     rest = window.keep[folded:]
-    head = history_prompt(definition, summary, rest)
+    first_seq = rest[0].seq if rest else None
+    sent, window.cleared = cleared_history(definition, rest, first_seq, window.clearing)
+    head = history_prompt(definition, summary, sent)
     in_run = prompt[window.head :]
     window.summary, window.keep, window.head = summary, rest, len(head)
     return [*head, *in_run]
@@ -186,7 +218,7 @@ def rebuilt_prompt(
     summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
     if "fold" in load and policy_summarizer(definition.policy) is not None:
         summary = folded_summary(_fold_steps(trace, 0), summary)
-    prompt, window, _ = opening_prompt(definition, load, summary, user_seq=user_seq)
+    prompt, window, _, _ = opening_prompt(definition, load, summary, user_seq=user_seq)
     for step, fed_back in _tool_turns(trace.steps, answer).items():
         prompt.extend(fed_back)
         if window is not None:
@@ -274,6 +306,7 @@ def summary_tokens(summary: ThreadSummary | None) -> int:
 __all__ = [
     "DEGRADED_SHARE",
     "SEARCH_HINT",
+    "cleared_history",
     "degraded_history",
     "folded_summary",
     "history_prompt",

@@ -8,8 +8,10 @@ run lives on the loop itself, so two runs in one process share nothing but their
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from bounded_agents.core.history.clearing import Cleared
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     DurableContext,
@@ -42,6 +44,10 @@ class Window:
     head: int
     folds: int = 0
     """Summarizer chunks this run made so far (their checkpoints are numbered on from it)."""
+    cleared: Cleared = field(default_factory=Cleared)
+    """The tool results cleared from the kept history as last sent."""
+    clearing: dict[str, Any] | None = None
+    """The tool-result clearing `load:thread` journaled (None: none), for a refold's head."""
 
 
 @dataclass

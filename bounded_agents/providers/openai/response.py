@@ -74,8 +74,14 @@ def usage(raw: Any, timings: Any = None) -> Usage | None:
     A count that is negative, fractional or over `MAX_CALL_TOKENS` is a bad response: booking
     it would hand the actor unlimited quota (negative) or a bill no call can run up.
     Cached prompt tokens come from OpenAI's `usage.prompt_tokens_details.cached_tokens` (also
-    what vLLM and newer llama.cpp `llama-server` builds send), else from llama-server's
-    `timings.cache_n`; a server sending neither (llama-cpp-python's) leaves them unknown.
+    what vLLM, newer llama.cpp `llama-server` builds and Google's OpenAI-compatible Gemini
+    endpoint send, the latter only on a cache hit), else from llama-server's `timings.cache_n`;
+    a server sending neither (llama-cpp-python's) leaves them unknown.
+
+    Gemini's endpoint (and xAI's) leave the model's thinking out of `completion_tokens` but
+    count it in `total_tokens`, and bill it as output: a `total_tokens` above prompt plus
+    completion books the difference as completion, so the ledger and the quota see it. (OpenAI
+    counts reasoning inside `completion_tokens`: its total is the sum, nothing changes.)
     """
     if raw is None or (
         isinstance(raw, dict)
@@ -86,6 +92,10 @@ def usage(raw: Any, timings: Any = None) -> Usage | None:
     counts: dict[str, int] = {}
     for name in ("prompt_tokens", "completion_tokens"):
         counts[name] = _count(name, raw.get(name) or 0)
+    total = raw.get("total_tokens")
+    if total is not None:
+        unreported = _count("total_tokens", total) - counts["prompt_tokens"]
+        counts["completion_tokens"] = max(counts["completion_tokens"], unreported)
     details = raw.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None and isinstance(timings, dict):
