@@ -9,9 +9,10 @@ Checkpoints, in order (docs/reliability.md has the whole table):
     history:summarize[:n]         one per fold chunk: the summary so far + only new messages
     persist:usage:history[:n]     that chunk's ledger row
     persist:summary[:n]           that chunk's summary row (idempotent: thread + boundary)
-    model:<n>                     one per model step (its ledger row is written inside it;
-                                  its prompt's digest is journaled for the next step's
-                                  prefix figures)
+    model:<n>                     one per model step (its ledger row is written with it, in
+                                  the next commit: its tool round's or the answer's; its
+                                  prompt's digest is journaled for the next step's prefix
+                                  figures)
     tool:<n>:<call id>            one per tool call
     persist:assistant             the answer, tool calls and results on ONE message (and
                                   the last prompt's digest, in the same write)
