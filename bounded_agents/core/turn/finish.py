@@ -84,8 +84,9 @@ async def finish_report(
     `writing`: a step being written now, whose bytes the journal does not count yet (the
     answer's, when the run ends in its write)."""
     report, ctx = turn.report, turn.ctx
-    report.journal_bytes = dict(ctx.journal_bytes) if supports_journal_figures(ctx) else {}
-    if writing is not None and supports_journal_figures(ctx):
+    figures = ctx.journal_bytes if supports_journal_figures(ctx) else None  # probed once
+    report.journal_bytes = dict(figures) if figures is not None else {}
+    if writing is not None and figures is not None:
         name, value = writing
         report.journal_bytes[name] = len(encode_payload(value).encode())
     report.prompt_cache = prompt_cache_report(report.model_calls)
