@@ -117,3 +117,39 @@ async def test_under_dbos_a_turn_commits_its_own_floor(env: LoopEnv, rounds: int
         event.remove(Engine, "commit", on_commit)
     assert commits["store"] == 9 + 4 * rounds, commits
     assert commits["dbos"] >= 12 + 6 * rounds, commits
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_model_step_riding_in_a_failed_answer_unit_is_booked_once(env: LoopEnv) -> None:
+    """The answer's unit (the last model step, the answer, the run's end) fails at the run's
+    end once: the model step and its ledger row are committed on their own, the answer then
+    stores alone, and the run's report and the ledger each hold the call once."""
+    from sqlalchemy import exc
+
+    from bounded_agents.store.schema import ledger
+
+    def fail(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.startswith("UPDATE runs SET status") and "report=" in statement and not failed:
+            failed.append(1)
+            orig = conn.dialect.loaded_dbapi.OperationalError("injected: disk I/O error")
+            raise exc.OperationalError(statement, None, orig)
+
+    failed: list[int] = []
+    tid = await env.thread([user("q0"), assistant("a0")])
+    run_id = str(uuid.uuid4())
+    sync = env.store.engine.sync_engine
+    event.listen(sync, "before_cursor_execute", fail)
+    try:
+        result = await env.loop(_script(0), POLICIES["window"]()).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="go", run_id=run_id
+        )
+    finally:
+        event.remove(sync, "before_cursor_execute", fail)
+    assert failed == [1] and result.message.content == "done"
+    assert len(result.report.ledger) == 1
+    async with env.store.engine.connect() as conn:
+        rows = await conn.execute(
+            ledger.select().with_only_columns(ledger.c.id).where(ledger.c.run_id == run_id)
+        )
+        assert len(rows.all()) == 1
+    assert (await env.step_names(run_id)).count("model:1") == 1

@@ -175,6 +175,7 @@ async def model_step(
         messages=messages, tools=specs, purpose="chat", thread_id=request.thread_id
     )
     paid: list[tuple[str, Usage, int]] = []
+    booked: list[bool] = []
 
     async def call(tx: Transaction | None) -> JsonValue:
         reserved = await reserve(deps, request.actor_id, sum(costs) + COMPLETION_RESERVE)
@@ -201,7 +202,11 @@ async def model_step(
 
     async def book(value: JsonValue, tx: Transaction | None) -> None:
         model, usage, reserved = paid[0]
+        listed = len(report.ledger)
         await record_usage(deps, request, report, ("chat", model, usage), reserved=reserved, tx=tx)
+        if booked:  # booked again after the unit it was first written in rolled back
+            del report.ledger[listed:]  # one row in the ledger: listed once in the report
+        booked.append(True)
 
     return await turn.ctx.step(
         model_step_name(n), call, writes=deps.shares_transactions, record=book
