@@ -155,6 +155,7 @@ class TurnSeries:
         self.rows: list[int] = []
         self.read: list[int] = []
         self.last: RunResult | None = None
+        self.indexed = False
 
     async def warm(self, turns: int) -> None:
         for _ in range(turns):
@@ -191,6 +192,11 @@ class TurnSeries:
         self.last = result
 
     async def _turn(self) -> RunResult:
+        if not self.indexed:
+            # What the module's lifespan does at start-up: the bench agent does not search, so
+            # its threads stop feeding the search index (issue 37).
+            await self.module.persistence.index_search(self.module.loop.agents)
+            self.indexed = True
         return await self.module.run_turn(
             agent=AGENT, thread_id=self.thread_id, actor_id=ACTOR, content=TURN_CONTENT
         )

@@ -514,6 +514,7 @@ class AgentModule:
         async with startup_errors_in_one_line(self.settings.database_url):
             if self.settings.migrate_on_start:
                 await persistence.migrate()
+            await persistence.index_search(self.loop.agents)
             if self.local_mode:
                 log.warning(
                     "no AGENT_API_KEYS configured: local development mode, every request "

@@ -10,6 +10,7 @@ schema is chosen, migrated and disposed of the way `SqlAgentStore` is.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +22,10 @@ from bounded_agents.core.ports import (
     supports_disposal,
     supports_launch,
     supports_migrations,
+    supports_search_indexing,
 )
+from bounded_agents.core.search import SEARCH_TOOL_NAME
+from bounded_agents.core.turn import AgentDefinition
 from bounded_agents.durable import InlineRuntime, SqlJournal
 from bounded_agents.errors import ConfigError
 from bounded_agents.settings import Settings
@@ -55,6 +59,18 @@ class Persistence:
         """Bring the store's database to the newest schema, when the store keeps one."""
         if supports_migrations(self.store):
             await self.store.create_schema()
+
+    async def index_search(self, agents: Mapping[str, AgentDefinition]) -> None:
+        """Keep the store's search index for the agents that search alone (issue 37): the
+        others' turns stop feeding it; an agent that turned search on has its threads' older
+        messages indexed now, in bounded batches, so its searches find them."""
+        if not supports_search_indexing(self.store):
+            return
+        searching = [name for name, d in agents.items() if SEARCH_TOOL_NAME in d.tools]
+        others = [name for name in agents if name not in searching]
+        indexed = await self.store.index_agents(searching, others)
+        if indexed:
+            log.info("history search: %d earlier messages indexed", indexed)
 
     async def launch(self, settings: Settings) -> None:
         """Start a runtime run by an engine of its own (DBOS: `AGENT_DURABLE=dbos`): after the

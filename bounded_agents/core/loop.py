@@ -9,9 +9,10 @@ Checkpoints, in order (docs/reliability.md has the whole table):
     history:summarize[:n]         one per fold chunk: the summary so far + only new messages
     persist:usage:history[:n]     that chunk's ledger row
     persist:summary[:n]           that chunk's summary row (idempotent: thread + boundary)
-    model:<n>                     one per model step (its ledger row is written inside it;
-                                  its prompt's digest is journaled for the next step's
-                                  prefix figures)
+    model:<n>                     one per model step (its ledger row is written with it, in
+                                  the next commit: its tool round's or the answer's; its
+                                  prompt's digest is journaled for the next step's prefix
+                                  figures)
     tool:<n>:<call id>            one per tool call
     persist:assistant             the answer, tool calls and results on ONE message (and
                                   the last prompt's digest, in the same write)
@@ -171,9 +172,11 @@ class AgentLoop:
             clock=clock or _utc_now,
             shares_transactions=turn_store.joins_transactions and turn_ledger.joins_transactions,
         )
-        if supports_run_executor(runtime):
+        self._executor = runtime if supports_run_executor(runtime) else None
+        """The runtime when it executes runs itself (DBOS), probed once here, not per turn."""
+        if self._executor is not None:
             # Its engine's recovery (a DBOS restart) finishes a run by the same path as a sweep.
-            runtime.register_resumer(self.resume)
+            self._executor.register_resumer(self.resume)
 
     # --- what the module and the routes read ---------------------------------------------
 
@@ -297,9 +300,8 @@ class AgentLoop:
         """A runtime that executes runs itself (`RunExecutor`, DBOS) runs the attempt as its
         workflow; any other is simply awaited."""
         attempt = functools.partial(_attempt, self.deps, turn)
-        runtime = self.deps.runtime
-        if supports_run_executor(runtime):
-            return await runtime.execute(turn.request.run_id, attempt)
+        if self._executor is not None:
+            return await self._executor.execute(turn.request.run_id, attempt)
         return await attempt()
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import logging
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
@@ -11,6 +12,8 @@ from bounded_agents.core.checkpoints import encode_payload, patch_step
 from bounded_agents.core.messages import storable_json
 from bounded_agents.core.ports import JsonValue, StepFn, StepRecorder, Transaction
 from bounded_agents.errors import JournalMismatch, LeaseLost
+
+log = logging.getLogger("bounded_agents.durable")
 
 
 class StepRecord(Protocol):
@@ -100,9 +103,13 @@ class JournaledContext(Replay):
         self._pending: list[tuple[int, str, str]] = []
         """Rows not yet written: patch markers ride with the next step's commit, and inside a
         unit of work every step waits for the block's one commit."""
+        self._records: list[tuple[StepRecorder, JsonValue]] = []
+        """Model steps' `record`s waiting, with their rows in `_pending`, for the next commit."""
+        self._ran = 0
+        """How many of `_records` ran in the open unit's transaction (none is open: 0)."""
         self._depth = 0
         self._unit: Unit | None = None
-        self._start: tuple[int, int, dict[str, int]] = (0, 0, {})
+        self._start: tuple[int, int, int, dict[str, int]] = (0, 0, 0, {})
         self.journal_bytes: dict[str, int] = {}
         """Checkpoint name -> bytes of its payload, replayed or written in this attempt."""
         self.replayed: list[str] = []
@@ -116,74 +123,134 @@ class JournaledContext(Replay):
         writes: bool = False,
         record: StepRecorder | None = None,
     ) -> JsonValue:
+        """Outside a unit a step commits at once, except a step with `record` whose writes
+        share the journal's transaction (a model call and its ledger row): its row and its
+        `record` wait for the NEXT commit, whichever unit or step makes it, and run in that
+        transaction. Nothing of the turn depends on the call before then (its output is in the
+        answer or in the tool round that the next commit makes durable), so the call costs no
+        commit of its own; a crash before that commit calls the model again on resume."""
         if self.replaying:
             return self._read_back(name)
         if record is None:
             value = await fn(await self._transaction() if writes else None)
-            payload = encode_payload(value)
         else:
             value = await fn(None)
-            payload = encode_payload(value)
-            # Counted before `record` runs: a recorder that ends the run reports this step too.
-            self.journal_bytes[name] = len(payload.encode())
-            await recorded(record, value, self._transaction if writes else None)
-        self._pending.append((self._position, name, payload))
-        if not self._depth:
-            first = self._take_first()
-            if first is not None:
-                await first.commit(self._pending)
+            if writes and self._shares():
+                self._records.append((record, value))
             else:
-                await self._write(self._pending)
-            self._pending.clear()
-        self._position += 1
+                await record(value, None)
+        payload = encode_payload(value)
         self.journal_bytes[name] = len(payload.encode())
+        self._pending.append((self._position, name, payload))
+        if not self._depth and record is None:
+            await self._commit()
+        self._position += 1
         return value
 
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncIterator[None]:
         """Every step inside commits at the end of the block, in one transaction with the
-        writes of the steps handed it (`writes`; blocks nest: the outermost one commits). If the
-        block raises, nothing of it is committed; the run then fails and a resume replays only
-        what was committed before."""
+        writes of the steps handed it (`writes`; blocks nest: the outermost one commits), and
+        with what waited for the next commit (a model step's row and ledger row). If the block
+        raises, nothing of it is committed; what waited for it is committed on its own (the
+        call was paid for, and a resume need not make it again); the run then fails and a
+        resume replays only what was committed."""
         if not self._depth:
             # Where the unit began: a unit that fails is undone here too, so the context can go
             # on (or try again) as if its steps had never run.
-            self._start = (self._position, len(self._pending), dict(self.journal_bytes))
+            self._start = (
+                self._position,
+                len(self._pending),
+                len(self._records),
+                dict(self.journal_bytes),
+            )
         self._depth += 1
         try:
             yield
-        except BaseException:
+        except BaseException as error:
             self._depth -= 1
             if not self._depth:
-                unit, self._unit = self._unit or self._take_first(), None
-                self._position, pending, self.journal_bytes = self._start
-                del self._pending[pending:]
-                if unit is not None:
-                    await unit.rollback()
+                await self._undo(settle=isinstance(error, Exception))
             raise
         self._depth -= 1
-        if self._depth:
-            return
+        if not self._depth:
+            await self._commit()
+
+    async def _undo(self, *, settle: bool) -> None:
+        """Roll back the failed outermost unit and forget its steps. The calls it recorded were
+        paid: their ledger rows are booked on their own. With `settle`, what waited from before
+        the unit is committed on its own (left waiting if that fails too)."""
+        unit, self._unit, self._ran = self._unit or self._take_first(), None, 0
+        self._position, pending, records, self.journal_bytes = self._start
+        del self._pending[pending:]
+        paid, self._records = self._records[records:], self._records[:records]
+        if unit is not None:
+            await unit.rollback()
+        for record, value in paid:
+            await _booked_alone(record, value)
+        if settle and (self._pending or self._records):
+            try:
+                await self._commit()
+            except Exception:
+                log.warning("run %s: its recorded steps could not be committed", self.run_id)
+
+    async def _commit(self) -> None:
+        """Commit every waiting row, with the waiting `record`s in the same transaction (run
+        when it opened, or now, opening it if no step did). On failure nothing is forgotten:
+        the rows and records wait for the next commit."""
         unit, self._unit = self._unit or self._take_first(), None
+        try:
+            if self._records and unit is None and self._open_unit is not None:
+                unit = await self._opened()
+            await self._run_records(unit.transaction if unit is not None else None)
+        except BaseException:
+            self._ran = 0
+            if unit is not None:
+                await unit.rollback()
+            raise
+        self._ran = 0
         steps = list(self._pending)
-        self._pending.clear()
         if unit is not None:
             await unit.commit(steps)
         elif steps:
             await self._write(steps)
+        self._pending.clear()
+        self._records.clear()
+
+    async def _opened(self) -> Unit:
+        """A new unit, its first statement the lease check. A lease lost there still books
+        what waiting calls paid for, on their own, before `LeaseLost` is raised."""
+        assert self._open_unit is not None
+        try:
+            return await self._open_unit()
+        except LeaseLost:
+            waiting, self._records = self._records, []
+            for record, value in waiting:
+                await record(value, None)
+            raise
+
+    async def _run_records(self, tx: Transaction | None) -> None:
+        """The waiting `record`s not yet run in the open unit, in `tx`: a paid call's ledger
+        row is written first thing in the transaction its checkpoint commits in, so whatever
+        the unit's own steps read or report (the run's end) already counts it."""
+        while self._ran < len(self._records):
+            record, value = self._records[self._ran]
+            await record(value, tx)
+            self._ran += 1
+
+    def _shares(self) -> bool:
+        """Whether steps that write can be handed a transaction of the journal's."""
+        return self._open_unit is not None or self._first is not None
 
     async def _transaction(self) -> Transaction | None:
         """The block's transaction, opened now if it is not yet (its first statement checks the
         run's lease); None outside a block, or with no journal transaction to share."""
-        if not self._depth or (self._open_unit is None and self._first is None):
+        if not self._depth or not self._shares():
             return None
         if self._unit is None:
             first = self._take_first()
-            if first is not None:
-                self._unit = first
-            else:
-                assert self._open_unit is not None
-                self._unit = await self._open_unit()
+            self._unit = first if first is not None else await self._opened()
+            await self._run_records(self._unit.transaction)
         return self._unit.transaction
 
     def _take_first(self) -> Unit | None:
@@ -236,17 +303,10 @@ class InlineContext:
         yield
 
 
-async def recorded(
-    record: StepRecorder,
-    value: JsonValue,
-    opener: Callable[[], Awaitable[Transaction | None]] | None,
-) -> None:
-    """Run a step's `record` with the transaction `opener` opens (None without one). A lease
-    lost while opening it still records what the step's call paid for, on its own, before the
-    step fails: the provider billed the call whoever holds the run now."""
+async def _booked_alone(record: StepRecorder, value: JsonValue) -> None:
+    """A paid call's ledger row, on its own, after its unit failed: logged, never raised (the
+    unit's own failure is what the run reports)."""
     try:
-        tx = await opener() if opener is not None else None
-    except LeaseLost:
         await record(value, None)
-        raise
-    await record(value, tx)
+    except Exception:
+        log.warning("a model call's ledger row could not be booked after its unit failed")

@@ -68,6 +68,10 @@ threads = sa.Table(
     # The thread's fold health (`FoldHealth` as JSON: the last fold's outcome, the backoff
     # after refused or failed folds); NULL while its folds never failed, so a healthy thread
     # never writes it. Read with the turn's page, written only when it changes.
+    sa.Column("searchable", sa.Boolean, nullable=False, server_default=sa.true()),
+    # Whether the thread's messages go into the history search index (migration 0016): off for
+    # threads of agents declared without `search`, so their turns never feed an index nobody
+    # reads; turned on (and the old rows indexed) when such an agent turns search on.
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
 )
 
@@ -93,6 +97,10 @@ messages = sa.Table(
     # The sum of `tokens` of every earlier message of the thread. The newest messages that fit a
     # budget B are exactly those with `tokens_before >= total_tokens - B`: a range on an index.
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    sa.Column("indexed", sa.Boolean, nullable=False, server_default=sa.true()),
+    # Whether the row is in the search index: its thread's `searchable` when it was stored (the
+    # append reads it from the bumped thread row), set later by a backfill. The index triggers
+    # fire for indexed rows only.
     # Serves "has this thread ever been answered" (an index-only existence probe) and "where does
     # the n-th newest run start" (the n-th newest user message, walked backwards by seq).
     sa.Index("ix_messages_thread_id_role_seq", "thread_id", "role", "seq"),

@@ -7,7 +7,7 @@ committed whatever happens to the request that caused it, and no SSE stream hold
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
@@ -28,7 +28,7 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
-from bounded_agents.store import archive, direct, erase, migrate, search
+from bounded_agents.store import archive, direct, erase, migrate, search, search_index
 from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
@@ -77,6 +77,8 @@ class SqlAgentStore:
         self._hot = HotReader(engine)
         self.message_cache = MessageCache()
         """Messages the turn read rebuilt, handed back when the next turn reads the same rows."""
+        self._unsearched: frozenset[str] = frozenset()
+        """Agents whose new threads are not indexed (`index_agents`)."""
 
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
@@ -104,7 +106,9 @@ class SqlAgentStore:
         thread_id = str(uuid.uuid4())
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(
-                threads.insert().values(id=thread_id, actor_id=actor_id, agent=agent, title=title)
+                threads.insert().values(
+                    id=thread_id, actor_id=actor_id, agent=agent, title=title, **self._search(agent)
+                )
             )
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return _thread(row, [])
@@ -115,12 +119,27 @@ class SqlAgentStore:
         """`NamedThreadCreator`: INSERT ... ON CONFLICT DO NOTHING on the id, then the row, in
         one transaction: two requests racing to create it get the one thread."""
         _check_title(title)
-        values = {"id": thread_id, "actor_id": actor_id, "agent": agent, "title": title}
+        values: dict[str, object] = {
+            "id": thread_id,
+            "actor_id": actor_id,
+            "agent": agent,
+            "title": title,
+            **self._search(agent),
+        }
         stmt = dialect_of(self._engine).insert(threads).values(values).on_conflict_do_nothing()
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(stmt)
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return _thread(row, [])
+
+    def _search(self, agent: str) -> dict[str, bool]:
+        """A new thread's index flag: off for an agent said not to search, else the default."""
+        return {"searchable": False} if agent in self._unsearched else {}
+
+    async def index_agents(self, searching: Collection[str], not_searching: Collection[str]) -> int:
+        """`SearchIndexer` (`bounded_agents.store.search_index`)."""
+        self._unsearched = (self._unsearched | frozenset(not_searching)) - frozenset(searching)
+        return await search_index.index_agents(self._engine, searching, not_searching)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
@@ -242,9 +261,11 @@ class SqlAgentStore:
                 if only is not None:
                     await self._refuse(conn, thread_id, only)
                 raise ThreadNotFound(thread_id)
-            last, total = bumped
+            last, total, searchable = bumped
             first = last - n + 1
             rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
+            for row in rows:
+                row["indexed"] = searchable
             if n == 1:
                 await direct.write(conn, INSERT_MESSAGES, rows[0], "append_messages")
             else:

@@ -262,7 +262,7 @@ _BUMP_SEQ = (
         answered=sa.or_(threads.c.answered, _ANSWERS),
         updated_at=sa.func.current_timestamp(),
     )
-    .returning(threads.c.last_seq, threads.c.total_tokens)
+    .returning(threads.c.last_seq, threads.c.total_tokens, threads.c.searchable)
 )
 _BUMP_SEQ_ONCE = (
     threads.update()
@@ -280,7 +280,7 @@ _BUMP_SEQ_ONCE = (
         answered=sa.or_(threads.c.answered, _ANSWERS),
         updated_at=sa.func.current_timestamp(),
     )
-    .returning(threads.c.last_seq, threads.c.total_tokens)
+    .returning(threads.c.last_seq, threads.c.total_tokens, threads.c.searchable)
 )
 """`_BUMP_SEQ` for one message of a run, guarded by the (thread_id, run_id, role) unique index:
 no row comes back when that message is already stored."""
@@ -306,8 +306,9 @@ def _typed(name: str, column: str) -> sa.BindParameter[Any]:
 
 
 def _one_message_from(source: Any) -> sa.Select[Any]:
-    """The row of a run's one message, its `seq` and `tokens_before` taken from `source` (the
-    bumped thread row): it needs nothing the bump returns, so both may go out together."""
+    """The row of a run's one message, its `seq`, `tokens_before` and `indexed` taken from
+    `source` (the bumped thread row): it needs nothing the bump returns, so both may go out
+    together, and the search index learns whether to take the row at no extra lookup."""
     return sa.select(
         _TID,
         source.c.last_seq,
@@ -320,10 +321,18 @@ def _one_message_from(source: Any) -> sa.Select[Any]:
         _typed("search_text", "search_text"),
         _TOKENS,
         source.c.total_tokens - _TOKENS,
+        source.c.searchable,
     )
 
 
-_ONE_MESSAGE_COLS = ["thread_id", *MESSAGE_COLUMNS, "search_text", "tokens", "tokens_before"]
+_ONE_MESSAGE_COLS = [
+    "thread_id",
+    *MESSAGE_COLUMNS,
+    "search_text",
+    "tokens",
+    "tokens_before",
+    "indexed",
+]
 """The columns `_one_message_from` selects, in its order."""
 
 

@@ -82,15 +82,15 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     assert whole["200"] > whole["20"]
 
     # The commit floor: one committed write, measured beside the read floor; a turn commits
-    # 4 transactions (3 + its tool step), so it can never cost less than 4 of them.
+    # 3 transactions (2 + its tool round: issue 37), so it can never cost less than 3 of them.
     floor = sqlite["commit_floor"]
     assert floor["commit_ms"] > 0 and floor["read_ms"] > 0
-    assert {sqlite["lengths"][n]["turn_window"]["transactions"] for n in ("20", "200")} == {4}
+    assert {sqlite["lengths"][n]["turn_window"]["transactions"] for n in ("20", "200")} == {3}
     assert "total_cold_us" in sqlite["breakdown"]["20"]
     # The turn's own SQL, recorded and replayed raw: the same transactions as the turn, and
     # every statement of them (a turn sends more statements than it commits transactions).
     own = sqlite["turn_sql_floor"]
-    assert own["commits"] == sqlite["lengths"]["20"]["turn_window"]["transactions"] == 4
+    assert own["commits"] == sqlite["lengths"]["20"]["turn_window"]["transactions"] == 3
     assert own["statements"] > own["commits"]
     assert own["turn_sql_ms"] > 0 and own["read_ms"] > 0
 
@@ -108,7 +108,7 @@ async def test_bench_smoke(tmp_path: Path) -> None:
     journal_target = next(t for name, t in by_name.items() if name.startswith("load:thread"))
     assert bytes_target["status"] == journal_target["status"] == "PASS"
     tx_target = next(t for name, t in by_name.items() if name.startswith("committed transactions"))
-    assert tx_target["status"] == "PASS" and tx_target["value"] == 4
+    assert tx_target["status"] == "PASS" and tx_target["value"] == 3
     cold = [t for name, t in by_name.items() if name.startswith("cache-cold fold")]
     assert len(cold) == 2 and all(t["status"] == "PASS" for t in cold), cold
     turn_target = next(t for name, t in by_name.items() if name.startswith("turn overhead"))

@@ -123,8 +123,9 @@ class CountingSearches:
 async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_again(
     env: LoopEnv,
 ) -> None:
-    """A tool step commits with the model step it fed (one unit), so the search the second
-    model call saw is journaled; the third call fails, and its unit's search with it."""
+    """A tool round commits before the model call it feeds (issue 37: a tool's effects are
+    durable before the next call), with the model step that asked for it: both searches are
+    journaled before the third call fails, and the resume makes neither again."""
     tid = await env.thread([user(FACT), assistant("Noted."), *FILLER])
     policy = window_history(max_messages=4)
     counting = CountingSearches(env.store)
@@ -145,7 +146,7 @@ async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_aga
     model = ScriptedProvider([reply("done")])
     await env.loop(model, policy, tools=tools).resume(run_id)
 
-    assert counting.searches == 3  # c2's unit did not commit: it searches again; c1 never does
+    assert counting.searches == 2  # c1's and c2's rounds committed: neither searches again
     replayed = [m for m in model.calls[0].messages if m.tool_call_id == "c1"]
     assert [m.content for m in replayed] == [first_result]
     assert json.loads(first_result)["results"][0]["content"] == FACT

@@ -45,11 +45,14 @@ class DurableContext(Protocol):
         of the step gets the unit's transaction (opened then, if the block has none yet), so
         its writes commit with the step's journal row; otherwise it gets None and writes on its
         own. The writer is `fn`, unless `record` is given: then `fn` (a model call, which must
-        hold no transaction while it runs) is handed None, and `record(value, tx)` runs once
-        `fn` returned, handed the transaction opened only then: a paid call's ledger row
-        commits with the call's checkpoint. If that transaction cannot be opened because the
-        run's lease was lost, `record(value, None)` still books what was paid for, on its own,
-        before the step fails with `LeaseLost`."""
+        hold no transaction while it runs) is handed None, and `record(value, tx)` is run
+        later, in the transaction of the run's NEXT commit (the next unit's, first thing when
+        it opens), with the step's checkpoint: a paid call's ledger row commits with the call's
+        checkpoint, and the call costs no commit of its own. A step with `record` does not
+        commit by itself, even outside a unit. If that unit fails, the call is booked on its
+        own and its checkpoint committed on its own; if the transaction cannot be opened
+        because the run's lease was lost, `record(value, None)` still books what was paid for,
+        on its own, before `LeaseLost` is raised."""
         ...
 
     async def patched(self, marker: str) -> bool:

@@ -22,7 +22,7 @@ imports no framework. It follows the same style.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, TypeGuard, TypeVar, runtime_checkable
 
@@ -225,6 +225,23 @@ def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
 
 
 @runtime_checkable
+class SearchIndexer(Protocol):
+    """Optional: a store whose search index is kept only for the threads of agents that
+    search, so a turn of any other agent never feeds it (issue 37)."""
+
+    async def index_agents(self, searching: Collection[str], not_searching: Collection[str]) -> int:
+        """From now on index the threads of `searching` (their messages stored before are
+        indexed first, in bounded batches: search finds them) and no new message of
+        `not_searching`'s threads; agents in neither are left as they are. Returns how many
+        messages were indexed."""
+        ...
+
+
+def supports_search_indexing(store: object) -> TypeGuard[SearchIndexer]:
+    return isinstance(store, SearchIndexer)
+
+
+@runtime_checkable
 class SummaryArchive(Protocol):
     """Optional: a store that keeps the parts of a summary that could not be compressed below
     its cap, instead of their being clipped away: searchable, listed for the inspector, erased
@@ -298,6 +315,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", FoldHealthStore, supports_fold_health),
     Power("store", TransactionalStore, supports_transactions),
     Power("store", HistorySearcher, supports_history_search),
+    Power("store", SearchIndexer, supports_search_indexing),
     Power("store", SummaryArchive, supports_summary_archive),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
@@ -328,6 +346,7 @@ __all__ = [
     "RunExecutor",
     "RunTimelineReader",
     "RuntimeLauncher",
+    "SearchIndexer",
     "StreamingModelProvider",
     "SummaryArchive",
     "ThreadTurnReader",
@@ -353,6 +372,7 @@ __all__ = [
     "supports_run_executor",
     "supports_run_messages",
     "supports_run_timeline",
+    "supports_search_indexing",
     "supports_streaming",
     "supports_summaries",
     "supports_summary_archive",

@@ -58,11 +58,11 @@ async def answer(
     deps: TurnDeps, turn: Turn, prompt: list[ChatMessage], *, last_prompt: str | None
 ) -> tuple[Message, Digest]:
     """The model steps and tool calls, up to the answer (stored by `finish`, with the run's
-    end). Each model step commits in one unit with its ledger row and the tool calls that fed
-    it; none is held while the model or a tool runs. With a window (a refolding policy) the
-    tools commit on their own first, then the history may be folded before the next call.
-    Prefix reuse is measured against the previous prompt's digest (`last_prompt`, then each
-    step's)."""
+    end). Each model step's checkpoint and ledger row ride in the commit that follows it: the
+    unit of its tool round (the tools' results durable before the next call), or the answer's.
+    No transaction is held while the model or a tool runs. With a window (a refolding policy)
+    the history may be folded after a tool round, before the next call. Prefix reuse is
+    measured against the previous prompt's digest (`last_prompt`, then each step's)."""
     ctx, definition = turn.ctx, turn.definition
     specs = [binding.spec for binding in definition.tools.values()]
     reported: int | None = None
@@ -71,15 +71,14 @@ async def answer(
     content, step = "", 0
     pending: list[ToolCall] = []
     for n in range(1, definition.max_steps + 1):
-        if turn.window is not None and pending:
+        if pending:
             async with ctx.unit_of_work():
                 await run_tools(deps, turn, step, pending, prompt, into=(calls, results))
             pending = []
-            prompt = await refold(deps, turn, prompt)
-        async with ctx.unit_of_work():
-            await run_tools(deps, turn, step, pending, prompt, into=(calls, results))
-            recorded = await model_step(deps, turn, n, prompt, specs=specs, last_prompt=last_prompt)
-        step, pending = n, []
+            if turn.window is not None:
+                prompt = await refold(deps, turn, prompt)
+        recorded = await model_step(deps, turn, n, prompt, specs=specs, last_prompt=last_prompt)
+        step = n
         response, last_prompt, reported = _reported_step(recorded, turn.report)
         content = response.content
         if not response.tool_calls:
@@ -157,8 +156,9 @@ async def model_step(
     specs: list[ToolSpec],
     last_prompt: str | None,
 ) -> JsonValue:
-    """Model step `n` (`model:<n>`): the call, holding no transaction while it runs, then its
-    ledger row, handed the unit's transaction, so the two commit together."""
+    """Model step `n` (`model:<n>`): the call, holding no transaction while it runs; its
+    checkpoint and its ledger row (`book`) wait for the turn's next commit and commit in it,
+    together."""
     request, report = turn.request, turn.report
     messages, metrics = apply_middleware(turn.definition.middleware, list(prompt))
     # One estimate per message serves the metrics, the prefix figures and the reservation.
@@ -175,6 +175,7 @@ async def model_step(
         messages=messages, tools=specs, purpose="chat", thread_id=request.thread_id
     )
     paid: list[tuple[str, Usage, int]] = []
+    booked: list[bool] = []
 
     async def call(tx: Transaction | None) -> JsonValue:
         calibrated = deps.learned.tokens.tokens(sum(costs), deps.model_name)
@@ -204,7 +205,11 @@ async def model_step(
 
     async def book(value: JsonValue, tx: Transaction | None) -> None:
         model, usage, reserved = paid[0]
+        listed = len(report.ledger)
         await record_usage(deps, request, report, ("chat", model, usage), reserved=reserved, tx=tx)
+        if booked:  # booked again after the unit it was first written in rolled back
+            del report.ledger[listed:]  # one row in the ledger: listed once in the report
+        booked.append(True)
 
     return await turn.ctx.step(
         model_step_name(n), call, writes=deps.shares_transactions, record=book

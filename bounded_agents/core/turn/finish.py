@@ -7,7 +7,7 @@ import logging
 from bounded_agents.core.checkpoints import PERSIST_ASSISTANT, encode_payload, parse_seq
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import JsonValue, Transaction, supports_journal_figures
-from bounded_agents.core.report import prompt_cache_report
+from bounded_agents.core.report import LedgerRow, prompt_cache_report
 from bounded_agents.core.turn.deps import TurnDeps
 from bounded_agents.core.turn.load import persist
 from bounded_agents.core.turn.spend import ledger_row
@@ -29,6 +29,9 @@ async def store_answer(
     ctx, report, run_id = turn.ctx, turn.report, turn.request.run_id
     report.status = "completed"
     ended: list[bool] = []
+    # A resumed run reports every attempt's ledger rows: those committed, read now, and those
+    # this attempt books from here on (its last model step's, in the answer's transaction).
+    committed = None if turn.fresh else (await _ledger_rows(deps, run_id), len(report.ledger))
 
     async def store(tx: Transaction | None) -> JsonValue:
         return await persist(deps, turn, answer, tx=tx, digest=digest)
@@ -36,7 +39,12 @@ async def store_answer(
     async def store_and_end(tx: Transaction | None) -> JsonValue:
         stored = await store(tx)
         if tx is not None:  # the run's end rides in the answer's transaction
-            await finish_report(deps, turn, writing=(PERSIST_ASSISTANT, stored))
+            if committed is not None:
+                rows, mark = committed
+                report.ledger = [*rows, *report.ledger[mark:]] if rows is not None else []
+            await finish_report(
+                deps, turn, writing=(PERSIST_ASSISTANT, stored), read=committed is None
+            )
             await deps.runtime.complete(run_id, report.model_dump(mode="json"), tx=tx)
             ended.append(True)
         return stored
@@ -64,27 +72,39 @@ async def store_answer(
 
 
 async def finish_report(
-    deps: TurnDeps, turn: Turn, *, writing: tuple[str, JsonValue] | None = None
+    deps: TurnDeps,
+    turn: Turn,
+    *,
+    writing: tuple[str, JsonValue] | None = None,
+    read: bool = True,
 ) -> None:
     """The report's journal and cache figures, and its ledger rows: a fresh run's were
     collected as they were written; a resumed run reads them back, since an earlier attempt
-    may have paid for calls this one replayed. `writing`: a step being written now, whose
-    bytes the journal does not count yet (the answer's, when the run ends in its write)."""
+    may have paid for calls this one replayed (unless `read` is False: the caller filled them).
+    `writing`: a step being written now, whose bytes the journal does not count yet (the
+    answer's, when the run ends in its write)."""
     report, ctx = turn.report, turn.ctx
-    report.journal_bytes = dict(ctx.journal_bytes) if supports_journal_figures(ctx) else {}
-    if writing is not None and supports_journal_figures(ctx):
+    figures = ctx.journal_bytes if supports_journal_figures(ctx) else None  # probed once
+    report.journal_bytes = dict(figures) if figures is not None else {}
+    if writing is not None and figures is not None:
         name, value = writing
         report.journal_bytes[name] = len(encode_payload(value).encode())
     report.prompt_cache = prompt_cache_report(report.model_calls)
-    if turn.fresh:
+    if turn.fresh or not read:
         return
+    rows = await _ledger_rows(deps, report.run_id)
+    report.ledger = rows if rows is not None else []
+
+
+async def _ledger_rows(deps: TurnDeps, run_id: str) -> list[LedgerRow] | None:
+    """The run's committed ledger rows, every attempt's; None when they cannot be read (the
+    report then lists none: this attempt's rows alone would pass for the whole run's)."""
     try:
-        entries = await deps.raw_ledger.entries_for_run(report.run_id)
+        entries = await deps.raw_ledger.entries_for_run(run_id)
     except AgentError:
-        log.warning("run %s: ledger rows unavailable for its report", report.run_id)
-        report.ledger = []  # this attempt's rows alone would pass for the whole run's
-        return
-    report.ledger = [ledger_row(e) for e in entries]
+        log.warning("run %s: ledger rows unavailable for its report", run_id)
+        return None
+    return [ledger_row(e) for e in entries]
 
 
 __all__ = ["finish_report", "store_answer"]

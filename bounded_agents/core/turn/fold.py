@@ -48,7 +48,7 @@ async def rolling_prompt(
 
     For a policy that re-checks its threshold between model calls (`refolds_mid_run`), it also
     sets the turn's `window`: that history with its seqs, so `refold` can fold it again."""
-    summarizer = policy_summarizer(turn.definition.policy)
+    summarizer = turn.definition.summarizer
     summary = ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
     folds = 0
     if "fold" in recorded and summarizer is not None:

@@ -9,7 +9,6 @@ from bounded_agents.core.checkpoints import (
     seq_payload,
     summary_saved_payload,
 )
-from bounded_agents.core.history.powers import policy_summarizer, read_bound, result_clearing
 from bounded_agents.core.messages import Message, journal_form, payload_bytes
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
@@ -36,8 +35,7 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
     by chunk by the fold itself. With `tx` the read sees the turn's own user message, written
     in the same unit."""
     policy = turn.definition.policy
-    summarizer = policy_summarizer(policy)
-    bound = read_bound(policy)
+    summarizer, bound = turn.definition.summarizer, turn.definition.bound
     page = await read_page(
         deps, turn.request.thread_id, bound, turn.report, tx=tx, summary=summarizer is not None
     )
@@ -69,7 +67,7 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
         title=page.title,
         has_assistant_message=page.has_assistant_message,
     )
-    clearing = result_clearing(policy)
+    clearing = turn.definition.clearing
     if clearing is not None:  # journaled with the selection: a replay clears the same
         payload["clearing"] = clearing.model_dump(mode="json")
     return payload

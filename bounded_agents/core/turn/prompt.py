@@ -150,14 +150,14 @@ def opening_prompt(
     sent, cleared = cleared_history(definition, keep, first_seq, load.get("clearing"))
     omitted = 0
     fold = load.get("fold")
-    if fold is not None and policy_summarizer(definition.policy) is not None:
+    if fold is not None and definition.summarizer is not None:
         covered = summary.covers_through_seq if summary is not None else 0
         if covered < int(fold["through"]):
             unfolded, omitted = degraded_history(fold, covered, keep)
             keep, sent = [*unfolded, *keep], [*unfolded, *sent]
     prompt = history_prompt(definition, summary, sent, omitted)
     window = None
-    if supports_refolding(definition.policy) and user_seq is not None and keep:
+    if definition.refolds and user_seq is not None and keep:
         first = user_seq - len(keep) + 1
         numbered = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
         window = Window(

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol, TypeAlias, TypeGuard, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
 from bounded_agents.core.context_window import ChatMiddleware
+from bounded_agents.core.history.clearing import ToolResultClearing
+from bounded_agents.core.history.powers import (
+    policy_summarizer,
+    read_bound,
+    result_clearing,
+    supports_refolding,
+)
 from bounded_agents.core.messages import (
     ChatMessage,
     Message,
@@ -17,6 +25,8 @@ from bounded_agents.core.messages import (
 )
 from bounded_agents.core.ports import (
     HistoryPolicy,
+    ReadBound,
+    Summarizer,
     TextDelta,
     ThreadSummary,
     ToolSpec,
@@ -70,6 +80,28 @@ class AgentDefinition:
     max_steps: int = 8
     """Model calls per run at most; a run still asking for tools after that stops and says so."""
     middleware: Sequence[ChatMiddleware] = ()
+
+    # The policy's powers, probed once per agent rather than once per turn (each probe is a
+    # runtime-checkable isinstance: issue 37 counted four a turn).
+    @cached_property
+    def summarizer(self) -> Summarizer | None:
+        """The policy's summarizer (`policy_summarizer`), or None."""
+        return policy_summarizer(self.policy)
+
+    @cached_property
+    def bound(self) -> ReadBound | None:
+        """What a turn asks the store for (`read_bound`)."""
+        return read_bound(self.policy)
+
+    @cached_property
+    def refolds(self) -> bool:
+        """Whether the policy folds between model calls (`supports_refolding`)."""
+        return supports_refolding(self.policy)
+
+    @cached_property
+    def clearing(self) -> ToolResultClearing | None:
+        """The policy's tool-result clearing (`result_clearing`), or None."""
+        return result_clearing(self.policy)
 
 
 class ToolCallEvent(BaseModel):
