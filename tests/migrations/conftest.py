@@ -3,12 +3,24 @@ on a clean slate, never on the session's shared database."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bounded_agents.store import migrate
 from tests.conftest import create_pg_database, drop_pg_database
+
+
+async def seeded_at(engine: AsyncEngine, revision: str, statements: Sequence[str]) -> None:
+    """The database migrated to `revision`, then `statements` run in one transaction: the
+    rows a migration test upgrades from."""
+    await migrate.upgrade(engine, revision)
+    async with engine.begin() as conn:
+        for statement in statements:
+            await conn.execute(sa.text(statement))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -15,6 +15,7 @@ from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.search import FTS_TABLE, SEARCH_COLUMN
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.migrations.conftest import seeded_at
 
 HEAD = "0011_search"
 BEFORE = "0010"
@@ -81,10 +82,7 @@ async def test_0011_indexes_the_messages_a_database_already_holds_and_downgrades
     engine = make_engine(fresh_url)
     store = SqlAgentStore(engine)
     try:
-        await migrate.upgrade(engine, BEFORE)
-        async with engine.begin() as conn:
-            for statement in SEED:
-                await conn.execute(sa.text(statement))
+        await seeded_at(engine, BEFORE, SEED)
 
         await migrate.upgrade(engine, HEAD)
 

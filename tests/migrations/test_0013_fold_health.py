@@ -15,6 +15,7 @@ from bounded_agents.core.ports import FoldHealth, ThreadTurnQuery
 from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.migrations.conftest import seeded_at
 
 HEAD = "0013_fold_health"
 BEFORE = "0012_search"
@@ -66,10 +67,7 @@ async def test_0013_adds_fold_health_to_a_database_with_data_and_downgrades(
     engine = make_engine(fresh_url)
     store = SqlAgentStore(engine)
     try:
-        await migrate.upgrade(engine, BEFORE)
-        async with engine.begin() as conn:
-            for statement in SEED:
-                await conn.execute(sa.text(statement))
+        await seeded_at(engine, BEFORE, SEED)
         seeded = await _counts(engine)
 
         await migrate.upgrade(engine, HEAD)

@@ -15,6 +15,7 @@ from bounded_agents.store import migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.ledger import SqlLedger
 from tests.conftest import create_pg_database, drop_pg_database
+from tests.migrations.conftest import seeded_at
 
 HEAD = "0015_cache_writes"
 BEFORE = "0013_fold_health"
@@ -52,10 +53,7 @@ async def test_0015_adds_cache_write_tokens_to_booked_rows_and_downgrades(fresh_
     engine = make_engine(fresh_url)
     ledger = SqlLedger(engine)
     try:
-        await migrate.upgrade(engine, BEFORE)
-        async with engine.begin() as conn:
-            for statement in SEED:
-                await conn.execute(sa.text(statement))
+        await seeded_at(engine, BEFORE, SEED)
 
         await migrate.upgrade(engine, HEAD)
 

@@ -13,6 +13,7 @@ from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.search_index import index_agents
 from tests.factories import user
+from tests.migrations.conftest import seeded_at
 
 HEAD = "0016_search_opt_in"
 BEFORE = "0015_cache_writes"
@@ -38,10 +39,7 @@ async def test_0016_keeps_old_rows_indexed_indexes_by_thread_and_downgrades(
     engine = make_engine(fresh_url)
     store = SqlAgentStore(engine)
     try:
-        await migrate.upgrade(engine, BEFORE)
-        async with engine.begin() as conn:
-            for statement in SEED:
-                await conn.execute(sa.text(statement))
+        await seeded_at(engine, BEFORE, SEED)
 
         await migrate.upgrade(engine, HEAD)
 
