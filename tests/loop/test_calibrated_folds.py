@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from bounded_agents.core.calibration import MAX_RATIO
 from bounded_agents.core.history import window_history
 from bounded_agents.core.ports import ModelRequest, ModelResponse, Usage
 from bounded_agents.core.summary import summarize_with_model
@@ -93,3 +94,49 @@ async def test_a_2x_tokenizer_stops_getting_refused_chunks_after_its_first_repor
     model = DoubleCountingModel()
     assert await _fold_once(env, model, warm=True) == 0
     assert model.summaries > 0  # it folded, in chunks that fit
+
+
+class LyingModel:
+    """Reports a billion prompt tokens for every call, whatever it was sent."""
+
+    model = "liar"
+
+    def __init__(self) -> None:
+        self.summaries = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.purpose == "history_summary":
+            self.summaries += 1
+        content = (
+            f"Notes {self.summaries}: orders." if request.purpose == "history_summary" else "ok"
+        )
+        usage = Usage(prompt_tokens=10**9, completion_tokens=3)
+        return ModelResponse(content=content, model="liar", usage=usage)
+
+
+async def test_a_provider_lying_about_its_prompt_tokens_shrinks_chunks_boundedly_and_folds(
+    env: LoopEnv,
+) -> None:
+    """An attack: a usage report a million times the estimate is clamped (`MAX_RATIO`), so the
+    fold budget shrinks at most that much and the thread still folds and answers."""
+    model = LyingModel()
+    policy = window_history(
+        max_messages=2,
+        fold_messages=12,
+        summarize=summarize_with_model(model),
+        fold_max_tokens=8000,
+    )
+    loop = env.loop(model, policy, fold_calls=6)
+    warm = await env.thread(digits(2))
+    await loop.run_turn(
+        agent="helper", thread_id=warm, actor_id="alice", content="hi", run_id=str(uuid.uuid4())
+    )
+    tid = await env.thread(digits(12))
+
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="sum?", run_id=str(uuid.uuid4())
+    )
+
+    assert result.report.summary is not None and model.summaries > 0
+    assert loop.deps.learned.tokens.ratio("liar") == MAX_RATIO
+    assert result.message.content == "ok"
