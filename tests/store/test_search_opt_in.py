@@ -104,8 +104,19 @@ async def test_the_backfill_goes_in_bounded_batches_and_misses_nothing(
     await _module(sql_store, Quiet)
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     await sql_store.append_messages(thread.id, [user(f"fact number {i}") for i in range(7)])
-    indexed = await index_agents(sql_store.engine, ["helper"], [], batch=3)
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    sa.event.listen(sql_store.engine.sync_engine, "commit", count)
+    try:
+        indexed = await index_agents(sql_store.engine, ["helper"], [], batch=3)
+    finally:
+        sa.event.remove(sql_store.engine.sync_engine, "commit", count)
     assert indexed == 7
+    # seqs 1-3, 4-6, 7 in a transaction each, then the flip with what came since: 4 commits
+    assert len(commits) == 4, commits
     assert len(await sql_store.search_history(thread.id, "fact", limit=10)) == 7
     assert await index_agents(sql_store.engine, ["helper"], [], batch=3) == 0, "done once"
 
