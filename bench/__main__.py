@@ -93,6 +93,13 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         help="only recall with the history search tool on, beside without (bench/recall_search.py)",
     )
     parser.add_argument(
+        "--recall-clear-tool-results",
+        type=int,
+        metavar="K",
+        help="--recall: the agent clears tool results past the newest K from its prompts "
+        "(history clear_tool_results_keep; off by default)",
+    )
+    parser.add_argument(
         "--recall-turns", type=_ints, help="conversation lengths (120,500; --quick: 120)"
     )
     parser.add_argument(
@@ -133,6 +140,7 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         config.recall_windows = args.recall_windows or ((20,) if quick else WINDOWS)
         styles = args.recall_styles.split(",") if args.recall_styles else STYLES
         config.recall_styles = tuple(n.strip() for n in styles if n.strip())
+        config.recall_clear_keep = args.recall_clear_tool_results
     else:
         config.recall_turns = args.recall_turns or (120, 500)
         config.recall_seeds = args.recall_seeds or (0,)
@@ -180,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             config.recall_seeds,
             config.recall_windows,
             config.recall_styles,
+            clear_keep=config.recall_clear_keep,
         )
     if only == "recall-legacy":
         from bench.recall import recall_main

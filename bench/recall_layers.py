@@ -127,10 +127,17 @@ class ProbeChat:
         return ModelResponse(content="Here is what I have.", usage=usage, model=self.model)
 
 
-def _agent(window: int, summarizer: Summarizer | None, look_up: Callable[[], str]) -> type:
+def support_agent(
+    window: int,
+    summarizer: Summarizer | None,
+    look_up: Callable[[], str],
+    clear_keep: int | None = None,
+) -> type:
     history: dict[str, Any] = {"max_messages": window}
     if summarizer is not None:
         history["summarize"] = summarizer
+    if clear_keep is not None:  # tool-result clearing: older results leave the prompt
+        history["clear_tool_results_keep"] = clear_keep
 
     @agent(name=AGENT, system_prompt=SYSTEM_PROMPT, history=history, search=True)
     class SupportAgent:
@@ -238,10 +245,12 @@ async def run_one(
     workdir: Path,
     *,
     template: Path | None = None,
+    clear_keep: int | None = None,
 ) -> dict[str, Any]:
     """The material through a fresh module (window `window`, the summarizer style or none),
     probed at `probes`: per probe point the figures without and with search. `template`: an
-    empty database with the schema, copied rather than migrated again."""
+    empty database with the schema, copied rather than migrated again. `clear_keep`: the
+    agent clears tool results past the newest `clear_keep` from its prompts."""
     path = workdir / "thread.db"
     if template is not None:
         _copy_database(template, path)
@@ -257,7 +266,7 @@ async def run_one(
     module = AgentModule.for_root(
         model=chat,
         store=store,
-        agents=[_agent(window, counted, look_up)],
+        agents=[support_agent(window, counted, look_up, clear_keep)],
         settings=bench_settings(2),
     )
     thread = await store.create_thread(actor_id=ACTOR, agent=AGENT)
@@ -278,7 +287,7 @@ async def run_one(
         probe_module = AgentModule.for_root(
             model=probe_chat,
             store=probe_store,
-            agents=[_agent(window, fresh, lambda: "nothing found")],
+            agents=[support_agent(window, fresh, lambda: "nothing found", clear_keep)],
             settings=search_probe_settings(len(topics)),
         )
         try:
@@ -331,14 +340,17 @@ async def run_layers(
     *,
     wording: str = "A",
     log: Callable[[str], None] = print,
+    clear_keep: int | None = None,
 ) -> dict[str, Any]:
-    """Every (length, seed, window, style or none) run; its rows in `runs`."""
+    """Every (length, seed, window, style or none) run; its rows in `runs`. `clear_keep`:
+    every run's agent clears tool results past the newest `clear_keep` (off: None)."""
     out: dict[str, Any] = {
         "turn_counts": list(turn_counts),
         "seeds": list(seeds),
         "windows": list(windows),
         "styles": list(styles),
         "wording": wording,
+        "clear_tool_results_keep": clear_keep,
         "runs": [],
     }
     start = time.perf_counter()
@@ -359,7 +371,13 @@ async def run_layers(
                         workdir = Path(tmp) / f"run{n}"
                         workdir.mkdir()
                         figures = await run_one(
-                            material, window, style_name, probes, workdir, template=template
+                            material,
+                            window,
+                            style_name,
+                            probes,
+                            workdir,
+                            template=template,
+                            clear_keep=clear_keep,
                         )
                         row = {
                             "turns": turns,
@@ -546,6 +564,7 @@ def layers_main(
     seeds: Sequence[int],
     windows: Sequence[int],
     styles: Sequence[str],
+    clear_keep: int | None = None,
 ) -> int:
     started = time.perf_counter()
     # A summarizer that is down or refused is what some rows measure: the loop's warnings (a
@@ -555,7 +574,11 @@ def layers_main(
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    results = asyncio.run(run_layers(turn_counts, seeds, windows, styles, log=note))
+    results = asyncio.run(
+        run_layers(turn_counts, seeds, windows, styles, log=note, clear_keep=clear_keep)
+    )
+    if clear_keep is not None:
+        print(f"Tool-result clearing on: the newest {clear_keep} results kept verbatim.\n")
     # The table alone on stdout: `python -m bench --recall > table.md` is the table.
     print(render(results), flush=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)

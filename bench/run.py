@@ -83,6 +83,8 @@ class Config:
     """Window sizes of the recall benchmark by layer (`--recall`, bench/recall_layers.py)."""
     recall_styles: tuple[str, ...] = ()
     """Its summarizer styles (bench/recall_styles.py; empty: all)."""
+    recall_clear_keep: int | None = None
+    """Its agent clears tool results past the newest this many (None: off)."""
     postgres_url: str = field(
         default_factory=lambda: os.environ.get(
             "AGENT_BENCH_POSTGRES_URL",

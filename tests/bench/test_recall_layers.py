@@ -32,12 +32,14 @@ from bench.recall_layers import (
     render,
     run_layers,
     run_one,
+    support_agent,
     write_chart,
 )
 from bench.recall_material import FACTS, TOOL_FACTS, UPDATES, generate, template_strings
 from bench.recall_styles import STYLES, Compact
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
+from bounded_agents.registry import agent_spec
 
 TURNS = 300
 WINDOW = 20
@@ -233,6 +235,18 @@ def test_the_command_line_picks_the_layers_bench_and_its_quick_form() -> None:
     assert config.recall_styles == ("compact", "down")
     config, _, _, only = parse_args(["--recall-legacy"])
     assert only == "recall-legacy" and config.recall_summarizers == ("reference", "verbose")
+    assert config.recall_clear_keep is None, "tool-result clearing is off unless asked"
+
+
+def test_the_clearing_flag_reaches_the_benchmarked_agents_history() -> None:
+    """`--recall-clear-tool-results K` measures recall with the agent clearing tool results
+    past the newest K: the flag reaches the config, and the agent the runs declare clears."""
+    config, _, _, only = parse_args(["--recall", "--recall-clear-tool-results", "2"])
+    assert only == "recall" and config.recall_clear_keep == 2
+    cleared = agent_spec(support_agent(20, None, lambda: "", clear_keep=2)).history
+    plain = agent_spec(support_agent(20, None, lambda: "")).history
+    assert isinstance(cleared, dict) and isinstance(plain, dict)
+    assert cleared["clear_tool_results_keep"] == 2 and "clear_tool_results_keep" not in plain
 
 
 def test_the_ceiling_counts_a_value_said_without_its_topic_as_out_of_reach() -> None:
