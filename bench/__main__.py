@@ -96,8 +96,8 @@ def parse_args(argv: list[str]) -> tuple[Config, Path, Path, str]:
         "--recall-clear-tool-results",
         type=int,
         metavar="K",
-        help="--recall: the agent clears tool results past the newest K from its prompts "
-        "(history clear_tool_results_keep; off by default)",
+        help="--recall: the agent clears tool results past the newest K from its prompts at "
+        "once (history clear_tool_results_keep=K, step 1 token; off by default)",
     )
     parser.add_argument(
         "--recall-turns", type=_ints, help="conversation lengths (120,500; --quick: 120)"

@@ -136,8 +136,11 @@ def support_agent(
     history: dict[str, Any] = {"max_messages": window}
     if summarizer is not None:
         history["summarize"] = summarizer
-    if clear_keep is not None:  # tool-result clearing: older results leave the prompt
+    if clear_keep is not None:
+        # Tool-result clearing at its harshest: every result past the newest `clear_keep`
+        # leaves the prompt at once (steps of 1 token), so the row bounds its effect on recall.
         history["clear_tool_results_keep"] = clear_keep
+        history["clear_tool_results_step_tokens"] = 1
 
     @agent(name=AGENT, system_prompt=SYSTEM_PROMPT, history=history, search=True)
     class SupportAgent:
@@ -578,7 +581,10 @@ def layers_main(
         run_layers(turn_counts, seeds, windows, styles, log=note, clear_keep=clear_keep)
     )
     if clear_keep is not None:
-        print(f"Tool-result clearing on: the newest {clear_keep} results kept verbatim.\n")
+        print(
+            f"Tool-result clearing on: the newest {clear_keep} results kept verbatim, "
+            "older ones cleared at once (steps of 1 token).\n"
+        )
     # The table alone on stdout: `python -m bench --recall > table.md` is the table.
     print(render(results), flush=True)
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -119,7 +119,7 @@ class SummaryReport(BaseModel):
     input_tokens: int = 0
     """Estimated tokens handed to the summarizer: the summary so far plus the new messages."""
     clipped: int = 0
-    """Folds whose summary was still longer than its cap (half of `fold_max_tokens`) after it
+    """Folds whose summary was still longer than its cap (`summary_token_cap`) after it
     was asked to compress itself, and was cut to its end
     (`bounded_agents.core.summary.clip_summary`, which tells the model so). What was cut is lost;
     the journal records the characters (`clipped_chars`)."""

@@ -247,6 +247,7 @@ def test_the_clearing_flag_reaches_the_benchmarked_agents_history() -> None:
     plain = agent_spec(support_agent(20, None, lambda: "")).history
     assert isinstance(cleared, dict) and isinstance(plain, dict)
     assert cleared["clear_tool_results_keep"] == 2 and "clear_tool_results_keep" not in plain
+    assert cleared["clear_tool_results_step_tokens"] == 1, "at its harshest: no step"
 
 
 def test_the_ceiling_counts_a_value_said_without_its_topic_as_out_of_reach() -> None:
