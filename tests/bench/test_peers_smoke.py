@@ -1,6 +1,7 @@
 """The peer bench runs end to end on both databases in a tiny configuration, and every system
 really did the turns it is timed for: each LangGraph graph holds the seeded thread plus four
-messages per turn (question, tool call, tool result, answer) and answered from the 8 KB page,
+messages per turn (question, tool call, tool result, answer) and answered from the 8 KB page
+(with durability "exit" too: its one checkpoint per turn holds the whole turn),
 and this project's thread grew by two messages per turn. No timing assertions."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from bench.data import TOOL_BYTES
-from bench.peers import LG_DELTA, LG_PLAIN, OURS, SYSTEMS, render_peers, run_peers
+from bench.peers import OURS, PEERS, SYSTEMS, peer_targets, render_peers, run_peers
 from bench.run import Config
 from tests.conftest import PG_ADMIN_URL
 
@@ -42,7 +43,7 @@ async def test_every_system_does_the_same_turns_on_the_same_thread(backend: str)
         assert systems[OURS]["x_ours"] == 1.0
         ours = systems[OURS]
         assert ours["messages_after"] == length + 2 * ours["turns"]
-        for name in (LG_PLAIN, LG_DELTA):
+        for name in PEERS:
             peer = systems[name]
             assert peer["messages_after"] == 2 * length + 4 * peer["turns"], name
             assert peer["last_answer"] == f"I read {TOOL_BYTES} characters.", name
@@ -51,3 +52,18 @@ async def test_every_system_does_the_same_turns_on_the_same_thread(backend: str)
     assert all(name in table for name in SYSTEMS)
     verdicts = [line for line in table.splitlines() if line.startswith(("PASS", "MISS"))]
     assert len(verdicts) == len(LENGTHS), "one verdict per length"
+
+
+def test_the_verdict_asks_for_twice_the_nearest_peers_overhead() -> None:
+    """Issue 37's goal: PASS only where every peer's overhead, its fastest mode included, is at
+    least 2x this project's; a lead of 1.9x over the nearest is a MISS naming it."""
+
+    def figures(nearest: float) -> dict[str, dict[str, float]]:
+        out = {name: {"x_ours": 5.0} for name in PEERS}
+        out[PEERS[-1]] = {"x_ours": nearest}
+        return out | {OURS: {"x_ours": 1.0}}
+
+    results = {"backends": {"sqlite": {"100": figures(1.9), "1000": figures(2.0)}}}
+    miss, hit = peer_targets(results)
+    assert miss.startswith("MISS") and PEERS[-1] in miss and "1.90x" in miss
+    assert hit.startswith("PASS")
