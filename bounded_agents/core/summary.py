@@ -84,14 +84,6 @@ folded in several calls, each extending the summary of the one before."""
 SUMMARY_SHARE = 2
 """A summary may take 1/SUMMARY_SHARE of the fold budget (`summary_token_cap`)."""
 
-SEARCHABLE_SUMMARY_SHARE = 4
-"""The share when what leaves the summary stays searchable (an archive, and the agent has the
-search tool): 1/4 of the fold budget (2,000 estimated tokens by default). Every prompt carries
-the summary while an archived note costs nothing until a search finds it, so the summary keeps
-the newest notes and the archive the rest. On the recall bench (500 turns, window 20) a verbose
-summarizer's summary took 9.6-10.1% of the thread at 1/2 and the prompt with search results
-17.6-19.0%: over the 15% a bounded prompt should cost; see bench/README.md, "smaller summary"."""
-
 PREVIOUS_SUMMARY_HEADING = "Summary of the conversation so far:"
 NEW_MESSAGES_HEADING = "Messages since then:"
 
@@ -112,10 +104,8 @@ def render_history_summary(text: str) -> str:
     )
 
 
-def summary_token_cap(fold_max_tokens: int, *, searchable: bool = False) -> int:
-    """The estimated tokens a summary may have: half the fold budget (4,000 by default), a
-    quarter (2,000) when `searchable` (its oldest notes go to an archive the agent's search
-    tool reaches: `SEARCHABLE_SUMMARY_SHARE`).
+def summary_token_cap(fold_max_tokens: int) -> int:
+    """The estimated tokens a summary may have: half the fold budget (4,000 by default).
 
     Every fold hands the summarizer the summary so far plus new messages within
     `fold_max_tokens`, and every later prompt carries the summary. A summary allowed to grow
@@ -123,8 +113,7 @@ def summary_token_cap(fold_max_tokens: int, *, searchable: bool = False) -> int:
     has half of it for new messages (a budget under 10 tokens leaves a summary of 5). Raise
     `fold_max_tokens` for longer summaries.
     """
-    share = SEARCHABLE_SUMMARY_SHARE if searchable else SUMMARY_SHARE
-    return max(MESSAGE_ALLOWANCE + 1, fold_max_tokens // share)
+    return max(MESSAGE_ALLOWANCE + 1, fold_max_tokens // SUMMARY_SHARE)
 
 
 CLIP_NOTE = (

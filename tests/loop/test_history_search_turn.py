@@ -16,7 +16,6 @@ from bounded_agents.core.history import window_history
 from bounded_agents.core.messages import Message, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse, SearchHit, Thread
 from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
-from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.errors import ConfigError, ProviderError, RunFailed
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
@@ -222,49 +221,3 @@ async def test_an_archived_summary_part_is_found_by_search_and_gone_after_erasur
 
     await module.erase_thread(thread.id, actor_id="alice")
     assert await sql_store.archived_parts(thread.id) == []
-
-
-@pytest.mark.parametrize(("search", "cap"), [(True, 300 // 4), (False, 300 // 2)])
-async def test_a_searching_agents_summary_is_held_to_a_quarter_of_the_fold_budget(
-    sql_store: SqlAgentStore, search: bool, cap: int
-) -> None:
-    """Summary + search: what leaves the summary is archived where the search tool reaches
-    it, so the summary every prompt carries is held to a quarter of the fold budget, not half
-    (`SEARCHABLE_SUMMARY_SHARE`); an agent that cannot search keeps half. The summarizer is
-    told the cap, and every stored summary is within it."""
-    notes = Notetaker()
-    told: list[int | None] = []
-
-    async def noting(messages: list[Message], ctx: Any) -> Any:
-        told.append(ctx.summary_max_tokens)
-        return await notes(messages, ctx)
-
-    @agent(
-        name="keeper",
-        history={"max_messages": 4, "summarize": noting, "fold_max_tokens": 300},
-        search=search,
-    )
-    class Keeper:
-        pass
-
-    module = AgentModule.for_root(
-        model=ScriptedProvider([reply(f"noted {i}") for i in range(16)]),
-        store=sql_store,
-        agents=[Keeper],
-        settings=Settings(migrate_on_start=False),
-    )
-    thread = await sql_store.create_thread(actor_id="alice", agent="keeper")
-    archived = 0
-    for i in range(16):
-        content = f"Chat {i} about films and the weather in the mountains."
-        result = await module.run_turn(
-            agent="keeper", thread_id=thread.id, actor_id="alice", content=content
-        )
-        summary = result.report.summary
-        archived += summary.archived if summary is not None else 0
-    assert told and set(told) <= {cap, cap // 2}, told  # folds told `cap`, compressions half
-    assert cap in told
-    assert archived >= 1, "the notes outgrew the cap and went to the archive"
-    latest = await sql_store.latest_summary(thread.id)
-    assert latest is not None
-    assert estimate_message_tokens(Message(role="system", content=latest.text)) <= cap

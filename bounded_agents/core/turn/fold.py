@@ -255,7 +255,6 @@ def _first_task(
     that fit them, by the ratio learned from the model's reported usage (1.0 until then)."""
     policy_budget = fold_budget(turn.definition.policy)
     budget = deps.learned.tokens.budget(policy_budget, deps.model_name)
-    searchable = SEARCH_TOOL_NAME in turn.definition.tools
     return ChunkTask(
         request=turn.request,
         hctx=turn.hctx,
@@ -264,12 +263,10 @@ def _first_task(
         through=int(owed["through"]),
         known={m.seq: m for m in (Message.model_validate(x) for x in owed["messages"])},
         budget=budget,
-        # The policy's (a chunk may be smaller, not this); smaller where archived notes stay
-        # in reach of the agent's search.
-        cap=summary_token_cap(policy_budget, searchable=searchable and deps.store.archives),
+        cap=summary_token_cap(policy_budget),  # the policy's; a chunk may be smaller, not this
         calls_left=0,
         call_budget=0,
-        searchable=searchable,
+        searchable=SEARCH_TOOL_NAME in turn.definition.tools,
     )
 
 
