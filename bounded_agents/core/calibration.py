@@ -11,8 +11,9 @@ estimated tokens fit a real-token limit).
 The loop keeps one `CalibratedCounter` per process (`TurnDeps.learned.tokens`): every chat
 call whose usage the provider reported teaches it, under the configured model's name, and the
 fold sizes its chunks (`calibrated` budget of the policy's `fold_max_tokens`) and the quota
-holds its reservations by it. Token windows (`max_tokens`, `min_tokens`) are NOT calibrated: they
-cut by the running estimate the store keeps per message, so a window and its bounded read agree.
+holds its reservations by it, and token windows are cut at their limits divided by it
+(`WindowHistory.calibrated`, through the `CalibratedPolicy` power), in the same estimate the
+store keeps per message, so a window and its bounded read still agree.
 `CalibratingProvider` does the same for a provider used outside the loop.
 
 Per process, in memory: a restart relearns from the first reported call (one call's worth of

@@ -25,7 +25,7 @@ def _members(protocol: type) -> list[str]:
     return sorted({*own, *getattr(protocol, "__annotations__", {})})
 
 
-def test_the_policy_protocols_are_these_eight_with_these_members() -> None:
+def test_the_policy_protocols_are_these_nine_with_these_members() -> None:
     listed = {p.__name__: _members(p) for p in POLICY_PROTOCOLS}
     assert listed == {
         "BoundedReadPolicy": ["read_bound"],
@@ -35,6 +35,7 @@ def test_the_policy_protocols_are_these_eight_with_these_members() -> None:
         "FoldBudgetPolicy": ["fold_max_tokens"],
         "RefoldingPolicy": ["refold_count"],
         "ClearingPolicy": ["clear_tool_results"],
+        "CalibratedPolicy": ["calibrated"],
         "LegacyWindowPolicy": ["window"],
     }
     declared = {

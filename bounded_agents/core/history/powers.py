@@ -74,6 +74,17 @@ class ClearingPolicy(Protocol):
 
 
 @runtime_checkable
+class CalibratedPolicy(Protocol):
+    """Token limits that can be put in the model's own tokens: `calibrated(ratio)` is the
+    policy with each token limit divided by `ratio` (the model counts `ratio` tokens per
+    estimated one: `bounded_agents.core.calibration`), or the policy itself when nothing
+    changes. The loop asks it every turn, so it must be cheap and return the same object for
+    the same ratio (a policy whose limits moved every turn would break the prompt cache)."""
+
+    def calibrated(self, ratio: float) -> HistoryPolicy: ...
+
+
+@runtime_checkable
 class LegacyWindowPolicy(Protocol):
     """The pre-`select` method a journal of the legacy path was recorded with."""
 
@@ -113,6 +124,16 @@ def supports_clearing(policy: HistoryPolicy) -> TypeGuard[ClearingPolicy]:
 def result_clearing(policy: HistoryPolicy) -> ToolResultClearing | None:
     """The policy's tool-result clearing, or None when it clears nothing."""
     return policy.clear_tool_results if supports_clearing(policy) else None
+
+
+def supports_calibration(policy: HistoryPolicy) -> TypeGuard[CalibratedPolicy]:
+    return isinstance(policy, CalibratedPolicy)
+
+
+def calibrated_policy(policy: HistoryPolicy, ratio: float) -> HistoryPolicy:
+    """`policy` with its token limits in the model's tokens (`CalibratedPolicy`); a policy
+    without that power, unchanged."""
+    return policy.calibrated(ratio) if supports_calibration(policy) else policy
 
 
 def supports_legacy_window(policy: HistoryPolicy) -> TypeGuard[LegacyWindowPolicy]:
@@ -161,6 +182,7 @@ POLICY_PROTOCOLS: tuple[type, ...] = (
     FoldBudgetPolicy,
     RefoldingPolicy,
     ClearingPolicy,
+    CalibratedPolicy,
     LegacyWindowPolicy,
 )
 """Every power a policy may declare, for docs and the test that lists them."""

@@ -10,7 +10,9 @@ import them from there.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +37,10 @@ DEFAULT_WINDOW_MESSAGES = 40
 DEFAULT_FOLD_MESSAGES = 4
 """The smallest default fold batch: two turns' worth, so even a small summarizing window folds
 every other turn at most, not on every turn."""
+RATIO_STEP = 0.125
+"""A calibrated window's ratio is rounded UP to a multiple of this (`WindowHistory.calibrated`):
+its limits move only when the learned ratio crosses a step, not at every reported call, so
+the prompts between two steps still extend each other (and a provider's cache hits)."""
 
 
 def cut_at(messages: Sequence[Message], cut: int) -> HistorySelection:
@@ -149,6 +155,31 @@ class WindowHistory:
             fold_tokens if fold_tokens is not None else max(1, (max_tokens or 0) // 2)
         )
         self.read_bound = self._read_bound()
+        self._calibrated: dict[float, WindowHistory] = {}
+
+    def calibrated(self, ratio: float) -> WindowHistory:
+        """This window with its token limits in the model's own tokens (`CalibratedPolicy`):
+        `max_tokens` (and `min_tokens`, `fold_tokens`) divided by `ratio` rounded up to a
+        `RATIO_STEP`, the read bound with them. A model that counts 1.6 tokens per estimated
+        one gets a window of `max_tokens / 1.625` estimated tokens, which it counts within
+        `max_tokens`. Itself when it has no token limit or the ratio is at most 1 (a
+        calibration never widens a window); one copy per step, made once."""
+        step = math.ceil(ratio / RATIO_STEP) * RATIO_STEP
+        if self.token_limit is None or step <= 1.0:
+            return self
+        known = self._calibrated.get(step)
+        if known is not None:
+            return known
+        scaled = copy.copy(self)
+        scaled._calibrated = {}
+        scaled.token_limit = max(1, math.floor(self.token_limit / step))
+        if self.min_tokens is not None:  # the low mark stays below the high one
+            low = min(math.floor(self.min_tokens / step), scaled.token_limit - 1)
+            scaled.min_tokens = low if low >= 1 else None
+        scaled.fold_tokens = max(1, math.floor(self.fold_tokens / step))
+        scaled.read_bound = scaled._read_bound()
+        self._calibrated[step] = scaled
+        return scaled
 
     def _read_bound(self) -> ReadBound | None:
         # Summarizing, the unsummarized part may grow to the high mark before it folds, so the

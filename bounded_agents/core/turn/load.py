@@ -9,8 +9,10 @@ from bounded_agents.core.checkpoints import (
     seq_payload,
     summary_saved_payload,
 )
+from bounded_agents.core.history.powers import calibrated_policy, read_bound
 from bounded_agents.core.messages import Message, journal_form, payload_bytes
 from bounded_agents.core.ports import (
+    HistoryPolicy,
     HistoryPolicyContext,
     HistorySelection,
     JsonValue,
@@ -23,6 +25,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.turn.constants import BACKLOG_READ_ROWS
 from bounded_agents.core.turn.deps import TurnDeps
+from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.state import Digest, Turn
 from bounded_agents.errors import DuplicateMessage
 
@@ -34,8 +37,8 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
     whole (seq and run id included: a summarizer may group by run); older ones are read chunk
     by chunk by the fold itself. With `tx` the read sees the turn's own user message, written
     in the same unit."""
-    policy = turn.definition.policy
-    summarizer, bound = turn.definition.summarizer, turn.definition.bound
+    policy, bound = turn_policy(deps, turn.definition)
+    summarizer = turn.definition.summarizer
     page = await read_page(
         deps, turn.request.thread_id, bound, turn.report, tx=tx, summary=summarizer is not None
     )
@@ -71,6 +74,20 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
     if clearing is not None:  # journaled with the selection: a replay clears the same
         payload["clearing"] = clearing.model_dump(mode="json")
     return payload
+
+
+def turn_policy(
+    deps: TurnDeps, definition: AgentDefinition
+) -> tuple[HistoryPolicy, ReadBound | None]:
+    """The agent's policy with its token limits in the model's own tokens, by the ratio
+    learned from its reported usage (`CalibratedPolicy`; 1.0, the policy as declared, until a
+    provider reports), and the read bound that goes with it. A token window of 8,000 for a
+    model that counts 1.6 tokens per estimated one keeps 4,923 estimated tokens."""
+    ratio = deps.learned.tokens.ratio(deps.model_name)
+    policy = calibrated_policy(definition.policy, ratio)
+    if policy is definition.policy:
+        return policy, definition.bound
+    return policy, read_bound(policy)
 
 
 async def persist(

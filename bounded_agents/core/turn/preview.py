@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from bounded_agents.core.history.powers import policy_summarizer, read_bound
+from bounded_agents.core.history.powers import policy_summarizer
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, Thread
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.deps import TurnDeps
-from bounded_agents.core.turn.load import fold_range, page_context, read_page
+from bounded_agents.core.turn.load import fold_range, page_context, read_page, turn_policy
 from bounded_agents.core.turn.public import FoldPreview, WindowPreview
 
 
@@ -27,9 +27,8 @@ async def preview(
     if thread is None or thread.id != thread_id or thread.actor_id != actor_id:
         thread = await deps.owned_thread(thread_id, actor_id)
     definition = deps.definition(thread.agent)
-    policy = definition.policy
+    policy, bound = turn_policy(deps, definition)  # as a turn now would cut it
     summarizer = policy_summarizer(policy)
-    bound = read_bound(policy)
     report = RunReport(run_id="preview")
     page = await read_page(deps, thread_id, bound, report, summary=summarizer is not None)
     # A turn now would find the thread idle since its last activity (`updated_at`).
