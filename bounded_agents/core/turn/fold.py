@@ -125,6 +125,9 @@ async def fold(
         turn.report.summary = stats
         return summary, folds
     outcome: str | None = None  # issue 36: the last attempt's refusal reason, if any
+    # The last attempt came back cut at the summarizer's output cap: the summary so far is
+    # more than it can restate, so this one first compresses it (`ChunkTask.compress_first`).
+    compress_first = stats.health is not None and stats.health.outcome == "truncated"
     while summary is None or summary.covers_through_seq < through:
         # The budget the run's first fold step journaled, once there is one: a resumed run
         # follows its journal even where this process allows fewer calls.
@@ -135,8 +138,14 @@ async def fold(
             break
         folds += 1
         task = dataclasses.replace(
-            task, summary=summary, budget=budget, calls_left=calls_left, call_budget=call_budget
+            task,
+            summary=summary,
+            budget=budget,
+            calls_left=calls_left,
+            call_budget=call_budget,
+            compress_first=compress_first,
         )
+        compress_first = False  # a summary this run made was restated within the cap
         made, usage = await _summarize_step(deps, turn, task, folds)
         if "fitted_tokens" in made:
             # The provider refused a larger chunk: the rest of this run's chunks start at the

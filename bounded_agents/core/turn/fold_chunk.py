@@ -61,6 +61,12 @@ class ChunkTask:
     searchable: bool = False
     """The agent has the `search_history` tool: an archived part is reachable by it, and the
     summary's note says so."""
+    compress_first: bool = False
+    """The thread's last fold was refused as `truncated`: the summarizer stopped at its output
+    cap restating the summary so far (a tokenizer counting notes at twice the estimate can
+    restate 40% of a summary that fits the cap). Resending the same summary would be cut
+    again on every fold, so this step first compresses it, then folds the chunk into the
+    shorter one."""
 
 
 @dataclass
@@ -101,13 +107,21 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
     calls = FoldCalls(deps, task.request, task.summarizer, task.call_budget)
     if not chunk.messages:  # all of it erased: nothing to summarize; a later range passes
         return {**calls.rejected("erased", [], chunk.tokens), "last_seq": task.through}
+    restated = 0
+    if task.compress_first and task.summary is not None and calls.count + 1 < task.calls_left:
+        shorter = await calls.compress(task.summary.text, fold_ctx, task.cap)
+        if shorter is not None:  # else the fold goes on with the summary as it was
+            restated = 1
+            fold_ctx = fold_ctx.model_copy(
+                update={"summary": task.summary.model_copy(update={"text": shorter})}
+            )
     made = await summarize_chunk(deps, task, chunk, calls, fold_ctx)
     if not isinstance(made, HistorySummary):
         return made
     text = storable_text(made.text)
     refused = fold_rejection(made.model_copy(update={"text": text}))
     if refused is None:  # issue 36: a summary that does not stand for its chunk
-        previous = task.summary.text if task.summary is not None else None
+        previous = fold_ctx.summary.text if fold_ctx.summary is not None else None
         refused = unrelated_fold(text, chunk.messages, previous)
     if refused is not None:
         return calls.rejected(refused, chunk.messages, chunk.tokens)
@@ -115,7 +129,8 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
     if learned is not None and learned < task.budget and not chunk.halved and more:
         grow_chunk_cap(deps, task.request.agent, learned, max(task.budget, learned))
     fitted = await fit_summary(task, calls, fold_ctx, text, archives=deps.store.archives)
-    record = _chunk_record(calls, chunk, fitted.kept, compressed=fitted.compressed, cut=fitted.cut)
+    compressed = fitted.compressed + restated
+    record = _chunk_record(calls, chunk, fitted.kept, compressed=compressed, cut=fitted.cut)
     if fitted.archived:
         # Written by `persist:summary` with the summary (one transaction, replay-safe): notes
         # from the thread's start through the previous boundary (the new chunk's notes are the
