@@ -515,6 +515,7 @@ class AgentModule:
             if self.settings.migrate_on_start:
                 await persistence.migrate()
             await persistence.index_search(self.loop.agents)
+            await self.loop.restore_learned()  # token ratios an earlier process learned
             if self.local_mode:
                 log.warning(
                     "no AGENT_API_KEYS configured: local development mode, every request "

@@ -16,15 +16,18 @@ holds its reservations by it, and token windows are cut at their limits divided 
 store keeps per message, so a window and its bounded read still agree.
 `CalibratingProvider` does the same for a provider used outside the loop.
 
-Per process, in memory: a restart relearns from the first reported call (one call's worth of
-error, the same as before this module). The estimate stays the default offline (ratio 1.0 until
-a provider reports).
+Kept across restarts where the ledger can (`RatioBook`: the SQL ledger's `token_ratios` table):
+the loop restores the saved ratios at start-up (`AgentLoop.restore_learned`, which the module's
+lifespan calls) and saves a ratio after a turn that moved it by more than `SAVE_DRIFT`, in a
+transaction of its own, so a turn's commits are what they were and most turns write nothing.
+Without one (or without the lifespan) a process relearns from its first reported call. The
+estimate stays the default offline (ratio 1.0 until a provider reports).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from bounded_agents.core.messages import ChatMessage, Message
@@ -38,6 +41,10 @@ MAX_RATIO = 4.0
 
 MIN_SAMPLE_TOKENS = 64
 """Prompts smaller than this (estimated) teach nothing: per-message overheads dominate them."""
+
+SAVE_DRIFT = 0.05
+"""A learned ratio is saved again once it moved more than this share from the one saved: the
+decay moves it a little on every lower report, which is not worth a write each time."""
 
 
 @runtime_checkable
@@ -73,6 +80,26 @@ class CalibratedCounter:
         uses 1.0, so calibration only ever shrinks a chunk or grows a hold, never sends more
         than the plain estimate allowed (a fake or lying usage report cannot inflate it)."""
         self._ratios: dict[str, float] = {}
+        self._saved: dict[str, float] = {}
+
+    def restore(self, ratios: Mapping[str, float]) -> None:
+        """Ratios saved by an earlier process (clamped as learned ones are); a ratio this
+        process learned already wins."""
+        for model, ratio in ratios.items():
+            kept = min(max(ratio, MIN_RATIO), MAX_RATIO)
+            self._ratios.setdefault(model, kept)
+            self._saved[model] = kept
+
+    def unsaved(self) -> dict[str, float]:
+        """The learned ratios that were never saved or moved more than `SAVE_DRIFT` since."""
+        return {
+            model: ratio
+            for model, ratio in self._ratios.items()
+            if (saved := self._saved.get(model)) is None or abs(ratio - saved) > SAVE_DRIFT * saved
+        }
+
+    def mark_saved(self, ratios: Mapping[str, float]) -> None:
+        self._saved.update(ratios)
 
     def ratio(self, model: str) -> float:
         """The ratio applied to `model`'s estimates: the learned one, at least `floor`."""
@@ -157,6 +184,7 @@ def calibrated_budget(tokens: int, model: object) -> int:
 __all__ = [
     "MAX_RATIO",
     "MIN_RATIO",
+    "SAVE_DRIFT",
     "CalibratedCounter",
     "CalibratingProvider",
     "EstimateCounter",

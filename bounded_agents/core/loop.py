@@ -81,6 +81,7 @@ from bounded_agents.core.turn.public import (
     WindowPreview,
 )
 from bounded_agents.core.turn.replay import legacy_load, legacy_prompt
+from bounded_agents.core.turn.spend import keep_learned_ratios
 from bounded_agents.core.turn.state import Digest, Turn
 from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import (
@@ -262,7 +263,9 @@ class AgentLoop:
             hctx=_policy_context(deps, request),
             on_event=on_event,
         )
-        return await self._drive(turn)
+        result = await self._drive(turn)
+        await keep_learned_ratios(deps)
+        return result
 
     async def resume(self, run_id: str, on_event: EventSink | None = None) -> RunResult:
         """Finish a failed or interrupted run from its journal. A completed one is refused
@@ -292,7 +295,14 @@ class AgentLoop:
             on_event=on_event,
             fresh=False,
         )
-        return await self._drive(turn)
+        result = await self._drive(turn)
+        await keep_learned_ratios(deps)
+        return result
+
+    async def restore_learned(self) -> None:
+        """The token ratios an earlier process learned and saved (`RatioBook`), so windows and
+        fold chunks are sized by them from the first turn; the module's lifespan calls it."""
+        self.deps.learned.tokens.restore(await self.deps.ledger.saved_ratios())
 
     # --- the run ---------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 A thread and everything in it (messages, runs, journal steps, summaries) share one colocation
 group, keyed by the thread id, so a turn is answered by one worker; an actor's token ledger and
-running total share another, keyed by the actor (docs/scale-out.md says why two). The plan
+running total share another, keyed by the actor (docs/scale-out.md says why two); the one
+global table, the learned token ratios, is a reference table (a copy on every node). The plan
 names each table, its distribution column and its group, nothing else: Citus distributes the
 table as the migrations left it, so a migration that adds a column (or an index holding the
 distribution column) needs no change here; one that adds a table must add it to `PLAN`
@@ -33,7 +34,11 @@ class Distribution:
     column: str
     colocate_with: str
     """'none' starts a colocation group (with the shard count asked for); a table name joins
-    that table's group, which must be distributed first."""
+    that table's group, which must be distributed first; `REFERENCE` makes it a reference
+    table (no distribution column: `column` is empty)."""
+
+
+REFERENCE = "reference"
 
 
 PLAN: tuple[Distribution, ...] = (
@@ -45,6 +50,7 @@ PLAN: tuple[Distribution, ...] = (
     Distribution("summary_archive", "thread_id", "threads"),
     Distribution("actor_usage", "actor_id", "none"),
     Distribution("ledger", "actor_id", "actor_usage"),
+    Distribution("token_ratios", "", REFERENCE),
 )
 """Parents before the tables whose foreign keys point at them, and each group's first table
 before the tables that join it. `alembic_version` stays a plain table on the coordinator."""
@@ -60,6 +66,9 @@ class Outcome:
     """False: it was distributed already (the command changed nothing for it)."""
 
     def line(self) -> str:
+        if not self.column:
+            how = "made" if self.done_now else "already"
+            return f"{self.table}: {how} a reference table (a copy on every node)"
         how = "distributed" if self.done_now else "already distributed"
         return (
             f"{self.table}: {how} by {self.column} "
@@ -74,7 +83,8 @@ _EXISTING = sa.text(
 )
 _DISTRIBUTED = sa.text(
     "SELECT table_name::text AS name, distribution_column AS column_name, "
-    "colocation_id, shard_count FROM citus_tables WHERE citus_table_type = 'distributed'"
+    "colocation_id, shard_count FROM citus_tables "
+    "WHERE citus_table_type IN ('distributed', 'reference')"
 )
 
 
@@ -143,12 +153,11 @@ async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Ou
     for plan in present:
         if plan.table in before:
             continue
-        params: dict[str, object] = {
-            "table": plan.table,
-            "column": plan.column,
-            "colocate": plan.colocate_with,
-        }
-        sql = "SELECT create_distributed_table(:table, :column, colocate_with => :colocate"
+        params: dict[str, object] = {"table": plan.table}
+        sql = "SELECT create_reference_table(:table"
+        if plan.colocate_with != REFERENCE:
+            params.update(column=plan.column, colocate=plan.colocate_with)
+            sql = "SELECT create_distributed_table(:table, :column, colocate_with => :colocate"
         if plan.colocate_with == "none" and shard_count is not None:
             sql += ", shard_count => :shards"
             params["shards"] = shard_count
@@ -171,6 +180,15 @@ async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Ou
     outcomes = []
     for plan in present:
         column, colocation_id, shards = after[plan.table]
+        if plan.colocate_with == REFERENCE:
+            if column:  # distributed by hand: a reference table was expected
+                raise ConfigError(
+                    f"{plan.table} is distributed by {column}; this app needs it as a reference "
+                    "table (undistribute_table it, then run distribute again)"
+                )
+            made = plan.table not in before
+            outcomes.append(Outcome(plan.table, "", shards, colocation_id, made))
+            continue
         group = after[plan.colocate_with][1] if plan.colocate_with != "none" else colocation_id
         if column != plan.column or colocation_id != group:
             # Distributed by hand some other way: a turn's statements would cross shards.
@@ -187,8 +205,13 @@ async def _distribute(conn: AsyncConnection, shard_count: int | None) -> list[Ou
 
 
 async def _distributed(conn: AsyncConnection) -> dict[str, tuple[str, int, int]]:
-    """Distributed tables: name -> (distribution column, colocation group, shard count)."""
+    """Distributed and reference tables: name -> (distribution column, empty for a reference
+    table; colocation group; shard count)."""
     return {
-        row.name: (row.column_name, row.colocation_id, row.shard_count)
+        row.name: (
+            "" if row.column_name == "<none>" else row.column_name,
+            row.colocation_id,
+            row.shard_count,
+        )
         for row in await conn.execute(_DISTRIBUTED)
     }

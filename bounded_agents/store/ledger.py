@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bounded_agents.core.ports import LedgerEntry, QuotaReserver, Transaction
+from bounded_agents.core.ports import LedgerEntry, QuotaReserver, RatioBook, Transaction
 from bounded_agents.errors import StoreError
 from bounded_agents.store import direct
+from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import autocommit, on_citus, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
-from bounded_agents.store.schema import actor_usage, ledger
+from bounded_agents.store.schema import actor_usage, ledger, token_ratios
 from bounded_agents.store.tx import writing
 
 _FIELDS = (
@@ -82,7 +84,7 @@ _RELEASE = sa.text("UPDATE actor_usage SET tokens = tokens - :tokens WHERE actor
 
 class SqlLedger:
     """`Ledger`, `QuotaReserver` and `TransactionalLedger` on the `ledger` and `actor_usage`
-    tables."""
+    tables; `RatioBook` on `token_ratios`."""
 
     joins_transactions = True
 
@@ -144,6 +146,27 @@ class SqlLedger:
             )
             return [LedgerEntry(**dict(zip(_FIELDS, r, strict=True))) for r in rows]
 
+    async def load_ratios(self) -> dict[str, float]:
+        """Every model's learned token ratio: one small table, read once at start-up."""
+        async with wrap_db_errors("load_ratios"), self._reader.connect() as conn:
+            rows = await conn.execute(sa.select(token_ratios.c.model, token_ratios.c.ratio))
+            return {row.model: float(row.ratio) for row in rows}
+
+    async def save_ratios(self, ratios: Mapping[str, float]) -> None:
+        """Upsert each model's ratio, in one transaction of its own (never a turn's: it is
+        written after the turn that learned it, and only when it moved)."""
+        if not ratios:
+            return
+        insert = dialect_of(self._engine).insert
+        rows = [{"model": model, "ratio": ratio} for model, ratio in sorted(ratios.items())]
+        stmt = insert(token_ratios).values(rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[token_ratios.c.model],
+            set_={"ratio": stmt.excluded.ratio, "updated_at": sa.func.current_timestamp()},
+        )
+        async with wrap_db_errors("save_ratios"), self._engine.begin() as conn:
+            await conn.execute(stmt)
+
 
 class MemoryLedger:
     """In-process ledger for tests and the MemoryStore."""
@@ -152,6 +175,8 @@ class MemoryLedger:
         self.entries: list[LedgerEntry] = []
         self.reserved: dict[str, int] = {}
         """actor id -> tokens held for calls in flight."""
+        self.ratios: dict[str, float] = {}
+        """model name -> learned token ratio (`RatioBook`)."""
 
     async def record(self, entry: LedgerEntry) -> None:
         self.entries.append(entry)
@@ -184,7 +209,15 @@ class MemoryLedger:
     async def entries_for_run(self, run_id: str) -> list[LedgerEntry]:
         return [e for e in self.entries if e.run_id == run_id]
 
+    async def load_ratios(self) -> dict[str, float]:
+        return dict(self.ratios)
+
+    async def save_ratios(self, ratios: Mapping[str, float]) -> None:
+        self.ratios.update(ratios)
+
 
 if TYPE_CHECKING:  # mypy holds both ledgers to the ports the loop calls them through
     _SQL_RESERVES: QuotaReserver = SqlLedger(cast(AsyncEngine, None))
     _MEMORY_RESERVES: QuotaReserver = MemoryLedger()
+    _SQL_RATIOS: RatioBook = SqlLedger(cast(AsyncEngine, None))
+    _MEMORY_RATIOS: RatioBook = MemoryLedger()

@@ -268,3 +268,16 @@ actor_usage = sa.Table(
     sa.Column("last_ledger_id", sa.BigInteger, nullable=False, server_default="0"),
     # The `id` of the actor's newest ledger row: the next row takes the one after it.
 )
+
+
+token_ratios = sa.Table(
+    "token_ratios",
+    metadata,
+    # Per model name, the ratio of the prompt tokens its provider reported to the chars/4
+    # estimate (`bounded_agents.core.calibration`), so a restarted process sizes windows and
+    # fold chunks by it from its first turn. One small row per model, read once at start-up:
+    # on Citus a reference table (a copy on every node), keyed by nothing of a thread's.
+    sa.Column("model", sa.String(MODEL_NAME_CHARS), primary_key=True),
+    sa.Column("ratio", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+)

@@ -67,7 +67,7 @@ def test_the_adapters_are_where_the_store_and_ledger_probes_are() -> None:
     """The finder sees the probes where they are: were it blind, the tests below would pass
     for nothing."""
     assert len(_probes_of_the_store_or_ledger(CORE / "turn" / "store.py")) >= 5
-    assert len(_probes_of_the_store_or_ledger(CORE / "turn" / "ledger.py")) == 2
+    assert len(_probes_of_the_store_or_ledger(CORE / "turn" / "ledger.py")) == 3
 
 
 def test_no_phase_of_the_turn_probes_the_store_or_the_ledger_itself() -> None:

@@ -7,14 +7,18 @@ at the limit divided by the learned ratio, and it fits."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bounded_agents.core.history import window_history
 from bounded_agents.core.history.windows import RATIO_STEP, WindowHistory
+from bounded_agents.core.loop import AgentDefinition, AgentLoop
 from bounded_agents.core.ports import ModelRequest, ModelResponse, ReadBound, Usage
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.errors import ProviderContextExceeded, RunFailed
+from bounded_agents.store.ledger import SqlLedger
 from tests.factories import assistant, user
 from tests.loop.conftest import LoopEnv
 
@@ -101,3 +105,53 @@ def test_a_calibrated_window_moves_in_steps_and_never_widens() -> None:
     assert (window.token_limit, window.min_tokens) == (8000, 4000), "the declared one is kept"
     counted = window_history(max_messages=10)
     assert isinstance(counted, WindowHistory) and counted.calibrated(3.0) is counted
+
+
+class CountingLedger(SqlLedger):
+    """The SQL ledger, counting the saves of learned ratios."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        super().__init__(engine)
+        self.saves: list[dict[str, float]] = []
+
+    async def save_ratios(self, ratios: Mapping[str, float]) -> None:
+        self.saves.append(dict(ratios))
+        await super().save_ratios(ratios)
+
+
+def _loop(env: LoopEnv, model: DoubleCountingModel, ledger: SqlLedger) -> AgentLoop:
+    definition = AgentDefinition(
+        name="helper", system_prompt="You help.", policy=window_history(max_tokens=WINDOW)
+    )
+    return AgentLoop(
+        store=env.store,
+        runtime=env.journal,
+        ledger=ledger,
+        model=model,
+        agents={"helper": definition},
+    )
+
+
+async def test_a_learned_ratio_outlives_its_process_and_is_saved_only_when_it_moves(
+    env: LoopEnv,
+) -> None:
+    """Persisted (`RatioBook`): a process learns the 2x ratio from one reported call and saves
+    it once, not once per turn; a NEW loop over the same database restores it before its first
+    turn and cuts that turn's window by it, never refused."""
+    ledger = CountingLedger(env.store.engine)
+    first = DoubleCountingModel()
+    loop = _loop(env, first, ledger)
+    warm = await env.thread(digits(1))
+    for _ in range(6):
+        await _turn(env, loop, warm)
+    assert ledger.saves == [{"digits-2x": 2.0}], "learned once, saved once"
+    assert await ledger.load_ratios() == {"digits-2x": 2.0}
+
+    restarted = DoubleCountingModel()
+    fresh = _loop(env, restarted, SqlLedger(env.store.engine))
+    await fresh.restore_learned()
+    tid = await env.thread(digits(12))
+    result = await _turn(env, fresh, tid)
+
+    assert restarted.refused == 0, "sized by the saved ratio from its first call"
+    assert result.report.read_token_bound == WINDOW // 2  # type: ignore[attr-defined]

@@ -167,3 +167,15 @@ async def test_a_memory_store_with_a_token_quota_answers_and_books_the_spend() -
     spent = sum(e.prompt_tokens + e.completion_tokens for e in ledger.entries)
     assert spent > 0
     assert await ledger.tokens_used("a") == spent, "the reservation became the spend, no more"
+
+
+async def test_the_lifespan_restores_the_token_ratios_an_earlier_process_saved(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Issue 39: the module's start-up reads the learned ratios back from the SQL ledger
+    (`RatioBook`), so its first turn sizes windows and fold chunks as the last process did."""
+    await SqlLedger(sql_store.engine).save_ratios({"gpt-test": 1.5})
+    module = _module(sql_store)
+    assert module.loop.deps.learned.tokens.learned("gpt-test") is None
+    async with module.lifespan():
+        assert module.loop.deps.learned.tokens.learned("gpt-test") == 1.5

@@ -262,6 +262,8 @@ def _value(
         return i + 1
     if isinstance(kind, sa.DateTime):
         return _fitted(column, _START + dt.timedelta(minutes=i, microseconds=i))
+    if isinstance(kind, sa.Float):  # exact in binary, so a round trip compares equal
+        return 1.0 + i / 8
     if isinstance(kind, sa.String) and kind.length is not None:
         if kind.length == 36:  # the project's ids: uuid4 strings
             return str(uuid.uuid5(_NAMESPACE, f"{table.name}.{column.name}.{i}"))

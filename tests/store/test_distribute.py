@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 from bounded_agents import cli
 from bounded_agents.settings import get_settings
 from bounded_agents.store import SqlAgentStore, migrate
-from bounded_agents.store.distribute import PLAN
+from bounded_agents.store.distribute import PLAN, REFERENCE
 from bounded_agents.store.schema import metadata, runs
 from tests.citus_cluster import CitusCluster
 from tests.conftest import CITUS_SHARDS, create_pg_database, drop_pg_database
@@ -28,15 +28,25 @@ from tests.factories import assistant, user
 from tests.store.test_thread_keys import DISTRIBUTED_BY
 
 HEAD_REVISION = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
-GROUP_HEAD = {d.table: d.table if d.colocate_with == "none" else d.colocate_with for d in PLAN}
-"""Each table and the table that starts its colocation group."""
+DISTRIBUTED = [d for d in PLAN if d.colocate_with != REFERENCE]
+REFERENCES = {d.table for d in PLAN if d.colocate_with == REFERENCE}
+GROUP_HEAD = {
+    d.table: d.table if d.colocate_with == "none" else d.colocate_with for d in DISTRIBUTED
+}
+"""Each distributed table and the table that starts its colocation group."""
 
 
 def test_the_plan_distributes_every_table_of_the_schema_by_its_key_parents_first() -> None:
     assert {d.table for d in PLAN} == set(metadata.tables)
-    assert {d.table: d.column for d in PLAN} == {"threads": "id", **DISTRIBUTED_BY}
+    assert {d.table: d.column for d in DISTRIBUTED} == {"threads": "id", **DISTRIBUTED_BY}
+    assert REFERENCES == {"token_ratios"}, "the one global table: a copy on every node"
+    assert all(
+        not d.column and not metadata.tables[d.table].foreign_keys
+        for d in PLAN
+        if d.table in REFERENCES
+    )
     order = [d.table for d in PLAN]
-    for d in PLAN:
+    for d in DISTRIBUTED:
         if d.colocate_with != "none":
             assert order.index(d.colocate_with) < order.index(d.table), d
         for fk in metadata.tables[d.table].foreign_keys:
@@ -60,7 +70,7 @@ async def _tables(url: str) -> dict[str, tuple[str, int, int]]:
     try:
         rows = await conn.fetch(
             "SELECT table_name::text AS name, distribution_column, colocation_id, shard_count "
-            "FROM citus_tables WHERE citus_table_type = 'distributed'"
+            "FROM citus_tables WHERE citus_table_type IN ('distributed', 'reference')"
         )
     finally:
         await conn.close()
@@ -82,18 +92,23 @@ def test_distribute_puts_each_table_in_its_group_and_running_it_again_changes_no
     asyncio.run(migrate.upgrade_url(fresh))
     assert _distribute(fresh, monkeypatch, "--shard-count", str(CITUS_SHARDS)) == 0
     out = capsys.readouterr().out
-    assert out.count(": distributed by ") == len(PLAN), out
+    assert out.count(": distributed by ") == len(DISTRIBUTED), out
+    assert out.count(": made a reference table") == len(REFERENCES), out
     tables = asyncio.run(_tables(fresh))
-    assert {t: c for t, (c, _, _) in tables.items()} == {d.table: d.column for d in PLAN}
-    assert {n for _, _, n in tables.values()} == {CITUS_SHARDS}
-    assert {t: group for t, (_, group, _) in tables.items()} == {
+    assert {t: c for t, (c, _, _) in tables.items()} == {
+        **{d.table: d.column for d in DISTRIBUTED},
+        **dict.fromkeys(REFERENCES, "<none>"),
+    }
+    assert {tables[d.table][2] for d in DISTRIBUTED} == {CITUS_SHARDS}
+    assert {t: tables[t][1] for t in GROUP_HEAD} == {
         t: tables[head][1] for t, head in GROUP_HEAD.items()
     }
     assert tables["threads"][1] != tables["actor_usage"][1]
 
     assert _distribute(fresh, monkeypatch) == 0
     again = capsys.readouterr().out
-    assert again.count(": already distributed by ") == len(PLAN), again
+    assert again.count(": already distributed by ") == len(DISTRIBUTED), again
+    assert again.count(": already a reference table") == len(REFERENCES), again
     assert asyncio.run(_tables(fresh)) == tables
 
 

@@ -33,6 +33,7 @@ from bounded_agents.core.ports.runtime_powers import (
     JournalFigures,
     JournalPruner,
     KeyedRunFinder,
+    RatioBook,
     RunEraser,
     RunExecutor,
     RuntimeLauncher,
@@ -44,6 +45,7 @@ from bounded_agents.core.ports.runtime_powers import (
     supports_launch,
     supports_ledger_transactions,
     supports_pruning,
+    supports_ratio_book,
     supports_reservations,
     supports_run_erasure,
     supports_run_executor,
@@ -327,6 +329,7 @@ POWERS: tuple[Power, ...] = (
     Power("runtime", RuntimeLauncher, supports_launch),
     Power("context", JournalFigures, supports_journal_figures),
     Power("ledger", TransactionalLedger, supports_ledger_transactions),
+    Power("ledger", RatioBook, supports_ratio_book),
 )
 """Every optional power, in the module docstring's order."""
 
@@ -342,6 +345,7 @@ __all__ = [
     "KeyedRunFinder",
     "MigratingStore",
     "Power",
+    "RatioBook",
     "RunEraser",
     "RunExecutor",
     "RunTimelineReader",
@@ -367,6 +371,7 @@ __all__ = [
     "supports_named_threads",
     "supports_prompt_digests",
     "supports_pruning",
+    "supports_ratio_book",
     "supports_reservations",
     "supports_run_erasure",
     "supports_run_executor",

@@ -4,7 +4,7 @@ store's are in `powers`, which lists all of them in `POWERS`): the same style, o
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
@@ -166,6 +166,25 @@ def supports_ledger_transactions(ledger: object) -> TypeGuard[TransactionalLedge
 
 ledger_supports_transactions = supports_ledger_transactions
 """The probe's earlier name, kept for code written against it."""
+
+
+@runtime_checkable
+class RatioBook(Protocol):
+    """Optional: a ledger that keeps each model's learned token ratio (reported prompt tokens
+    over the chars/4 estimate: `bounded_agents.core.calibration`) across restarts, so a new
+    process sizes windows and fold chunks by it from its first turn."""
+
+    async def load_ratios(self) -> dict[str, float]:
+        """Every model's ratio, as last saved."""
+        ...
+
+    async def save_ratios(self, ratios: Mapping[str, float]) -> None:
+        """Replace the named models' ratios (others are left as they are)."""
+        ...
+
+
+def supports_ratio_book(ledger: object) -> TypeGuard[RatioBook]:
+    return isinstance(ledger, RatioBook)
 
 
 def supports_reservations(ledger: object) -> TypeGuard[QuotaReserver]:

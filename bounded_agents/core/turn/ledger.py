@@ -1,20 +1,25 @@
 """Any `Ledger` lifted to what a turn needs: one way to hold quota and one way to book a call.
 
-A ledger may hold tokens while a call is in flight (`QuotaReserver`) and may write its rows in
-a unit of work's transaction (`TransactionalLedger`). Which it can is asked once, here, so the
+A ledger may hold tokens while a call is in flight (`QuotaReserver`), may write its rows in
+a unit of work's transaction (`TransactionalLedger`) and may keep the learned token ratios
+(`RatioBook`). Which it can is asked once, here, so the
 spend phase has one path and the fallbacks live in one place; each method makes exactly the
 ledger calls the phase made before (no extra query).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from bounded_agents.core.ports import (
     Ledger,
     LedgerEntry,
     QuotaReserver,
+    RatioBook,
     Transaction,
     TransactionalLedger,
     supports_ledger_transactions,
+    supports_ratio_book,
     supports_reservations,
 )
 
@@ -28,6 +33,7 @@ class TurnLedger:
             ledger if supports_ledger_transactions(ledger) else None
         )
         self._reserving: QuotaReserver | None = ledger if supports_reservations(ledger) else None
+        self._ratios: RatioBook | None = ledger if supports_ratio_book(ledger) else None
 
     @property
     def joins_transactions(self) -> bool:
@@ -55,6 +61,17 @@ class TurnLedger:
             await self._tx.record(entry, tx=tx)
         else:
             await self.ledger.record(entry)
+
+    async def saved_ratios(self) -> dict[str, float]:
+        """The token ratios an earlier process saved (none without a `RatioBook`)."""
+        return await self._ratios.load_ratios() if self._ratios is not None else {}
+
+    async def save_ratios(self, ratios: Mapping[str, float]) -> bool:
+        """Keep `ratios` for later processes; False when the ledger cannot."""
+        if self._ratios is None:
+            return False
+        await self._ratios.save_ratios(ratios)
+        return True
 
 
 __all__ = ["TurnLedger"]

@@ -26,6 +26,24 @@ log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
 
 
+async def keep_learned_ratios(deps: TurnDeps) -> None:
+    """After a turn: save the token ratios it moved (`CalibratedCounter.unsaved`), in a write
+    of their own, so the next process starts from them. Most turns move none and write
+    nothing. A failed save is logged, never the turn's failure (it is retried after the
+    next turn)."""
+    counter = deps.learned.tokens
+    moved = counter.unsaved()
+    if not moved:
+        return
+    try:
+        saved = await deps.ledger.save_ratios(moved)
+    except Exception:
+        log.warning("saving the learned token ratios %s failed", moved, exc_info=True)
+        return
+    if saved:
+        counter.mark_saved(moved)
+
+
 async def reserve(deps: TurnDeps, actor_id: str, tokens: int) -> int:
     """Hold `tokens` of the actor's quota for a model call about to start, or refuse it with
     `QuotaExceeded`: checked before every model call, so neither concurrent runs nor the later
