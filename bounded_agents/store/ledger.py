@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, cast
 
 import sqlalchemy as sa
@@ -158,11 +159,14 @@ class SqlLedger:
         if not ratios:
             return
         insert = dialect_of(self._engine).insert
-        rows = [{"model": model, "ratio": ratio} for model, ratio in sorted(ratios.items())]
+        # The time comes with the values: Citus refuses a function that is not IMMUTABLE
+        # (`current_timestamp`) in the DO UPDATE SET of a reference table's upsert.
+        now = datetime.now(UTC)
+        rows = [{"model": m, "ratio": r, "updated_at": now} for m, r in sorted(ratios.items())]
         stmt = insert(token_ratios).values(rows)
         stmt = stmt.on_conflict_do_update(
             index_elements=[token_ratios.c.model],
-            set_={"ratio": stmt.excluded.ratio, "updated_at": sa.func.current_timestamp()},
+            set_={"ratio": stmt.excluded.ratio, "updated_at": stmt.excluded.updated_at},
         )
         async with wrap_db_errors("save_ratios"), self._engine.begin() as conn:
             await conn.execute(stmt)
