@@ -91,12 +91,20 @@ class CalibratedCounter:
             self._saved[model] = kept
 
     def unsaved(self) -> dict[str, float]:
-        """The learned ratios that were never saved or moved more than `SAVE_DRIFT` since."""
-        return {
-            model: ratio
-            for model, ratio in self._ratios.items()
-            if (saved := self._saved.get(model)) is None or abs(ratio - saved) > SAVE_DRIFT * saved
-        }
+        """The learned ratios worth saving: whose APPLIED ratio (at least `floor`) was never
+        saved and differs from the default, or moved more than `SAVE_DRIFT` since it was. A
+        model counting fewer tokens than the estimate is sized as the default anyway (the
+        loop's floor is 1.0): nothing to keep, no write."""
+        out = {}
+        for model, ratio in self._ratios.items():
+            applied = max(self.floor, ratio)
+            saved = self._saved.get(model)
+            if saved is None:
+                if applied > self.floor:
+                    out[model] = ratio
+            elif abs(applied - max(self.floor, saved)) > SAVE_DRIFT * max(self.floor, saved):
+                out[model] = ratio
+        return out
 
     def mark_saved(self, ratios: Mapping[str, float]) -> None:
         self._saved.update(ratios)
@@ -184,6 +192,7 @@ def calibrated_budget(tokens: int, model: object) -> int:
 __all__ = [
     "MAX_RATIO",
     "MIN_RATIO",
+    "MIN_SAMPLE_TOKENS",
     "SAVE_DRIFT",
     "CalibratedCounter",
     "CalibratingProvider",

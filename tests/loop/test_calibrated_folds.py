@@ -140,3 +140,30 @@ async def test_a_provider_lying_about_its_prompt_tokens_shrinks_chunks_boundedly
     assert result.report.summary is not None and model.summaries > 0
     assert loop.deps.learned.tokens.ratio("liar") == MAX_RATIO
     assert result.message.content == "ok"
+
+
+class ExactlyCountingModel(DoubleCountingModel):
+    """`DoubleCountingModel` that can also count a request exactly without running it
+    (`TokenCountingProvider`, as Anthropic's count endpoint does), counting its counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts = 0
+
+    async def count_tokens(self, request: ModelRequest) -> int:
+        self.counts += 1
+        return 2 * sum(estimate_message_tokens(m) for m in request.messages)
+
+
+async def test_a_model_that_counts_exactly_is_asked_once_and_its_first_fold_fits(
+    env: LoopEnv,
+) -> None:
+    """No chat call has reported usage yet (a new process, nothing saved), so without the
+    count the first chunk is refused (the test above); a model with an exact counter is
+    asked once, before the first chunk, and no chunk is refused. The fold's later chunks ask
+    nothing more: once per model and process."""
+    model = ExactlyCountingModel()
+    assert await _fold_once(env, model, warm=False) == 0
+    assert model.summaries >= 2 and model.counts == 1, "one count for the fold's chunks"
+    assert await _fold_once(env, model, warm=False) == 0  # a new loop: a new process
+    assert model.counts == 2, "asked once by each"

@@ -153,3 +153,41 @@ async def test_a_model_step_riding_in_a_failed_answer_unit_is_booked_once(env: L
         )
         assert len(rows.all()) == 1
     assert (await env.step_names(run_id)).count("model:1") == 1
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_turn_that_moves_the_learned_token_ratio_adds_one_commit_and_the_next_none(
+    env: LoopEnv,
+) -> None:
+    """Issue 39's saved token ratios: a turn whose model reported more tokens than the
+    estimate (a learned ratio above 1) saves it after the turn, one commit of its own; the
+    next turn, the ratio unmoved, is at the floor again. (The scripted model above reports
+    fewer tokens than the estimate: a ratio the loop never applies, never saved.)"""
+    tid = await env.thread([user("q0"), assistant("a0")])
+    counting = [
+        reply(f"a{i}", prompt_tokens=4000) for i in range(2)
+    ]  # far above the estimate: ratio 4.0 (clamped)
+    loop = env.loop(ScriptedProvider(counting), POLICIES["window"]())
+    commits = [0]
+
+    def on_commit(_conn: Any) -> None:
+        commits[0] += 1
+
+    sync = env.store.engine.sync_engine
+    event.listen(sync, "commit", on_commit)
+    per_turn = []
+    try:
+        for _ in range(2):
+            before = commits[0]
+            await loop.run_turn(
+                agent="helper",
+                thread_id=tid,
+                actor_id="alice",
+                content="go " + "word " * 300,  # over MIN_SAMPLE_TOKENS: it teaches
+                run_id=str(uuid.uuid4()),
+            )
+            per_turn.append(commits[0] - before)
+    finally:
+        event.remove(sync, "commit", on_commit)
+    assert per_turn == [2 + 1, 2], per_turn
+    assert await env.ledger.load_ratios() == {"scripted": 4.0}

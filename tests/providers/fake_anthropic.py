@@ -149,3 +149,4 @@ class FakeAnthropic(FakeOpenAI):
     """The scripted loopback server, serving the Messages API's path."""
 
     PATH = "/v1/messages"
+    OTHER_PATHS = frozenset({"/v1/messages/count_tokens"})

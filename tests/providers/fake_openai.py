@@ -166,7 +166,9 @@ class FakeOpenAI:
     """The server. Use through the `fake_openai` fixture (tests/providers/conftest.py)."""
 
     PATH = "/v1/chat/completions"
-    """The one path served; any other is a 404 (a subclass serves another wire format's)."""
+    """The path served; any other is a 404 (a subclass serves another wire format's)."""
+    OTHER_PATHS: frozenset[str] = frozenset()
+    """Further paths a subclass serves from the same script (a count endpoint)."""
 
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
@@ -246,7 +248,7 @@ class FakeOpenAI:
         body = await reader.readexactly(length) if length else b""
         self.requests.append(RecordedRequest(method, target, headers, body))
 
-        if target != self.PATH:
+        if target != self.PATH and target not in self.OTHER_PATHS:
             reply = Reply.error(404, f"fake server: unknown path {target}")
         elif self._replies:
             reply = self._replies.popleft()

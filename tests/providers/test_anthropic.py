@@ -18,7 +18,13 @@ import pytest
 from pydantic import SecretStr
 
 from bounded_agents.core.messages import ChatMessage, ToolCall
-from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta, ToolSpec
+from bounded_agents.core.ports import (
+    ModelRequest,
+    ModelResponse,
+    TextDelta,
+    ToolSpec,
+    supports_token_counting,
+)
 from bounded_agents.errors import (
     ConfigError,
     ProviderBadResponse,
@@ -31,6 +37,7 @@ from bounded_agents.providers.anthropic import AnthropicProvider, messages_body
 from bounded_agents.settings import Settings
 from tests.providers import fake_anthropic as wire
 from tests.providers.fake_anthropic import FakeAnthropic
+from tests.providers.fake_openai import Reply
 
 
 @pytest.fixture
@@ -354,3 +361,31 @@ def test_agent_model_anthropic_builds_the_provider_from_its_settings(
         model_from_settings(Settings(model="anthropic"))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-env")
     assert isinstance(model_from_settings(Settings(model="anthropic")), AnthropicProvider)
+
+
+async def test_count_tokens_asks_the_free_count_endpoint_with_the_calls_own_body(
+    fake_anthropic: FakeAnthropic,
+) -> None:
+    """`TokenCountingProvider`: the real SDK posts the request's system, messages and tools
+    (no max_tokens, no cache breakpoints) to `/v1/messages/count_tokens`, and the count it
+    answers is returned as is."""
+    fake_anthropic.enqueue(Reply.json({"input_tokens": 4321}))
+    provider = _provider(fake_anthropic)
+    assert supports_token_counting(provider)
+
+    counted = await provider.count_tokens(_request(3))
+
+    assert counted == 4321
+    [sent] = fake_anthropic.requests
+    assert sent.path == "/v1/messages/count_tokens"
+    body = sent.json()
+    assert body["model"] == "claude-sonnet-4-5" and "max_tokens" not in body
+    assert body["system"][0]["text"] == SYSTEM and body["tools"][0]["name"] == "lookup"
+    assert len(body["messages"]) == len(_turns(3)) - 2 + 1  # the turns and the new question
+    assert _marked(body) == [], "breakpoints do not change a count"
+
+
+async def test_a_failed_count_is_the_projects_error(fake_anthropic: FakeAnthropic) -> None:
+    fake_anthropic.enqueue(wire.error(400, "invalid_request_error", "model: unknown"))
+    with pytest.raises(ProviderError, match="unknown"):
+        await _provider(fake_anthropic).count_tokens(_request(1))

@@ -67,6 +67,7 @@ from bounded_agents.core.ports.powers import (
     StreamingModelProvider,
     SummaryArchive,
     ThreadTurnReader,
+    TokenCountingProvider,
     TransactionalLedger,
     TransactionalStore,
     ledger_supports_transactions,
@@ -96,6 +97,7 @@ from bounded_agents.core.ports.powers import (
     supports_summary_archive,
     supports_thread_info,
     supports_thread_listing,
+    supports_token_counting,
     supports_transactions,
     supports_transcripts,
 )
@@ -188,6 +190,7 @@ __all__ = [
     "ThreadTurnPage",
     "ThreadTurnQuery",
     "ThreadTurnReader",
+    "TokenCountingProvider",
     "ToolSpec",
     "Transaction",
     "TransactionalLedger",
@@ -221,6 +224,7 @@ __all__ = [
     "supports_summary_archive",
     "supports_thread_info",
     "supports_thread_listing",
+    "supports_token_counting",
     "supports_transactions",
     "supports_transcripts",
 ]

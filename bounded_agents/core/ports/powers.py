@@ -97,6 +97,20 @@ def supports_closing(model: object) -> TypeGuard[ClosingModelProvider]:
     return isinstance(model, ClosingModelProvider)
 
 
+@runtime_checkable
+class TokenCountingProvider(Protocol):
+    """Optional: a provider that counts a request's input tokens exactly without running it
+    (Anthropic's free count-tokens endpoint). The loop asks it once per model and process,
+    before the model has reported any usage, to learn its token ratio ahead of the first fold
+    (`bounded_agents.core.turn.spend.count_before_learning`)."""
+
+    async def count_tokens(self, request: ModelRequest) -> int: ...
+
+
+def supports_token_counting(model: object) -> TypeGuard[TokenCountingProvider]:
+    return isinstance(model, TokenCountingProvider)
+
+
 # --- store ---------------------------------------------------------------------------------
 
 
@@ -313,6 +327,7 @@ class Power:
 POWERS: tuple[Power, ...] = (
     Power("model", StreamingModelProvider, supports_streaming),
     Power("model", ClosingModelProvider, supports_closing),
+    Power("model", TokenCountingProvider, supports_token_counting),
     Power("store", ThreadTurnReader, supports_bounded_read),
     Power("store", FoldHealthStore, supports_fold_health),
     Power("store", TransactionalStore, supports_transactions),
@@ -354,6 +369,7 @@ __all__ = [
     "StreamingModelProvider",
     "SummaryArchive",
     "ThreadTurnReader",
+    "TokenCountingProvider",
     "TransactionalLedger",
     "TransactionalStore",
     "ledger_supports_transactions",
@@ -383,6 +399,7 @@ __all__ = [
     "supports_summary_archive",
     "supports_thread_info",
     "supports_thread_listing",
+    "supports_token_counting",
     "supports_transactions",
     "supports_transcripts",
 ]

@@ -57,6 +57,8 @@ class LearnedSizes:
     applied where the loop sizes by the estimate (fold chunks, quota holds). 1.0 until a
     provider reports, and never below it: the estimate stays the default offline, and a model
     that counts fewer tokens than the estimate is sized as before."""
+    counted: set[str] = field(default_factory=set)
+    """Models already asked for an exact count (`count_before_learning`): once per process."""
 
 
 @dataclass(frozen=True)

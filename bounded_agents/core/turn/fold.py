@@ -32,7 +32,7 @@ from bounded_agents.core.turn.deps import TurnDeps
 from bounded_agents.core.turn.fold_chunk import ChunkTask, fold_chunk
 from bounded_agents.core.turn.load import save_summary
 from bounded_agents.core.turn.prompt import opening_prompt, refolded_prompt
-from bounded_agents.core.turn.spend import record_usage
+from bounded_agents.core.turn.spend import count_before_learning, record_usage
 from bounded_agents.core.turn.state import Turn
 
 log = logging.getLogger("bounded_agents.core.loop")
@@ -117,6 +117,8 @@ async def fold(
     stored, so the boundary and the previous summary stay. The prompt then carries what the
     summary does not cover, up to a cap (`degraded_history`). Returns the summary (None if
     there is still none) and the run's chunk count."""
+    if "messages" in owed:  # a model that can count exactly is asked once, before any chunk
+        await count_before_learning(deps, [Message.model_validate(m) for m in owed["messages"]])
     task = _first_task(deps, turn, summarizer, summary, owed)
     through, budget = task.through, task.budget
     stats = _fold_stats(turn.report.summary, summary)

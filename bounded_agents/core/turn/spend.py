@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
+from bounded_agents.core.calibration import MIN_SAMPLE_TOKENS
 from bounded_agents.core.checkpoints import usage_recorded_payload
-from bounded_agents.core.messages import Message
+from bounded_agents.core.messages import Message, to_chat_messages
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     JsonValue,
     LedgerEntry,
+    ModelRequest,
     RunRequest,
     Transaction,
     Usage,
+    supports_token_counting,
 )
 from bounded_agents.core.report import LedgerRow, RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import legacy_summarize
 from bounded_agents.core.turn.constants import COMPLETION_RESERVE
 from bounded_agents.core.turn.deps import TurnDeps
-from bounded_agents.errors import QuotaExceeded
+from bounded_agents.errors import ProviderError, QuotaExceeded
 
 log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
@@ -42,6 +46,41 @@ async def keep_learned_ratios(deps: TurnDeps) -> None:
         return
     if saved:
         counter.mark_saved(moved)
+
+
+COUNT_SAMPLE_TOKENS = 4000
+"""At most this many estimated tokens of a fold's messages are sent to be counted exactly."""
+
+
+async def count_before_learning(deps: TurnDeps, messages: Sequence[Message]) -> None:
+    """Before a fold, where the model has reported no usage yet (a new process without saved
+    ratios, a new model) and can count exactly (`TokenCountingProvider`: Anthropic's free
+    count endpoint), its ratio is learned from an exact count of the fold's first messages:
+    the first chunk is then sized in the model's tokens, not refused and halved. Asked once
+    per model and process, whatever it answers; a failed count is logged and changes nothing."""
+    name, counter = deps.model_name, deps.learned.tokens
+    if name in deps.learned.counted or counter.learned(name) is not None:
+        return
+    if not supports_token_counting(deps.model):
+        return
+    deps.learned.counted.add(name)
+    sample: list[Message] = []
+    estimated = 0
+    for message in messages:
+        cost = estimate_message_tokens(message)
+        if sample and estimated + cost > COUNT_SAMPLE_TOKENS:
+            break
+        sample.append(message)
+        estimated += cost
+    if estimated < MIN_SAMPLE_TOKENS:
+        return
+    request = ModelRequest(messages=to_chat_messages(sample), purpose="count")
+    try:
+        exact = await deps.model.count_tokens(request)
+    except ProviderError as exc:
+        log.warning("counting a fold's tokens with %s failed: %s", name, exc)
+        return
+    counter.observe(name, sum(estimate_message_tokens(m) for m in request.messages), exact)
 
 
 async def reserve(deps: TurnDeps, actor_id: str, tokens: int) -> int:

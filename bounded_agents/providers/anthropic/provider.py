@@ -199,6 +199,27 @@ class AnthropicProvider:
                 await events.close()
         yield assembly.result()
 
+    async def count_tokens(self, request: ModelRequest) -> int:
+        """`TokenCountingProvider`: the request's input tokens by Claude's own tokenizer, from
+        the free `POST /v1/messages/count_tokens` (the same system, messages and tools the
+        call would send; no cache breakpoints, which do not change the count)."""
+        body, _ = messages_body(
+            request, model=self.model, stream=False, max_tokens=self.max_tokens, cache=False
+        )
+        del body["max_tokens"]
+
+        async def attempt() -> Any:
+            try:
+                return await self._client.messages.count_tokens(**body)
+            except anthropic.APIError as exc:
+                raise self._failure(exc) from exc
+
+        counted = await self._retrying(attempt)
+        try:
+            return int(counted.input_tokens)
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise ProviderBadResponse(f"provider token count is not a count ({exc!r})") from exc
+
     # --- request ------------------------------------------------------------------------------
 
     def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
