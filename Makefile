@@ -124,7 +124,7 @@ run-local: install llama
 test-lowest:
 	test -x .venv-lowest/bin/python || $(PYTHON) -m venv .venv-lowest
 	.venv-lowest/bin/pip install -q --upgrade pip
-	$(PYTHON) .ci/lowest_constraints.py dbos anthropic > .venv-lowest/constraints.txt
+	$(PYTHON) .ci/lowest_constraints.py dbos anthropic tiktoken > .venv-lowest/constraints.txt
 	.venv-lowest/bin/pip install -q -c .venv-lowest/constraints.txt -e '.[dev]'
 	AGENT_REQUIRE_POSTGRES=1 AGENT_DOCS_LEFT_OUT=docs/integrations.md .venv-lowest/bin/pytest \
 		-p no:cacheprovider --ignore=tests/bench --ignore=tests/integrations \

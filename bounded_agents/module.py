@@ -125,6 +125,7 @@ def model_from_settings(settings: Settings) -> ModelProvider:
         ),
         prompt_cache_key=settings.openai_prompt_cache_key,
         prompt_cache_retention=settings.openai_prompt_cache_retention,
+        tokenizer=settings.openai_tokenizer,
     )
 
 

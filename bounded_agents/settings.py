@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     openai_prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     """Sent as `prompt_cache_retention` when set: `24h` keeps an idle thread's prefix cached
     for a day (OpenAI models that support it); unset leaves the server's default."""
+    openai_tokenizer: str | None = None
+    """A tiktoken encoding (`o200k_base`, `cl100k_base`) that counts the model's tokens
+    exactly, offline, before it has reported any usage (the extra `bounded-agents[tiktoken]`;
+    needs `TIKTOKEN_CACHE_DIR` holding the encoding). Unset: the chars/4 estimate, calibrated
+    by reported usage."""
     anthropic_base_url: str = "https://api.anthropic.com"
     """Anthropic API root (`/v1/messages` is appended): Anthropic, or a gateway in front of it."""
     anthropic_api_key: SecretStr | None = None

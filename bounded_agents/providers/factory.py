@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -34,13 +35,15 @@ def provider_from_settings(
     anthropic: AnthropicOptions | None = None,
     prompt_cache_key: str = "auto",
     prompt_cache_retention: str | None = None,
+    tokenizer: str | None = None,
 ) -> ModelProvider:
     """Build the configured provider: ``"echo"``, ``"openai"`` (any OpenAI-compatible server)
     or ``"anthropic"`` (Claude's native Messages API, from `anthropic`'s options).
 
     Raises:
         ConfigError: for an unknown kind, or ``"openai"`` without a model name (there is no
-            sensible default model across OpenAI, Ollama, vLLM and llama.cpp).
+            sensible default model across OpenAI, Ollama, vLLM and llama.cpp), or a
+            `tokenizer` tiktoken cannot load offline (`providers/openai/tokens.py`).
     """
     normalized = kind.strip().lower()
     if normalized == "echo":
@@ -50,16 +53,24 @@ def provider_from_settings(
             raise ConfigError(
                 "model kind 'openai' needs a model name (e.g. AGENT_OPENAI_MODEL=gpt-4o-mini)"
             )
-        return OpenAICompatibleProvider(
-            base_url=base_url or OPENAI_BASE_URL,
-            api_key=api_key,
-            model=model,
-            timeout=timeout,
-            max_tokens=max_tokens,
-            max_tokens_field=max_tokens_field,
-            prompt_cache_key=sends_cache_key(prompt_cache_key, base_url or OPENAI_BASE_URL),
-            prompt_cache_retention=prompt_cache_retention,
-        )
+        options: dict[str, Any] = {
+            "base_url": base_url or OPENAI_BASE_URL,
+            "api_key": api_key,
+            "model": model,
+            "timeout": timeout,
+            "max_tokens": max_tokens,
+            "max_tokens_field": max_tokens_field,
+            "prompt_cache_key": sends_cache_key(prompt_cache_key, base_url or OPENAI_BASE_URL),
+            "prompt_cache_retention": prompt_cache_retention,
+        }
+        if tokenizer:  # exact counts offline (the extra `bounded-agents[tiktoken]`)
+            from bounded_agents.providers.openai.tokens import (
+                TiktokenCounter,
+                TiktokenOpenAIProvider,
+            )
+
+            return TiktokenOpenAIProvider(counter=TiktokenCounter.named(tokenizer), **options)
+        return OpenAICompatibleProvider(**options)
     if normalized == "anthropic":
         return anthropic_provider(anthropic or AnthropicOptions(), timeout)
     raise ConfigError(f"unknown model kind {kind!r}: expected 'echo', 'openai' or 'anthropic'")
