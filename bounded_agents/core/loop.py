@@ -301,8 +301,15 @@ class AgentLoop:
 
     async def restore_learned(self) -> None:
         """The token ratios an earlier process learned and saved (`RatioBook`), so windows and
-        fold chunks are sized by them from the first turn; the module's lifespan calls it."""
-        self.deps.learned.tokens.restore(await self.deps.ledger.saved_ratios())
+        fold chunks are sized by them from the first turn; the module's lifespan calls it. An
+        optimization, not a condition of serving: a database that cannot be read now (the
+        health check says so) only means the ratios are relearned from the first report."""
+        try:
+            saved = await self.deps.ledger.saved_ratios()
+        except Exception as exc:
+            log.warning("the saved token ratios could not be read (%s): relearning them", exc)
+            return
+        self.deps.learned.tokens.restore(saved)
 
     # --- the run ---------------------------------------------------------------------------
 

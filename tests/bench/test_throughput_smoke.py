@@ -38,7 +38,8 @@ async def test_on_a_citus_cluster_the_bench_counts_no_turn_statement_off_one_sha
 ) -> None:
     """The Citus rounds run, and Citus's statistics route every statement of every turn to one
     shard: what is left is the process's start-up, once each (the sweep's read of lapsed runs,
-    and marking which agents' threads the search index keeps: `index_agents`), never per turn.
+    and marking which agents' threads the search index keeps: `index_agents`; the learned token
+    ratios, read from their reference table), never per turn.
     `citus_cluster` only makes the test skip (or fail) where Citus is absent; the bench starts
     a cluster of its own."""
     del citus_cluster
@@ -51,6 +52,10 @@ async def test_on_a_citus_cluster_the_bench_counts_no_turn_statement_off_one_sha
     assert one["turns_per_s"] > 0 and set(one["answers"]) == {"200"}
     stats = one["statements"]
     assert stats["routed_per_turn"] > 5
-    start_up = ("FROM runs WHERE runs.status", "UPDATE threads SET searchable")
+    start_up = (
+        "FROM runs WHERE runs.status",
+        "UPDATE threads SET searchable",
+        "FROM token_ratios",  # a reference table: a copy on every node, read once
+    )
     assert all(calls == 1 for calls in stats["not_routed"].values()), stats["not_routed"]
     assert all(any(s in sql for s in start_up) for sql in stats["not_routed"]), stats["not_routed"]

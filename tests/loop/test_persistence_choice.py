@@ -179,3 +179,19 @@ async def test_the_lifespan_restores_the_token_ratios_an_earlier_process_saved(
     assert module.loop.deps.learned.tokens.learned("gpt-test") is None
     async with module.lifespan():
         assert module.loop.deps.learned.tokens.learned("gpt-test") == 1.5
+
+
+async def test_a_database_it_cannot_read_at_start_up_leaves_the_ratios_to_be_relearned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Restoring the saved ratios is an optimization: a store that is down at start-up (the
+    health check reports it) does not stop the process from starting; it warns and relearns."""
+    down = SqlAgentStore.from_url("postgresql+asyncpg://nobody@127.0.0.1:1/none")
+    try:
+        module = _module(down, journal=InlineRuntime())
+        with caplog.at_level(logging.WARNING, logger="bounded_agents"):
+            await module.loop.restore_learned()
+        assert "relearning" in caplog.text
+        assert module.loop.deps.learned.tokens.unsaved() == {}
+    finally:
+        await down.dispose()
