@@ -59,6 +59,18 @@ def to_rows(
     return rows, running - tokens_before
 
 
+def utf8_bytes(text: str) -> int:
+    """`len(text.encode())` without the copy when the text is ASCII (a flag CPython keeps)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def row_payload_bytes(columns: Sequence[Any]) -> int:
+    """`payload_bytes` of the message a MESSAGE_COLUMNS row holds, counted from the row's own
+    text: the store wrote exactly `encode_json_list`'s JSON, so no message is encoded again."""
+    _seq, _role, content, calls, results, attachments, _run = columns
+    return utf8_bytes(content) + sum(utf8_bytes(t) for t in (calls, results, attachments) if t)
+
+
 def from_row(row: Sequence[Any], offset: int = 0) -> Message:
     """Rebuild a message from the MESSAGE_COLUMNS found at `row[offset:]`.
 

@@ -322,8 +322,7 @@ class SqlAgentStore:
         at = positions(stmt)
         first = rows[0]
         offset = PAGE_AT + (len(SUMMARY_COLS) if query.after_summary else 0)
-        rebuild, tid = self.message_cache.message, query.thread_id
-        page = [rebuild(tid, r, offset) for r in rows if r[offset] is not None]
+        page, payload = self.message_cache.page(query.thread_id, rows, offset)
         summary = None
         if query.after_summary and first[at["summary_covers_through_seq"]] is not None:
             summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in SUMMARY_COLS})
@@ -341,6 +340,7 @@ class SqlAgentStore:
             reported_tokens=last[at["last_reported_tokens"]],
             previous_at=_previous_at(rows, at["previous_at"]),
             fold_health=_fold_health(last[at["fold_health"]]),
+            payload_bytes=payload,
         )
 
     # --- FoldHealthStore -------------------------------------------------------------------
@@ -487,10 +487,9 @@ class SqlAgentStore:
 
 
 def _check_title(title: str | None) -> None:
-    if title is not None:
-        reason = unstorable_text(Message(role="user", content=title))
-        if reason is not None:
-            raise InvalidContent(reason.replace("message text", "title"))
+    reason = None if title is None else unstorable_text(Message(role="user", content=title))
+    if reason is not None:
+        raise InvalidContent(reason.replace("message text", "title"))
 
 
 def _thread(row: Any, msgs: list[Message]) -> Thread:
