@@ -44,7 +44,7 @@ async def profile_backend(
     out.write(f"\n=== {backend}: {turns} turns, top own time ===\n")
     stats.sort_stats("tottime").print_stats(25)
     out.write(f"\n=== {backend}: the project's functions by cumulative time ===\n")
-    stats.sort_stats("cumulative").print_stats(r"/app/", 30)
+    stats.sort_stats("cumulative").print_stats(r"bounded_agents/", 30)
     return out.getvalue()
 
 

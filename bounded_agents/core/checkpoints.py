@@ -71,10 +71,14 @@ def tool_step(n: int, call_id: str) -> str:
     return f"{TOOL_PREFIX}{n}:{call_id}"
 
 
+_PAYLOAD_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""`json.dumps` with these settings builds this encoder on every call; one serves them all."""
+
+
 def encode_payload(value: object) -> str:
     """A step's payload as the journal stores it: compact JSON, non-ASCII kept as is, so the
     journal's byte counts (`journal_bytes`) are the stored bytes."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _PAYLOAD_ENCODER.encode(value)
 
 
 def patch_step(marker: str) -> str:

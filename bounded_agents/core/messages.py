@@ -191,7 +191,8 @@ def unstorable_text(message: Message) -> str | None:
             if text is not None:
                 texts.append(text)
         for text in texts:
-            text.encode("utf-8")
+            if not text.isascii():  # ASCII (a flag CPython keeps) holds no surrogate
+                text.encode("utf-8")
     except (UnicodeEncodeError, ValueError):
         return "message text must be valid Unicode (it holds a lone surrogate)"
     content, json_texts = texts[0], texts[1:]

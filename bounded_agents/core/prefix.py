@@ -44,27 +44,64 @@ class PrefixReuse(BaseModel):
         return self.previous_messages is not None and self.messages == self.previous_messages
 
 
+def _link(chain: bytes, message: ChatMessage) -> bytes:
+    """The next chain entry: `chain` (the entry before, empty for the first) and the message's
+    JSON form, digested together."""
+    return hashlib.blake2b(
+        chain + message.model_dump_json().encode(), digest_size=DIGEST_BYTES
+    ).digest()
+
+
+def _text(link: bytes) -> str:
+    return base64.urlsafe_b64encode(link).decode("ascii")
+
+
 def prompt_digest(messages: Sequence[ChatMessage]) -> str:
     """One chained hash per message: entry k digests messages 1..k (their JSON form)."""
     chain = b""
     out: list[str] = []
     for m in messages:
-        chain = hashlib.blake2b(
-            chain + m.model_dump_json().encode(), digest_size=DIGEST_BYTES
-        ).digest()
-        out.append(base64.urlsafe_b64encode(chain).decode("ascii"))
+        chain = _link(chain, m)
+        out.append(_text(chain))
     return "".join(out)
 
 
-def prefix_reuse(
-    previous: str | None, messages: Sequence[ChatMessage], costs: Sequence[int] | None = None
-) -> tuple[PrefixReuse, str]:
-    """How much of `messages` repeats the prompt `previous` is the digest of, and the digest
-    of `messages` (what the next call compares with). `costs`: each message's token estimate,
-    when the caller has them already (estimating a message encodes its tool calls as JSON)."""
-    digest = prompt_digest(messages)
+class PromptChain:
+    """The digest and token estimates of a run's successive prompts, each message measured once.
+
+    A run's next prompt is its last one plus the tool round: the very same message objects,
+    then new ones. Each message's estimate and chain entry are kept, and reused while the next
+    prompt's messages are the same objects (`is`: a frozen message is its JSON); from the first
+    that is not (a refold, a middleware's copy) on, they are computed again. The results are
+    exactly `estimate_message_tokens` and `prompt_digest` of each prompt: the journal and the
+    stored digest do not change, only the work (an 8 KB tool result is JSON-encoded and hashed
+    once a run instead of once a model call)."""
+
+    def __init__(self) -> None:
+        self._messages: list[ChatMessage] = []
+        self._costs: list[int] = []
+        self._links: list[tuple[bytes, str]] = []
+
+    def measure(self, messages: Sequence[ChatMessage]) -> tuple[list[int], str]:
+        """(each message's `estimate_message_tokens`, the prompt's `prompt_digest`)."""
+        same, limit = 0, min(len(messages), len(self._messages))
+        while same < limit and messages[same] is self._messages[same]:
+            same += 1
+        costs, links = self._costs[:same], self._links[:same]
+        chain = links[-1][0] if links else b""
+        for m in messages[same:]:
+            costs.append(estimate_message_tokens(m))
+            chain = _link(chain, m)
+            links.append((chain, _text(chain)))
+        self._messages, self._costs, self._links = list(messages), costs, links
+        return costs, "".join(text for _, text in links)
+
+
+def prefix_reuse(previous: str | None, digest: str, costs: Sequence[int]) -> PrefixReuse:
+    """How much of a prompt repeats the prompt `previous` is the digest of: `digest` is the
+    prompt's own (`prompt_digest`), `costs` its messages' token estimates."""
     if previous is None:
-        return PrefixReuse(), digest
+        return PrefixReuse()
     same = 0
     limit = min(len(previous), len(digest))
     while same < limit and (
@@ -72,18 +109,11 @@ def prefix_reuse(
     ):
         same += DIGEST_CHARS
     reused = same // DIGEST_CHARS
-    return (
-        PrefixReuse(
-            messages=reused,
-            tokens=sum(
-                costs[:reused]
-                if costs is not None
-                else (estimate_message_tokens(m) for m in messages[:reused])
-            ),
-            previous_messages=len(previous) // DIGEST_CHARS,
-        ),
-        digest,
+    return PrefixReuse(
+        messages=reused,
+        tokens=sum(costs[:reused]),
+        previous_messages=len(previous) // DIGEST_CHARS,
     )
 
 
-__all__ = ["DIGEST_CHARS", "PrefixReuse", "prefix_reuse", "prompt_digest"]
+__all__ = ["DIGEST_CHARS", "PrefixReuse", "PromptChain", "prefix_reuse", "prompt_digest"]

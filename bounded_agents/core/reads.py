@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bounded_agents.core.messages import Message
+from bounded_agents.core.messages import Message, payload_bytes
 from bounded_agents.core.ports import Thread, ThreadSummary, ThreadTurnPage, ThreadTurnQuery
 from bounded_agents.core.tokens import estimate_message_tokens
 
@@ -81,6 +81,7 @@ def bounded_page(
         if page
         else 0,
         last_prompt=last_prompt,
+        payload_bytes=sum(payload_bytes(m) for m in page),
     )
 
 

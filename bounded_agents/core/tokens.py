@@ -21,10 +21,14 @@ MESSAGE_ALLOWANCE = 4
 TokenEstimator = Callable[[Message], int]
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""`json.dumps(..., separators=(",", ":"))`, built once rather than on every call."""
+
+
 def _json_len(items: list[object]) -> int:
     if not items:
         return 0
-    return len(json.dumps([i.model_dump(mode="json") for i in items], separators=(",", ":")))  # type: ignore[attr-defined]
+    return len(_COMPACT.encode([i.model_dump(mode="json") for i in items]))  # type: ignore[attr-defined]
 
 
 def estimate_message_tokens(message: Message | ChatMessage) -> int:

@@ -19,7 +19,8 @@ What stays SQLAlchemy's:
   `DuplicateMessage`.)
 - Everything, on an engine with `after_cursor_execute` listeners: instrumentation that needs
   SQLAlchemy's cursor and execution context (OpenTelemetry's, Sentry's, a timing recipe) listens
-  after execution too, to close what it opened, so there the driver's way is never taken.
+  after execution too, to close what it opened, so there the driver's way is never taken; nor
+  with `do_execute` listeners, which replace the DBAPI call the driver's way does not make.
   Likewise behind PgBouncer, and on SQLite engines that are not `OneHopConnection`'s.
 
 Same statement, seen the same way: each statement is compiled once per (statement, parameter
@@ -100,12 +101,15 @@ def driver_error(operation: str, exc: BaseException) -> AgentError:
 
 def driver_way_open(engine: AsyncEngine) -> bool:
     """Whether statements on `engine` may skip SQLAlchemy at all (see the module docstring):
-    asyncpg or aiosqlite, not behind PgBouncer, no `after_cursor_execute` listeners. Asked on
-    every statement: a host may instrument the engine after the store was built."""
+    asyncpg or aiosqlite, not behind PgBouncer, no `after_cursor_execute` or `do_execute`
+    listeners (a `do_execute` listener stands in for the DBAPI call, which the driver's way
+    never makes). Asked on every statement: a host may instrument the engine after the store
+    was built."""
     return (
         engine.dialect.driver in ("asyncpg", "aiosqlite")
         and not behind_pgbouncer(engine)
         and not engine.sync_engine.dispatch.after_cursor_execute
+        and not engine.dialect.dispatch.do_execute
     )
 
 

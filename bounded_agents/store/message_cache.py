@@ -22,10 +22,11 @@ estimated at more than a quarter of the budget is never kept.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 from bounded_agents.core.messages import Message
-from bounded_agents.store.codec import MESSAGE_COLUMNS, from_row
+from bounded_agents.store.codec import MESSAGE_COLUMNS, from_row, row_payload_bytes
 
 WIDTH = len(MESSAGE_COLUMNS)
 
@@ -65,9 +66,22 @@ class MessageCache:
         """The estimated bytes of text kept now."""
         return self._bytes
 
+    def page(self, thread_id: str, rows: Sequence[Any], offset: int) -> tuple[list[Message], int]:
+        """The messages of the rows that hold one (MESSAGE_COLUMNS at `row[offset:]`, seq not
+        NULL), and their `payload_bytes`, counted from the rows' text."""
+        messages, size = [], 0
+        for row in rows:
+            columns = row[offset : offset + WIDTH]  # a tuple, from a tuple or an asyncpg Record
+            if columns[0] is not None:
+                messages.append(self._columns(thread_id, columns))
+                size += row_payload_bytes(columns)
+        return messages, size
+
     def message(self, thread_id: str, row: Any, offset: int = 0) -> Message:
         """The message of the MESSAGE_COLUMNS at `row[offset:]`, rebuilt only if not kept."""
-        columns = row[offset : offset + WIDTH]  # a tuple, from a tuple or an asyncpg Record
+        return self._columns(thread_id, row[offset : offset + WIDTH])
+
+    def _columns(self, thread_id: str, columns: tuple[Any, ...]) -> Message:
         key = (thread_id, columns[0])
         entries = self._entries
         kept = entries.get(key)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
@@ -29,7 +28,16 @@ from bounded_agents.core.ports import (
 )
 from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
 from bounded_agents.store import archive, direct, erase, migrate, search, search_index
-from bounded_agents.store.codec import from_row, to_row, to_rows, token_costs
+from bounded_agents.store.codec import (
+    aware_utc,
+    fold_health_of,
+    from_row,
+    previous_at,
+    thread_of,
+    to_row,
+    to_rows,
+    token_costs,
+)
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
     autocommit,
@@ -111,7 +119,7 @@ class SqlAgentStore:
                 )
             )
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
-        return _thread(row, [])
+        return thread_of(row, [])
 
     async def create_named_thread(
         self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
@@ -130,7 +138,7 @@ class SqlAgentStore:
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(stmt)
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
-        return _thread(row, [])
+        return thread_of(row, [])
 
     def _search(self, agent: str) -> dict[str, bool]:
         """A new thread's index flag: off for an agent said not to search, else the default."""
@@ -147,17 +155,21 @@ class SqlAgentStore:
             if head is None:
                 return None
             rows = (await conn.execute(ALL_MESSAGES, {"tid": thread_id})).all()
-        return _thread(head, [from_row(r) for r in rows])
+        return thread_of(head, [from_row(r) for r in rows])
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
-        """The thread without its messages: what an ownership check needs."""
+        """The thread without its messages: what an ownership check needs (every turn's first
+        read). One driver call on the turn read's dedicated connections when one is free."""
+        params = {"tid": thread_id}
 
         async def read(conn: AsyncConnection) -> Any:
-            return (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one_or_none()
+            return (await conn.execute(THREAD_BY_ID, params)).all()
 
         async with wrap_db_errors("get_thread_info"):
-            head = await read_retrying(self._reader, read)
-        return None if head is None else _thread(head, [])
+            rows = await self._hot.fetch(THREAD_BY_ID, params)
+            if rows is None:  # no dedicated connection free: the pool's way
+                rows = await read_retrying(self._reader, read)
+        return thread_of(rows[0], []) if rows else None
 
     async def append_messages(
         self, thread_id: str, messages_: Sequence[Message], *, tx: Transaction | None = None
@@ -322,8 +334,7 @@ class SqlAgentStore:
         at = positions(stmt)
         first = rows[0]
         offset = PAGE_AT + (len(SUMMARY_COLS) if query.after_summary else 0)
-        rebuild, tid = self.message_cache.message, query.thread_id
-        page = [rebuild(tid, r, offset) for r in rows if r[offset] is not None]
+        page, payload = self.message_cache.page(query.thread_id, rows, offset)
         summary = None
         if query.after_summary and first[at["summary_covers_through_seq"]] is not None:
             summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in SUMMARY_COLS})
@@ -339,8 +350,9 @@ class SqlAgentStore:
             tokens_before=int(first[at["page_tokens_before"]] or 0),
             last_prompt=last[at["last_prompt"]],
             reported_tokens=last[at["last_reported_tokens"]],
-            previous_at=_previous_at(rows, at["previous_at"]),
-            fold_health=_fold_health(last[at["fold_health"]]),
+            previous_at=previous_at(rows, at["previous_at"]),
+            fold_health=fold_health_of(last[at["fold_health"]]),
+            payload_bytes=payload,
         )
 
     # --- FoldHealthStore -------------------------------------------------------------------
@@ -348,7 +360,7 @@ class SqlAgentStore:
     async def fold_health(self, thread_id: str) -> FoldHealth | None:
         stmt = sa.select(threads.c.fold_health).where(threads.c.id == thread_id)
         async with wrap_db_errors("fold_health"), self._reader.connect() as conn:
-            return _fold_health((await conn.execute(stmt)).scalar_one_or_none())
+            return fold_health_of((await conn.execute(stmt)).scalar_one_or_none())
 
     async def save_fold_health(
         self, thread_id: str, health: FoldHealth | None, *, tx: Transaction | None = None
@@ -487,47 +499,9 @@ class SqlAgentStore:
 
 
 def _check_title(title: str | None) -> None:
-    if title is not None:
-        reason = unstorable_text(Message(role="user", content=title))
-        if reason is not None:
-            raise InvalidContent(reason.replace("message text", "title"))
-
-
-def _thread(row: Any, msgs: list[Message]) -> Thread:
-    return Thread(
-        id=row.id,
-        actor_id=row.actor_id,
-        agent=row.agent,
-        title=row.title,
-        messages=msgs,
-        created_at=aware_utc(row.created_at),
-        updated_at=aware_utc(row.updated_at),
-    )
-
-
-def _fold_health(value: str | None) -> FoldHealth | None:
-    """The `threads.fold_health` column as a value; an unreadable one is taken as healthy
-    (the backoff is an economy, never a reason to fail a turn)."""
-    if value is None:
-        return None
-    try:
-        return FoldHealth.model_validate_json(value)
-    except ValueError:
-        return None
-
-
-def _previous_at(rows: Sequence[Any], at: int) -> datetime | None:
-    """The page's `previous_at` column, set on one of its last two rows at most. A raw SQLite
-    read returns the text SQLite stores; every other way a datetime."""
-    value = next((r[at] for r in rows[-2:] if r[at] is not None), None)
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return aware_utc(value)
-
-
-def aware_utc(value: datetime | None) -> datetime | None:
-    """SQLite keeps no time zone and returns naive datetimes; its CURRENT_TIMESTAMP is UTC."""
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+    reason = None if title is None else unstorable_text(Message(role="user", content=title))
+    if reason is not None:
+        raise InvalidContent(reason.replace("message text", "title"))
 
 
 __all__ = ["PAGE_AT", "TURN_READ_LIMITED", "SqlAgentStore", "aware_utc", "turn_read"]

@@ -139,7 +139,9 @@ async def test_the_next_run_compares_with_the_digest_stored_with_the_answer(env:
     page = await env.store.load_thread_for_turn(ThreadTurnQuery(thread_id=tid, message_limit=1))
     assert page is not None
     assert page.last_prompt == prompt_digest(recorder.requests[-1].messages)
-    reuse, _ = prefix_reuse(page.last_prompt, recorder.requests[-1].messages)
+    sent = recorder.requests[-1].messages
+    costs = [estimate_message_tokens(m) for m in sent]
+    reuse = prefix_reuse(page.last_prompt, prompt_digest(sent), costs)
     assert reuse.extends and reuse.messages == len(recorder.requests[-1].messages)
 
 

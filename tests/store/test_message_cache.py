@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from bounded_agents.core.messages import Message, ToolCall, ToolResult
+from bounded_agents.core.messages import Message, ToolCall, ToolResult, payload_bytes
 from bounded_agents.core.ports import ThreadTurnQuery
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.codec import MESSAGE_COLUMNS, from_row, to_row
@@ -59,6 +59,30 @@ async def test_a_row_changed_under_the_cache_is_rebuilt_not_served_stale(
     assert again.messages[0].content == "after"
     assert again.messages[1].tool_results == [] and again.messages[1].tool_calls == []
     assert again == await _sqlalchemy_only(sql_store).load_thread_for_turn(query)
+
+
+async def test_the_page_counts_its_payload_bytes_from_the_rows_as_the_messages_encode(
+    sql_store: SqlAgentStore,
+) -> None:
+    """`payload_bytes` on the page (what a turn reports as read) is counted from the rows' text,
+    not by encoding the messages again; it must equal what encoding them gives, ASCII or not,
+    first read (rebuilt) or second (kept)."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    call = ToolCall(id="c1", name="lire", arguments={"page": "été ☃", "n": 1})
+    result = ToolResult(call_id="c1", content="résumé 🙂 " * 300)
+    history = [
+        user("café?"),
+        Message(role="assistant", content="voilà", tool_calls=[call], tool_results=[result]),
+        user("plain ascii"),
+        tool_answer(2, 2000),
+    ]
+    await sql_store.append_messages(thread.id, history)
+    query = ThreadTurnQuery(thread_id=thread.id, message_limit=10)
+    for _ in range(2):
+        page = await sql_store.load_thread_for_turn(query)
+        assert page is not None and len(page.messages) == 4
+        assert page.payload_bytes == sum(payload_bytes(m) for m in history)
+    assert sql_store.message_cache.hits == 4, "the second read served the kept messages"
 
 
 def _row(seq: int, content: str, thread_id: str = "t") -> tuple[object, ...]:

@@ -141,6 +141,11 @@ class ThreadTurnPage(Frozen):
     fold_health: FoldHealth | None = None
     """The thread's fold health (a store that keeps it: `FoldHealthStore`); None when it never
     failed or the store keeps none."""
+    payload_bytes: int | None = Field(default=None, ge=0)
+    """UTF-8 bytes of the page's messages as the store holds them (content and JSON text,
+    `bounded_agents.core.messages.payload_bytes` of each): what a turn's report counts as read.
+    A store counts them from the text it read, far cheaper than encoding the messages again;
+    None when it did not (the turn then encodes them)."""
 
 
 class ThreadListing(Frozen):

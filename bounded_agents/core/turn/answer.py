@@ -27,9 +27,8 @@ from bounded_agents.core.ports import (
     Usage,
     supports_streaming,
 )
-from bounded_agents.core.prefix import prefix_reuse
+from bounded_agents.core.prefix import PromptChain, prefix_reuse
 from bounded_agents.core.report import ModelCallReport, RunReport
-from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.tool_budget import ToolUse, budgeted_tool
 from bounded_agents.core.turn.calls import (
     apply_middleware,
@@ -70,6 +69,7 @@ async def answer(
     results: list[ToolResult] = []
     content, step = "", 0
     pending: list[ToolCall] = []
+    chain = PromptChain()
     for n in range(1, definition.max_steps + 1):
         if pending:
             async with ctx.unit_of_work():
@@ -77,7 +77,9 @@ async def answer(
             pending = []
             if turn.window is not None:
                 prompt = await refold(deps, turn, prompt)
-        recorded = await model_step(deps, turn, n, prompt, specs=specs, last_prompt=last_prompt)
+        recorded = await model_step(
+            deps, turn, n, prompt, specs=specs, last_prompt=last_prompt, chain=chain
+        )
         step = n
         response, last_prompt, reported = _reported_step(recorded, turn.report)
         content = response.content
@@ -155,15 +157,16 @@ async def model_step(
     *,
     specs: list[ToolSpec],
     last_prompt: str | None,
+    chain: PromptChain | None = None,
 ) -> JsonValue:
     """Model step `n` (`model:<n>`): the call, holding no transaction while it runs; its
     checkpoint and its ledger row (`book`) wait for the turn's next commit and commit in it,
-    together."""
+    together. `chain`: the run's, so messages the previous step sent are not measured again."""
     request, report = turn.request, turn.report
     messages, metrics = apply_middleware(turn.definition.middleware, list(prompt))
     # One estimate per message serves the metrics, the prefix figures and the reservation.
-    costs = [estimate_message_tokens(m) for m in messages]
-    reuse, digest = prefix_reuse(last_prompt, messages, costs)
+    costs, digest = (chain or PromptChain()).measure(messages)
+    reuse = prefix_reuse(last_prompt, digest, costs)
     metrics.update(
         prefix_reused_messages=reuse.messages,
         prefix_reused_tokens=reuse.tokens,

@@ -10,7 +10,7 @@ from bounded_agents.core.checkpoints import (
     summary_saved_payload,
 )
 from bounded_agents.core.history.powers import calibrated_policy, read_bound
-from bounded_agents.core.messages import Message, journal_form, payload_bytes
+from bounded_agents.core.messages import Message, journal_form
 from bounded_agents.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
@@ -136,7 +136,7 @@ async def read_page(
         report.read_after_seq = page.summary.covers_through_seq
     # Unbounded: no bound reached the store, all of it was read and is counted.
     report.rows_read = len(read.read)
-    report.bytes_read = sum(payload_bytes(m) for m in read.read)
+    report.bytes_read = read.payload_bytes
     return page
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bounded_agents.core.messages import Message
+from bounded_agents.core.messages import Message, payload_bytes
 from bounded_agents.core.ports import (
     AgentStore,
     FoldHealth,
@@ -54,6 +54,8 @@ class TurnRead:
     thread when it could not."""
     bounded: bool
     """Whether the store applied the query's limits itself (one bounded round trip)."""
+    payload_bytes: int
+    """`payload_bytes` of `read`, all of them: what the report counts as bytes read."""
 
 
 class TurnStore:
@@ -95,7 +97,10 @@ class TurnStore:
                 page = await self._bounded.load_thread_for_turn(query)
             if page is None:
                 raise ThreadNotFound(query.thread_id)
-            return TurnRead(page=page, read=page.messages, bounded=True)
+            size = page.payload_bytes
+            if size is None:  # a store that did not count them: encode them here
+                size = sum(payload_bytes(m) for m in page.messages)
+            return TurnRead(page=page, read=page.messages, bounded=True, payload_bytes=size)
         thread = await self.store.get_thread(query.thread_id)
         if thread is None:
             raise ThreadNotFound(query.thread_id)
@@ -109,7 +114,8 @@ class TurnStore:
         page = bounded_page(thread, query, summary, last_prompt)
         health = await self._health.fold_health(query.thread_id) if self._health else None
         page = page.model_copy(update={"reported_tokens": reported, "fold_health": health})
-        return TurnRead(page=page, read=thread.messages, bounded=False)
+        size = sum(payload_bytes(m) for m in thread.messages)
+        return TurnRead(page=page, read=thread.messages, bounded=False, payload_bytes=size)
 
     async def append(
         self,

@@ -1,0 +1,73 @@
+"""`PromptChain` measures a run's successive prompts (token estimates and the chained digest)
+exactly as `estimate_message_tokens` and `prompt_digest` do, but each message once while the
+next prompt repeats the very same message objects."""
+
+from __future__ import annotations
+
+import pytest
+
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.core.prefix import PromptChain, prompt_digest
+from bounded_agents.core.tokens import estimate_message_tokens
+
+
+def _prompt() -> list[ChatMessage]:
+    call = ToolCall(id="c1", name="read_page", arguments={"url": "https://e.x/1"})
+    return [
+        ChatMessage(role="system", content="be brief"),
+        ChatMessage(role="user", content="read it"),
+        ChatMessage(role="assistant", content="", tool_calls=[call]),
+        ChatMessage(role="tool", content="x" * 8000, tool_call_id="c1"),
+        ChatMessage(role="user", content="and now?"),
+    ]
+
+
+def _expected(messages: list[ChatMessage]) -> tuple[list[int], str]:
+    return [estimate_message_tokens(m) for m in messages], prompt_digest(messages)
+
+
+def _encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The contents of the messages JSON-encoded from now on (what the digest costs)."""
+    seen: list[str] = []
+    dump = ChatMessage.model_dump_json
+
+    def counted(self: ChatMessage, **kwargs: object) -> str:
+        seen.append(self.content)
+        return dump(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ChatMessage, "model_dump_json", counted)
+    return seen
+
+
+def test_a_growing_prompt_is_measured_as_a_fresh_one_encoding_only_its_new_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    prompt = _prompt()
+    first, second = prompt[:3], [*prompt[:3], prompt[3], prompt[4]]
+    want_first, want_second = _expected(first), _expected(second)
+    chain = PromptChain()
+    seen = _encoded(monkeypatch)
+    assert chain.measure(first) == want_first
+    assert chain.measure(second) == want_second
+    assert seen == [m.content for m in first] + [prompt[3].content, prompt[4].content], (
+        "the three repeated messages were not encoded again"
+    )
+
+
+def test_an_equal_but_new_message_is_measured_again_from_there_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reuse is by identity: a rebuilt prompt (a refold, a middleware's copy) is measured anew
+    from its first new object, so a changed message can never keep a stale entry."""
+    prompt = _prompt()
+    chain = PromptChain()
+    chain.measure(prompt)
+    changed = [prompt[0], ChatMessage(role="user", content="read that"), *prompt[2:]]
+    copied = [prompt[0], prompt[1].model_copy(), *prompt[2:]]
+    want_changed, want_copied = _expected(changed), _expected(copied)
+    assert want_copied == _expected(prompt)
+    seen = _encoded(monkeypatch)
+    assert chain.measure(changed) == want_changed
+    assert chain.measure(copied) == want_copied
+    assert len(seen) == 4 + 4, "each time from the second message on"
+    assert chain.measure(prompt[:2]) == _expected(prompt[:2]), "a shorter prompt"
