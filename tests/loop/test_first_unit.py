@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -51,6 +52,16 @@ class HeldRead(SqlAgentStore):
         return await super().load_thread_for_turn(query, tx=tx)
 
 
+@pytest.fixture
+async def held(env: LoopEnv) -> AsyncIterator[HeldRead]:
+    """A `HeldRead` on the test's store. A store of its own: its dispose closes the driver
+    connections its reads took (the thread check takes one), then the engine it shares with
+    `env.store`, which disposing again later is harmless."""
+    store = HeldRead(env.store)
+    yield store
+    await store.dispose()
+
+
 async def _run_rows(env: LoopEnv, run_id: str) -> list[Any]:
     async with env.store.engine.connect() as conn:
         found = await conn.execute(
@@ -71,10 +82,10 @@ async def _user_messages(env: LoopEnv, thread_id: str) -> list[str]:
 
 @SQL_JOURNAL_ONLY
 async def test_a_run_that_fails_in_its_first_unit_is_recorded_failed_and_resumes(
-    env: LoopEnv,
+    env: LoopEnv, held: HeldRead
 ) -> None:
     tid = await env.thread([user("q0"), assistant("a0")])
-    store = HeldRead(env.store)
+    store = held
     store.fail_once = True
     run_id = rid()
     with pytest.raises(RunFailed):
@@ -94,11 +105,13 @@ async def test_a_run_that_fails_in_its_first_unit_is_recorded_failed_and_resumes
 
 
 @SQL_JOURNAL_ONLY
-async def test_a_run_cancelled_before_its_first_commit_leaves_nothing_held(env: LoopEnv) -> None:
+async def test_a_run_cancelled_before_its_first_commit_leaves_nothing_held(
+    env: LoopEnv, held: HeldRead
+) -> None:
     """Cancelled while its first unit is open: no run row, no message, and the next turn on
     the thread gets in at once (the connection and, on SQLite, the write turn were given back)."""
     tid = await env.thread()
-    store = HeldRead(env.store)
+    store = held
     store.gate = asyncio.Event()
     run_id = rid()
     turn = asyncio.create_task(
@@ -125,13 +138,13 @@ async def test_a_run_cancelled_before_its_first_commit_leaves_nothing_held(env: 
 
 @SQL_JOURNAL_ONLY
 async def test_a_second_turn_while_the_first_unit_is_open_is_refused_as_busy(
-    env: LoopEnv,
+    env: LoopEnv, held: HeldRead
 ) -> None:
     """The first turn's run row is not committed yet when the second arrives: the second waits
     for it (PostgreSQL's unique index, SQLite's write turn) and is then refused, never let in
     beside it."""
     tid = await env.thread()
-    store = HeldRead(env.store)
+    store = held
     store.gate = asyncio.Event()
     first = asyncio.create_task(
         env.loop(EchoModel(delay=0.5), POLICY, store=store).run_turn(

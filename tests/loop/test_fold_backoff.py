@@ -160,6 +160,7 @@ async def test_the_backoff_survives_a_restart(env: LoopEnv) -> None:
     assert [r.outcome if r else None for r in waited] == ["backoff", "backoff"]
     assert (await _turn(loop, tid, "and now")).report.summary.outcome == "empty"  # type: ignore[union-attr]
     assert fresh.calls == 1
+    await restarted.dispose()  # its driver connections (the engine is env's: disposed again)
 
 
 @SQL_JOURNAL_ONLY
