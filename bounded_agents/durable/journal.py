@@ -388,11 +388,18 @@ class SqlJournal(JournalHistory):
         if shared is not None:
             # With the answer, in its unit: the run is let go of only once that commits, so a
             # unit that fails leaves it ours to fail.
+            # Nothing waits for it but a warning: on SQLite it rides in the unit's next call to
+            # the worker thread, the journal rows' and the COMMIT (`direct.write_later`).
             async with wrap_db_errors("end_run"):
-                ended = await direct.write(shared, END_RUN, params, "end_run")
+                await direct.write_later(
+                    shared,
+                    END_RUN,
+                    params,
+                    "end_run",
+                    check=lambda ended: self._warn_if_taken(ended.rowcount, run_id),
+                )
             assert isinstance(tx, SqlTransaction)
             tx.after_commit.append(lambda: self._let_go(run_id))
-            self._warn_if_taken(ended.rowcount, run_id)
             return
         self._let_go(run_id)
         try:
@@ -436,6 +443,7 @@ class SqlJournal(JournalHistory):
 
     @staticmethod
     def _warn_if_taken(rowcount: int, run_id: str) -> None:
+        """(Returns None: as a deferred write's check, it raises nothing.)"""
         if rowcount == 0:
             log.warning("run %s: taken over by another process; its record is left to it", run_id)
 

@@ -56,7 +56,9 @@ from bounded_agents.errors import AgentError, InvalidContent, StoreError
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import behind_pgbouncer
 from bounded_agents.store.onehop import (
+    Deferred,
     OneHopConnection,
+    PendingFailed,
     run_many,
     run_many_and_commit,
     run_statement,
@@ -208,8 +210,12 @@ async def guarded(conn: AsyncConnection, operation: str, call: Any) -> Any:
     """Await the driver `call`: its errors translated, a cancellation invalidating `conn`."""
     try:
         return await call
+    except PendingFailed as exc:  # a deferred write sent ahead of this one
+        raise driver_error(exc.operation, exc.cause) from exc.cause
     except (*DRIVER_ERRORS, OSError) as exc:
         raise driver_error(operation, exc) from exc
+    except AgentError:  # a deferred write's check: the transaction is the caller's to undo
+        raise
     except BaseException:
         await conn.invalidate()
         raise
@@ -288,6 +294,83 @@ async def write_bumped(
     return None if found is None else found[0]
 
 
+Check = Callable[[Outcome], AgentError | None]
+"""What a deferred write's caller wants of its outcome: the error to raise, or None."""
+
+
+async def write_later(
+    conn: AsyncConnection,
+    stmt: Executable,
+    params: dict[str, Any],
+    operation: str,
+    *,
+    check: Check | None = None,
+    then: Executable | None = None,
+    defer: bool = True,
+) -> None:
+    """`stmt` (then `then`, as `write_together`), for a caller that needs nothing back but
+    `check`'s verdict on it. On SQLite's driver way it is DEFERRED (`OneHopConnection.defer`):
+    announced to the engine's listeners now, in its place, and sent in the worker-thread call
+    of the transaction's next statement or its COMMIT, one hop less; `check` runs there, and
+    whatever fails surfaces from that later call, as this write's failure (the caller's unit
+    rolls back either way). Elsewhere it is sent now (`then` too) and checked now.
+
+    Only for writes whose failure fails their unit whatever else happens, inside a unit that
+    goes on to another statement or commits: a ledger row, the run's end. `defer=False` sends
+    it now everywhere (a write in a transaction of its own gains nothing by waiting for the
+    COMMIT, and its failure is best named there)."""
+    driver = await _open_driver(conn) if defer else None
+    if not isinstance(driver, OneHopConnection):
+        outcome = await write(conn, stmt, params, operation)
+        if then is not None:
+            await write(conn, then, params, operation)
+        problem = check(outcome) if check is not None else None
+        if problem is not None:
+            raise problem
+        return
+    assert isinstance(stmt, ClauseElement)
+    keys = tuple(sorted(params))
+    first = compiled(stmt, conn.dialect, keys)
+    args = first.args(params)
+    announce(conn.sync_engine, conn.sync_connection, first.sql, args)
+    fn: Callable[..., Any] = run_statement
+    call_args: tuple[Any, ...] = (first.sql, args)
+    if then is not None:
+        assert isinstance(then, ClauseElement)
+        second = compiled(then, conn.dialect, keys)
+        then_args = second.args(params)
+        announce(conn.sync_engine, conn.sync_connection, second.sql, then_args)
+        fn, call_args = run_together, (first.sql, args, second.sql, then_args)
+    driver.defer(Deferred(fn, call_args, operation, _outcome_check(check)))
+
+
+def _outcome_check(check: Check | None) -> Callable[[Any], BaseException | None] | None:
+    """`check` over the worker thread's raw outcome tuple."""
+    if check is None:
+        return None
+    return lambda raw: check(Outcome(raw[1], raw[2]))
+
+
+async def write_bumped_later(
+    conn: AsyncConnection,
+    *,
+    combined: Executable,
+    bump: Executable,
+    then: Executable,
+    params: dict[str, Any],
+    operation: str,
+    check: Check,
+    defer: bool = True,
+) -> None:
+    """`write_bumped` for a caller that needs only `check`'s verdict on what came back: on
+    SQLite's driver way the bump and its row are deferred together (`write_later`); elsewhere
+    sent now, as `write_bumped` sends them."""
+    if dialect_of(conn).postgres:
+        await write_later(conn, combined, params, operation, check=check, defer=defer)
+    else:
+        await write_later(conn, bump, params, operation, then=then, check=check, defer=defer)
+
+
 async def write_many(
     conn: AsyncConnection,
     stmt: Executable,
@@ -318,7 +401,7 @@ async def write_many(
     announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
     if dialect_of(conn).postgres:
         await guarded(conn, operation, driver.executemany(form.sql, args))
-    else:
+    else:  # with the writes deferred before it, if any (`OneHopConnection.call`)
         send = run_many_and_commit if last else run_many
         await guarded(conn, operation, driver.call(send, form.sql, args))
 

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from sqlalchemy import exc as sa_exc
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
+from bounded_agents.store.onehop import PendingFailed
 
 
 @asynccontextmanager
@@ -47,4 +48,6 @@ def _close_cursor(exc: BaseException) -> None:
 
 def _cause(exc: sa_exc.StatementError) -> str:
     orig = exc.orig
+    if isinstance(orig, PendingFailed):  # a deferred write, sent with this statement or COMMIT
+        return f"{type(orig.cause).__name__} in the deferred {orig.operation}"
     return type(orig).__name__ if orig is not None else type(exc).__name__

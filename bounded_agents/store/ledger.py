@@ -16,7 +16,7 @@ from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import autocommit, on_citus, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import actor_usage, ledger, token_ratios
-from bounded_agents.store.tx import writing
+from bounded_agents.store.tx import joined, writing
 
 _FIELDS = (
     "run_id",
@@ -83,6 +83,15 @@ nothing spent: the first reservation always goes in (every quota is at least 1).
 _RELEASE = sa.text("UPDATE actor_usage SET tokens = tokens - :tokens WHERE actor_id = :actor_id")
 
 
+def _no_usage_row() -> StoreError:
+    """An upsert always returns its row; if not, the unit rolls back."""
+    return StoreError("ledger_record: the usage upsert returned no row")
+
+
+def _numbered(outcome: direct.Outcome) -> StoreError | None:
+    return None if outcome.rows and outcome.rows[0][0] is not None else _no_usage_row()
+
+
 class SqlLedger:
     """`Ledger`, `QuotaReserver` and `TransactionalLedger` on the `ledger` and `actor_usage`
     tables; `RatioBook` on `token_ratios`."""
@@ -103,24 +112,28 @@ class SqlLedger:
     ) -> None:
         tokens = entry.prompt_tokens + entry.completion_tokens - reserved
         params = {**entry.model_dump(), "tokens": tokens}
+        shared = joined(self._engine, tx) is not None
         async with writing(self._engine, tx, "ledger_record") as conn:
             if on_citus(self._engine):
                 bumped = (await direct.write(conn, _BUMP_USAGE, params, "ledger_record")).rows
                 numbered = bumped[0][0] if bumped else None
-                if numbered is not None:
-                    row = {**entry.model_dump(), "id": numbered}
-                    await direct.write(conn, _INSERT_NUMBERED, row, "ledger_record")
+                if numbered is None:
+                    raise _no_usage_row()
+                row = {**entry.model_dump(), "id": numbered}
+                await direct.write(conn, _INSERT_NUMBERED, row, "ledger_record")
             else:
-                numbered = await direct.write_bumped(
+                # Nothing here needs the row's number: in a unit of the journal's, on SQLite,
+                # the two statements ride in its next call to the worker thread (deferred).
+                await direct.write_bumped_later(
                     conn,
                     combined=_RECORD,
                     bump=_BUMP_USAGE,
                     then=_INSERT_AFTER_BUMP,
                     params=params,
                     operation="ledger_record",
+                    check=_numbered,
+                    defer=shared,
                 )
-            if numbered is None:  # an upsert always returns its row; if not, roll back
-                raise StoreError("ledger_record: the usage upsert returned no row")
 
     async def reserve(self, actor_id: str, tokens: int, limit: int) -> bool:
         async with wrap_db_errors("ledger_reserve"), write_transaction(self._engine) as conn:

@@ -1,0 +1,152 @@
+"""Deferred writes (`bounded_agents.store.direct.write_later`, issue 37): a write nothing waits
+for (a ledger row, the run's end) rides, on SQLite, in the unit's next call to the worker
+thread (or its COMMIT) instead of a hop of its own; elsewhere it is sent at once. Either way the
+statements, their order and their transaction are the same, a failure is the deferred write's
+own, and a rollback leaves nothing of it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from bounded_agents.core.ports import LedgerEntry
+from bounded_agents.errors import StoreError
+from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store.ledger import SqlLedger
+from bounded_agents.store.schema import ledger, threads
+from tests.conftest import worker_calls
+from tests.factories import open_unit
+from tests.store.test_direct_writes import announced
+
+_TOUCH = (
+    threads.update()
+    .where(threads.c.id == sa.bindparam("tid"))
+    .values(updated_at=sa.bindparam("at", type_=sa.DateTime(timezone=True)))
+)
+_AT = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+
+
+def _entry(thread_id: str) -> LedgerEntry:
+    return LedgerEntry(
+        run_id="run-1",
+        thread_id=thread_id,
+        actor_id="alice",
+        agent="helper",
+        purpose="chat",
+        model="m",
+        prompt_tokens=10,
+        completion_tokens=5,
+    )
+
+
+async def _ledger_ids(store: SqlAgentStore) -> list[int]:
+    async with store.engine.connect() as conn:
+        return list((await conn.scalars(sa.select(ledger.c.id).order_by(ledger.c.id))).all())
+
+
+async def _updated_at(store: SqlAgentStore, thread_id: str) -> Any:
+    loaded = await store.get_thread(thread_id)
+    assert loaded is not None
+    return loaded.updated_at
+
+
+def _sqlite(store: SqlAgentStore) -> bool:
+    return store.engine.dialect.name == "sqlite"
+
+
+async def test_a_ledger_row_rides_in_the_units_next_call_and_keeps_its_place(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await open_unit(sql_store, thread.id)
+    with announced(sql_store) as seen, worker_calls() as calls:
+        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        sent_by_record = list(calls)
+        await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+    await tx.close(commit=True)
+    if _sqlite(sql_store):
+        assert sent_by_record == [], "deferred: no hop of its own"
+        assert calls == ["_after_deferred"], "the ledger's two statements and the touch: one hop"
+    else:
+        assert calls == [], "asyncpg has no worker thread: sent at once"
+    statements = [" ".join(s.split())[:30] for s, _driver in seen]
+    assert statements[-1].startswith("UPDATE threads"), "announced in its place: before it"
+    assert any("actor_usage" in s for s, _ in seen[:-1])
+    assert await _ledger_ids(sql_store) == [1]
+    assert await _updated_at(sql_store, thread.id) == _AT
+
+
+async def test_a_deferred_write_last_in_its_unit_is_sent_with_the_commit(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await open_unit(sql_store, thread.id)
+    with worker_calls() as calls:
+        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        await tx.close(commit=True)
+    if _sqlite(sql_store):
+        assert calls == ["_after_deferred"], "the writes and the COMMIT: one hop"
+    assert await _ledger_ids(sql_store) == [1]
+
+
+async def test_a_rollback_drops_a_deferred_write_unsent(sql_store: SqlAgentStore) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    tx = await open_unit(sql_store, thread.id)
+    with worker_calls() as calls:
+        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        await tx.close(commit=False)
+    assert "_after_deferred" not in calls
+    assert await _ledger_ids(sql_store) == []
+    # Nothing of it is left on the pooled connection for the next unit to send.
+    tx = await open_unit(sql_store, thread.id)
+    with worker_calls() as calls:
+        await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+    await tx.close(commit=True)
+    if _sqlite(sql_store):
+        assert calls == ["run_statement"]
+    assert await _ledger_ids(sql_store) == []
+
+
+async def test_a_deferred_writes_failure_is_its_own_and_the_unit_rolls_back_whole(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A ledger row whose number is taken breaks the primary key: on SQLite the failure comes
+    back from the next call, named by the ledger's operation, not by the touch that sent it."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    before = await _updated_at(sql_store, thread.id)
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(ledger.insert(), {**_entry(thread.id).model_dump(), "id": 1})
+    tx = await open_unit(sql_store, thread.id)
+    try:
+        with pytest.raises(StoreError, match=r"^ledger_record: database error \(\w*Error\)"):
+            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+        assert not tx.connection.invalidated, "a database's refusal, not a lost call"
+    finally:
+        await tx.close(commit=False)
+    assert await _ledger_ids(sql_store) == [1]
+    assert await _updated_at(sql_store, thread.id) == before, "the touch rolled back with it"
+
+
+async def test_a_deferred_writes_check_fails_the_call_that_sent_it(
+    sql_store: SqlAgentStore,
+) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    before = await _updated_at(sql_store, thread.id)
+
+    def one_row(outcome: direct.Outcome) -> StoreError | None:
+        return StoreError("touch: no such thread") if outcome.rowcount != 1 else None
+
+    tx = await open_unit(sql_store, thread.id)
+    try:
+        with pytest.raises(StoreError, match=r"^touch: no such thread$"):
+            params = {"tid": "no-such-thread", "at": _AT}
+            await direct.write_later(tx.connection, _TOUCH, params, "touch", check=one_row)
+            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+        assert not tx.connection.invalidated
+    finally:
+        await tx.close(commit=False)
+    assert await _updated_at(sql_store, thread.id) == before
