@@ -210,10 +210,16 @@ class JournaledContext(Replay):
             raise
         self._ran = 0
         steps = list(self._pending)
-        if unit is not None:
-            await unit.commit(steps)
-        elif steps:
-            await self._write(steps)
+        try:
+            if unit is not None:
+                await unit.commit(steps)
+            elif steps:
+                await self._write(steps)
+        except LeaseLost:
+            # A lease check sent with the unit's last call (deferred, on SQLite): what waiting
+            # calls paid for is booked on its own, as when the check fails at the unit's start.
+            await self._book_waiting_alone()
+            raise
         self._pending.clear()
         self._records.clear()
 
@@ -224,10 +230,13 @@ class JournaledContext(Replay):
         try:
             return await self._open_unit()
         except LeaseLost:
-            waiting, self._records = self._records, []
-            for record, value in waiting:
-                await record(value, None)
+            await self._book_waiting_alone()
             raise
+
+    async def _book_waiting_alone(self) -> None:
+        waiting, self._records = self._records, []
+        for record, value in waiting:
+            await record(value, None)
 
     async def _run_records(self, tx: Transaction | None) -> None:
         """The waiting `record`s not yet run in the open unit, in `tx`: a paid call's ledger

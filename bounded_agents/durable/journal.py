@@ -338,9 +338,15 @@ class SqlJournal(JournalHistory):
 
     async def _check_lease(self, conn: Any, run_id: str) -> None:
         """Still ours? The first statement of every journal transaction: it renews the lease
-        and takes the run row's lock, so a takeover and this transaction cannot interleave."""
-        if (await direct.write(conn, self._hold, self._held(run_id), "journal_unit")).rowcount == 0:
-            raise LeaseLost(run_id)
+        and takes the run row's lock, so a takeover and this transaction cannot interleave.
+        On SQLite it is deferred (`direct.write_later`): it goes out first in the unit's first
+        call to the worker thread, still the transaction's first statement, and `LeaseLost`
+        comes back from that call (the context books a paid call's row on its own then too)."""
+
+        def held(renewed: direct.Outcome) -> LeaseLost | None:
+            return LeaseLost(run_id) if renewed.rowcount == 0 else None
+
+        await direct.write_later(conn, self._hold, self._held(run_id), "journal_unit", check=held)
 
     async def complete(
         self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None

@@ -122,3 +122,37 @@ async def test_a_process_that_lost_its_lease_can_no_longer_write_or_end_the_run(
     ]
     record = await taker.get_run(run.run_id)
     assert record is not None and record.status == "completed" and record.report == {"ok": True}
+
+
+async def test_a_lease_lost_at_the_units_check_books_the_paid_call_alone_and_commits_nothing(
+    sql_store: SqlAgentStore,
+) -> None:
+    """The lease check is a unit's first statement; on SQLite it is deferred into the unit's
+    first call to the worker thread (here the COMMIT's), so `LeaseLost` comes back from the
+    commit rather than from the opening. Either way: the model call that waited for this
+    commit is booked on its own (it was paid), and nothing of the unit is written."""
+    from bounded_agents.core.ports import JsonValue, Transaction
+    from bounded_agents.errors import LeaseLost
+
+    stalled, taker = SqlJournal(sql_store.engine), SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    run = _request(thread.id)
+    ctx = await stalled.begin(run)
+    booked: list[tuple[JsonValue, bool]] = []
+
+    async def book(value: JsonValue, tx: Transaction | None) -> None:
+        booked.append((value, tx is not None))
+
+    async def value(v: str) -> str:
+        return v
+
+    await ctx.step("persist:user", lambda tx: value("u"))
+    await ctx.step("model:1", lambda tx: value("paid"), writes=True, record=book)
+    assert booked == [], "the call's row waits for the next commit"
+    await _expire(sql_store, run.run_id)
+    await taker.reopen(run.run_id)
+    with pytest.raises(LeaseLost):
+        async with ctx.unit_of_work():
+            await ctx.step("persist:answer", lambda tx: value("a"), writes=True)
+    assert booked[-1] == ("paid", False), "booked on its own after the unit failed"
+    assert await taker.steps(run.run_id) == [("persist:user", '"u"')]

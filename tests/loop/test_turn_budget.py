@@ -39,7 +39,7 @@ data-modifying CTE). SQLite has none: there they stay two statements, sent in on
 Citus database the two messages' bumps and the ledger's stay two statements too, each routed
 to one shard (`bounded_agents.store.engine.on_citus`): 3 more. (15, 13 and 16 before the model
 step's unit, and its lease check, went: issue 37.)"""
-COMMON_TURN_SQLITE_WORKER_CALLS = 8
+COMMON_TURN_SQLITE_WORKER_CALLS = 7
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`bounded_agents.store.onehop`), one
 per COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`), and one per
@@ -47,8 +47,8 @@ appended message for its bump and its insert (`direct.write_together`): 20 befor
 those, 17 with it, 15 since the run's row joined the first unit (its COMMIT and that unit's
 lease check are gone), 13 since each message's two statements share a call, 10 since the
 model step rides in the answer's unit (its lease check, its COMMIT and its journal row's call
-are gone), 8 since the ledger row and the run's end ride in the unit's next call (deferred:
-`direct.write_later`)."""
+are gone), 8 since the ledger row and the run's end ride in the unit's next call, 7 since the
+later unit's lease check does too (deferred: `direct.write_later`)."""
 COMMON_TURN_SQLALCHEMY_STATEMENTS = {"sqlite": 1, "postgresql": 2}
 """Of those, the ones sent through SQLAlchemy's Core execute, at most: the run's insert (the
 first unit's first statement) and on PostgreSQL the later unit's first statement (its lease
