@@ -26,15 +26,14 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from opentelemetry.trace import TracerProvider
 
-from bounded_agents.actors import LOCAL_ACTOR, ActorResolver, default_resolver
+from bounded_agents.actors import LOCAL_ACTOR, ActorResolver
 from bounded_agents.core.context_window import ChatMiddleware
 from bounded_agents.core.history import (
     HistoryConfig,
     HistoryPolicy,
-    resolve_policy,
     validate_module_history,
 )
-from bounded_agents.core.loop import AgentDefinition, AgentLoop, EventSink
+from bounded_agents.core.loop import AgentLoop, EventSink
 from bounded_agents.core.ports import (
     AgentStore,
     DurableRuntime,
@@ -60,13 +59,18 @@ from bounded_agents.errors import (
     ThreadBusy,
     TurnInProgress,
 )
-from bounded_agents.observability import ObservedRuntime, TurnMetrics, model_names
+from bounded_agents.observability import TurnMetrics
 from bounded_agents.outcome import await_outcome
 from bounded_agents.persistence import Persistence, build_persistence
-from bounded_agents.providers import AnthropicOptions, provider_from_settings
-from bounded_agents.registry import AgentSpec, agent, agent_spec, tool, tool_bindings
+from bounded_agents.registry import AgentSpec, agent, tool
 from bounded_agents.settings import Settings, get_settings
 from bounded_agents.startup import startup_errors_in_one_line
+from bounded_agents.wiring import (
+    agent_definitions,
+    model_from_settings,
+    observed_runtime,
+    pick_resolver,
+)
 
 log = logging.getLogger("bounded_agents")
 
@@ -99,89 +103,6 @@ def register_router_factory(factory: RouterFactory) -> None:
     `AgentModule.router` can build the routes without this module importing `http` (the
     dependency points up by a value handed down, not by an import). Goes with `router`."""
     _router_factory[:] = [factory]
-
-
-def model_from_settings(settings: Settings) -> ModelProvider:
-    """The model AGENT_MODEL names, with its AGENT_OPENAI_* or AGENT_ANTHROPIC_* options."""
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-    return provider_from_settings(
-        settings.model,
-        settings.openai_base_url,
-        key,
-        settings.openai_model,
-        settings.model_timeout,
-        settings.openai_max_tokens,
-        settings.openai_max_tokens_field,
-        anthropic=AnthropicOptions(
-            base_url=settings.anthropic_base_url,
-            api_key=(
-                settings.anthropic_api_key.get_secret_value()
-                if settings.anthropic_api_key
-                else None
-            ),
-            model=settings.anthropic_model,
-            max_tokens=settings.anthropic_max_tokens,
-            cache=settings.anthropic_cache,
-        ),
-        prompt_cache_key=settings.openai_prompt_cache_key,
-        prompt_cache_retention=settings.openai_prompt_cache_retention,
-        tokenizer=settings.openai_tokenizer,
-    )
-
-
-def _observed(
-    journal: DurableRuntime,
-    model: ModelProvider,
-    settings: Settings,
-    metrics: TurnMetrics | None,
-    tracer_provider: TracerProvider | None,
-) -> DurableRuntime:
-    """The journal the loop runs, traced and metered unless both are switched off."""
-    if not settings.tracing and metrics is None:
-        return journal
-    model_name, provider_name = model_names(model)
-    return ObservedRuntime(
-        journal,
-        metrics=metrics,
-        tracing=settings.tracing,
-        model_name=model_name,
-        provider_name=provider_name,
-        tracer_provider=tracer_provider,
-        capture_content=settings.captures_content(),
-    )
-
-
-def _definitions(
-    agents: Sequence[type],
-    history_policy: HistoryPolicy | None,
-    history: HistoryConfig | Mapping[str, Any] | None,
-    model: ModelProvider,
-    chat_middleware: Sequence[ChatMiddleware],
-    store: AgentStore,
-) -> dict[str, AgentDefinition]:
-    """Each `@agent` class as the loop runs it, by name; its own history outranks the module's.
-    An agent declared `search=True` gets the history search tool over `store`."""
-    definitions: dict[str, AgentDefinition] = {}
-    for cls_ in agents:
-        spec = agent_spec(cls_)
-        if spec.name in definitions:
-            raise ConfigError(f"two agents named {spec.name!r}")
-        definitions[spec.name] = AgentDefinition(
-            name=spec.name,
-            system_prompt=spec.system_prompt,
-            policy=resolve_policy(spec.history, history_policy, history, model),
-            tools=tool_bindings(cls_(), search_store=store if spec.search else None),
-            max_steps=spec.max_steps,
-            middleware=(*chat_middleware, *spec.chat_middleware),
-        )
-    return definitions
-
-
-def _resolver(given: ActorResolver | None, settings: Settings) -> tuple[ActorResolver, bool]:
-    """The actor resolver, and whether it is local development mode (never for a given one)."""
-    if given is not None:
-        return given, False
-    return default_resolver(settings.actor_keys())
 
 
 PRUNE_BATCH = 500
@@ -339,14 +260,14 @@ class AgentModule:
             store=store, journal=journal, ledger=ledger, settings=settings
         )
         metrics = TurnMetrics() if settings.metrics else None
-        runtime = _observed(persistence.journal, model, settings, metrics, tracer_provider)
+        runtime = observed_runtime(persistence.journal, model, settings, metrics, tracer_provider)
         if history is None and history_policy is None:
             history = settings.history_config()
         validate_module_history(history_policy, history, model)
-        definitions = _definitions(
+        definitions = agent_definitions(
             agents, history_policy, history, model, chat_middleware, persistence.store
         )
-        actor_resolver, local_mode = _resolver(actor_resolver, settings)
+        actor_resolver, local_mode = pick_resolver(actor_resolver, settings)
         loop = AgentLoop(
             store=persistence.store,
             runtime=runtime,

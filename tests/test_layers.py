@@ -9,7 +9,7 @@ types, which is how a circle first gets written.
       actors, settings, registry, outcome,    agents, each on core alone
       testing
     durable                                 the run journal, on the store's public surface
-    persistence                             chooses store, journal and ledger
+    persistence, wiring                     choose store, journal and ledger; make the rest
     module                                  the composition root (`AgentModule`)
     http                                    the routes: built from a module, never by it
     cli, __main__                           the command line
@@ -41,7 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("core",),
     ("store", "providers", "observability", "actors", "settings", "registry", "outcome", "testing"),
     ("durable", "integrations"),
-    ("persistence",),
+    ("persistence", "wiring"),
     ("module",),
     ("http",),
     ("cli", "__main__"),
