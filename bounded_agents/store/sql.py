@@ -63,8 +63,10 @@ from bounded_agents.store.statements import (
     MSG_COLS,
     PAGE_AT,
     REPORTED,
+    RUN_MESSAGES,
     SUMMARY_COLS,
     THREAD_BY_ID,
+    THREAD_LISTING,
     TURN_READ_LIMITED,
     positions,
     turn_read,
@@ -402,24 +404,10 @@ class SqlAgentStore:
     async def list_threads(
         self, actor_id: str, *, limit: int, offset: int = 0
     ) -> list[ThreadListing]:
-        """The actor's threads, newest activity first: one range of the `(actor_id,
-        updated_at)` index."""
-        stmt = (
-            sa.select(
-                threads.c.id,
-                threads.c.agent,
-                threads.c.title,
-                threads.c.last_seq,
-                threads.c.created_at,
-                threads.c.updated_at,
-            )
-            .where(threads.c.actor_id == actor_id)
-            .order_by(threads.c.updated_at.desc(), threads.c.id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
+        """The actor's threads, newest activity first (`THREAD_LISTING`)."""
+        params = {"actor": actor_id, "limit": limit, "offset": offset}
         async with wrap_db_errors("list_threads"), self._reader.connect() as conn:
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(THREAD_LISTING, params)).all()
         return [
             ThreadListing(
                 id=r.id,
@@ -460,15 +448,9 @@ class SqlAgentStore:
         return [from_row(r) for r in reversed(rows)]
 
     async def run_messages(self, thread_id: str, run_id: str) -> list[Message]:
-        """The messages `run_id` wrote, seq order: at most two rows, found by the unique
-        (thread_id, run_id, role) index."""
-        stmt = (
-            sa.select(*MSG_COLS)
-            .where(messages.c.thread_id == thread_id, messages.c.run_id == run_id)
-            .order_by(messages.c.seq)
-        )
+        """The messages `run_id` wrote (`RUN_MESSAGES`)."""
         async with wrap_db_errors("run_messages"), self._reader.connect() as conn:
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(RUN_MESSAGES, {"tid": thread_id, "rid": run_id})).all()
         return [from_row(r) for r in rows]
 
     # --- HistorySearcher, SummaryArchive (bounded_agents.store.search, .archive) -----------

@@ -368,6 +368,30 @@ MESSAGES_AFTER = (
 )
 
 
+THREAD_LISTING = (
+    sa.select(
+        threads.c.id,
+        threads.c.agent,
+        threads.c.title,
+        threads.c.last_seq,
+        threads.c.created_at,
+        threads.c.updated_at,
+    )
+    .where(threads.c.actor_id == sa.bindparam("actor"))
+    .order_by(threads.c.updated_at.desc(), threads.c.id.desc())
+    .limit(sa.bindparam("limit"))
+    .offset(sa.bindparam("offset"))
+)
+"""An actor's threads, newest activity first: one range of the `(actor_id, updated_at)` index."""
+RUN_MESSAGES = (
+    sa.select(*MSG_COLS)
+    .where(messages.c.thread_id == sa.bindparam("tid"), messages.c.run_id == sa.bindparam("rid"))
+    .order_by(messages.c.seq)
+)
+"""The messages a run wrote, seq order: at most two rows, by the unique (thread_id, run_id,
+role) index."""
+
+
 __all__ = [
     "ALL_MESSAGES",
     "APPEND_ONE",
@@ -381,8 +405,10 @@ __all__ = [
     "MSG_COLS",
     "PAGE_AT",
     "REPORTED",
+    "RUN_MESSAGES",
     "SUMMARY_COLS",
     "THREAD_BY_ID",
+    "THREAD_LISTING",
     "TURN_READ_LIMITED",
     "positions",
     "turn_read",
