@@ -190,8 +190,18 @@ def _after_deferred(
     return fn(conn, *args)
 
 
-def _commit(conn: sqlite3.Connection) -> None:
-    conn.commit()
+def _deferred_then_commit(conn: sqlite3.Connection, deferred: Sequence[Deferred]) -> None:
+    """The queued writes (if any), then COMMIT; if either fails, ROLLBACK before raising.
+    Unlike a failure in any other call, this one comes out of SQLAlchemy's commit, after which
+    SQLAlchemy takes the transaction as ended and the pool gives the connection back without a
+    rollback of its own: left open, the failed unit's writes would be seen by the connection's
+    next user, and committed by its next unit."""
+    try:
+        run_deferred(conn, deferred)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 class OneHopConnection(aiosqlite.Connection):
@@ -233,11 +243,10 @@ class OneHopConnection(aiosqlite.Connection):
         # else nothing to undo, and no call to the worker thread
 
     async def commit(self) -> None:
-        if self.deferred:  # sent, then committed, in one hop
-            await self.call(_commit)
+        if self.deferred or self.in_transaction:  # the deferred writes, then COMMIT: one hop
+            deferred, self.deferred = self.deferred, []
+            await self._execute(_on_connection, self, _deferred_then_commit, deferred)
             return
-        if self.in_transaction:
-            await super().commit()
         # else nothing to commit (sqlite3's own commit would do nothing): no call either. This
         # is how a transaction whose last write committed in the same hop
         # (`run_many_and_commit`) ends, SQLAlchemy's commit and its events included.

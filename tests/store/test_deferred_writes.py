@@ -88,7 +88,7 @@ async def test_a_deferred_write_last_in_its_unit_is_sent_with_the_commit(
         await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
         await tx.close(commit=True)
     if _sqlite(sql_store):
-        assert calls == ["_after_deferred"], "the writes and the COMMIT: one hop"
+        assert calls == ["_deferred_then_commit"], "the writes and the COMMIT: one hop"
     assert await _ledger_ids(sql_store) == [1]
 
 
@@ -150,3 +150,54 @@ async def test_a_deferred_writes_check_fails_the_call_that_sent_it(
     finally:
         await tx.close(commit=False)
     assert await _updated_at(sql_store, thread.id) == before
+
+
+async def test_a_check_that_fails_at_the_commit_leaves_nothing_and_a_clean_connection(
+    sql_store: SqlAgentStore,
+) -> None:
+    """On SQLite a unit whose last write is deferred sends it with the COMMIT: a failed check
+    there comes out of the commit (through SQLAlchemy's), nothing of the unit is kept, and the
+    pooled connection serves the next unit."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    before = await _updated_at(sql_store, thread.id)
+
+    def refuse(_outcome: direct.Outcome) -> StoreError:
+        return StoreError("touch: refused by its check")
+
+    tx = await open_unit(sql_store, thread.id)
+    try:
+        with pytest.raises(StoreError, match=r"^touch: refused by its check$"):
+            params = {"tid": thread.id, "at": _AT}
+            await direct.write_later(tx.connection, _TOUCH, params, "touch", check=refuse)
+            await tx.close(commit=True)  # SQLite: sent, and refused, with the COMMIT
+    finally:
+        await tx.close(commit=False)  # PostgreSQL: refused when sent; closed once either way
+    assert await _updated_at(sql_store, thread.id) == before
+    tx = await open_unit(sql_store, thread.id)
+    await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+    await tx.close(commit=True)
+    assert await _ledger_ids(sql_store) == [1]
+
+
+async def test_a_deferred_write_refused_at_the_commit_leaves_nothing_and_a_clean_connection(
+    sql_store: SqlAgentStore,
+) -> None:
+    """The same with the database refusing the write (a ledger number already taken): the
+    error names the deferred write, and its unit's first write is gone with it."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(ledger.insert(), {**_entry(thread.id).model_dump(), "id": 1})
+    tx = await open_unit(sql_store, thread.id)  # its first write: the thread's title
+    try:
+        with pytest.raises(StoreError, match=r"ledger_record"):
+            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            await tx.close(commit=True)
+    finally:
+        await tx.close(commit=False)
+    loaded = await sql_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title is None, "the unit rolled back whole"
+    tx = await open_unit(sql_store, thread.id)
+    await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+    await tx.close(commit=True)
+    assert await _ledger_ids(sql_store) == [1]
+    assert await _updated_at(sql_store, thread.id) == _AT
