@@ -9,12 +9,33 @@ import sqlalchemy as sa
 from bounded_agents.core.history import HistoryPolicy
 from bounded_agents.core.loop import AgentDefinition, AgentLoop
 from bounded_agents.core.messages import Message, ToolCall, ToolResult
-from bounded_agents.core.ports import ModelProvider
+from bounded_agents.core.ports import LedgerEntry, ModelProvider
 from bounded_agents.durable import SqlJournal
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.schema import thread_summaries, threads
 from bounded_agents.store.tx import SqlTransaction, open_write
+
+TOUCH_THREAD = (
+    threads.update()
+    .where(threads.c.id == sa.bindparam("tid"))
+    .values(updated_at=sa.bindparam("at", type_=sa.DateTime(timezone=True)))
+)
+"""A one-row write a test can send in a unit (params `tid`, `at`): the thread's `updated_at`."""
+
+
+def ledger_entry(thread_id: str, run_id: str = "run-1") -> LedgerEntry:
+    """A model call's ledger entry for actor alice (10 prompt and 5 completion tokens)."""
+    return LedgerEntry(
+        run_id=run_id,
+        thread_id=thread_id,
+        actor_id="alice",
+        agent="helper",
+        purpose="chat",
+        model="m",
+        prompt_tokens=10,
+        completion_tokens=5,
+    )
 
 
 def user(text: str, run_id: str | None = None) -> Message:

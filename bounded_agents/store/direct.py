@@ -196,6 +196,18 @@ def _status_count(status: str) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
+def _announced(
+    conn: AsyncConnection, stmt: Executable, params: dict[str, Any]
+) -> tuple[Compiled, tuple[Any, ...]]:
+    """`stmt` compiled for `params`' names, its arguments, and the engine's listeners told:
+    what every driver-way write does before it is sent (or queued)."""
+    assert isinstance(stmt, ClauseElement)
+    form = compiled(stmt, conn.dialect, tuple(sorted(params)))
+    args = form.args(params)
+    announce(conn.sync_engine, conn.sync_connection, form.sql, args)
+    return form, args
+
+
 async def _send(driver: Any, postgres: bool, stmt: Compiled, args: tuple[Any, ...]) -> Outcome:
     if postgres:
         if stmt.returns_rows:
@@ -230,10 +242,7 @@ async def write(
         result = await conn.execute(stmt, params)
         rows = result.all() if result.returns_rows else []
         return Outcome(rows, result.rowcount)
-    assert isinstance(stmt, ClauseElement)
-    form = compiled(stmt, conn.dialect, tuple(sorted(params)))
-    args = form.args(params)
-    announce(conn.sync_engine, conn.sync_connection, form.sql, args)
+    form, args = _announced(conn, stmt, params)
     postgres = dialect_of(conn).postgres
     outcome: Outcome = await guarded(conn, operation, _send(driver, postgres, form, args))
     return outcome
@@ -260,12 +269,10 @@ async def write_together(
         outcome = await write(conn, stmt, params, operation)
         await write(conn, then, params, operation)
         return outcome
-    assert isinstance(stmt, ClauseElement) and isinstance(then, ClauseElement)
-    keys = tuple(sorted(params))
-    first, second = compiled(stmt, conn.dialect, keys), compiled(then, conn.dialect, keys)
-    args, then_args = first.args(params), second.args(params)
-    announce(conn.sync_engine, conn.sync_connection, first.sql, args)
-    announce(conn.sync_engine, conn.sync_connection, second.sql, then_args)
+    (first, args), (second, then_args) = (
+        _announced(conn, stmt, params),
+        _announced(conn, then, params),
+    )
     call = driver.call(run_together, first.sql, args, second.sql, then_args)
     _description, rows, rowcount, _lastrowid = await guarded(conn, operation, call)
     return Outcome(rows, rowcount)
@@ -321,25 +328,19 @@ async def write_later(
     COMMIT, and its failure is best named there)."""
     driver = await _open_driver(conn) if defer else None
     if not isinstance(driver, OneHopConnection):
-        outcome = await write(conn, stmt, params, operation)
-        if then is not None:
-            await write(conn, then, params, operation)
+        if then is None:
+            outcome = await write(conn, stmt, params, operation)
+        else:
+            outcome = await write_together(conn, stmt, then, params, operation)
         problem = check(outcome) if check is not None else None
         if problem is not None:
             raise problem
         return
-    assert isinstance(stmt, ClauseElement)
-    keys = tuple(sorted(params))
-    first = compiled(stmt, conn.dialect, keys)
-    args = first.args(params)
-    announce(conn.sync_engine, conn.sync_connection, first.sql, args)
+    first, args = _announced(conn, stmt, params)
     fn: Callable[..., Any] = run_statement
     call_args: tuple[Any, ...] = (first.sql, args)
     if then is not None:
-        assert isinstance(then, ClauseElement)
-        second = compiled(then, conn.dialect, keys)
-        then_args = second.args(params)
-        announce(conn.sync_engine, conn.sync_connection, second.sql, then_args)
+        second, then_args = _announced(conn, then, params)
         fn, call_args = run_together, (first.sql, args, second.sql, then_args)
     driver.defer(Deferred(fn, call_args, operation, _outcome_check(check)))
 

@@ -146,18 +146,19 @@ def run_many_and_commit(
     return outcome
 
 
-Outcome = tuple[Any, list[Any], int, "int | None"]
-"""What `run_statement` and its kin return: (description, rows, rowcount, lastrowid)."""
+RawOutcome = tuple[Any, list[Any], int, "int | None"]
+"""What `run_statement` and its kin return in the worker thread: (description, rows, rowcount,
+lastrowid). `bounded_agents.store.direct.Outcome` is what callers see of it."""
 
 
 class Deferred(NamedTuple):
     """A queued write: `fn(sqlite3_connection, *args)` (`run_statement`, `run_together`), then
     `check(outcome)`, which returns the error to raise (or None) and runs in the worker thread."""
 
-    fn: Callable[..., Outcome]
+    fn: Callable[..., RawOutcome]
     args: tuple[Any, ...]
     operation: str
-    check: Callable[[Outcome], BaseException | None] | None
+    check: Callable[[RawOutcome], BaseException | None] | None
 
 
 class PendingFailed(sqlite3.Error):

@@ -12,34 +12,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from bounded_agents.core.ports import LedgerEntry
 from bounded_agents.errors import StoreError
 from bounded_agents.store import SqlAgentStore, direct
 from bounded_agents.store.ledger import SqlLedger
-from bounded_agents.store.schema import ledger, threads
+from bounded_agents.store.schema import ledger
 from tests.conftest import worker_calls
-from tests.factories import open_unit
+from tests.factories import TOUCH_THREAD, ledger_entry, open_unit
 from tests.store.test_direct_writes import announced
 
-_TOUCH = (
-    threads.update()
-    .where(threads.c.id == sa.bindparam("tid"))
-    .values(updated_at=sa.bindparam("at", type_=sa.DateTime(timezone=True)))
-)
 _AT = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
-
-
-def _entry(thread_id: str) -> LedgerEntry:
-    return LedgerEntry(
-        run_id="run-1",
-        thread_id=thread_id,
-        actor_id="alice",
-        agent="helper",
-        purpose="chat",
-        model="m",
-        prompt_tokens=10,
-        completion_tokens=5,
-    )
 
 
 async def _ledger_ids(store: SqlAgentStore) -> list[int]:
@@ -63,9 +44,9 @@ async def test_a_ledger_row_rides_in_the_units_next_call_and_keeps_its_place(
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as seen, worker_calls() as calls:
-        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
         sent_by_record = list(calls)
-        await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+        await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": _AT}, "touch")
     await tx.close(commit=True)
     if _sqlite(sql_store):
         assert sent_by_record == [], "deferred: no hop of its own"
@@ -85,7 +66,7 @@ async def test_a_deferred_write_last_in_its_unit_is_sent_with_the_commit(
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     tx = await open_unit(sql_store, thread.id)
     with worker_calls() as calls:
-        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
         await tx.close(commit=True)
     if _sqlite(sql_store):
         assert calls == ["_deferred_then_commit"], "the writes and the COMMIT: one hop"
@@ -96,14 +77,14 @@ async def test_a_rollback_drops_a_deferred_write_unsent(sql_store: SqlAgentStore
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     tx = await open_unit(sql_store, thread.id)
     with worker_calls() as calls:
-        await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+        await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
         await tx.close(commit=False)
     assert "_after_deferred" not in calls
     assert await _ledger_ids(sql_store) == []
     # Nothing of it is left on the pooled connection for the next unit to send.
     tx = await open_unit(sql_store, thread.id)
     with worker_calls() as calls:
-        await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+        await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": _AT}, "touch")
     await tx.close(commit=True)
     if _sqlite(sql_store):
         assert calls == ["run_statement"]
@@ -118,12 +99,12 @@ async def test_a_deferred_writes_failure_is_its_own_and_the_unit_rolls_back_whol
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     before = await _updated_at(sql_store, thread.id)
     async with sql_store.engine.begin() as conn:
-        await conn.execute(ledger.insert(), {**_entry(thread.id).model_dump(), "id": 1})
+        await conn.execute(ledger.insert(), {**ledger_entry(thread.id).model_dump(), "id": 1})
     tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(StoreError, match=r"^ledger_record: database error \(\w*Error\)"):
-            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
-            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+            await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
+            await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": _AT}, "touch")
         assert not tx.connection.invalidated, "a database's refusal, not a lost call"
     finally:
         await tx.close(commit=False)
@@ -144,8 +125,8 @@ async def test_a_deferred_writes_check_fails_the_call_that_sent_it(
     try:
         with pytest.raises(StoreError, match=r"^touch: no such thread$"):
             params = {"tid": "no-such-thread", "at": _AT}
-            await direct.write_later(tx.connection, _TOUCH, params, "touch", check=one_row)
-            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+            await direct.write_later(tx.connection, TOUCH_THREAD, params, "touch", check=one_row)
+            await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": _AT}, "touch")
         assert not tx.connection.invalidated
     finally:
         await tx.close(commit=False)
@@ -168,13 +149,13 @@ async def test_a_check_that_fails_at_the_commit_leaves_nothing_and_a_clean_conne
     try:
         with pytest.raises(StoreError, match=r"^touch: refused by its check$"):
             params = {"tid": thread.id, "at": _AT}
-            await direct.write_later(tx.connection, _TOUCH, params, "touch", check=refuse)
+            await direct.write_later(tx.connection, TOUCH_THREAD, params, "touch", check=refuse)
             await tx.close(commit=True)  # SQLite: sent, and refused, with the COMMIT
     finally:
         await tx.close(commit=False)  # PostgreSQL: refused when sent; closed once either way
     assert await _updated_at(sql_store, thread.id) == before
     tx = await open_unit(sql_store, thread.id)
-    await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+    await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
     await tx.close(commit=True)
     assert await _ledger_ids(sql_store) == [1]
 
@@ -186,18 +167,32 @@ async def test_a_deferred_write_refused_at_the_commit_leaves_nothing_and_a_clean
     error names the deferred write, and its unit's first write is gone with it."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     async with sql_store.engine.begin() as conn:
-        await conn.execute(ledger.insert(), {**_entry(thread.id).model_dump(), "id": 1})
+        await conn.execute(ledger.insert(), {**ledger_entry(thread.id).model_dump(), "id": 1})
     tx = await open_unit(sql_store, thread.id)  # its first write: the thread's title
     try:
         with pytest.raises(StoreError, match=r"ledger_record"):
-            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
             await tx.close(commit=True)
     finally:
         await tx.close(commit=False)
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.title is None, "the unit rolled back whole"
     tx = await open_unit(sql_store, thread.id)
-    await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": _AT}, "touch")
+    await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": _AT}, "touch")
     await tx.close(commit=True)
     assert await _ledger_ids(sql_store) == [1]
     assert await _updated_at(sql_store, thread.id) == _AT
+
+
+async def test_a_ledger_row_in_a_transaction_of_its_own_is_sent_at_once_in_one_call(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Outside a journal's unit nothing would carry a deferred write but the COMMIT: the row is
+    sent at once, its bump and insert in one worker-thread call (`write_together`), as before
+    deferral existed."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    with worker_calls() as calls:
+        await SqlLedger(sql_store.engine).record(ledger_entry(thread.id))
+    if _sqlite(sql_store):
+        assert calls == ["run_together", "_deferred_then_commit"], calls
+    assert await _ledger_ids(sql_store) == [1]

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bounded_agents.core.ports import LedgerEntry, ThreadTurnQuery
+from bounded_agents.core.ports import ThreadTurnQuery
 from bounded_agents.durable.journal import INSERT_STEP
 from bounded_agents.errors import InvalidContent, StoreError
 from bounded_agents.store import SqlAgentStore, direct
@@ -25,7 +25,7 @@ from bounded_agents.store.onehop import OneHopConnection
 from bounded_agents.store.schema import actor_usage, ledger, run_steps, threads
 from bounded_agents.store.tx import SqlTransaction, open_write
 from tests.conftest import emptied_store, worker_calls
-from tests.factories import open_unit, tool_answer, user
+from tests.factories import TOUCH_THREAD, ledger_entry, open_unit, tool_answer, user
 
 _INSERT = ledger.insert()
 
@@ -46,19 +46,6 @@ def announced(store: SqlAgentStore) -> Iterator[list[tuple[str, bool]]]:
         event.remove(store.engine.sync_engine, "before_cursor_execute", before)
 
 
-def _entry(thread_id: str, run_id: str = "run-1") -> LedgerEntry:
-    return LedgerEntry(
-        run_id=run_id,
-        thread_id=thread_id,
-        actor_id="alice",
-        agent="helper",
-        purpose="chat",
-        model="m",
-        prompt_tokens=10,
-        completion_tokens=5,
-    )
-
-
 async def _ledger_rows(store: SqlAgentStore) -> list[tuple[Any, ...]]:
     async with store.engine.connect() as conn:
         rows = await conn.execute(
@@ -75,7 +62,7 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
 
     tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as driver_way:
-        await book.record(_entry(thread.id), tx=tx)
+        await book.record(ledger_entry(thread.id), tx=tx)
     await tx.close(commit=True)
 
     async def no_driver(_conn: Any) -> None:
@@ -84,7 +71,7 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     monkeypatch.setattr(direct, "_open_driver", no_driver)
     tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as sqlalchemy_way:
-        await book.record(_entry(thread.id, "run-2"), tx=tx)
+        await book.record(ledger_entry(thread.id, "run-2"), tx=tx)
     await tx.close(commit=True)
 
     # The usage bump and the ledger row: one statement on PostgreSQL (a data-modifying CTE),
@@ -107,7 +94,7 @@ async def test_on_postgresql_a_write_before_begin_reached_the_driver_is_sqlalche
         # PostgreSQL that one (its only one) goes through SQLAlchemy (its asyncpg adapter
         # sends the BEGIN); on Citus its second the driver's way. On SQLite both of its
         # statements go the driver's way.
-        await SqlLedger(sql_store.engine).record(_entry(thread.id))
+        await SqlLedger(sql_store.engine).record(ledger_entry(thread.id))
     expected = [False, True] if on_citus(sql_store.engine) else [False]
     assert [by_driver for _, by_driver in seen] == ([True, True] if sqlite else expected)
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
@@ -117,7 +104,7 @@ async def test_a_driver_error_is_a_store_error_naming_the_operation_and_the_unit
     sql_store: SqlAgentStore,
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    row = {**_entry(thread.id).model_dump(), "id": 1}
+    row = {**ledger_entry(thread.id).model_dump(), "id": 1}
     tx = await open_unit(sql_store, thread.id)
     try:
         await direct.write(tx.connection, _INSERT, row, "ledger_record")
@@ -143,7 +130,7 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
     tx = await open_unit(sql_store, thread.id)
     try:
         with pytest.raises(RuntimeError, match="injected"):
-            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
     finally:
         event.remove(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
         # Committed on purpose: had the refused write reached the database, its rows would stay.
@@ -172,7 +159,7 @@ async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_writ
     sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    rows = [{**_entry(thread.id).model_dump(), "id": n} for n in (1, 2, 3)]
+    rows = [{**ledger_entry(thread.id).model_dump(), "id": n} for n in (1, 2, 3)]
     calls: list[object] = []
     real = direct.guarded
 
@@ -244,7 +231,7 @@ async def test_an_engine_with_after_execute_listeners_keeps_every_statement_sqla
     try:
         with announced(sql_store) as seen:
             tx = await open_unit(sql_store, thread.id)
-            await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+            await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
             page = await sql_store.load_thread_for_turn(
                 ThreadTurnQuery(thread_id=thread.id, message_limit=10), tx=tx
             )
@@ -262,7 +249,7 @@ async def test_data_the_database_refuses_is_invalid_content_as_through_sqlalchem
 ) -> None:
     """PostgreSQL enforces `ledger.model`'s 200 characters (SQLite stores any length)."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    entry = _entry(thread.id).model_copy(update={"model": "m" * 300})
+    entry = ledger_entry(thread.id).model_copy(update={"model": "m" * 300})
     tx = await open_unit(sql_store, thread.id)
     try:
         if sql_store.engine.dialect.name == "postgresql":
@@ -284,13 +271,6 @@ async def test_a_missing_parameter_is_refused_not_sent_as_null(sql_store: SqlAge
         await tx.close(commit=False)
 
 
-_TOUCH = (
-    threads.update()
-    .where(threads.c.id == sa.bindparam("tid"))
-    .values(updated_at=sa.bindparam("at", type_=sa.DateTime(timezone=True)))
-)
-
-
 async def test_parameters_go_through_the_dialects_own_bind_processors(
     sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -308,7 +288,7 @@ async def test_parameters_go_through_the_dialects_own_bind_processors(
         tx = await open_unit(sql_store, thread.id)
         try:
             sent.clear()
-            await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": at}, "test")
+            await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": at}, "test")
         finally:
             event.remove(sql_store.engine.sync_engine, "before_cursor_execute", before)
             await tx.close(commit=True)
@@ -343,11 +323,12 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
             else:
                 patched.setattr(direct, "_send", cancelled)
             with pytest.raises(asyncio.CancelledError):
-                await SqlLedger(sql_store.engine).record(_entry(thread.id), tx=tx)
+                await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
                 # On SQLite the ledger's write waits for the unit's next call (it is deferred):
                 # this one, which sends both.
                 at = datetime(2030, 1, 1, tzinfo=UTC)
-                await direct.write(tx.connection, _TOUCH, {"tid": thread.id, "at": at}, "test")
+                params = {"tid": thread.id, "at": at}
+                await direct.write(tx.connection, TOUCH_THREAD, params, "test")
         assert tx.connection.invalidated
     finally:
         await tx.close(commit=False)
@@ -355,7 +336,7 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
 
 
 def _ledger_rows_for(thread_id: str, *ids: int) -> list[dict[str, Any]]:
-    return [{**_entry(thread_id).model_dump(), "id": i} for i in ids]
+    return [{**ledger_entry(thread_id).model_dump(), "id": i} for i in ids]
 
 
 async def test_a_units_last_write_and_its_commit_are_one_worker_thread_call_on_sqlite(
