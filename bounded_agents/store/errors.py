@@ -28,12 +28,13 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
         raise  # integrity errors mean something to the caller: it translates them itself
     except sa_exc.DataError as exc:
         _close_cursor(exc)
-        raise InvalidContent(f"{operation}: the database refused the data ({_cause(exc)})") from exc
+        refused = f"{operation}: the database refused the data ({cause_of(exc)})"
+        raise InvalidContent(refused) from exc
     except sa_exc.TimeoutError as exc:
         raise StoreError(f"{operation}: no database connection free (pool timeout)") from exc
     except (sa_exc.DBAPIError, sa_exc.InterfaceError) as exc:
         _close_cursor(exc)
-        raise StoreError(f"{operation}: database error ({_cause(exc)})") from exc
+        raise StoreError(f"{operation}: database error ({cause_of(exc)})") from exc
     except OSError as exc:
         raise StoreError(f"{operation}: database unreachable ({exc.__class__.__name__})") from exc
 
@@ -46,7 +47,8 @@ def _close_cursor(exc: BaseException) -> None:
     traceback.clear_frames(exc.__traceback__)
 
 
-def _cause(exc: sa_exc.StatementError) -> str:
+def cause_of(exc: sa_exc.StatementError) -> str:
+    """The driver error's class (or the deferred write's), never its text: it may quote data."""
     orig = exc.orig
     if isinstance(orig, PendingFailed):  # a deferred write, sent with this statement or COMMIT
         return f"{type(orig.cause).__name__} in the deferred {orig.operation}"

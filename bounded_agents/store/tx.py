@@ -18,15 +18,17 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from bounded_agents.errors import StoreError
 from bounded_agents.store.engine import (
     acquire_writer,
     is_dead_connection,
     retrying_first_statement,
     write_transaction,
 )
-from bounded_agents.store.errors import wrap_db_errors
+from bounded_agents.store.errors import cause_of, wrap_db_errors
 
 
 class SqlTransaction:
@@ -58,7 +60,7 @@ class SqlTransaction:
         try:
             async with wrap_db_errors("commit" if commit else "rollback"):
                 if commit:
-                    await self.connection.commit()
+                    await _commit(self.connection)
                 else:
                     await self.connection.rollback()
         finally:
@@ -70,6 +72,16 @@ class SqlTransaction:
         if commit:
             for hook in self.after_commit:
                 hook()
+
+
+async def _commit(connection: AsyncConnection) -> None:
+    """COMMIT, a refusal by a deferred constraint included as a `StoreError`: an integrity error
+    is passed on raw elsewhere because its caller tells a duplicate by it, but nothing can take
+    a COMMIT's for one (the whole unit is gone, not one row)."""
+    try:
+        await connection.commit()
+    except sa_exc.IntegrityError as exc:
+        raise StoreError(f"commit: the database refused the transaction ({cause_of(exc)})") from exc
 
 
 async def open_write(
