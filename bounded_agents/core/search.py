@@ -357,19 +357,26 @@ async def reply_hits(
 ) -> dict[int, SearchHit]:
     """For each hit that `asks` (by its index in `hits`), the user's reply to it: the message
     right after it (`seq + 1`: an erased reply leaves a gap, and the next message is not its
-    answer), when that is a user message neither among `hits` nor `shown` by the prompt.
-    One bounded read (a row) per asking hit, so at most `MAX_SEARCH_RESULTS` rows a search."""
+    answer), when that is a user message neither among `hits` nor `shown` by the prompt. A
+    store with a search index reads them all at once (`messages_at`); any other, a bounded read
+    (a row) per asking hit, so at most `MAX_SEARCH_RESULTS` rows a search."""
+    asking = [i for i, hit in enumerate(hits) if asks(hit)]
+    if not asking:
+        return {}
+    wanted = [hits[i].seq + 1 for i in asking]
+    if supports_history_search(store):
+        read = await store.messages_at(thread_id, wanted)
+    else:
+        read = [m for seq in wanted for m in await store.messages_after(thread_id, seq - 1, 1)]
+    by_seq = {m.seq: m for m in read}
     seqs = {h.seq for h in hits if h.from_seq is None}
     out: dict[int, SearchHit] = {}
-    for i, hit in enumerate(hits):
-        if not asks(hit):
-            continue
-        after = await store.messages_after(thread_id, hit.seq, 1)
-        if not after or after[0].role != "user" or after[0].seq != hit.seq + 1:
+    for i in asking:
+        reply = by_seq.get(hits[i].seq + 1)
+        if reply is None or reply.role != "user":
             continue  # no reply, or it was erased: a later message is not its answer
-        reply = after[0]
         row = SearchHit(
-            seq=reply.seq,
+            seq=hits[i].seq + 1,
             role="user",
             content=reply.content,
             marked=reply.content,

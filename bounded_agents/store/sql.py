@@ -60,6 +60,7 @@ from bounded_agents.store.statements import (
     LAST_PROMPT,
     LATEST_SUMMARY,
     MESSAGES_AFTER,
+    MESSAGES_AT,
     MSG_COLS,
     PAGE_AT,
     REPORTED,
@@ -460,6 +461,12 @@ class SqlAgentStore:
         summary parts (`store.search`)."""
         async with wrap_db_errors("search_history"), self._reader.connect() as conn:
             return await search.search_history(conn, thread_id, query, limit)
+
+    async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
+        """`HistorySearcher`: one read (`MESSAGES_AT`)."""
+        params = {"tid": thread_id, "seqs": sorted(seqs)}
+        async with wrap_db_errors("messages_at"), self._reader.connect() as conn:
+            return [from_row(r) for r in (await conn.execute(MESSAGES_AT, params)).all()]
 
     async def archive_summary_part(
         self,

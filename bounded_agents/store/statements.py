@@ -368,6 +368,14 @@ MESSAGES_AFTER = (
 )
 
 
+MESSAGES_AT = (
+    sa.select(*MSG_COLS)
+    .where(messages.c.thread_id == _TID, messages.c.seq.in_(sa.bindparam("seqs", expanding=True)))
+    .order_by(messages.c.seq)
+)
+"""The thread's messages at some seqs (`HistorySearcher.messages_at`)."""
+
+
 THREAD_LISTING = (
     sa.select(
         threads.c.id,
@@ -402,6 +410,7 @@ __all__ = [
     "LAST_PROMPT",
     "LATEST_SUMMARY",
     "MESSAGES_AFTER",
+    "MESSAGES_AT",
     "MSG_COLS",
     "PAGE_AT",
     "REPORTED",

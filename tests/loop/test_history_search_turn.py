@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import pytest
@@ -108,6 +108,9 @@ class CountingSearches:
     async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
         self.searches += 1
         return await self.inner.search_history(thread_id, query, limit=limit)
+
+    async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
+        return await self.inner.messages_at(thread_id, seqs)
 
     async def create_thread(self, **kw: Any) -> Thread:
         return await self.inner.create_thread(**kw)

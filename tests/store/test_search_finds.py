@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from bounded_agents.core.messages import (
     ChatMessage,
@@ -323,3 +324,45 @@ async def test_an_erased_reply_is_not_replaced_by_a_later_message(store: Contrac
     found = await _search(store, tid, "order number")
 
     assert [(r["seq"], r.get("reply_to")) for r in found] == [(2, None)]
+
+
+async def test_the_replies_to_every_question_found_are_one_read(sql_store: SqlAgentStore) -> None:
+    """Three questions found, three replies: the search's read and ONE read of the replies
+    (`messages_at`), where each reply was a read of its own before."""
+    tid = await _thread(
+        sql_store,
+        [
+            user("Hello."),  # 1
+            assistant("What is the order number?"),  # 2
+            user("ORD-41234."),  # 3
+            assistant("And the order number of the spare part?"),  # 4
+            user("ORD-55120."),  # 5
+            assistant("Which order number did the refund go to?"),  # 6
+            user("The first one."),  # 7
+            *chatter(2),
+        ],
+    )
+    statements: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(" ".join(statement.split()))
+
+    event.listen(sql_store.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        found = await _search(sql_store, tid, "order number")
+    finally:
+        event.remove(sql_store.engine.sync_engine, "before_cursor_execute", record)
+
+    assert sorted((r["seq"], r.get("reply_to")) for r in found) == [
+        (2, None),
+        (3, 2),
+        (4, None),
+        (5, 4),
+        (6, None),
+        (7, 6),
+    ]
+    # A read of message rows by seq (`MESSAGES_AT`, or `MESSAGES_AFTER` a reply at a time as
+    # before): the search's own statements read its index, never this shape.
+    reads_of_messages = [s for s in statements if s.startswith("SELECT messages.seq")]
+    assert len(reads_of_messages) == 1, reads_of_messages
+    assert "messages.seq IN" in reads_of_messages[0]

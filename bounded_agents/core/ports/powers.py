@@ -235,6 +235,11 @@ class HistorySearcher(Protocol):
         names the thread: it never returns, ranks against or scans another thread's rows."""
         ...
 
+    async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
+        """The messages of `thread_id` at `seqs` (those that exist), oldest first, in one read:
+        the users' replies to the questions a search found (`core.search.reply_hits`)."""
+        ...
+
 
 def supports_history_search(store: object) -> TypeGuard[HistorySearcher]:
     return isinstance(store, HistorySearcher)
