@@ -73,6 +73,8 @@ threads = sa.Table(
     # threads of agents declared without `search`, so their turns never feed an index nobody
     # reads; turned on (and the old rows indexed) when such an agent turns search on.
     sa.Index("ix_threads_actor_id_updated_at", "actor_id", "updated_at"),
+    sa.Index("ix_threads_agent_searchable", "agent", "searchable"),
+    # Start-up's index_agents (_THREADS_OFF, _TURN_OFF: agent IN ...) reads it, no scan (0018).
 )
 
 messages = sa.Table(
