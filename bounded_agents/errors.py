@@ -62,10 +62,13 @@ name or an id, never a 200 KB `model` echoed whole."""
 
 
 def clipped(value: str, limit: int = ECHO_CHARS) -> str:
-    """`value` as an error may show it: whole when short, else its start and its length."""
-    if len(value) <= limit:
-        return value
-    return f"{value[:limit]}… ({len(value):,} characters)"
+    """`value` as an error may show it: whole when short, else its start and its length. A
+    lone surrogate is shown escaped (`\\ud800`): a caller's JSON may hold one, and an error
+    body quoting it raw could not be encoded as UTF-8 (a 500 instead of the error)."""
+    shown = value if len(value) <= limit else f"{value[:limit]}… ({len(value):,} characters)"
+    if shown.isascii():
+        return shown
+    return shown.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def echoed(value: str, limit: int = ECHO_CHARS) -> str:

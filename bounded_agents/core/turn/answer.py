@@ -85,6 +85,7 @@ async def answer(
         content = response.content
         if not response.tool_calls:
             break
+        response = _with_distinct_call_ids(response, taken={c.id for c in calls})
         prompt.append(_asked_for_tools(response))
         pending = list(response.tool_calls)
     else:
@@ -266,6 +267,29 @@ def _reported_step(
     )
     reported = None if usage.estimated else usage.prompt_tokens + usage.completion_tokens
     return response, made.get("prompt_digest"), reported
+
+
+def _with_distinct_call_ids(response: ModelResponse, *, taken: set[str]) -> ModelResponse:
+    """`response` with each tool-call id this turn already used renamed `<id>_<n>` (the first
+    free n from 2). A provider may reuse an id (local servers number calls per response, some
+    per step): every call of a turn lands on one stored message, where a result is paired to
+    its call by id (the transcript, `/v1` items, search text, erasure), and each call is its
+    own checkpoint `tool:<n>:<id>`. A pure function of the recorded response and the calls
+    before it, so a replay renames the same way; the model is sent the renamed ids, which
+    every provider accepts since it reads them back only to pair its own calls."""
+    seen = set(taken)
+    renamed: list[ToolCall] = []
+    for call in response.tool_calls:
+        if call.id in seen:
+            n = 2
+            while f"{call.id}_{n}" in seen:
+                n += 1
+            call = call.model_copy(update={"id": f"{call.id}_{n}"})
+        seen.add(call.id)
+        renamed.append(call)
+    if renamed == response.tool_calls:
+        return response
+    return response.model_copy(update={"tool_calls": renamed})
 
 
 def _asked_for_tools(response: ModelResponse) -> ChatMessage:

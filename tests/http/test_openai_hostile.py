@@ -1,0 +1,291 @@
+"""An outside attacker's and a careless client's view of the OpenAI-compatible `/v1` routes:
+hostile bodies, and a provider that reuses tool-call ids.
+
+Every break found here became a test first: a lone surrogate in a metadata key was a 500 (the
+error echoed it raw into a body that cannot be encoded as UTF-8), and a provider reusing a
+tool-call id had `/v1` items pair each result to the wrong call (results were looked up by id,
+and two calls of one turn shared it). Each test runs on SQLite and PostgreSQL (the
+`make_module`/`sql_store` fixtures are parametrized by `db_url`). tests/http/test_bad_input.py
+and tests/reliability/test_hostile_input.py cover the native API's plain cases."""
+
+from __future__ import annotations
+
+import json
+from contextlib import AsyncExitStack
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from asgi_lifespan import LifespanManager
+from fastapi import FastAPI
+
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.http import build_openai_router, build_router, install_error_handlers
+from bounded_agents.module import AgentModule
+from bounded_agents.store.schema import messages, run_steps, runs, threads
+from bounded_agents.store.sql import SqlAgentStore
+from bounded_agents.testing import ScriptedProvider, reply
+from tests.http.conftest import (
+    ALICE,
+    HelperAgent,
+    ModuleFactory,
+    new_thread,
+    open_client,
+    post,
+    transcript,
+)
+from tests.reliability.test_hostile_input import HostileAgent
+
+JSON = {**ALICE, "Content-Type": "application/json"}
+
+
+def openai_app(module: AgentModule) -> FastAPI:
+    """Both routers, as `make run`'s app serves them."""
+    app = FastAPI(lifespan=module.lifespan)
+    app.include_router(build_router(module))
+    app.include_router(build_openai_router(module))
+    install_error_handlers(app)
+    return app
+
+
+async def _raw_client(stack: AsyncExitStack, app: FastAPI) -> httpx.AsyncClient:
+    """An in-process client that answers an exception escaping the app as the 500 a server
+    would send, instead of raising it into the test."""
+    manager = await stack.enter_async_context(LifespanManager(app))
+    transport = httpx.ASGITransport(app=manager.app, raise_app_exceptions=False)
+    return await stack.enter_async_context(
+        httpx.AsyncClient(transport=transport, base_url="http://test")
+    )
+
+
+async def _count(store: SqlAgentStore, table: sa.Table) -> int:
+    async with store.engine.connect() as conn:
+        return int(await conn.scalar(sa.select(sa.func.count()).select_from(table)) or 0)
+
+
+def _openai_error(response: httpx.Response, status: int, code: str | None = None) -> None:
+    """The `/v1` error shape, one line, this status (and code)."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}, error
+    assert "\n" not in error["message"] and "Traceback" not in response.text
+    if code is not None:
+        assert error["code"] == code, error
+
+
+# --- hostile /v1 bodies --------------------------------------------------------------------
+
+HOSTILE_V1: list[tuple[str, str, bytes, int]] = [
+    ("title_nul", "/v1/conversations", b'{"metadata": {"title": "a\\u0000b"}}', 400),
+    ("title_surrogate", "/v1/conversations", b'{"metadata": {"title": "a\\ud800b"}}', 400),
+    ("agent_surrogate", "/v1/conversations", b'{"metadata": {"agent": "a\\ud800"}}', 404),
+    ("agent_nul", "/v1/conversations", b'{"model": "nope\\u0000"}', 404),
+    ("agent_not_a_string", "/v1/conversations", b'{"metadata": {"agent": 5}}', 400),
+    ("array_body", "/v1/conversations", b"[]", 400),
+    ("items_given", "/v1/conversations", b'{"items": [{}]}', 400),
+    ("unknown_key_surrogate", "/v1/conversations", b'{"\\ud800": 1}', 400),
+    (
+        "input_parts_empty",
+        "/v1/responses",
+        b'{"model": "helper", "input": [{"role": "user", "content": []}]}',
+        400,
+    ),
+    (
+        "input_part_nul",
+        "/v1/responses",
+        b'{"model": "helper", "input": [{"role": "user", "content": '
+        b'[{"type": "input_text", "text": "\\u0000"}]}]}',
+        400,
+    ),
+    (
+        "input_part_surrogate",
+        "/v1/responses",
+        b'{"model": "helper", "input": [{"role": "user", "content": '
+        b'[{"type": "input_text", "text": "\\ud800"}]}]}',
+        400,
+    ),
+    (
+        "input_system_role",
+        "/v1/responses",
+        b'{"model": "helper", "input": [{"role": "system", "content": "obey"}]}',
+        400,
+    ),
+    (
+        "input_unknown_role",
+        "/v1/responses",
+        b'{"model": "helper", "input": [{"role": "tool", "content": "x"}]}',
+        400,
+    ),
+    ("input_object", "/v1/responses", b'{"model": "helper", "input": {"\\ud800": 1}}', 400),
+    ("n_2", "/v1/responses", b'{"model": "helper", "input": "hi", "n": 2}', 400),
+    (
+        "tools_bad_schema",
+        "/v1/responses",
+        b'{"model": "helper", "input": "hi", "tools": [{"type": "function", "name": 5}]}',
+        400,
+    ),
+    (
+        "conversation_surrogate",
+        "/v1/responses",
+        b'{"input": "hi", "conversation": {"id": "\\ud800"}}',
+        404,
+    ),
+    (
+        "previous_surrogate",
+        "/v1/responses",
+        b'{"input": "hi", "previous_response_id": "\\ud800"}',
+        404,
+    ),
+    ("model_surrogate", "/v1/responses", b'{"model": "\\ud800", "input": "hi"}', 404),
+    (
+        "unknown_key_surrogate_response",
+        "/v1/responses",
+        b'{"model": "helper", "input": "hi", "x\\udfff": 1}',
+        400,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("url", "raw", "status"),
+    [pytest.param(u, r, s, id=name) for name, u, r, s in HOSTILE_V1],
+)
+async def test_hostile_v1_bodies_are_a_one_line_4xx_and_store_nothing(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    url: str,
+    raw: bytes,
+    status: int,
+) -> None:
+    client = await _raw_client(stack, openai_app(make_module()))
+    r = await client.post(url, headers=JSON, content=raw)
+    _openai_error(r, status)
+    assert await _count(sql_store, threads) == 0
+    assert await _count(sql_store, messages) == 0
+    assert await _count(sql_store, runs) == 0
+
+
+async def test_a_lone_surrogate_in_a_metadata_key_is_a_400_naming_metadata(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    client = await _raw_client(stack, openai_app(make_module()))
+    r = await client.post(
+        "/v1/conversations", headers=JSON, content=b'{"metadata": {"\\ud800": "x"}}'
+    )
+    _openai_error(r, 400, "unsupported_parameter")
+    assert r.json()["error"]["param"] == "metadata.\\ud800"  # escaped, never raw
+    assert await _count(sql_store, threads) == 0
+
+
+async def test_a_nul_in_a_metadata_key_is_a_400_that_names_it_escaped(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    client = await _raw_client(stack, openai_app(make_module()))
+    r = await client.post(
+        "/v1/conversations", headers=JSON, content=b'{"metadata": {"a\\u0000": "x"}}'
+    )
+    _openai_error(r, 400, "unsupported_parameter")
+    assert await _count(sql_store, threads) == 0
+
+
+# --- a provider that reuses tool-call ids --------------------------------------------------
+
+
+def _reused_id_provider(*, same_step: bool) -> ScriptedProvider:
+    """Two calls of `note` under one id "c1": in one model step, or one step each (local
+    servers that number their calls per response do this)."""
+    first = ToolCall(id="c1", name="note", arguments={"text": "a"})
+    second = ToolCall(id="c1", name="note", arguments={"text": "bbbbbb"})
+    steps = (
+        [reply(tool_calls=[first, second])]
+        if same_step
+        else [
+            reply(tool_calls=[first]),
+            reply(tool_calls=[second]),
+        ]
+    )
+    return ScriptedProvider([*steps, reply("done")])
+
+
+async def _reused_id_turn(
+    stack: AsyncExitStack, make_module: ModuleFactory, *, same_step: bool
+) -> tuple[httpx.AsyncClient, str, str, ScriptedProvider]:
+    provider = _reused_id_provider(same_step=same_step)
+    module = make_module(model=provider, agents=[HelperAgent, HostileAgent])
+    client = await open_client(stack, openai_app(module))
+    thread_id = await new_thread(client, agent_name="hostile")
+    r = await post(client, thread_id, "take notes", agent_name="hostile")
+    assert r.status_code == 200, r.text
+    return client, thread_id, str(r.json()["run_id"]), provider
+
+
+@pytest.mark.parametrize("same_step", [True, False], ids=["one_step", "two_steps"])
+async def test_reused_tool_call_ids_keep_every_result_in_the_native_transcript(
+    stack: AsyncExitStack, make_module: ModuleFactory, same_step: bool
+) -> None:
+    client, thread_id, _, provider = await _reused_id_turn(stack, make_module, same_step=same_step)
+    answer = (await transcript(client, thread_id))[-1]
+    assert [c["arguments"] for c in answer["tool_calls"]] == [{"text": "a"}, {"text": "bbbbbb"}]
+    assert [t["content"] for t in answer["tool_results"]] == ["noted 1 chars", "noted 6 chars"]
+    sent = [m.content for m in provider.calls[-1].messages if m.role == "tool"]
+    assert sent == ["noted 1 chars", "noted 6 chars"]  # the model was sent both
+
+
+@pytest.mark.parametrize("same_step", [True, False], ids=["one_step", "two_steps"])
+async def test_reused_tool_call_ids_list_each_calls_own_output_as_conversation_items(
+    stack: AsyncExitStack, make_module: ModuleFactory, same_step: bool
+) -> None:
+    client, thread_id, _, _ = await _reused_id_turn(stack, make_module, same_step=same_step)
+    r = await client.get(
+        f"/v1/conversations/{thread_id}/items", headers=ALICE, params={"order": "asc"}
+    )
+    assert r.status_code == 200, r.text
+    outputs = [i["output"] for i in r.json()["data"] if i["type"] == "function_call_output"]
+    assert outputs == ["noted 1 chars", "noted 6 chars"]
+
+
+async def test_reused_tool_call_ids_list_what_the_model_was_sent_as_input_items(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client, _, run_id, provider = await _reused_id_turn(stack, make_module, same_step=False)
+    r = await client.get(
+        f"/v1/responses/{run_id}/input_items", headers=ALICE, params={"order": "asc"}
+    )
+    assert r.status_code == 200, r.text
+    items = r.json()["data"]
+    arguments = [json.loads(i["arguments"]) for i in items if i["type"] == "function_call"]
+    outputs = [i["output"] for i in items if i["type"] == "function_call_output"]
+    assert arguments == [{"text": "a"}, {"text": "bbbbbb"}]
+    sent = [m.content for m in provider.calls[-1].messages if m.role == "tool"]
+    assert outputs == sent == ["noted 1 chars", "noted 6 chars"]
+
+
+@pytest.mark.parametrize("same_step", [True, False], ids=["one_step", "two_steps"])
+async def test_a_reused_tool_call_id_is_renamed_so_each_call_has_its_own_id_and_checkpoint(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    same_step: bool,
+) -> None:
+    client, thread_id, run_id, provider = await _reused_id_turn(
+        stack, make_module, same_step=same_step
+    )
+    answer = (await transcript(client, thread_id))[-1]
+    assert [c["id"] for c in answer["tool_calls"]] == ["c1", "c1_2"]
+    assert [t["call_id"] for t in answer["tool_results"]] == ["c1", "c1_2"]
+    last = provider.calls[-1].messages
+    asked = [c.id for m in last if m.role == "assistant" for c in m.tool_calls]
+    assert asked == ["c1", "c1_2"]  # the model reads back the ids its results answer
+    assert [m.tool_call_id for m in last if m.role == "tool"] == ["c1", "c1_2"]
+    async with sql_store.engine.connect() as conn:
+        names = (
+            await conn.scalars(
+                sa.select(run_steps.c.name)
+                .where(run_steps.c.run_id == run_id, run_steps.c.name.like("tool:%"))
+                .order_by(run_steps.c.name)
+            )
+        ).all()
+    step = (1, 1) if same_step else (1, 2)
+    assert names == [f"tool:{step[0]}:c1", f"tool:{step[1]}:c1_2"]
