@@ -289,3 +289,49 @@ async def test_a_reused_tool_call_id_is_renamed_so_each_call_has_its_own_id_and_
         ).all()
     step = (1, 1) if same_step else (1, 2)
     assert names == [f"tool:{step[0]}:c1", f"tool:{step[1]}:c1_2"]
+
+
+# --- values a lax parser would have taken for others ----------------------------------------
+
+
+@pytest.mark.parametrize("cursor", ["msg_\uff11", "msg_1\n", "msg_01", "fc_1_\u0663", "fco_0001_1"])
+async def test_an_item_cursor_not_written_as_this_api_writes_ids_is_a_400(
+    stack: AsyncExitStack, make_module: ModuleFactory, cursor: str
+) -> None:
+    """Ids are `msg_<seq>` in ASCII digits without leading zeros; a full-width or Arabic-Indic
+    digit, a trailing newline or a padded number names no item this API ever issued (each was
+    read as one: `\\d` matches any Unicode digit and `$` matches before a final newline)."""
+    client = await _raw_client(stack, openai_app(make_module()))
+    first = await client.post("/v1/responses", headers=JSON, json={"model": "helper", "input": "x"})
+    assert first.status_code == 200, first.text
+    conversation = first.json()["conversation"]["id"]
+    r = await client.get(
+        f"/v1/conversations/{conversation}/items", headers=ALICE, params={"after": cursor}
+    )
+    _openai_error(r, 400, "invalid_parameter")
+    assert r.json()["error"]["param"] == "after"
+    ok = await client.get(
+        f"/v1/conversations/{conversation}/items", headers=ALICE, params={"after": "msg_2"}
+    )
+    assert ok.status_code == 200 and [i["id"] for i in ok.json()["data"]] == ["msg_1"]
+
+
+@pytest.mark.parametrize("field", ["stream", "store"])
+@pytest.mark.parametrize("value", ["yes", "true", 1, "1"])
+async def test_a_flag_that_is_not_a_json_boolean_is_a_400_and_runs_nothing(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    field: str,
+    value: object,
+) -> None:
+    """`"stream": "yes"` was read as true (pydantic's lax bool): a client that meant something
+    else got an event stream, and a model call, it did not ask for in that form."""
+    provider = ScriptedProvider([], default=reply("charged"))
+    client = await _raw_client(stack, openai_app(make_module(model=provider)))
+    r = await client.post(
+        "/v1/responses", headers=JSON, json={"model": "helper", "input": "hi", field: value}
+    )
+    _openai_error(r, 400)
+    assert r.json()["error"]["param"] == field
+    assert provider.calls == [] and await _count(sql_store, runs) == 0

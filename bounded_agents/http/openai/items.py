@@ -35,7 +35,9 @@ from bounded_agents.http.openai.schemas import (
     UsageOut,
 )
 
-_ITEM_ID = re.compile(r"^(msg|fc|fco)_(\d{1,10})(?:_(\d{1,6}))?$")
+_ITEM_ID = re.compile(r"(msg|fc|fco)_(0|[1-9][0-9]{0,9})(?:_(0|[1-9][0-9]{0,5}))?")
+"""An item id as this API writes it, matched whole (`fullmatch`): ASCII digits (`\\d` takes any
+Unicode digit), no leading zero, no trailing newline (`$` allows one)."""
 MESSAGE_SLOT = 1 << 30
 """Order key of a message item within its seq: after all of its tool calls and results."""
 
@@ -51,7 +53,7 @@ def call_item_id(seq: int | None, index: int) -> str:
 def item_position(item_id: str) -> tuple[int, int] | None:
     """(seq, slot) of an item id, the order items are listed in; None for a foreign id, or one
     whose seq is past `MAX_SEQ`."""
-    match = _ITEM_ID.match(item_id)
+    match = _ITEM_ID.fullmatch(item_id)
     if match is None:
         return None
     kind, seq, index = match.group(1), int(match.group(2)), match.group(3)

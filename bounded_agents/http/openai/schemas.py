@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
 
 # --- requests ------------------------------------------------------------------------------
 
@@ -79,8 +79,8 @@ class CreateResponseIn(_In):
     """The thread (its id, or `{"id": ...}`) the turn runs in."""
     previous_response_id: StrictStr | None = None
     """Without `conversation`: continue the thread of that response (run)."""
-    stream: bool | None = None
-    store: bool | None = None
+    stream: StrictBool | None = None
+    store: StrictBool | None = None
     """Every turn is stored; `false` is refused."""
     # Accepted and ignored: they change nothing about the answer.
     user: str | None = None
