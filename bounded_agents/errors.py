@@ -174,11 +174,19 @@ class AnswerErased(NotFound):
 
     code = "answer_erased"
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(
-            f"the turn with this Idempotency-Key (run {run_id}) completed and its answer was "
-            "erased since; send a new key for a new turn"
-        )
+    def __init__(self, run_id: str | None) -> None:
+        """`run_id` None: the key's conversation was erased whole (its run with it)."""
+        if run_id is None:
+            message = (
+                "the turn with this Idempotency-Key ran in a conversation deleted since; "
+                "send a new key for a new turn"
+            )
+        else:
+            message = (
+                f"the turn with this Idempotency-Key (run {run_id}) completed and its answer "
+                "was erased since; send a new key for a new turn"
+            )
+        super().__init__(message)
         self.run_id = run_id
 
 

@@ -48,6 +48,7 @@ PLAN: tuple[Distribution, ...] = (
     Distribution("run_steps", "thread_id", "threads"),
     Distribution("thread_summaries", "thread_id", "threads"),
     Distribution("summary_archive", "thread_id", "threads"),
+    Distribution("erased_threads", "id", "threads"),
     Distribution("actor_usage", "actor_id", "none"),
     Distribution("ledger", "actor_id", "actor_usage"),
     Distribution("token_ratios", "", REFERENCE),

@@ -90,6 +90,7 @@ from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import acquire_writer, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import (
+    erased_threads,
     messages,
     run_steps,
     runs,
@@ -180,6 +181,8 @@ _SET_ERROR = (
 _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
+_ERASED_ID = sa.select(threads.c.id, threads.c.actor_id).where(threads.c.id == _TID)
+"""What of an erased thread stays: its id and owner (`erased_threads`, read by `was_erased`)."""
 _DELETE_THREAD = (
     run_steps.delete().where(run_steps.c.thread_id == _TID),
     runs.delete().where(runs.c.thread_id == _TID),
@@ -193,11 +196,17 @@ only with its pragma on, and each cascade would be a statement the thread does n
 
 
 async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
-    """The thread and all of it but its ledger rows, in one transaction; False when unknown."""
+    """The thread and all of it but its ledger rows and its id (`erased_threads`), in one
+    transaction; False when unknown. An id erased before (a thread a caller named, made again
+    and erased again) keeps its first row."""
     params = {"tid": thread_id}
     async with wrap_db_errors("delete_thread"), write_transaction(engine) as conn:
         if not await _take(conn, params):
             return False
+        keep_id = (
+            dialect_of(conn).insert(erased_threads).from_select(["id", "actor_id"], _ERASED_ID)
+        )
+        await conn.execute(keep_id.on_conflict_do_nothing(), params)
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
     await scrub_search_index(engine)

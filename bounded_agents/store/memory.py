@@ -49,6 +49,8 @@ class MemoryStore:
         """Archived summary parts per thread, by (from_seq, to_seq)."""
         self._last_seq: dict[str, int] = {}
         """The newest seq handed out per thread: an erased message's seq is never reused."""
+        self._erased: set[str] = set()
+        """The ids of threads erased whole (`was_erased`)."""
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -180,7 +182,13 @@ class MemoryStore:
                 self._fold_health,
             ):
                 kept.pop(thread_id, None)
-            return self._threads.pop(thread_id, None) is not None
+            if self._threads.pop(thread_id, None) is None:
+                return False
+            self._erased.add(thread_id)
+            return True
+
+    async def was_erased(self, thread_id: str) -> bool:
+        return thread_id in self._erased
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes

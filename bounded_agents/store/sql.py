@@ -55,6 +55,7 @@ from bounded_agents.store.statements import (
     APPEND_ONE,
     BUMPS,
     ENCODED,
+    ERASED_THREAD,
     INSERT_MESSAGES,
     INSERT_ONE_AFTER_BUMP,
     LAST_PROMPT,
@@ -427,6 +428,13 @@ class SqlAgentStore:
         erased = await erase.delete_thread(self._engine, thread_id)
         self.message_cache.forget(thread_id)
         return erased
+
+    async def was_erased(self, thread_id: str) -> bool:
+        """One read of `erased_threads` by its key (only a keyed `/v1` request that starts a
+        thread asks: never a turn)."""
+        async with wrap_db_errors("was_erased"), self._reader.connect() as conn:
+            found = await conn.execute(ERASED_THREAD, {"tid": thread_id})
+            return found.first() is not None
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
         """The cache is dropped for the thread too: it holds the message's text in memory."""

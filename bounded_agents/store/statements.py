@@ -15,7 +15,7 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
 )
 from bounded_agents.store.codec import MESSAGE_COLUMNS
-from bounded_agents.store.schema import messages, thread_summaries, threads
+from bounded_agents.store.schema import erased_threads, messages, thread_summaries, threads
 
 _TID = sa.bindparam("tid", type_=sa.String)
 _N = sa.bindparam("n", type_=sa.Integer)
@@ -253,6 +253,7 @@ THREAD_BY_ID = sa.select(
     threads.c.created_at,
     threads.c.updated_at,
 ).where(threads.c.id == _TID)
+ERASED_THREAD = sa.select(erased_threads.c.id).where(erased_threads.c.id == _TID)
 _BUMP_SEQ = (
     threads.update()
     .where(threads.c.id == _TID)
@@ -405,6 +406,7 @@ __all__ = [
     "APPEND_ONE",
     "BUMPS",
     "ENCODED",
+    "ERASED_THREAD",
     "INSERT_MESSAGES",
     "INSERT_ONE_AFTER_BUMP",
     "LAST_PROMPT",

@@ -2,7 +2,8 @@
 breaks 3, 8 and 9): a keyed retry of a completed run whose answer was erased is told so at once
 (410 `answer_erased`, never 409 `turn_in_progress`, never `x-should-retry: true`); a turn whose
 run an erasure failed is a 410 `journal_erased`, not a 500; `input_items` of a run whose user
-message was erased is 410 `journal_pruned`, as docs/openai-api.md promises."""
+message was erased is 410 `journal_pruned`, as docs/openai-api.md promises; a keyed `/v1`
+retry after its conversation was deleted is a 410 too, not a second turn in a resurrected one."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import time
 from contextlib import AsyncExitStack
 
 import pytest
+import sqlalchemy as sa
 
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.schema import runs
+from bounded_agents.store.schema import runs, threads
 from bounded_agents.store.sql import SqlAgentStore
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
@@ -87,6 +89,43 @@ async def test_v1_a_keyed_repeat_after_the_answer_was_erased_is_410_and_not_retr
     assert again.headers["x-should-retry"] == "false"
     assert took < WAIT / 2, took
     assert len(provider.calls) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_v1_a_keyed_repeat_after_its_conversation_was_deleted_is_410_and_runs_nothing(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore, stream: bool
+) -> None:
+    """A keyed `/v1/responses` without a conversation starts the thread named after the actor
+    and the key; its retry after `DELETE /v1/conversations/{id}` created that thread again, with
+    the request in it, and called (and billed) the model a second time. The erased thread's
+    id is kept (`erased_threads`), so the retry is told at once that the answer is gone."""
+    provider = ScriptedProvider([reply("first")], default=reply("second charge"))
+    module = make_module(model=provider, settings=http_settings(idempotency_wait_seconds=WAIT))
+    client = await open_client(stack, openai_app(module))
+    body = {"model": "helper", "input": "do it once"}
+    first = await client.post("/v1/responses", headers=keyed("v1-deleted"), json=body)
+    assert first.status_code == 200, first.text
+    conversation = first.json()["conversation"]["id"]
+    deleted = await client.delete(f"/v1/conversations/{conversation}", headers=ALICE)
+    assert deleted.status_code == 200, deleted.text
+
+    again = await client.post(
+        "/v1/responses", headers=keyed("v1-deleted"), json={**body, "stream": stream}
+    )
+
+    assert again.status_code == 410, again.text
+    error = again.json()["error"]
+    assert (error["code"], error["type"]) == ("answer_erased", "invalid_request_error")
+    assert "\n" not in error["message"]
+    assert again.headers["x-should-retry"] == "false"
+    assert len(provider.calls) == 1, "the model was called again for a key already answered"
+    gone = await client.get(f"/v1/conversations/{conversation}", headers=ALICE)
+    assert gone.status_code == 404, gone.text
+    async with sql_store.engine.connect() as conn:
+        threads_left = await conn.scalar(sa.select(sa.func.count()).select_from(threads))
+    assert threads_left == 0, "the deleted conversation was created again"
+    other = await client.post("/v1/responses", headers=keyed("v1-new-key"), json=body)
+    assert other.status_code == 200, other.text  # a new key is a new turn
 
 
 @pytest.mark.parametrize("api", ["native", "v1"])

@@ -155,6 +155,12 @@ def test_migrations_after_distribution_run_on_the_coordinator_and_reach_every_sh
     asyncio.run(migrate.upgrade_url(fresh, "0007"))
     assert _distribute(fresh, monkeypatch, "--shard-count", str(CITUS_SHARDS)) == 0
     asyncio.run(migrate.upgrade_url(fresh))
+    placed = asyncio.run(_tables(fresh))
+    # Tables added after the distribution are placed by their own migrations, as the plan
+    # would place them: 0017's as a reference table, 0019's in the thread's group.
+    assert set(placed) == {d.table for d in PLAN}
+    assert placed["erased_threads"][:2] == ("id", placed["threads"][1])
+    assert placed["token_ratios"][0] == "<none>"
 
     async def check() -> None:
         conn = await asyncpg.connect(fresh.replace("+asyncpg", ""))

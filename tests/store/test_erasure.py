@@ -5,6 +5,7 @@ and the SQL store's own traces (the prompt digest, its message cache) gone too."
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from bounded_agents.core.ports import (
     ThreadSummary,
@@ -15,7 +16,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.schema import runs
+from bounded_agents.store.schema import erased_threads, runs
 from tests.factories import assistant, user
 from tests.store.conftest import ContractStore
 
@@ -77,6 +78,32 @@ async def test_erasing_a_thread_removes_it_and_says_so_once(store: ContractStore
     assert await store.delete_thread(thread_id) is False
     kept = await store.get_thread(other)
     assert kept is not None and len(kept.messages) == 6
+
+
+async def test_a_thread_erased_whole_keeps_its_id_and_nothing_else(store: ContractStore) -> None:
+    """`was_erased`: what a keyed `/v1` retry reads before it would make its thread again.
+    A message's erasure is not a thread's; an id made again and erased again stays erased."""
+    thread_id = await _thread_of_six(store)
+    other = await _thread_of_six(store)
+    assert await store.delete_message(other, 1) is True
+    assert not await store.was_erased(thread_id) and not await store.was_erased(other)
+
+    assert await store.delete_thread(thread_id) is True
+
+    assert await store.was_erased(thread_id)
+    assert not await store.was_erased(other)
+    assert not await store.was_erased("no-such-thread")
+    assert await store.delete_thread("no-such-thread") is False
+    assert not await store.was_erased("no-such-thread"), "an unknown id is not recorded"
+    again = await store.create_named_thread(thread_id, actor_id="alice", agent="assistant")
+    assert again.id == thread_id  # a caller naming the id may make it again (adapters do)
+    assert await store.delete_thread(thread_id) is True
+    assert await store.was_erased(thread_id)
+    if isinstance(store, SqlAgentStore):
+        async with store.engine.connect() as conn:
+            rows = (await conn.execute(sa.select(erased_threads))).mappings().all()
+        assert [(r["id"], r["actor_id"]) for r in rows] == [(thread_id, "alice")]
+        assert set(erased_threads.c.keys()) == {"id", "actor_id", "erased_at"}, "no content"
 
 
 async def test_the_sql_store_forgets_the_prompt_digest_and_its_cached_rows_of_the_thread(

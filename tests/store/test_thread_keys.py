@@ -25,11 +25,13 @@ DISTRIBUTED_BY = {
     "run_steps": "thread_id",
     "thread_summaries": "thread_id",
     "summary_archive": "thread_id",
+    "erased_threads": "id",
     "ledger": "actor_id",
     "actor_usage": "actor_id",
 }
 """Each distributed table and the column it is distributed by. `threads` is distributed by
-`id`, which is the thread id: its key is checked apart."""
+`id`, which is the thread id: its key is checked apart. `erased_threads.id` is a thread id too
+(of a thread erased whole)."""
 
 
 def key_violations(conn: sa.Connection) -> list[str]:

@@ -268,10 +268,18 @@ class ErasingStore(Protocol):
     """Every store erases a message or a whole thread (the right to erasure): no
     byte of it stays in the store, summaries made of it and later `search_history` results
     quoting it included (`bounded_agents.core.erasure`); one transaction each,
-    refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay."""
+    refused with `ThreadBusy` while a live run holds the thread. Ledger rows stay, and so
+    does the id of a thread erased whole (with its owner's), nothing of its content."""
 
     async def delete_thread(self, thread_id: str) -> bool:
-        """Erase the thread and all of it but its ledger rows; False if there was none."""
+        """Erase the thread and all of it but its ledger rows and its id (`was_erased`);
+        False if there was none."""
+        ...
+
+    async def was_erased(self, thread_id: str) -> bool:
+        """Whether a thread of this id was erased whole. A keyed `/v1` request names its new
+        thread after the actor and the key: its retry after the conversation was deleted
+        must not create it (and run the turn) again."""
         ...
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:

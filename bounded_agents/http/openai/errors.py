@@ -104,7 +104,7 @@ def agent_error(error: AgentError) -> JSONResponse:
     elif isinstance(cause, AgentNotFound):
         message = f"no agent named {echoed(cause.agent)} (a model here is an agent's name)"
     param = getattr(cause, "param", None) or _PARAM_BY_CODE.get(code)
-    retry = False if run_id is not None or code == "quota_exceeded" else None
+    retry = False if run_id is not None or code in ("quota_exceeded", "answer_erased") else None
     if code == "turn_in_progress":
         retry = True  # the same request, retried, gets the turn's answer once it ends
     return openai_error(
