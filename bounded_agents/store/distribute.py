@@ -57,6 +57,18 @@ PLAN: tuple[Distribution, ...] = (
 before the tables that join it. `alembic_version` stays a plain table on the coordinator."""
 
 
+def threads_distributed(bind: sa.Connection) -> bool:
+    """Whether this PostgreSQL database has Citus and its `threads` table is distributed: a
+    migration that adds a table to a database distributed before it places the table as
+    `PLAN` does (the migrations run on the coordinator, over a synchronous connection)."""
+    if bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first() is None:
+        return False
+    row = bind.execute(
+        sa.text("SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'threads'::regclass")
+    ).first()
+    return row is not None
+
+
 @dataclass(frozen=True)
 class Outcome:
     table: str

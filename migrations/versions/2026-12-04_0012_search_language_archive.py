@@ -45,6 +45,7 @@ from bounded_agents.core.messages import decode_tool_calls, decode_tool_results
 from bounded_agents.core.search_text import indexable_tool_text
 from bounded_agents.settings import get_settings
 from bounded_agents.store.dialect import dialect_of
+from bounded_agents.store.distribute import threads_distributed
 
 revision: str = "0012_search"
 down_revision: str | None = "0011_search"
@@ -203,7 +204,7 @@ def upgrade() -> None:
         ),
     )
     if dialect_of(bind).postgres:
-        citus = _distributed_by_citus(bind)
+        citus = threads_distributed(bind)
         if citus:
             # Triggers on distributed tables (the search vectors') are refused without this
             # (migrations/env.py runs the whole migration over one connection per node).
@@ -235,17 +236,6 @@ def upgrade() -> None:
         for statement in _sqlite_index(sqlite_tokenizer(language)):
             op.execute(statement)
         _sqlite_fill_index(bind)
-
-
-def _distributed_by_citus(bind: Any) -> bool:
-    """Whether this PostgreSQL database has Citus and its `threads` table is distributed."""
-    has_citus = bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first()
-    if has_citus is None:
-        return False
-    row = bind.execute(
-        sa.text("SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'threads'::regclass")
-    ).first()
-    return row is not None
 
 
 _PAGE = sa.text(

@@ -14,12 +14,12 @@ Create Date: 2026-12-04 23:45:00
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
 from bounded_agents.store.dialect import dialect_of
+from bounded_agents.store.distribute import threads_distributed
 
 revision: str = "0017_token_ratios"
 down_revision: str | None = "0016_search_opt_in"
@@ -41,20 +41,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("model", name="pk_token_ratios"),
     )
     bind = op.get_bind()
-    if dialect_of(bind).postgres and _distributed_by_citus(bind):
+    if dialect_of(bind).postgres and threads_distributed(bind):
         op.execute("SELECT create_reference_table('token_ratios')")
 
 
 def downgrade() -> None:
     op.drop_table("token_ratios")
-
-
-def _distributed_by_citus(bind: Any) -> bool:
-    """Whether this PostgreSQL database has Citus and its `threads` table is distributed."""
-    has_citus = bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first()
-    if has_citus is None:
-        return False
-    row = bind.execute(
-        sa.text("SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'threads'::regclass")
-    ).first()
-    return row is not None

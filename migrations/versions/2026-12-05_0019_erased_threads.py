@@ -16,12 +16,12 @@ Create Date: 2026-12-05 12:00:00
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
 from bounded_agents.store.dialect import dialect_of
+from bounded_agents.store.distribute import threads_distributed
 
 revision: str = "0019_erased_threads"
 down_revision: str | None = "0018_threads_agent_index"
@@ -43,7 +43,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_erased_threads"),
     )
     bind = op.get_bind()
-    if dialect_of(bind).postgres and _distributed_by_citus(bind):
+    if dialect_of(bind).postgres and threads_distributed(bind):
         op.execute(
             "SELECT create_distributed_table('erased_threads', 'id', colocate_with => 'threads')"
         )
@@ -51,14 +51,3 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("erased_threads")
-
-
-def _distributed_by_citus(bind: Any) -> bool:
-    """Whether this PostgreSQL database has Citus and its `threads` table is distributed."""
-    has_citus = bind.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'citus'")).first()
-    if has_citus is None:
-        return False
-    row = bind.execute(
-        sa.text("SELECT 1 FROM pg_dist_partition WHERE logicalrelid = 'threads'::regclass")
-    ).first()
-    return row is not None

@@ -20,8 +20,6 @@ from asgi_lifespan import LifespanManager
 from fastapi import FastAPI
 
 from bounded_agents.core.messages import ToolCall
-from bounded_agents.http import build_openai_router, build_router, install_error_handlers
-from bounded_agents.module import AgentModule
 from bounded_agents.store.schema import messages, run_steps, runs, threads
 from bounded_agents.store.sql import SqlAgentStore
 from bounded_agents.testing import ScriptedProvider, reply
@@ -34,18 +32,10 @@ from tests.http.conftest import (
     post,
     transcript,
 )
+from tests.http.test_openai_sdk import openai_app
 from tests.reliability.test_hostile_input import HostileAgent
 
 JSON = {**ALICE, "Content-Type": "application/json"}
-
-
-def openai_app(module: AgentModule) -> FastAPI:
-    """Both routers, as `make run`'s app serves them."""
-    app = FastAPI(lifespan=module.lifespan)
-    app.include_router(build_router(module))
-    app.include_router(build_openai_router(module))
-    install_error_handlers(app)
-    return app
 
 
 async def _raw_client(stack: AsyncExitStack, app: FastAPI) -> httpx.AsyncClient:
@@ -167,26 +157,26 @@ async def test_hostile_v1_bodies_are_a_one_line_4xx_and_store_nothing(
     assert await _count(sql_store, runs) == 0
 
 
-async def test_a_lone_surrogate_in_a_metadata_key_is_a_400_naming_metadata(
-    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+@pytest.mark.parametrize(
+    ("raw", "param"),
+    [
+        pytest.param(b'{"metadata": {"\\ud800": "x"}}', "metadata.\\ud800", id="lone_surrogate"),
+        pytest.param(b'{"metadata": {"a\\u0000": "x"}}', "metadata.a\x00", id="nul"),
+    ],
+)
+async def test_a_metadata_key_no_store_can_hold_is_a_400_naming_it(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    raw: bytes,
+    param: str,
 ) -> None:
+    """A lone surrogate is named escaped: quoted raw, the error body could not be encoded as
+    UTF-8 (a 500). A NUL is valid JSON text, shown as the caller sent it."""
     client = await _raw_client(stack, openai_app(make_module()))
-    r = await client.post(
-        "/v1/conversations", headers=JSON, content=b'{"metadata": {"\\ud800": "x"}}'
-    )
+    r = await client.post("/v1/conversations", headers=JSON, content=raw)
     _openai_error(r, 400, "unsupported_parameter")
-    assert r.json()["error"]["param"] == "metadata.\\ud800"  # escaped, never raw
-    assert await _count(sql_store, threads) == 0
-
-
-async def test_a_nul_in_a_metadata_key_is_a_400_that_names_it_escaped(
-    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
-) -> None:
-    client = await _raw_client(stack, openai_app(make_module()))
-    r = await client.post(
-        "/v1/conversations", headers=JSON, content=b'{"metadata": {"a\\u0000": "x"}}'
-    )
-    _openai_error(r, 400, "unsupported_parameter")
+    assert r.json()["error"]["param"] == param
     assert await _count(sql_store, threads) == 0
 
 

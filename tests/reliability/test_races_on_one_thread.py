@@ -33,7 +33,7 @@ from tests.http.conftest import (
     sse_events,
     transcript,
 )
-from tests.http.test_openai_hostile import openai_app
+from tests.http.test_openai_sdk import openai_app
 
 
 async def _count(store: SqlAgentStore, table: sa.Table, where: Any = None) -> int:
