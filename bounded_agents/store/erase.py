@@ -181,8 +181,11 @@ _SET_ERROR = (
 _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
-_ERASED_ID = sa.select(threads.c.id, threads.c.actor_id).where(threads.c.id == _TID)
-"""What of an erased thread stays: its id and owner (`erased_threads`, read by `was_erased`)."""
+_OWNER = sa.select(threads.c.actor_id).where(threads.c.id == _TID)
+"""What of an erased thread stays is its id and owner (`erased_threads`, read by `was_erased`),
+kept by a plain INSERT of both: an INSERT ... SELECT from `threads` would be one statement, but
+Citus runs it as a pushdown that names no shard key, where an INSERT of values is routed to the
+thread's shard like every other statement of the erasure (tests/store/test_citus_routing.py)."""
 _DELETE_THREAD = (
     run_steps.delete().where(run_steps.c.thread_id == _TID),
     runs.delete().where(runs.c.thread_id == _TID),
@@ -203,10 +206,9 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
     async with wrap_db_errors("delete_thread"), write_transaction(engine) as conn:
         if not await _take(conn, params):
             return False
-        keep_id = (
-            dialect_of(conn).insert(erased_threads).from_select(["id", "actor_id"], _ERASED_ID)
-        )
-        await conn.execute(keep_id.on_conflict_do_nothing(), params)
+        owner = (await conn.execute(_OWNER, params)).scalar_one()
+        keep_id = dialect_of(conn).insert(erased_threads).values(id=thread_id, actor_id=owner)
+        await conn.execute(keep_id.on_conflict_do_nothing())
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
     await scrub_search_index(engine)

@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
+from bounded_agents.store.distribute import PLAN
 from tests.citus_cluster import CitusCluster
 from tests.conftest import CITUS_SHARDS
 from tests.reliability.processes import ROOT, App, app_env
@@ -70,7 +71,8 @@ async def test_serve_on_a_citus_cluster_takes_a_newcomer_through_every_page(
     distributed = await asyncio.to_thread(
         _cli, env, "distribute", "--shard-count", str(CITUS_SHARDS)
     )
-    assert distributed.count(": distributed by ") == 8, distributed  # summary_archive too
+    sharded = [d.table for d in PLAN if d.column]
+    assert distributed.count(": distributed by ") == len(sharded) == 9, distributed
     app = App(env, tmp_path / "serve.log")
     try:
         await app.start()  # migrate-on-start (at head) and the start-up sweep ran
