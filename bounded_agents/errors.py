@@ -11,6 +11,7 @@
     ├── NotFound                    not_found           404
     │   ├── AgentNotFound           agent_not_found     404
     │   ├── ThreadNotFound          thread_not_found    404
+    │   │   └── ThreadErased        thread_not_found    404  (a named thread's id, erased whole)
     │   ├── MessageNotFound         message_not_found   404  (no message at that seq to erase)
     │   └── RunNotFound             run_not_found       404
     │       └── PreviousResponseNotFound run_not_found  404  (bounded_agents/http/openai/errors.py)
@@ -135,6 +136,16 @@ class ThreadNotFound(NotFound):
     def __init__(self, thread_id: str) -> None:
         super().__init__(f"thread {echoed(thread_id)} not found")
         self.thread_id = thread_id
+
+
+class ThreadErased(ThreadNotFound):
+    """A thread a caller names (`create_named_thread(..., unless_erased=True)`) whose id was
+    erased whole: not made again. The `/v1` keyed path answers it as `AnswerErased`."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(thread_id)
+        self.message = f"thread {echoed(thread_id)} was erased"
+        self.args = (self.message,)
 
 
 class MessageNotFound(NotFound):

@@ -35,7 +35,7 @@ from bounded_agents.core.ports import (
     ThreadSummary,
     Transaction,
 )
-from bounded_agents.errors import DuplicateMessage, ThreadNotFound
+from bounded_agents.errors import DuplicateMessage, ThreadErased, ThreadNotFound
 
 
 class MemoryStore:
@@ -59,8 +59,16 @@ class MemoryStore:
         )
 
     async def create_named_thread(
-        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+        self,
+        thread_id: str,
+        *,
+        actor_id: str,
+        agent: str,
+        title: str | None = None,
+        unless_erased: bool = False,
     ) -> Thread:
+        if unless_erased and thread_id in self._erased:
+            raise ThreadErased(thread_id)
         existing = self._threads.get(thread_id)
         if existing is not None:
             return existing.model_copy(update={"messages": []})

@@ -26,7 +26,13 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
     Transaction,
 )
-from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError, ThreadNotFound
+from bounded_agents.errors import (
+    DuplicateMessage,
+    InvalidContent,
+    StoreError,
+    ThreadErased,
+    ThreadNotFound,
+)
 from bounded_agents.store import archive, direct, erase, migrate, search, search_index
 from bounded_agents.store.codec import (
     aware_utc,
@@ -126,10 +132,19 @@ class SqlAgentStore:
         return thread_of(row, [])
 
     async def create_named_thread(
-        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+        self,
+        thread_id: str,
+        *,
+        actor_id: str,
+        agent: str,
+        title: str | None = None,
+        unless_erased: bool = False,
     ) -> Thread:
         """`NamedThreadCreator`: INSERT ... ON CONFLICT DO NOTHING on the id, then the row, in
-        one transaction: two requests racing to create it get the one thread."""
+        one transaction: two requests racing to create it get the one thread. With
+        `unless_erased`, `erased_threads` is read after the insert: on PostgreSQL that read
+        takes a snapshot after the insert waited out an erasure holding the row, and on SQLite
+        the transaction holds the write lock, so an erasure is seen whenever it committed."""
         _check_title(title)
         values: dict[str, object] = {
             "id": thread_id,
@@ -141,6 +156,8 @@ class SqlAgentStore:
         stmt = dialect_of(self._engine).insert(threads).values(values).on_conflict_do_nothing()
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(stmt)
+            if unless_erased and (await conn.execute(ERASED_THREAD, {"tid": thread_id})).first():
+                raise ThreadErased(thread_id)  # rolls the insert back
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return thread_of(row, [])
 
@@ -430,8 +447,7 @@ class SqlAgentStore:
         return erased
 
     async def was_erased(self, thread_id: str) -> bool:
-        """One read of `erased_threads` by its key (only a keyed `/v1` request that starts a
-        thread asks: never a turn)."""
+        """One read of `erased_threads` by its key (never part of a turn)."""
         async with wrap_db_errors("was_erased"), self._reader.connect() as conn:
             found = await conn.execute(ERASED_THREAD, {"tid": thread_id})
             return found.first() is not None

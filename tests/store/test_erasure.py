@@ -4,6 +4,8 @@ and the SQL store's own traces (the prompt digest, its message cache) gone too."
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import sqlalchemy as sa
 
@@ -13,10 +15,10 @@ from bounded_agents.core.ports import (
     supports_erasure,
     supports_summaries,
 )
-from bounded_agents.errors import ThreadBusy
+from bounded_agents.errors import ThreadBusy, ThreadErased
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.schema import erased_threads, runs
+from bounded_agents.store.schema import erased_threads, messages, runs, threads
 from tests.factories import assistant, user
 from tests.store.conftest import ContractStore
 
@@ -147,3 +149,59 @@ async def test_the_sql_store_refuses_to_erase_while_a_live_run_holds_the_thread(
             await sql_store.delete_thread(thread.id)
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and [m.content for m in loaded.messages] == ["secret"]
+
+
+async def test_a_named_thread_made_unless_erased_loses_no_race_to_an_erasure(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A keyed `/v1` retry makes its thread while an erasure of that id is still open: the
+    retry's insert waits for the erasure's lock and, once the erasure commits, must see its
+    `erased_threads` row and make nothing. A check read before the insert (what the first
+    version of this did) saw no row yet and made the erased thread again."""
+    store = sql_store
+    thread = await store.create_named_thread("keyed-1", actor_id="alice", agent="assistant")
+    await store.append_messages(thread.id, [user("q"), assistant("a")])
+    postgres = store.engine.dialect.name == "postgresql"
+    async with store.engine.connect() as erasing:
+        await erasing.begin()
+        if postgres:
+            await erasing.execute(
+                sa.select(threads.c.id).where(threads.c.id == thread.id).with_for_update()
+            )
+        else:
+            await erasing.execute(
+                threads.update().where(threads.c.id == thread.id).values(title="x")
+            )
+        await erasing.execute(erased_threads.insert().values(id=thread.id, actor_id="alice"))
+        await erasing.execute(messages.delete().where(messages.c.thread_id == thread.id))
+        await erasing.execute(threads.delete().where(threads.c.id == thread.id))
+        retry = asyncio.create_task(
+            store.create_named_thread(
+                thread.id, actor_id="alice", agent="assistant", unless_erased=True
+            )
+        )
+        if postgres:
+            await _until_a_backend_waits_on_a_lock(store)
+        else:
+            await asyncio.sleep(0.3)  # SQLite: the retry's BEGIN waits for the write lock
+        assert not retry.done()
+        await erasing.commit()
+    with pytest.raises(ThreadErased):
+        await asyncio.wait_for(retry, 10)
+    assert await store.get_thread(thread.id) is None, "the erased thread was made again"
+    assert await store.was_erased(thread.id)
+    again = await store.create_named_thread(thread.id, actor_id="alice", agent="assistant")
+    assert again.id == thread.id  # without the flag (adapters naming their threads): made
+
+
+async def _until_a_backend_waits_on_a_lock(store: SqlAgentStore) -> None:
+    waiting = sa.text(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    for _ in range(200):
+        async with store.engine.connect() as conn:
+            if await conn.scalar(waiting):
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the retry never waited for the erasure's lock")

@@ -235,10 +235,19 @@ class NamedThreadCreator(Protocol):
     its retry finds the same thread (and the key's run in it) instead of starting another."""
 
     async def create_named_thread(
-        self, thread_id: str, *, actor_id: str, agent: str, title: str | None = None
+        self,
+        thread_id: str,
+        *,
+        actor_id: str,
+        agent: str,
+        title: str | None = None,
+        unless_erased: bool = False,
     ) -> Thread:
         """The thread `thread_id`: created now, or as it already was (whoever owns it: the
-        caller checks)."""
+        caller checks). With `unless_erased`, an id erased whole (`was_erased`) is refused with
+        `ThreadErased` and nothing is made: a keyed request's retry after its conversation was
+        deleted. Checked after the insert, in its transaction, so an erasure that commits
+        while the insert waits for its lock is seen too."""
         ...
 
 
@@ -277,9 +286,8 @@ class ErasingStore(Protocol):
         ...
 
     async def was_erased(self, thread_id: str) -> bool:
-        """Whether a thread of this id was erased whole. A keyed `/v1` request names its new
-        thread after the actor and the key: its retry after the conversation was deleted
-        must not create it (and run the turn) again."""
+        """Whether a thread of this id was erased whole (what `create_named_thread`'s
+        `unless_erased` refuses)."""
         ...
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:

@@ -19,7 +19,13 @@ from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
 from bounded_agents.core.ports import Idempotency, Thread
 from bounded_agents.core.report import RunReport
-from bounded_agents.errors import AnswerErased, IdempotencyKeyReused, RunNotFound, echoed
+from bounded_agents.errors import (
+    AnswerErased,
+    IdempotencyKeyReused,
+    RunNotFound,
+    ThreadErased,
+    echoed,
+)
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.errors import public_message
 from bounded_agents.http.idempotency import IdempotencyKeyHeader, idempotency, keyed_thread_id
@@ -209,10 +215,12 @@ async def _keyed_thread(
     the same thread and, in it, the key's run. The store's insert decides a race of the two.
     A thread of that id erased whole (its conversation deleted) is not made again: the key's
     turn ran, and what it answered is gone (410 `answer_erased`, the model not called)."""
-    thread_id = keyed_thread_id(actor.id, keyed.key)
-    if await module.store.was_erased(thread_id):
-        raise AnswerErased(None)
-    thread = await module.store.create_named_thread(thread_id, actor_id=actor.id, agent=agent)
+    try:
+        thread = await module.store.create_named_thread(
+            keyed_thread_id(actor.id, keyed.key), actor_id=actor.id, agent=agent, unless_erased=True
+        )
+    except ThreadErased:
+        raise AnswerErased(None) from None
     if thread.actor_id != actor.id or thread.agent != agent:
         raise IdempotencyKeyReused(None)  # the key first started a thread of another agent
     return thread
