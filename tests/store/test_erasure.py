@@ -195,10 +195,16 @@ async def test_a_named_thread_made_unless_erased_loses_no_race_to_an_erasure(
 
 
 async def _until_a_backend_waits_on_a_lock(store: SqlAgentStore) -> None:
+    """On one server the retry's backend waits on a lock; on Citus it is the worker's backend
+    running the shard's insert, which the coordinator's `citus_lock_waits` shows."""
     waiting = sa.text(
         "SELECT count(*) FROM pg_stat_activity "
         "WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
+    citus = sa.text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+    async with store.engine.connect() as conn:
+        if await conn.scalar(citus):
+            waiting = sa.text("SELECT count(*) FROM citus_lock_waits")
     for _ in range(200):
         async with store.engine.connect() as conn:
             if await conn.scalar(waiting):
