@@ -182,10 +182,11 @@ _FORGET_PROMPT = (
     threads.update().where(threads.c.id == _TID).values(last_prompt=None, last_reported_tokens=None)
 )
 _OWNER = sa.select(threads.c.actor_id).where(threads.c.id == _TID)
-"""What of an erased thread stays is its id and owner (`erased_threads`, read by `was_erased`),
-kept by a plain INSERT of both: an INSERT ... SELECT from `threads` would be one statement, but
-Citus runs it as a pushdown that names no shard key, where an INSERT of values is routed to the
-thread's shard like every other statement of the erasure (tests/store/test_citus_routing.py)."""
+"""What of an erased thread stays is its id and owner (`erased_threads`, which a keyed retry's
+`create_named_thread(..., unless_erased=True)` reads), kept by a plain INSERT of both: an
+INSERT ... SELECT from `threads` would be one statement, but Citus runs it as a pushdown that
+names no shard key, where an INSERT of values is routed to the thread's shard like every other
+statement of the erasure (tests/store/test_citus_routing.py)."""
 _DELETE_THREAD = (
     run_steps.delete().where(run_steps.c.thread_id == _TID),
     runs.delete().where(runs.c.thread_id == _TID),

@@ -50,7 +50,7 @@ class MemoryStore:
         self._last_seq: dict[str, int] = {}
         """The newest seq handed out per thread: an erased message's seq is never reused."""
         self._erased: set[str] = set()
-        """The ids of threads erased whole (`was_erased`)."""
+        """Ids of threads erased whole: `create_named_thread`'s `unless_erased` refuses them."""
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -194,9 +194,6 @@ class MemoryStore:
                 return False
             self._erased.add(thread_id)
             return True
-
-    async def was_erased(self, thread_id: str) -> bool:
-        return thread_id in self._erased
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes

@@ -277,8 +277,9 @@ erased_threads = sa.Table(
     metadata,
     # The id of a thread erased whole (`delete_thread`) and its owner: nothing of what it held.
     # A keyed `/v1` request names the thread it starts after the actor and the key; a retry of
-    # it after the conversation was deleted reads this (`was_erased`) and is told the answer
-    # is gone, instead of creating the thread, and running the turn, again. Like the ledger's
+    # it after the conversation was deleted reads this (`create_named_thread`'s `unless_erased`)
+    # and is told the answer is gone, instead of creating the thread, and running the turn,
+    # again. Like the ledger's
     # rows it outlives the erasure. On Citus in the threads' group, by the thread id.
     sa.Column("id", _ID, primary_key=True),
     sa.Column("actor_id", sa.String(200), nullable=False),

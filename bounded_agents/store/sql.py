@@ -446,12 +446,6 @@ class SqlAgentStore:
         self.message_cache.forget(thread_id)
         return erased
 
-    async def was_erased(self, thread_id: str) -> bool:
-        """One read of `erased_threads` by its key (never part of a turn)."""
-        async with wrap_db_errors("was_erased"), self._reader.connect() as conn:
-            found = await conn.execute(ERASED_THREAD, {"tid": thread_id})
-            return found.first() is not None
-
     async def delete_message(self, thread_id: str, seq: int) -> bool:
         """The cache is dropped for the thread too: it holds the message's text in memory."""
         erased = await erase.delete_message(self._engine, thread_id, seq)

@@ -82,29 +82,41 @@ async def test_erasing_a_thread_removes_it_and_says_so_once(store: ContractStore
     assert kept is not None and len(kept.messages) == 6
 
 
+async def _refused(store: ContractStore, thread_id: str) -> bool:
+    """Whether a keyed `/v1` retry's `create_named_thread(..., unless_erased=True)` is refused
+    (an id not refused is made, or found, as a side effect)."""
+    try:
+        await store.create_named_thread(
+            thread_id, actor_id="alice", agent="assistant", unless_erased=True
+        )
+    except ThreadErased:
+        return True
+    return False
+
+
 async def test_a_thread_erased_whole_keeps_its_id_and_nothing_else(store: ContractStore) -> None:
-    """`was_erased`: what a keyed `/v1` retry reads before it would make its thread again.
-    A message's erasure is not a thread's; an id made again and erased again stays erased."""
+    """What a keyed `/v1` retry is refused: an id erased whole, not a thread that lost a
+    message, nor an id never made; an id made again and erased again stays refused."""
     thread_id = await _thread_of_six(store)
     other = await _thread_of_six(store)
     assert await store.delete_message(other, 1) is True
-    assert not await store.was_erased(thread_id) and not await store.was_erased(other)
+    assert not await _refused(store, thread_id) and not await _refused(store, other)
 
     assert await store.delete_thread(thread_id) is True
 
-    assert await store.was_erased(thread_id)
-    assert not await store.was_erased(other)
-    assert not await store.was_erased("no-such-thread")
+    assert await _refused(store, thread_id)
+    assert await store.get_thread(thread_id) is None, "refused, nothing made"
+    assert not await _refused(store, other)
     assert await store.delete_thread("no-such-thread") is False
-    assert not await store.was_erased("no-such-thread"), "an unknown id is not recorded"
+    assert not await _refused(store, "no-such-thread"), "an unknown id is not recorded"
     again = await store.create_named_thread(thread_id, actor_id="alice", agent="assistant")
     assert again.id == thread_id  # a caller naming the id may make it again (adapters do)
     assert await store.delete_thread(thread_id) is True
-    assert await store.was_erased(thread_id)
+    assert await _refused(store, thread_id)
     if isinstance(store, SqlAgentStore):
         async with store.engine.connect() as conn:
             rows = (await conn.execute(sa.select(erased_threads))).mappings().all()
-        assert [(r["id"], r["actor_id"]) for r in rows] == [(thread_id, "alice")]
+        assert sorted((r["id"], r["actor_id"]) for r in rows) == [(thread_id, "alice")]
         assert set(erased_threads.c.keys()) == {"id", "actor_id", "erased_at"}, "no content"
 
 
@@ -189,7 +201,6 @@ async def test_a_named_thread_made_unless_erased_loses_no_race_to_an_erasure(
     with pytest.raises(ThreadErased):
         await asyncio.wait_for(retry, 10)
     assert await store.get_thread(thread.id) is None, "the erased thread was made again"
-    assert await store.was_erased(thread.id)
     again = await store.create_named_thread(thread.id, actor_id="alice", agent="assistant")
     assert again.id == thread.id  # without the flag (adapters naming their threads): made
 

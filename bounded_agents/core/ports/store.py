@@ -244,7 +244,7 @@ class NamedThreadCreator(Protocol):
         unless_erased: bool = False,
     ) -> Thread:
         """The thread `thread_id`: created now, or as it already was (whoever owns it: the
-        caller checks). With `unless_erased`, an id erased whole (`was_erased`) is refused with
+        caller checks). With `unless_erased`, an id erased whole (`delete_thread`) is refused with
         `ThreadErased` and nothing is made: a keyed request's retry after its conversation was
         deleted. Checked after the insert, in its transaction, so an erasure that commits
         while the insert waits for its lock is seen too."""
@@ -281,13 +281,9 @@ class ErasingStore(Protocol):
     does the id of a thread erased whole (with its owner's), nothing of its content."""
 
     async def delete_thread(self, thread_id: str) -> bool:
-        """Erase the thread and all of it but its ledger rows and its id (`was_erased`);
+        """Erase the thread and all of it but its ledger rows and its id (which
+        `create_named_thread(..., unless_erased=True)` then refuses);
         False if there was none."""
-        ...
-
-    async def was_erased(self, thread_id: str) -> bool:
-        """Whether a thread of this id was erased whole (what `create_named_thread`'s
-        `unless_erased` refuses)."""
         ...
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
