@@ -43,6 +43,7 @@ from bounded_agents.core.ports import (
     PrunedStatus,
     Thread,
     supports_closing,
+    supports_erased_pruning,
     supports_keyed_runs,
     supports_pruning,
     supports_run_erasure,
@@ -412,9 +413,26 @@ class AgentModule:
             total += pruned
         return total
 
+    async def prune_erased(self) -> int:
+        """Forget the ids of threads erased more than AGENT_ERASED_THREAD_RETENTION_SECONDS ago
+        (`ErasedThreadPruner`), at most `PRUNE_BATCHES` batches per call; returns how many."""
+        store = self.store
+        if not supports_erased_pruning(store):
+            return 0
+        seconds = self.settings.erased_thread_retention_seconds
+        pruned = 0
+        for _ in range(PRUNE_BATCHES):
+            batch = await store.prune_erased(seconds, PRUNE_BATCH)
+            pruned += batch
+            if batch < PRUNE_BATCH:
+                break
+        if pruned:
+            log.info("forgot the ids of %d erased threads (retention ended)", pruned)
+        return pruned
+
     async def _sweep_forever(self) -> None:
         """Resume runs whose lease expires while this process is up (another replica died),
-        and prune finished runs' journals."""
+        prune finished runs' journals, and forget erased threads' ids past their retention."""
         while True:
             await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
             try:
@@ -425,6 +443,10 @@ class AgentModule:
                 await self.prune_journal()
             except Exception:
                 log.exception("pruning the run journal failed; retrying next period")
+            try:
+                await self.prune_erased()
+            except Exception:
+                log.exception("pruning erased threads' ids failed; retrying next period")
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:

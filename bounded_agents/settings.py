@@ -210,6 +210,15 @@ class Settings(BaseSettings):
     """A failed run's journal is kept this long after it failed, so it can be resumed
     (`module.loop.resume(run_id)`); then it is deleted like a completed run's, and resuming the run
     is refused (410)."""
+    erased_thread_retention_seconds: float = Field(
+        default=7 * 86_400.0, ge=0, le=100 * 365 * 86_400
+    )
+    """After a thread is erased whole, its id and its owner's are kept this long (nothing of its
+    content), so a keyed `/v1` retry of the deleted conversation is answered 410
+    `answer_erased` instead of running the turn again; then the sweep deletes them, and such a
+    retry starts the conversation again as a new request would. Both ids are personal data kept
+    after an erasure: keep this as short as your clients' retries (minutes for the SDKs'). 0
+    deletes them at the next sweep."""
     idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
     """How long a request repeating an Idempotency-Key whose turn still runs (in this process
     or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;

@@ -217,6 +217,30 @@ async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
     return True
 
 
+async def prune_erased(engine: AsyncEngine, older_than_seconds: float, limit: int) -> int:
+    """Delete up to `limit` rows of `erased_threads` kept at least `older_than_seconds` (by the
+    database's clock), oldest first; returns how many went.
+
+    The row is what lets a keyed `/v1` retry be refused after its conversation was deleted, and
+    it holds the owner's id: personal data kept after an erasure, so only for a while
+    (AGENT_ERASED_THREAD_RETENTION_SECONDS). Past it, a retry of the erased conversation's key
+    starts the conversation again, as a new request would. One read of the oldest ids (the
+    `erased_at` index), then one DELETE of those still old enough: a row another sweep took
+    meanwhile is simply not counted."""
+    old = erased_threads.c.erased_at < db_now(-older_than_seconds)
+    oldest = (
+        sa.select(erased_threads.c.id).where(old).order_by(erased_threads.c.erased_at).limit(limit)
+    )
+    async with wrap_db_errors("prune_erased"):
+        async with engine.connect() as conn:
+            ids = list((await conn.execute(oldest)).scalars())
+        if not ids:
+            return 0  # the common sweep: one read, no write transaction
+        delete = erased_threads.delete().where(erased_threads.c.id.in_(ids), old)
+        async with write_transaction(engine) as conn:
+            return (await conn.execute(delete)).rowcount
+
+
 async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
     """The message `seq` and every trace of it (see the module docstring), in one transaction;
     False when the thread has no such message (nothing is changed then)."""

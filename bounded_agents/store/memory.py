@@ -4,13 +4,15 @@ It deliberately does not implement `ThreadTurnReader`, so the loop's fallback pa
 whole thread, then cut it in memory as the bounded read would) is exercised by every test that
 uses it. It keeps rolling summaries (`SummaryStore`), so summarizing policies run on it too,
 their archived parts (`SummaryArchive`, searched by the fallback scan), and
-each thread's last prompt digest (`PromptDigestStore`). It erases (`ErasingStore`) what it holds;
+each thread's last prompt digest (`PromptDigestStore`). It erases (`ErasingStore`) what it holds
+(and forgets erased threads' ids after a while: `ErasedThreadPruner`);
 it knows no runs, so it cannot refuse an erasure during one as the SQL store does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -21,6 +23,7 @@ from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     AgentStore,
     ArchivedPart,
+    ErasedThreadPruner,
     ErasingStore,
     FoldHealth,
     FoldHealthStore,
@@ -49,8 +52,9 @@ class MemoryStore:
         """Archived summary parts per thread, by (from_seq, to_seq)."""
         self._last_seq: dict[str, int] = {}
         """The newest seq handed out per thread: an erased message's seq is never reused."""
-        self._erased: set[str] = set()
-        """Ids of threads erased whole: `create_named_thread`'s `unless_erased` refuses them."""
+        self._erased: dict[str, float] = {}
+        """Ids of threads erased whole, with when (`time.time()`): `create_named_thread`'s
+        `unless_erased` refuses them until `prune_erased` forgets them."""
         self._lock = asyncio.Lock()
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
@@ -192,8 +196,15 @@ class MemoryStore:
                 kept.pop(thread_id, None)
             if self._threads.pop(thread_id, None) is None:
                 return False
-            self._erased.add(thread_id)
+            self._erased.setdefault(thread_id, time.time())
             return True
+
+    async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
+        cutoff = time.time() - older_than_seconds
+        old = sorted((at, tid) for tid, at in self._erased.items() if at < cutoff)[:limit]
+        for _at, thread_id in old:
+            del self._erased[thread_id]
+        return len(old)
 
     async def delete_message(self, thread_id: str, seq: int) -> bool:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes
@@ -268,5 +279,6 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_NAMED_THREADS: NamedThreadCreator = MemoryStore()
     _AS_LISTER: ThreadLister = MemoryStore()
     _AS_ERASING: ErasingStore = MemoryStore()
+    _AS_ERASED_PRUNER: ErasedThreadPruner = MemoryStore()
     _AS_ARCHIVE: SummaryArchive = MemoryStore()
     _AS_FOLD_HEALTH: FoldHealthStore = MemoryStore()

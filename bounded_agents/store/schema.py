@@ -279,11 +279,14 @@ erased_threads = sa.Table(
     # A keyed `/v1` request names the thread it starts after the actor and the key; a retry of
     # it after the conversation was deleted reads this (`create_named_thread`'s `unless_erased`)
     # and is told the answer is gone, instead of creating the thread, and running the turn,
-    # again. Like the ledger's
-    # rows it outlives the erasure. On Citus in the threads' group, by the thread id.
+    # again. It outlives the erasure for AGENT_ERASED_THREAD_RETENTION_SECONDS (the owner's id
+    # is personal data too), then the sweep deletes it (`erase.prune_erased`). On Citus in the
+    # threads' group, by the thread id.
     sa.Column("id", _ID, primary_key=True),
     sa.Column("actor_id", sa.String(200), nullable=False),
     sa.Column("erased_at", sa.DateTime(timezone=True), nullable=False, server_default=_NOW),
+    # The sweep deletes rows older than AGENT_ERASED_THREAD_RETENTION_SECONDS, oldest first.
+    sa.Index("ix_erased_threads_erased_at", "erased_at"),
 )
 
 

@@ -452,6 +452,9 @@ class SqlAgentStore:
         self.message_cache.forget(thread_id)
         return erased
 
+    async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
+        return await erase.prune_erased(self._engine, older_than_seconds, limit)
+
     # --- transcript paging (HTTP) ----------------------------------------------------------
 
     async def list_messages(

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from bounded_agents.store.clock import db_now
-from bounded_agents.store.schema import runs, threads
+from bounded_agents.store.schema import erased_threads, runs, threads
 from bounded_agents.store.sql import SqlAgentStore
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
@@ -126,6 +126,40 @@ async def test_v1_a_keyed_repeat_after_its_conversation_was_deleted_is_410_and_r
     assert threads_left == 0, "the deleted conversation was created again"
     other = await client.post("/v1/responses", headers=keyed("v1-new-key"), json=body)
     assert other.status_code == 200, other.text  # a new key is a new turn
+
+
+async def test_v1_a_keyed_retry_past_the_erased_ids_retention_starts_the_conversation_again(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    """The erased thread's id and owner are kept AGENT_ERASED_THREAD_RETENTION_SECONDS, then the
+    module's sweep (`prune_erased`) deletes them: the retry that late is a new request, as the
+    settings say. Within the retention the same sweep keeps them (the retry is 410)."""
+    provider = ScriptedProvider([reply("first"), reply("much later")])
+    module = make_module(
+        model=provider, settings=http_settings(erased_thread_retention_seconds=3_600)
+    )
+    client = await open_client(stack, openai_app(module))
+    body = {"model": "helper", "input": "do it once"}
+    first = await client.post("/v1/responses", headers=keyed("v1-late"), json=body)
+    conversation = first.json()["conversation"]["id"]
+    deleted = await client.delete(f"/v1/conversations/{conversation}", headers=ALICE)
+    assert deleted.status_code == 200, deleted.text
+
+    assert await module.prune_erased() == 0, "within its retention"
+    refused = await client.post("/v1/responses", headers=keyed("v1-late"), json=body)
+    assert refused.status_code == 410, refused.text
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(sa.update(erased_threads).values(erased_at=db_now(-3_601)))
+    assert await module.prune_erased() == 1
+    async with sql_store.engine.connect() as conn:
+        assert await conn.scalar(sa.select(sa.func.count()).select_from(erased_threads)) == 0
+
+    late = await client.post("/v1/responses", headers=keyed("v1-late"), json=body)
+
+    assert late.status_code == 200, late.text
+    assert late.json()["conversation"]["id"] == conversation
+    assert late.json()["output"][0]["content"][0]["text"] == "much later"
+    assert len(provider.calls) == 2
 
 
 @pytest.mark.parametrize("api", ["native", "v1"])

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from bounded_agents.core.ports import (
     ThreadSummary,
     ThreadTurnQuery,
+    supports_erased_pruning,
     supports_erasure,
     supports_summaries,
 )
@@ -118,6 +119,71 @@ async def test_a_thread_erased_whole_keeps_its_id_and_nothing_else(store: Contra
             rows = (await conn.execute(sa.select(erased_threads))).mappings().all()
         assert sorted((r["id"], r["actor_id"]) for r in rows) == [(thread_id, "alice")]
         assert set(erased_threads.c.keys()) == {"id", "actor_id", "erased_at"}, "no content"
+
+
+async def _erased_ago(store: ContractStore, seconds_ago: dict[str, float]) -> None:
+    """Erase each thread whole and date its kept id `seconds_ago` (the database's clock for
+    the SQL store, as the sweep reads it)."""
+    for thread_id, ago in seconds_ago.items():
+        assert await store.delete_thread(thread_id) is True
+        if isinstance(store, SqlAgentStore):
+            async with store.engine.begin() as conn:
+                await conn.execute(
+                    erased_threads.update()
+                    .where(erased_threads.c.id == thread_id)
+                    .values(erased_at=db_now(-ago))
+                )
+        else:
+            store._erased[thread_id] -= ago  # the memory store dates them by time.time()
+
+
+async def test_erased_ids_past_their_retention_are_forgotten_oldest_first(
+    store: ContractStore,
+) -> None:
+    """`prune_erased` ends the keeping of an erased thread's id (and its owner's): past the
+    retention a keyed retry is no longer refused; within it, still refused; the oldest go first
+    and `limit` bounds a call."""
+    assert supports_erased_pruning(store)
+    ages = {"fresh": 10.0, "old": 7_200.0, "older": 10_800.0, "oldest": 14_400.0}
+    ids = {name: await _thread_of_six(store) for name in ages}
+    await _erased_ago(store, {ids[name]: ago for name, ago in ages.items()})
+
+    assert await store.prune_erased(3_600.0, 2) == 2
+    assert not await _refused(store, ids["oldest"]) and not await _refused(store, ids["older"])
+    assert await _refused(store, ids["old"]), "the third oldest waits for the next call"
+    assert await store.prune_erased(3_600.0, 2) == 1
+    assert not await _refused(store, ids["old"])
+    assert await _refused(store, ids["fresh"]), "within its retention: still refused"
+    assert await store.prune_erased(3_600.0, 2) == 0
+    assert await store.prune_erased(0.0, 2) == 1, "0: every kept id goes"
+    assert not await _refused(store, ids["fresh"])
+
+
+async def test_a_sweep_with_no_erased_id_to_forget_writes_nothing(
+    sql_store: SqlAgentStore,
+) -> None:
+    """The common sweep: one read of the `erased_at` index, no write transaction."""
+    await _erased_ago(sql_store, {await _thread_of_six(sql_store): 10.0})
+    statements: list[str] = []
+    commits: list[object] = []
+
+    def on_statement(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    def on_commit(conn: object) -> None:
+        commits.append(conn)
+
+    engine = sql_store.engine.sync_engine
+    sa.event.listen(engine, "before_cursor_execute", on_statement)
+    sa.event.listen(engine, "commit", on_commit)
+    try:
+        assert await sql_store.prune_erased(3_600.0, 100) == 0
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", on_statement)
+        sa.event.remove(engine, "commit", on_commit)
+    reads = [s for s in statements if s.strip().upper() != "SELECT 1"]  # the pool's ping
+    assert len(reads) == 1 and reads[0].lstrip().upper().startswith("SELECT"), reads
+    assert commits == []
 
 
 async def test_the_sql_store_forgets_the_prompt_digest_and_its_cached_rows_of_the_thread(

@@ -221,6 +221,22 @@ def supports_erasure(store: object) -> TypeGuard[ErasingStore]:
 
 
 @runtime_checkable
+class ErasedThreadPruner(Protocol):
+    """Optional: a store that keeps the ids of threads erased whole (so a keyed retry of an
+    erased conversation is refused: `create_named_thread(..., unless_erased=True)`) ends that
+    keeping after a retention: the owner's id, kept with the thread's, is personal data."""
+
+    async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
+        """Forget up to `limit` erased threads' ids kept at least `older_than_seconds`, oldest
+        first; how many went."""
+        ...
+
+
+def supports_erased_pruning(store: object) -> TypeGuard[ErasedThreadPruner]:
+    return isinstance(store, ErasedThreadPruner)
+
+
+@runtime_checkable
 class HistorySearcher(Protocol):
     """Optional: a store with a full-text index over what its threads' models saw (message
     text, tool results but the search tool's own, archived summary parts), so the history
@@ -341,6 +357,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", SummaryArchive, supports_summary_archive),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
+    Power("store", ErasedThreadPruner, supports_erased_pruning),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
@@ -358,6 +375,7 @@ __all__ = [
     "POWERS",
     "ClosingModelProvider",
     "DisposableStore",
+    "ErasedThreadPruner",
     "FoldHealthStore",
     "HistorySearcher",
     "JournalFigures",
@@ -381,6 +399,7 @@ __all__ = [
     "supports_bounded_read",
     "supports_closing",
     "supports_disposal",
+    "supports_erased_pruning",
     "supports_erasure",
     "supports_fold_health",
     "supports_history_search",
