@@ -33,7 +33,7 @@ from bounded_agents.core.history import (
     HistoryPolicy,
     validate_module_history,
 )
-from bounded_agents.core.loop import AgentLoop, EventSink
+from bounded_agents.core.loop import AgentLoop, EventSink, StartSink
 from bounded_agents.core.ports import (
     AgentStore,
     DurableRuntime,
@@ -301,6 +301,7 @@ class AgentModule:
         run_id: str | None = None,
         thread: Thread | None = None,
         idempotency: Idempotency | None = None,
+        on_started: StartSink | None = None,
     ) -> RunResult:
         """Run one turn without HTTP; the chat route calls exactly this (passing the `thread`
         its ownership check already loaded, so the turn does not read it again).
@@ -310,7 +311,8 @@ class AgentModule:
         while it still runs past `AGENT_IDEMPOTENCY_WAIT_SECONDS`, `TurnInProgress`; another
         request under the key is `IdempotencyKeyReused`. No model is called for any of them.
         A run this process lost to another (its lease lapsed while it stalled) answers what
-        that process stored, not `LeaseLost`."""
+        that process stored, not `LeaseLost`. `on_started` is awaited once the run has begun
+        (`AgentLoop.run_turn`); never for a refused turn or a key's earlier one."""
         run_id = run_id or str(uuid.uuid4())
         try:
             return await self.loop.run_turn(
@@ -322,6 +324,7 @@ class AgentModule:
                 on_event=on_event,
                 thread=thread,
                 idempotency=idempotency,
+                on_started=on_started,
             )
         except TurnInProgress as first:
             assert idempotency is not None  # raised only for a keyed run

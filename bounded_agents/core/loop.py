@@ -75,6 +75,7 @@ from bounded_agents.core.turn.public import (
     EventSink,
     FoldPreview,
     LoopEvent,
+    StartSink,
     ToolBinding,
     ToolCallEvent,
     ToolResultEvent,
@@ -108,6 +109,7 @@ __all__ = [
     "EventSink",
     "FoldPreview",
     "LoopEvent",
+    "StartSink",
     "ToolBinding",
     "ToolCallEvent",
     "ToolResultEvent",
@@ -227,9 +229,13 @@ class AgentLoop:
         on_event: EventSink | None = None,
         thread: Thread | None = None,
         idempotency: Idempotency | None = None,
+        on_started: StartSink | None = None,
     ) -> RunResult:
         """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
         thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started.
+        `on_started` is awaited at that point, when the run's first unit has committed (before
+        any fold or model call): a streaming route sends its headers then, not at the first
+        token, which a slow model or a fold may hold back past a proxy's idle timeout.
 
         `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
         read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
@@ -262,6 +268,7 @@ class AgentLoop:
             report=RunReport(run_id=run_id),
             hctx=_policy_context(deps, request),
             on_event=on_event,
+            on_started=on_started,
         )
         result = await self._drive(turn)
         await keep_learned_ratios(deps)
@@ -366,6 +373,8 @@ async def run(deps: TurnDeps, turn: Turn) -> tuple[Message, Digest]:
             recorded = await ctx.step(LOAD_THREAD, load, writes=writes)
         else:
             legacy = await legacy_load(turn)
+    if turn.on_started is not None:
+        await turn.on_started()
     last_prompt: str | None = None
     prompt: list[ChatMessage]
     if rolling:

@@ -42,9 +42,15 @@ class TurnEnded:
     """Queue sentinel: the turn's task is done (its outcome is on the task)."""
 
 
-END: Final = TurnEnded()
+class TurnStarted:
+    """Queue marker: the run has begun (`on_started`), so the response may start: whatever
+    happens next is an event of the stream, an answer or an `error`. Sends no frame."""
 
-TurnQueue = asyncio.Queue[LoopEvent | TurnEnded]
+
+END: Final = TurnEnded()
+STARTED: Final = TurnStarted()
+
+TurnQueue = asyncio.Queue[LoopEvent | TurnStarted | TurnEnded]
 
 
 def _json(payload: Any) -> str:
@@ -89,17 +95,18 @@ def outcome_frame(task: asyncio.Task[RunResult]) -> ServerSentEvent:
 
 
 async def turn_events(
-    first: LoopEvent | TurnEnded, queue: TurnQueue, task: asyncio.Task[RunResult]
+    first: LoopEvent | TurnStarted | TurnEnded, queue: TurnQueue, task: asyncio.Task[RunResult]
 ) -> AsyncIterator[ServerSentEvent]:
     item = first
     while not isinstance(item, TurnEnded):
-        yield event_frame(item)
+        if not isinstance(item, TurnStarted):
+            yield event_frame(item)
         item = await queue.get()
     yield outcome_frame(task)
 
 
 def turn_response(
-    first: LoopEvent | TurnEnded, queue: TurnQueue, task: asyncio.Task[RunResult]
+    first: LoopEvent | TurnStarted | TurnEnded, queue: TurnQueue, task: asyncio.Task[RunResult]
 ) -> EventSourceResponse:
     return EventSourceResponse(turn_events(first, queue, task), ping=PING_SECONDS)
 

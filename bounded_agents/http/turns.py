@@ -5,11 +5,15 @@ The turn runs in a task of its own (`AgentModule.spawn`): a client that disconne
 that is cancelled does not stop it, and its answer is stored. A streaming caller gets the turn's
 events through a queue that ends with `END`; the first item is awaited here, so a turn refused
 before it began (busy thread, spent quota) still answers as a plain HTTP error, not a stream.
+That first item is `STARTED` once the run has begun (`on_started`, before any fold or model
+call), so the stream's headers and its pings go out then: a model slow to its first token (a
+reasoning model, a fold before it) does not leave a proxy with an idle connection to cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ from bounded_agents.core.loop import LoopEvent
 from bounded_agents.core.ports import Idempotency, TextDelta, Thread
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import AgentError, ContentTooLarge, InvalidContent, RunFailed
-from bounded_agents.http.sse import END, TurnEnded, TurnQueue
+from bounded_agents.http.sse import END, STARTED, TurnEnded, TurnQueue, TurnStarted
 
 if TYPE_CHECKING:
     from bounded_agents.module import AgentModule
@@ -38,8 +42,9 @@ class StartedTurn:
     send it (or only the end, for a turn that failed)."""
     queue: TurnQueue | None = None
     """Its events, ending with `END` (streaming callers only)."""
-    first: LoopEvent | TurnEnded | None = None
-    """The first event, already taken from `queue` (streaming callers only)."""
+    first: LoopEvent | TurnStarted | TurnEnded | None = None
+    """The first item, already taken from `queue` (streaming callers only): `STARTED` for a
+    run that began, else the end of a turn that never did (refused, or a key's earlier one)."""
 
 
 async def start_turn(
@@ -69,6 +74,7 @@ async def start_turn(
             thread=thread,
             run_id=run_id,
             idempotency=idempotency,
+            on_started=functools.partial(queue.put, STARTED) if queue is not None else None,
         )
     )
     task.add_done_callback(_observe)
@@ -91,7 +97,7 @@ def _repeated(task: asyncio.Task[RunResult], queue: TurnQueue, result: RunResult
     """The key's earlier turn's answer as a stream: its text in one delta, then the end."""
     queue.put_nowait(END)
     text = result.message.content
-    first: LoopEvent | TurnEnded = TextDelta(text=text) if text else END
+    first: LoopEvent | TurnStarted | TurnEnded = TextDelta(text=text) if text else END
     return StartedTurn(task, result.run_id, queue, first)
 
 

@@ -119,6 +119,9 @@ class ToolResultEvent(BaseModel):
 
 LoopEvent: TypeAlias = TextDelta | ToolCallEvent | ToolResultEvent
 EventSink: TypeAlias = Callable[[LoopEvent], Awaitable[None]]
+StartSink: TypeAlias = Callable[[], Awaitable[None]]
+"""Called once a run has begun: its row and the user's message committed, so from then on the
+turn can only end in an answer or a `RunFailed` (a refusal, busy or over quota, came before)."""
 
 
 class FoldPreview(BaseModel):

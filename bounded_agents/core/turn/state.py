@@ -20,7 +20,7 @@ from bounded_agents.core.ports import (
     ThreadSummary,
 )
 from bounded_agents.core.report import RunReport
-from bounded_agents.core.turn.public import AgentDefinition, EventSink
+from bounded_agents.core.turn.public import AgentDefinition, EventSink, StartSink
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,8 @@ class Turn:
     report: RunReport
     hctx: HistoryPolicyContext
     on_event: EventSink | None = None
+    on_started: StartSink | None = None
+    """Told once the run's first unit (its row, the user's message, the read) committed."""
     fresh: bool = True
     window: Window | None = None
     """Set by the load when the policy refolds between model calls (`RefoldingPolicy`)."""

@@ -38,7 +38,7 @@ from bounded_agents.http.openai.items import (
     response_out,
 )
 from bounded_agents.http.openai.schemas import Item, MessageItem, ResponseOut, TextPart
-from bounded_agents.http.sse import PING_SECONDS, TurnEnded, TurnQueue
+from bounded_agents.http.sse import PING_SECONDS, TurnEnded, TurnQueue, TurnStarted
 
 if TYPE_CHECKING:
     from bounded_agents.module import AgentModule
@@ -63,7 +63,7 @@ class ResponseStream:
     definition: AgentDefinition
     queue: TurnQueue
     task: asyncio.Task[RunResult]
-    first: LoopEvent | TurnEnded
+    first: LoopEvent | TurnStarted | TurnEnded
     items: list[Item] = field(default_factory=list)
     _sequence: int = 0
     _open: _OpenText | None = None
