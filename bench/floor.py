@@ -91,6 +91,11 @@ class AsyncpgFloor:
                     else:
                         await self.connection.fetch(s.sql, *s.args)
 
+    async def send(self, statements: Sequence[tuple[str, list[Any]]]) -> None:
+        """Statements sent one round trip each, in autocommit (`bench.turnsql.merged`)."""
+        for sql, args in statements:
+            await self.connection.fetch(sql, *args)
+
     async def read(self, thread_id: str, limit: int) -> Sequence[Sequence[Any]]:
         # conn.fetch caches the prepared statement, as SQLAlchemy's asyncpg adapter does.
         return await self.connection.fetch(self.sql, *self.args(thread_id, limit))

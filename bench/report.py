@@ -200,6 +200,8 @@ def commit_floor_table(results: dict[str, Any]) -> str:
                     _ms(ts["turn_sql_ms"]),
                     _x(ratio(ts["turn_sql_ms"], ts["read_ms"])),
                     _x(ratio(overhead, cf["read_ms"])),
+                    _x(ratio(overhead, ts["turn_sql_ms"])),
+                    _merged(ts),
                 ]
             )
     table = _table(header, rows)
@@ -213,13 +215,24 @@ def commit_floor_table(results: dict[str, Any]) -> str:
         "turn SQL raw ms",
         "x read floor",
         "turn overhead x read floor",
+        "overhead x turn SQL",
+        "what-if: a statement per unit",
     ]
     return (
         table + "\n\nThe turn's own statements and commits, recorded and replayed through the raw "
         "driver with no Python around them (bench/turnsql.py; PostgreSQL one round trip per "
-        "statement, BEGIN and COMMIT; SQLite each transaction in one worker-thread call):\n"
+        "statement, BEGIN and COMMIT; SQLite each transaction in one worker-thread call). "
+        "The what-if (PostgreSQL): each unit's writes sent as one statement of data-modifying "
+        "CTEs in autocommit, ms and round trips (as recorded -> merged):\n"
         + _table(sql_header, sql_rows)
     )
+
+
+def _merged(ts: dict[str, Any]) -> str:
+    if "merged_ms" not in ts:
+        return "-"
+    trips = f"{ts['round_trips']} -> {ts['merged_round_trips']} trips"
+    return f"{_ms(ts['merged_ms'])} ({trips})"
 
 
 def bytes_table(results: dict[str, Any]) -> str:

@@ -11,12 +11,22 @@ messages, journal rows and ledger row are new rows, numbered by the SQL itself, 
 
 The ratio says how much of a turn's overhead is the durable work the design commits to (its
 statements and commits) and how much is the Python that sends them.
+
+On PostgreSQL a what-if beside it (`merged`): the same units with each unit's writes sent as ONE
+statement (its statements as data-modifying CTEs of one `WITH ... SELECT 1`, in autocommit, so
+BEGIN and COMMIT are no round trips of their own), the first unit's two reads alone before its
+writes. Five round trips for the bench turn instead of nineteen: what the least a turn could
+send would save, if the journal built each unit as one statement (it does not: a unit's steps
+are written as the turn makes them, and a lease check's or a bump's result is read before the
+next). Not the same semantics (one snapshot for every part; the lease check's result goes
+unread), only the same rows written: a cost figure, never a design.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +34,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bench.floor import Floor
+from bench.floor import AsyncpgFloor, Floor
 from bench.reads import WARMUP, interleaved
 from bench.turns import TurnSeries
 
@@ -105,21 +115,114 @@ def _run_id(units: Sequence[Unit]) -> str:
 
 async def turn_sql_floor(floor: Floor, series: TurnSeries, *, reps: int) -> dict[str, Any]:
     """The recorded turn replayed through the raw driver and the read floor, interleaved:
-    medians in ms, and the turn's statement and commit counts."""
+    medians in ms, and the turn's statement and commit counts; on PostgreSQL the `merged`
+    what-if too (see the module docstring)."""
     units, run_id = await capture(series)
-    copies = iter([with_run_id(units, run_id, str(uuid.uuid4())) for _ in range(WARMUP + reps)])
+    runs = WARMUP + reps
+    copies = iter([with_run_id(units, run_id, str(uuid.uuid4())) for _ in range(runs)])
     thread_id = series.thread_id
     window = series.window or 10
-    timed = await interleaved(
-        {
-            "read": lambda: floor.read(thread_id, window),
-            "turn_sql": lambda: floor.replay(next(copies)),
-        },
-        reps,
-    )
-    return {
+    series_fns: dict[str, Callable[[], Awaitable[Any]]] = {
+        "read": lambda: floor.read(thread_id, window),
+        "turn_sql": lambda: floor.replay(next(copies)),
+    }
+    postgres = isinstance(floor, AsyncpgFloor)
+    if isinstance(floor, AsyncpgFloor):
+        plans = iter([merged(with_run_id(units, run_id, str(uuid.uuid4()))) for _ in range(runs)])
+        series_fns["merged"] = lambda: floor.send(next(plans))
+    timed = await interleaved(series_fns, reps)
+    out = {
         "read_ms": timed["read"] / 1e3,
         "turn_sql_ms": timed["turn_sql"] / 1e3,
         "statements": sum(len(u.statements) for u in units),
         "commits": len(units),
     }
+    if postgres:
+        out["merged_ms"] = timed["merged"] / 1e3
+        out["merged_round_trips"] = len(merged(units))
+        out["round_trips"] = out["statements"] + 2 * out["commits"]
+    return out
+
+
+Sent = tuple[str, list[Any]]
+
+
+def merged(units: Sequence[Unit]) -> list[Sent]:
+    """The PostgreSQL what-if: the first unit's reads alone, then each unit's writes as one
+    statement (`_one_statement`), to be sent in autocommit."""
+    plan: list[Sent] = []
+    for i, unit in enumerate(units):
+        writes = list(unit.statements)
+        if i == 0:
+            reads = [s for s in writes if _is_read(s)]
+            writes = [s for s in writes if not _is_read(s)]
+            plan += [(s.sql, list(s.args)) for s in reads]
+        plan.append(_one_statement(writes))
+    return plan
+
+
+def _is_read(s: Statement) -> bool:
+    return s.sql.lstrip().upper().startswith("SELECT")
+
+
+def _one_statement(statements: Sequence[Statement]) -> Sent:
+    """`WITH s0 AS (...), s1 AS (...), ... SELECT 1`: each statement a CTE (a statement that is
+    itself a WITH gives its CTEs, renamed apart, and its final statement); an executemany INSERT
+    becomes one multi-row VALUES. Parameters are renumbered in order."""
+    parts: list[str] = []
+    args: list[Any] = []
+    for i, s in enumerate(statements):
+        sql = " ".join(s.sql.split())
+        if s.many:
+            head, values = sql.split(" VALUES ", 1)
+            rows = [list(row) for row in s.args]
+            groups = [_renumber(values, len(args) + r * len(rows[0])) for r in range(len(rows))]
+            parts.append(f"s{i} AS ({head} VALUES {', '.join(groups)})")
+            args += [value for row in rows for value in row]
+            continue
+        sql = _renumber(sql, len(args))
+        args += list(s.args)
+        if not sql.startswith("WITH "):
+            parts.append(f"s{i} AS ({sql})")
+            continue
+        ctes, final = _split_with(sql)
+        names = [name for name, _ in ctes]
+        for name, body in ctes:
+            parts.append(f"{name}_{i} AS ({_rename(body, names, i)})")
+        parts.append(f"s{i} AS ({_rename(final, names, i)})")
+    return "WITH " + ", ".join(parts) + " SELECT 1", args
+
+
+def _renumber(sql: str, offset: int) -> str:
+    return re.sub(r"\$(\d+)", lambda m: f"${int(m.group(1)) + offset}", sql)
+
+
+def _rename(sql: str, names: Sequence[str], i: int) -> str:
+    for name in names:
+        sql = re.sub(rf"\b{name}\b", f"{name}_{i}", sql)
+    return sql
+
+
+def _split_with(sql: str) -> tuple[list[tuple[str, str]], str]:
+    """The (name, body) CTEs of a `WITH a AS (...), b AS (...) <final>` and its final statement,
+    by matching parentheses (quoted strings skipped)."""
+    ctes: list[tuple[str, str]] = []
+    i = len("WITH ")
+    while True:
+        head = re.match(r"\s*(\w+) AS \(", sql[i:])
+        if head is None:
+            raise ValueError(f"not a CTE at {sql[i : i + 40]!r}")
+        start = end = i + head.end()
+        depth = 1
+        while depth:
+            c = sql[end]
+            if c == "'":
+                end = sql.index("'", end + 1)
+            elif c in "()":
+                depth += 1 if c == "(" else -1
+            end += 1
+        ctes.append((head.group(1), sql[start : end - 1]))
+        rest = sql[end:].lstrip()
+        if not rest.startswith(","):
+            return ctes, rest
+        i = sql.index(",", end) + 1
