@@ -8,12 +8,10 @@ retry after its conversation was deleted is a 410 too, not a second turn in a re
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from contextlib import AsyncExitStack
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
@@ -232,35 +230,3 @@ async def test_input_items_of_a_run_whose_user_message_was_erased_are_410_journa
         r = await client.get(f"/v1/responses/{response.json()['id']}/input_items", headers=ALICE)
         assert r.status_code == 410, r.text
         assert r.json()["error"]["code"] == "journal_pruned"
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
-async def test_v1_a_response_is_dated_the_same_when_created_repeated_and_retrieved(
-    stack: AsyncExitStack, make_module: ModuleFactory, stream: bool
-) -> None:
-    """The first answer was dated by the app's clock (a float) and its keyed repeat and
-    `GET /v1/responses/{id}` by the run's row (the database's clock; whole seconds on SQLite):
-    one response under different dates. All of them now say the run's row."""
-    module = make_module(model=ScriptedProvider([reply("once")]))
-    client = await open_client(stack, openai_app(module))
-    body = {"model": "helper", "input": "date it", "stream": stream}
-
-    def dated(response: httpx.Response) -> tuple[str, float]:
-        assert response.status_code == 200, response.text
-        if stream:
-            data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
-            out = json.loads(data[0])["response"]
-        else:
-            out = response.json()
-        return out["id"], float(out["created_at"])
-
-    response_id, first_at = dated(
-        await client.post("/v1/responses", headers=keyed("dated"), json=body)
-    )
-    await asyncio.sleep(1.1)  # a date taken again would now be a second later
-    again = dated(await client.post("/v1/responses", headers=keyed("dated"), json=body))
-    retrieved = await client.get(f"/v1/responses/{response_id}", headers=ALICE)
-
-    assert again == (response_id, first_at)
-    assert retrieved.status_code == 200, retrieved.text
-    assert float(retrieved.json()["created_at"]) == first_at

@@ -89,9 +89,10 @@ async def create_response(
         idempotency=keyed,
     )
     if turn.queue is None or turn.first is None:
-        return await _answered(module, turn, created_at, body, thread, definition)
-    run_id = turn.run_id  # this turn's, or the key's earlier one
-    created_at = await _run_created_at(module, run_id, created_at)
+        return await _answered(module, turn, run_id, created_at, body, thread, definition)
+    if turn.run_id != run_id:  # the key's earlier turn
+        run_id = turn.run_id
+        created_at = await _run_created_at(module, run_id, created_at)
     start = response_out(
         run_id=run_id,
         agent=definition.name,
@@ -114,6 +115,7 @@ async def create_response(
 async def _answered(
     module: AgentModule,
     turn: StartedTurn,
+    run_id: str,
     created_at: float,
     body: CreateResponseIn,
     thread: Thread,
@@ -122,7 +124,8 @@ async def _answered(
     """The unstreamed answer, once the turn has ended. Shielded: a client that goes away does
     not cancel the turn, whose answer is stored either way."""
     result = await asyncio.shield(turn.task)
-    created_at = await _run_created_at(module, result.run_id, created_at)
+    if result.run_id != run_id:  # the key's earlier turn: dated as its run is
+        created_at = await _run_created_at(module, result.run_id, created_at)
     out = response_out(
         run_id=result.run_id,
         agent=definition.name,
@@ -168,9 +171,6 @@ def _input_text(value: str | list[InputMessage]) -> str:
 
 
 async def _run_created_at(module: AgentModule, run_id: str, default: float) -> float:
-    """When the run's row says it was made: the one date of a Response, whether it is answered
-    first, repeated under its key or retrieved (`default`, the app's clock, only for a runtime
-    that keeps no such date). One primary-key read, on `/v1` only."""
     record = await module.loop.runtime.get_run(run_id)
     created = record.created_at if record is not None else None
     return created.timestamp() if created is not None else default
