@@ -217,8 +217,9 @@ class Settings(BaseSettings):
     content), so a keyed `/v1` retry of the deleted conversation is answered 410
     `answer_erased` instead of running the turn again; then the sweep deletes them, and such a
     retry starts the conversation again as a new request would. Both ids are personal data kept
-    after an erasure: keep this as short as your clients' retries (minutes for the SDKs'). 0
-    deletes them at the next sweep."""
+    after an erasure: the default outlasts any client's retries by far (the SDKs' span
+    minutes); shorten it if your privacy terms ask for less. 0 deletes them at the next
+    sweep."""
     idempotency_wait_seconds: float = Field(default=30.0, ge=0, le=3_600)
     """How long a request repeating an Idempotency-Key whose turn still runs (in this process
     or another) waits for that turn's answer before it is answered 409 `turn_in_progress`;

@@ -58,7 +58,8 @@ async def start_turn(
     run_id: str | None = None,
     idempotency: Idempotency | None = None,
 ) -> StartedTurn:
-    """Check `content`, then start the turn. With `stream`, wait for its first event; a turn
+    """Check `content`, then start the turn. With `stream`, wait for its first queue item
+    (`STARTED` once the run has begun, or the end of a turn that never did); a turn
     refused before it began raises its error here (`ThreadBusy`, `QuotaExceeded`, and for an
     Idempotency-Key `TurnInProgress` and `IdempotencyKeyReused`)."""
     check_content(content, module.settings.max_content_bytes)

@@ -87,7 +87,7 @@ from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.dialect import dialect_of
-from bounded_agents.store.engine import acquire_writer, write_transaction
+from bounded_agents.store.engine import acquire_writer, on_citus, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.schema import (
     erased_threads,
@@ -226,7 +226,9 @@ async def prune_erased(engine: AsyncEngine, older_than_seconds: float, limit: in
     (AGENT_ERASED_THREAD_RETENTION_SECONDS). Past it, a retry of the erased conversation's key
     starts the conversation again, as a new request would. One read of the oldest ids (the
     `erased_at` index), then one DELETE of those still old enough: a row another sweep took
-    meanwhile is simply not counted."""
+    meanwhile is simply not counted. On Citus (the table is distributed by id) one DELETE per
+    id, each its own transaction routed to one shard: one DELETE of many ids would be a
+    transaction across workers, and two processes' sweeps could deadlock across them."""
     old = erased_threads.c.erased_at < db_now(-older_than_seconds)
     oldest = (
         sa.select(erased_threads.c.id).where(old).order_by(erased_threads.c.erased_at).limit(limit)
@@ -236,6 +238,13 @@ async def prune_erased(engine: AsyncEngine, older_than_seconds: float, limit: in
             ids = list((await conn.execute(oldest)).scalars())
         if not ids:
             return 0  # the common sweep: one read, no write transaction
+        if on_citus(engine):
+            one = erased_threads.delete().where(erased_threads.c.id == sa.bindparam("tid"), old)
+            gone = 0
+            for thread_id in ids:
+                async with write_transaction(engine) as conn:
+                    gone += (await conn.execute(one, {"tid": thread_id})).rowcount
+            return gone
         delete = erased_threads.delete().where(erased_threads.c.id.in_(ids), old)
         async with write_transaction(engine) as conn:
             return (await conn.execute(delete)).rowcount

@@ -200,6 +200,7 @@ class MemoryStore:
             return True
 
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
+        """As the SQL store's (`erase.prune_erased`), by this process's clock."""
         cutoff = time.time() - older_than_seconds
         old = sorted((at, tid) for tid, at in self._erased.items() if at < cutoff)[:limit]
         for _at, thread_id in old:

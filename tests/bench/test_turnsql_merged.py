@@ -1,6 +1,9 @@
 """The COMMIT FLOOR what-if (`bench.turnsql.merged`): a recorded bench turn's PostgreSQL units,
-each unit's writes sent as one statement in autocommit, write exactly the rows the recorded
-statements write: a cost figure of the same work, in five round trips instead of nineteen."""
+each unit's writes sent as one statement in autocommit, insert as many rows per table as the
+recorded statements (runs, messages, run_steps, ledger) and add the same tokens to the actor's
+usage: a cost figure of the same inserts, in five round trips instead of nineteen. Not the same
+semantics, and this checks counts, not values: in one statement the answer unit's lease check
+and its run's end both update the run's row, and PostgreSQL applies only one of them."""
 
 from __future__ import annotations
 

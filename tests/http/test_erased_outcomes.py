@@ -162,6 +162,35 @@ async def test_v1_a_keyed_retry_past_the_erased_ids_retention_starts_the_convers
     assert len(provider.calls) == 2
 
 
+async def test_the_periodic_sweep_forgets_erased_ids_past_their_retention(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    """The lifespan's sweep (every AGENT_SWEEP_SECONDS) calls `prune_erased`: with a retention
+    of 0 the id of a deleted conversation is gone within a few sweeps, without a call by hand."""
+    module = make_module(
+        model=ScriptedProvider([reply("first")]),
+        settings=http_settings(sweep_seconds=0.1, erased_thread_retention_seconds=0),
+    )
+    client = await open_client(stack, openai_app(module))
+    first = await client.post(
+        "/v1/responses", headers=keyed("swept"), json={"model": "helper", "input": "hi"}
+    )
+    conversation = first.json()["conversation"]["id"]
+    deleted = await client.delete(f"/v1/conversations/{conversation}", headers=ALICE)
+    assert deleted.status_code == 200, deleted.text
+
+    async def kept() -> int:
+        async with sql_store.engine.connect() as conn:
+            count = await conn.scalar(sa.select(sa.func.count()).select_from(erased_threads))
+        return int(count or 0)
+
+    for _ in range(200):  # 10 s at most
+        if not await kept():
+            break
+        await asyncio.sleep(0.05)
+    assert await kept() == 0, "no sweep forgot the erased id"
+
+
 @pytest.mark.parametrize("api", ["native", "v1"])
 async def test_a_turn_whose_run_an_erasure_failed_is_410_journal_erased_without_a_traceback(
     stack: AsyncExitStack,

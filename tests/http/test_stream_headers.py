@@ -28,7 +28,8 @@ from tests.http.conftest import (
 from tests.http.test_openai_sdk import async_client, serve
 
 HEADERS_WITHIN = 5.0
-"""Seconds the headers may take while the model has not answered (it never will, in time)."""
+"""Seconds the headers may take. The gated model answers only after they came (the gate is
+released after this wait), so headers that waited for the model time out: the test's check."""
 
 
 async def test_native_stream_sends_its_headers_before_the_model_answers(
@@ -46,8 +47,7 @@ async def test_native_stream_sends_its_headers_before_the_model_answers(
         )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
-    await gate.reached()
-    assert not gate.release.is_set(), "the headers came while the model was still thinking"
+    await gate.reached()  # the model call is in flight: nothing answered yet
     assert [m["role"] for m in await transcript(client, thread_id)] == ["user"]
 
     gate.release.set()
@@ -70,7 +70,6 @@ async def test_v1_stream_opens_with_response_created_before_the_model_answers(
         created = await anext(events)
     assert created.type == "response.created"
     assert created.response.status == "in_progress"
-    assert not gate.release.is_set()
 
     gate.release.set()
     rest = [event async for event in events]
