@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 import warnings
@@ -405,12 +406,9 @@ class AgentModule:
             "failed": self.settings.failed_run_retention_seconds,
         }
         for status, seconds in retention.items():
-            pruned = 0
-            for _ in range(PRUNE_BATCHES):
-                batch = await runtime.prune_steps(seconds, PRUNE_BATCH, status=status)
-                pruned += batch
-                if batch < PRUNE_BATCH:
-                    break
+            pruned = await _in_batches(
+                functools.partial(runtime.prune_steps, seconds, PRUNE_BATCH, status=status)
+            )
             if pruned:
                 log.info("pruned the journals of %d %s runs", pruned, status)
             total += pruned
@@ -423,12 +421,7 @@ class AgentModule:
         if not supports_erased_pruning(store):
             return 0
         seconds = self.settings.erased_thread_retention_seconds
-        pruned = 0
-        for _ in range(PRUNE_BATCHES):
-            batch = await store.prune_erased(seconds, PRUNE_BATCH)
-            pruned += batch
-            if batch < PRUNE_BATCH:
-                break
+        pruned = await _in_batches(functools.partial(store.prune_erased, seconds, PRUNE_BATCH))
         if pruned:
             log.info("forgot the ids of %d erased threads (retention ended)", pruned)
         return pruned
@@ -485,3 +478,15 @@ class AgentModule:
             if supports_closing(self.loop.model):
                 await self.loop.model.aclose()
             await persistence.dispose()
+
+
+async def _in_batches(prune: Callable[[], Awaitable[int]]) -> int:
+    """Call `prune` (one batch of at most `PRUNE_BATCH`) until a batch comes back short, at most
+    `PRUNE_BATCHES` times: a sweep's deletions stay bounded however much is owed. The total."""
+    total = 0
+    for _ in range(PRUNE_BATCHES):
+        batch = await prune()
+        total += batch
+        if batch < PRUNE_BATCH:
+            break
+    return total

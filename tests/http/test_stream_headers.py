@@ -76,3 +76,34 @@ async def test_v1_stream_opens_with_response_created_before_the_model_answers(
     assert rest[-1].type == "response.completed"
     assert rest[-1].response.output_text == "thought long"
     assert created.response.id == rest[-1].response.id
+
+
+async def test_a_client_gone_right_after_the_early_headers_still_gets_its_answer_stored(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """The attack on the early start: the client takes the headers and leaves before any event.
+    The turn runs in a task of its own, so the answer is stored once the model answers."""
+    gate = Gate(reply("stored anyway"))
+    module = make_module(model=StreamingScriptedProvider([gate]))
+    client = await live_client(stack, await serve_live(stack, make_app(module)))
+    thread_id = await new_thread(client)
+    url = f"/agents/helper/threads/{thread_id}/messages"
+
+    async with asyncio.timeout(HEADERS_WITHIN):
+        async with client.stream(
+            "POST", url, headers={**ALICE, **SSE}, json={"content": "then leave"}
+        ) as response:
+            assert response.status_code == 200
+    await gate.reached()
+    gate.release.set()
+
+    for _ in range(200):  # 10 s at most
+        roles = [m["role"] for m in await transcript(client, thread_id)]
+        if roles == ["user", "assistant"]:
+            break
+        await asyncio.sleep(0.05)
+    messages = await transcript(client, thread_id)
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("user", "then leave"),
+        ("assistant", "stored anyway"),
+    ]
