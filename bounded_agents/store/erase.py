@@ -202,14 +202,19 @@ only with its pragma on, and each cascade would be a statement the thread does n
 async def delete_thread(engine: AsyncEngine, thread_id: str) -> bool:
     """The thread and all of it but its ledger rows and its id (`erased_threads`), in one
     transaction; False when unknown. An id erased before (a thread a caller named, made again
-    and erased again) keeps its first row."""
+    and erased again) is dated, and owned, by its latest erasure: the retention counts from it."""
     params = {"tid": thread_id}
     async with wrap_db_errors("delete_thread"), write_transaction(engine) as conn:
         if not await _take(conn, params):
             return False
         owner = (await conn.execute(_OWNER, params)).scalar_one()
         keep_id = dialect_of(conn).insert(erased_threads).values(id=thread_id, actor_id=owner)
-        await conn.execute(keep_id.on_conflict_do_nothing())
+        await conn.execute(
+            keep_id.on_conflict_do_update(
+                index_elements=[erased_threads.c.id],
+                set_={"actor_id": owner, "erased_at": keep_id.excluded.erased_at},
+            )
+        )
         for statement in _DELETE_THREAD:
             await conn.execute(statement, params)
     await scrub_search_index(engine)

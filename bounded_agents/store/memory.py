@@ -196,7 +196,7 @@ class MemoryStore:
                 kept.pop(thread_id, None)
             if self._threads.pop(thread_id, None) is None:
                 return False
-            self._erased.setdefault(thread_id, time.time())
+            self._erased[thread_id] = time.time()  # dated by the latest erasure
             return True
 
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:

@@ -159,6 +159,24 @@ async def test_erased_ids_past_their_retention_are_forgotten_oldest_first(
     assert not await _refused(store, ids["fresh"])
 
 
+async def test_an_id_erased_again_is_kept_from_its_latest_erasure(store: ContractStore) -> None:
+    """A caller that names its threads (an Agents SDK session) may make an erased id again and
+    erase it again: the retention counts from the second erasure, not the first, or the sweep
+    would forget a conversation deleted a minute ago and let a keyed retry make it again."""
+    thread_id = await _thread_of_six(store)
+    await _erased_ago(store, {thread_id: 7_200.0})
+    again = await store.create_named_thread(thread_id, actor_id="bob", agent="assistant")
+    assert again.id == thread_id
+    assert await store.delete_thread(thread_id) is True
+
+    assert await store.prune_erased(3_600.0, 10) == 0, "erased a moment ago: kept"
+    assert await _refused(store, thread_id)
+    if isinstance(store, SqlAgentStore):
+        async with store.engine.connect() as conn:
+            owner = await conn.scalar(sa.select(erased_threads.c.actor_id))
+        assert owner == "bob", "the owner of the thread erased last"
+
+
 async def test_a_sweep_with_no_erased_id_to_forget_writes_nothing(
     sql_store: SqlAgentStore,
 ) -> None:
