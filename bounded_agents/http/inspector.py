@@ -45,6 +45,7 @@ from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
 from bounded_agents.http.deps import DIGITS_ONLY, canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
 from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
+from bounded_agents.http.route import bounded_body
 
 if TYPE_CHECKING:
     from bounded_agents.actors import Actor
@@ -53,6 +54,10 @@ if TYPE_CHECKING:
 COOKIE = "agent_inspector_key"
 THREADS_PER_PAGE = 25
 RUNS_PER_PAGE = 20
+LOGIN_BODY_LIMIT = 8 * 1024
+"""The sign-in form holds one API key: a body over this is refused (413) unread, before any
+key is looked at. It is the one form an anonymous caller can post, so it must not be a way to
+make the server read a body of any size."""
 STATIC = {"inspector.js": "text/javascript", "inspector.css": "text/css"}
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -281,7 +286,15 @@ class _Pages:
         refused = self.refused_cross_site(request)
         if refused is not None:
             return refused
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        try:
+            body = await (await bounded_body(request, LOGIN_BODY_LIMIT, LOGIN_BODY_LIMIT)).body()
+        except AgentError as exc:  # too large, or a Content-Length that is no number
+            status = status_for(exc)
+            message = "the sign-in form is too large" if status == 413 else str(exc)
+            return self.render(
+                request, "error.html", status, status=status, message=message, actor=None
+            )
+        form = parse_qs(body.decode("utf-8", "replace"))
         key = (form.get("key") or [""])[0].strip()
         actor = await self.module.actor_resolver(_with_key(request, key)) if key else None
         if actor is None:
@@ -365,4 +378,4 @@ def _with_key(request: Request, key: str) -> Request:
     return Request({**request.scope, "headers": headers})
 
 
-__all__ = ["build_inspector_router", "turn_view", "with_bars"]
+__all__ = ["LOGIN_BODY_LIMIT", "build_inspector_router", "turn_view", "with_bars"]

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from bounded_agents.core.ports import ModelResponse, Usage
+from bounded_agents.http.inspector import LOGIN_BODY_LIMIT
 from bounded_agents.providers import EchoModel
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.http.conftest import (
@@ -187,6 +188,22 @@ async def test_signing_in_keeps_the_key_in_a_cookie_the_resolver_reads(
     assert (await client.get(f"/inspect/threads/{thread}")).status_code == 404  # alice's
     await client.post("/inspect/logout")
     assert (await client.get("/inspect/")).status_code == 401
+
+
+async def test_a_sign_in_form_over_its_limit_is_a_413_page_and_signs_nobody_in(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """The anonymous form is read up to `LOGIN_BODY_LIMIT` only (found by attack: it was read
+    whole; tests/reliability/test_inspector_login_body.py measures the memory): a valid key
+    padded past the limit is refused, a form at the limit still signs in."""
+    client = await open_client(stack, make_app(make_module()))
+    padded = "key=key-b&pad=" + "x" * LOGIN_BODY_LIMIT
+    r = await client.post("/inspect/login", content=padded, headers=_FORM)
+    assert r.status_code == 413 and "too large" in r.text
+    assert r.headers["content-type"].startswith("text/html") and "set-cookie" not in r.headers
+    at_limit = "key=key-b&pad=" + "x" * (LOGIN_BODY_LIMIT - len("key=key-b&pad="))
+    signed = await client.post("/inspect/login", content=at_limit, headers=_FORM)
+    assert signed.status_code == 303 and "set-cookie" in signed.headers
 
 
 _FORM = {"Content-Type": "application/x-www-form-urlencoded"}
