@@ -21,7 +21,7 @@ import logging
 import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -48,6 +48,7 @@ from bounded_agents.core.ports import (
     supports_keyed_runs,
     supports_pruning,
     supports_run_erasure,
+    supports_thread_holding,
 )
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import (
@@ -186,9 +187,10 @@ class AgentModule:
         already loaded, so it is not read again. A thread gone between that check and the
         erasure was erased by a concurrent call: the outcome asked for, so no error."""
         owned = await self._owned(thread_id, actor_id, thread)
-        held = await self._runs_held_elsewhere(owned.id)
-        await self.store.delete_thread(owned.id)
-        await self._erase_runs(held)
+        async with self._holding(owned.id):
+            held = await self._runs_held_elsewhere(owned.id)
+            await self.store.delete_thread(owned.id)
+            await self._erase_runs(held)
 
     async def erase_message(
         self,
@@ -202,16 +204,24 @@ class AgentModule:
         (what `DELETE /threads/{id}/messages/{seq}` does). `MessageNotFound` when the thread has
         no message there (never stored, or erased already); otherwise as `erase_thread`."""
         owned = await self._owned(thread_id, actor_id, thread)
-        held = await self._runs_held_elsewhere(owned.id)
-        if not await self.store.delete_message(owned.id, seq):
-            raise MessageNotFound(owned.id, seq)
-        await self._erase_runs(held)
+        async with self._holding(owned.id):
+            held = await self._runs_held_elsewhere(owned.id)
+            if not await self.store.delete_message(owned.id, seq):
+                raise MessageNotFound(owned.id, seq)
+            await self._erase_runs(held)
 
     async def _owned(self, thread_id: str, actor_id: str, thread: Thread | None) -> Thread:
         """`thread` when it is the caller's check of this thread for this actor, else read."""
         if thread is not None and thread.id == thread_id and thread.actor_id == actor_id:
             return thread
         return await self.loop.owned_thread(thread_id, actor_id)
+
+    def _holding(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        """The thread held from turns for the erasure by a runtime that keeps its live runs in
+        memory (`ThreadHolder`: refused with `ThreadBusy` while one runs); a journaled run is a
+        row the store's erasure checks itself."""
+        runtime = self.loop.runtime
+        return runtime.hold(thread_id) if supports_thread_holding(runtime) else nullcontext()
 
     async def _runs_held_elsewhere(self, thread_id: str) -> list[str]:
         """The thread's runs a runtime keeps records of outside the store (DBOS's workflows),

@@ -1,8 +1,9 @@
 """InlineRuntime: runs without a journal, for callers who opt out of durability.
 
 Nothing survives the process: a run that dies is gone (its user message stays in the store).
-Turns on one thread are still serialized, by an in-process set of busy threads, and an
-Idempotency-Key names one run, by an in-process map (for the life of the process).
+Turns on one thread are still serialized, by an in-process set of busy threads (which an
+erasure holds too: `hold`), and an Idempotency-Key names one run, by an in-process map (for the
+life of the process).
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ class InlineRuntime:
         except asyncio.CancelledError:
             self._end(run_id, "failed", "cancelled", "the run was cancelled before it ended", {})
             raise
+
+    @asynccontextmanager
+    async def hold(self, thread_id: str) -> AsyncIterator[None]:
+        """The thread kept busy for the block (an erasure): refused while a run holds it, and
+        no run begins on it meanwhile (`begin` refuses with `ThreadBusy`)."""
+        if thread_id in self._busy:
+            raise ThreadBusy(thread_id)
+        self._busy.add(thread_id)
+        try:
+            yield
+        finally:
+            self._busy.discard(thread_id)
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed

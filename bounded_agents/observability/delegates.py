@@ -9,6 +9,7 @@ nothing of `runtime.py`, which imports it, so the two form no import circle.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
 from bounded_agents.core.ports import (
@@ -22,6 +23,7 @@ from bounded_agents.core.ports import (
     supports_run_erasure,
     supports_run_executor,
     supports_run_timeline,
+    supports_thread_holding,
 )
 
 _T = TypeVar("_T")
@@ -104,6 +106,13 @@ class EraserDelegate(PowerDelegate):
         await inner.erase_runs(run_ids)
 
 
+class HolderDelegate(PowerDelegate):
+    def hold(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        inner = self.inner
+        assert supports_thread_holding(inner)
+        return inner.hold(thread_id)
+
+
 DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_keyed_runs, KeyedRunsDelegate),
     (supports_run_executor, ExecutorDelegate),
@@ -111,6 +120,7 @@ DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_pruning, PrunerDelegate),
     (supports_launch, LauncherDelegate),
     (supports_run_erasure, EraserDelegate),
+    (supports_thread_holding, HolderDelegate),
 )
 """The runtime powers an observed runtime passes on, each with the mixin that implements it by
 delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
@@ -119,6 +129,7 @@ __all__ = [
     "DELEGATES",
     "EraserDelegate",
     "ExecutorDelegate",
+    "HolderDelegate",
     "KeyedRunsDelegate",
     "LauncherDelegate",
     "PowerDelegate",

@@ -5,6 +5,7 @@ store's are in `powers`, which lists all of them in `POWERS`): the same style, o
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
@@ -105,6 +106,23 @@ class RunEraser(Protocol):
 
 def supports_run_erasure(runtime: object) -> TypeGuard[RunEraser]:
     return isinstance(runtime, RunEraser)
+
+
+@runtime_checkable
+class ThreadHolder(Protocol):
+    """Optional: a runtime that knows which threads are busy only in its own process
+    (`InlineRuntime`, which writes no `runs` rows the store's erasure could see). An erasure
+    holds the thread through it: refused with `ThreadBusy` while a turn runs there, and no turn
+    begins there until the erasure is done. A journaled runtime needs no such power: its live
+    run is a row the store's erasure reads in its own transaction."""
+
+    def hold(self, thread_id: str) -> AbstractAsyncContextManager[None]:
+        """Held for the block; `ThreadBusy` at once when a run holds the thread."""
+        ...
+
+
+def supports_thread_holding(runtime: object) -> TypeGuard[ThreadHolder]:
+    return isinstance(runtime, ThreadHolder)
 
 
 @runtime_checkable
