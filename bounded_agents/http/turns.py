@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bounded_agents.core.loop import LoopEvent
+from bounded_agents.core.loop import LoopEvent, ToolCallEvent
 from bounded_agents.core.ports import Idempotency, TextDelta, Thread
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import AgentError, ContentTooLarge, InvalidContent, RunFailed
@@ -95,10 +95,17 @@ async def start_turn(
 
 
 def _repeated(task: asyncio.Task[RunResult], queue: TurnQueue, result: RunResult) -> StartedTurn:
-    """The key's earlier turn's answer as a stream: its text in one delta, then the end."""
+    """The key's earlier turn's answer as a stream: its tool calls, its text in one delta, then
+    the end, so a streamed retry ends with the same output as the first Response (found by
+    attack: built from the text alone, it dropped the `function_call` items)."""
+    answer = result.message
+    events: list[LoopEvent] = [ToolCallEvent(call=call) for call in answer.tool_calls]
+    if answer.content:
+        events.append(TextDelta(text=answer.content))
+    for event in events[1:]:
+        queue.put_nowait(event)
     queue.put_nowait(END)
-    text = result.message.content
-    first: LoopEvent | TurnStarted | TurnEnded = TextDelta(text=text) if text else END
+    first: LoopEvent | TurnStarted | TurnEnded = events[0] if events else END
     return StartedTurn(task, result.run_id, queue, first)
 
 
