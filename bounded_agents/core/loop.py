@@ -218,6 +218,17 @@ class AgentLoop:
 
     # --- entry points ----------------------------------------------------------------------
 
+    async def check_quota(self, actor_id: str) -> None:
+        """`QuotaExceeded` when the actor has spent its token quota (one ledger read; nothing
+        when no quota is set). Every turn asks before it begins; a caller about to make
+        something for a turn (a `/v1` request's new conversation) asks first, so a refused
+        turn leaves nothing behind."""
+        quota = self.deps.limits.token_quota
+        if quota is not None:
+            used = await self.deps.raw_ledger.tokens_used(actor_id)
+            if used >= quota:
+                raise QuotaExceeded(actor_id, used, quota)
+
     async def run_turn(
         self,
         *,
@@ -247,11 +258,7 @@ class AgentLoop:
             await deps.owned_thread(thread_id, actor_id, agent)
         elif thread.actor_id != actor_id or thread.agent != agent:
             raise ThreadNotFound(thread_id)
-        quota = deps.limits.token_quota
-        if quota is not None:
-            used = await deps.raw_ledger.tokens_used(actor_id)
-            if used >= quota:
-                raise QuotaExceeded(actor_id, used, quota)
+        await self.check_quota(actor_id)
         request = RunRequest(
             run_id=run_id,
             thread_id=thread_id,

@@ -22,6 +22,7 @@ from bounded_agents.core.report import RunReport
 from bounded_agents.errors import (
     AnswerErased,
     IdempotencyKeyReused,
+    QuotaExceeded,
     RunNotFound,
     ThreadErased,
     echoed,
@@ -198,6 +199,7 @@ async def _thread_for(
         definition = module.loop.definition(body.model)
         if keyed is not None:
             return await _keyed_thread(module, actor, definition.name, keyed)
+        await module.loop.check_quota(actor.id)  # a turn refused makes no conversation
         return await module.store.create_thread(actor_id=actor.id, agent=definition.name)
     if body.model is not None and body.model != thread.agent:
         raise InvalidParameter(
@@ -214,10 +216,18 @@ async def _keyed_thread(
     the key: its retry (which would otherwise start a thread, and a turn, of its own) finds
     the same thread and, in it, the key's run. The store's insert decides a race of the two.
     A thread of that id erased whole (its conversation deleted) is not made again: the key's
-    turn ran, and what it answered is gone (410 `answer_erased`, the model not called)."""
+    turn ran, and what it answered is gone (410 `answer_erased`, the model not called).
+    Over quota, a key that names no thread yet makes none (429): a retry of a key that does is
+    still answered with the key's turn."""
+    thread_id = keyed_thread_id(actor.id, keyed.key)
+    try:
+        await module.loop.check_quota(actor.id)
+    except QuotaExceeded:
+        if await module.store.get_thread_info(thread_id) is None:
+            raise
     try:
         thread = await module.store.create_named_thread(
-            keyed_thread_id(actor.id, keyed.key), actor_id=actor.id, agent=agent, unless_erased=True
+            thread_id, actor_id=actor.id, agent=agent, unless_erased=True
         )
     except ThreadErased:
         raise AnswerErased(None) from None

@@ -1,0 +1,63 @@
+"""A `/v1/responses` request without `conversation` or `previous_response_id` refused for a
+spent quota (429 `quota_exceeded`) stores nothing. Found by attack: it created its thread before
+the turn checked the quota, so every refused request of an actor over quota stored one more
+empty conversation, listed in the inspector and kept forever."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+
+import pytest
+
+from bounded_agents.store.sql import SqlAgentStore
+from tests.http.conftest import ALICE, ModuleFactory, open_client
+from tests.http.test_openai_sdk import openai_app
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_v1_response_refused_for_a_spent_quota_leaves_no_new_conversation(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore, stream: bool
+) -> None:
+    client = await open_client(stack, openai_app(make_module(quota=10)))
+    spent = await client.post(
+        "/v1/responses", headers=ALICE, json={"model": "helper", "input": "spend the quota"}
+    )
+    assert spent.status_code == 200, spent.text
+    threads_before = await sql_store.list_threads("alice", limit=100)
+
+    for _ in range(5):
+        refused = await client.post(
+            "/v1/responses",
+            headers=ALICE,
+            json={"model": "helper", "input": "one more", "stream": stream},
+        )
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "quota_exceeded"
+
+    threads_after = await sql_store.list_threads("alice", limit=100)
+    assert len(threads_after) == len(threads_before), (
+        f"{len(threads_after) - len(threads_before)} empty conversations were stored by "
+        "5 refused requests"
+    )
+
+
+async def test_a_keyed_v1_response_over_quota_makes_no_conversation_but_repeats_its_answer(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    """With an Idempotency-Key: a key that has answered is answered again over quota (its
+    retry is no new turn); a fresh key is refused, and its conversation is not made."""
+    client = await open_client(stack, openai_app(make_module(quota=10)))
+    body = {"model": "helper", "input": "spend the quota"}
+    key = {**ALICE, "Idempotency-Key": "first-key"}
+    spent = await client.post("/v1/responses", headers=key, json=body)
+    assert spent.status_code == 200, spent.text
+    threads_before = await sql_store.list_threads("alice", limit=100)
+
+    again = await client.post("/v1/responses", headers=key, json=body)
+    fresh = await client.post(
+        "/v1/responses", headers={**ALICE, "Idempotency-Key": "fresh-key"}, json=body
+    )
+
+    assert again.status_code == 200 and again.json()["id"] == spent.json()["id"], again.text
+    assert fresh.status_code == 429 and fresh.json()["error"]["code"] == "quota_exceeded"
+    assert len(await sql_store.list_threads("alice", limit=100)) == len(threads_before)
