@@ -242,7 +242,11 @@ async def list_messages(
 async def transcript_page(
     module: AgentModule, thread_id: str, limit: int, before: int | None
 ) -> list[Message]:
-    """Up to `limit` messages with `seq < before` (the newest when None), oldest first."""
+    """Up to `limit` messages with `seq < before` (the newest when None), oldest first. A bound
+    past `MAX_SEQ` bounds nothing (every stored seq is below it) and would overflow PostgreSQL's
+    integer (a 503 for `DELETE .../items/msg_2147483647`, found by attack): it is dropped."""
+    if before is not None and before > MAX_SEQ:
+        before = None
     return await module.store.list_messages(thread_id, limit=limit, before=before)
 
 
