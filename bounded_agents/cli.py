@@ -41,6 +41,18 @@ def shown(text: object) -> str:
     return str(text).translate(_ESCAPED)
 
 
+def _port(text: str) -> int:
+    """`--port`: refused by argparse in one line (exit 2) when no socket could bind it, as
+    AGENT_PORT is by the settings."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is outside 1-65535")
+    return port
+
+
 def _fail(text: str) -> None:
     print(shown(f"error: {text}"), file=sys.stderr)
 
@@ -414,7 +426,9 @@ def _add_database_commands(sub: argparse._SubParsersAction[argparse.ArgumentPars
         f"{DEFAULT_APP}: your project's app/main.py)",
     )
     serve.add_argument("--host", help="address to bind (default: $AGENT_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to listen on (default: $AGENT_PORT, 8000)")
+    serve.add_argument(
+        "--port", type=_port, help="port to listen on, 1-65535 (default: $AGENT_PORT, 8000)"
+    )
     sub.add_parser(
         "migrate",
         help="bring the database to the newest schema",

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any, Final, Literal
 
+import httpx
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -267,8 +268,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
-    port: int = 8000
-    """Port `python -m app serve` listens on."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """Port `python -m app serve` listens on (1-65535: a port no socket can bind stopped
+    `serve` with uvicorn's traceback after the app had started)."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         """The settings as `repr` shows them (and so any log line holding them): URLs with
@@ -290,6 +292,16 @@ class Settings(BaseSettings):
     @classmethod
     def _database_url_has_the_async_driver(cls, value: str) -> str:
         problem = database_url_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("openai_base_url", "anthropic_base_url")
+    @classmethod
+    def _base_url_is_an_http_url(cls, value: str) -> str:
+        """Parsed as the provider's HTTP client will parse it, so a placeholder left in
+        (`http://localhost:PORT/v1`) is one line at start-up, not the client's traceback."""
+        problem = base_url_problem(value)
         if problem is not None:
             raise ValueError(problem)
         return value
@@ -443,6 +455,20 @@ def parse_api_keys(text: str) -> dict[str, str]:
 _ASYNC_DRIVERS = {"postgresql": "asyncpg", "sqlite": "aiosqlite"}
 """The one driver the store is written for, per database (it uses asyncpg's own options)."""
 _URL_SHAPES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path.db"
+
+
+def base_url_problem(value: str) -> str | None:
+    """Why `value` is no provider API root: not an http(s) URL with a host, or a port that is
+    no number (the client would refuse it at the first call); None when it is one."""
+    try:
+        url = httpx.URL(value)
+    except httpx.InvalidURL as exc:
+        return f"{redacted_url(value)!r} is not a URL ({exc})"
+    if url.scheme not in ("http", "https") or not url.host:
+        return f"{redacted_url(value)!r} is not an http(s) URL with a host, like https://host/v1"
+    if url.port is not None and not 1 <= url.port <= 65535:
+        return f"{redacted_url(value)!r} names port {url.port}, outside 1-65535"
+    return None
 
 
 def database_url_problem(url: str) -> str | None:

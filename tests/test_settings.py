@@ -218,6 +218,12 @@ def test_an_empty_sweep_setting_means_unset_like_the_others() -> None:
         ("AGENT_DURABLE", "SQL"),
         ("AGENT_DB_PGBOUNCER", "maybe"),
         ("AGENT_JOURNAL_RETENTION_SECONDS", "-1"),
+        # Found by attack: each passed the settings and stopped `serve` with a traceback.
+        ("AGENT_PORT", "70000"),
+        ("AGENT_PORT", "-1"),
+        ("AGENT_OPENAI_BASE_URL", "http://localhost:PORT/v1"),
+        ("AGENT_OPENAI_BASE_URL", "localhost:8080/v1"),
+        ("AGENT_ANTHROPIC_BASE_URL", "https://gateway.example:99999"),
     ],
 )
 def test_a_bad_environment_variable_is_one_config_error_naming_it(
@@ -236,6 +242,7 @@ def test_a_settings_error_never_quotes_a_password(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("AGENT_DATABASE_URL", "postgresql+asyncpg://app:s3cr3t-db@db/x")
     monkeypatch.setenv("AGENT_DBOS_SYSTEM_DATABASE_URL", "postgresql://app:s3cr3t-dbos@db/x")
     monkeypatch.setenv("AGENT_OPENAI_API_KEY", "sk-s3cr3t-key")
+    monkeypatch.setenv("AGENT_OPENAI_BASE_URL", "https://app:s3cr3t-gw@gateway:PORT/v1")
     message = _settings_error()
     assert re.search("AGENT_HISTORY_MAX_MESSAGES", message), message
     assert "s3cr3t" not in message

@@ -1,0 +1,91 @@
+"""A bad port or provider URL stops `python -m app serve` with one line naming the variable
+(exit 2), as docs/settings.md promises. Found by attack: `AGENT_PORT=70000` passed the settings
+and stopped `serve` with uvicorn's traceback (`OverflowError: bind(): port must be 0-65535`),
+exit 1, after the app had started and migrated its database; a base URL with a placeholder
+port, with httpx's."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_port_no_socket_can_bind_stops_serve_with_one_line_naming_agent_port(
+    tmp_path: Path, port: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env.update(
+        AGENT_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'port.db'}",
+        AGENT_API_KEYS="key-a=alice",
+        AGENT_PORT=port,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-600:]
+    assert done.returncode == 2, done.stderr[-600:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: invalid settings: AGENT_PORT"), line
+
+
+@pytest.mark.parametrize(
+    ("variables", "named"),
+    [
+        (
+            {"AGENT_MODEL": "openai", "AGENT_OPENAI_BASE_URL": "http://localhost:PORT/v1"},
+            "AGENT_OPENAI_BASE_URL",
+        ),
+        (
+            {
+                "AGENT_MODEL": "anthropic",
+                "AGENT_ANTHROPIC_API_KEY": "sk-test",
+                "AGENT_ANTHROPIC_BASE_URL": "https://gateway.example:PORT",
+            },
+            "AGENT_ANTHROPIC_BASE_URL",
+        ),
+    ],
+    ids=["openai-base-url", "anthropic-base-url"],
+)
+def test_a_provider_url_with_a_placeholder_port_stops_serve_with_one_line_naming_it(
+    tmp_path: Path, variables: dict[str, str], named: str
+) -> None:
+    """A port left as a placeholder (`http://localhost:PORT/v1`) passed the settings and
+    stopped `serve` with a 53-line traceback ending `httpx.InvalidURL: Invalid port: 'PORT'`
+    (raised by `providers/factory.py` `sends_cache_key` -> `httpx.URL(base_url)`), exit 1."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env.update(
+        AGENT_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'url.db'}",
+        AGENT_API_KEYS="key-a=alice",
+        **variables,
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve", "--port", str(_free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-600:]
+    assert done.returncode == 2, done.stderr[-600:]
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and named in line, line
