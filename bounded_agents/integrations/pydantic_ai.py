@@ -122,10 +122,17 @@ def _loaded(entries: Sequence[Entry]) -> list[ModelMessage]:
     return ModelMessagesTypeAdapter.validate_python(raw)
 
 
-def _summary_request(view: BoundedView) -> list[ModelMessage]:
-    if view.summary_text is None:
-        return []
-    return [ModelRequest(parts=[SystemPromptPart(content=view.summary_text)])]
+def _lead(opening: Entry | None, view: BoundedView) -> list[ModelMessage]:
+    """One request of system prompts ahead of the kept runs: the first request's own (when the
+    view no longer holds it), then the summary's; none when there is neither."""
+    parts: list[SystemPromptPart] = []
+    if opening is not None and opening.item is not None:
+        first = _loaded([opening])[0]
+        if isinstance(first, ModelRequest):
+            parts += [p for p in first.parts if isinstance(p, SystemPromptPart)]
+    if view.summary_text is not None:
+        parts.append(SystemPromptPart(content=view.summary_text))
+    return [ModelRequest(parts=parts)] if parts else []
 
 
 class BoundedMessageStore:
@@ -174,10 +181,19 @@ class BoundedMessageStore:
         return found
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
-        """The bounded history: the summary first (a system prompt), then the newest runs."""
-        view = await self.thread(conversation_id).bounded()
-        self.last_rows_read = view.rows_read
-        return _summary_request(view) + _loaded(view.entries)
+        """The bounded history: the agent's system prompts and the summary first (one request
+        of system prompts), then the newest runs.
+
+        Pydantic AI adds an agent's `system_prompt` to a run's request only when the history
+        is EMPTY, so only the conversation's first request holds it. Once that request has
+        left the bounded view, its system prompts are read back (one row) and kept first, as
+        `history_processor` keeps them in flight; otherwise every later run would go without
+        them (found by attack: from the run after `keep_runs`, the model got none)."""
+        thread = self.thread(conversation_id)
+        view = await thread.bounded()
+        opening = await thread.opening(view)
+        self.last_rows_read = view.rows_read + (opening is not None)
+        return _lead(opening, view) + _loaded(view.entries)
 
     async def save(
         self,

@@ -20,11 +20,13 @@ a tool call from its output, whatever lies between them.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from bounded_agents.core.fold_health import backoff_after, may_fold, same_health, unrelated_fold
 from bounded_agents.core.messages import Attachment, Message, storable_text, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
@@ -33,6 +35,7 @@ from bounded_agents.core.ports import (
     NamedThreadCreator,
     Summarizer,
     SummaryStore,
+    Thread,
     ThreadInfoReader,
     ThreadSummary,
     ThreadTurnQuery,
@@ -40,6 +43,7 @@ from bounded_agents.core.ports import (
     TranscriptReader,
     supports_bounded_read,
     supports_erasure,
+    supports_fold_health,
     supports_named_threads,
     supports_summaries,
     supports_thread_info,
@@ -75,6 +79,8 @@ THREAD_ID_CHARS = 36
 a UUID5 of itself, the same one every time."""
 
 _NAMESPACE = uuid.UUID("5b0d4a8e-3f0c-4c52-9a45-7d1c2b8e6f10")
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -119,8 +125,10 @@ class FoldOutcome:
     folded: int = 0
     """Items folded into it by this call."""
     refused: str | None = None
-    """Why the summarizer's last answer was refused (`fold_rejection`), if it was: the summary
-    and its boundary stay as they were, nothing is lost."""
+    """Why the summarizer's last answer was refused (`fold_rejection`, or `unrelated`), if it
+    was: the summary and its boundary stay as they were, nothing is lost. From
+    `compact_if_due` also `failed:<error>` (the summarizer raised) or `backoff` (not attempted:
+    the thread waits after a refused or failed fold)."""
 
 
 def thread_id_for(session_id: str) -> str:
@@ -197,8 +205,6 @@ class ThreadHistory:
     agent: str = "integration"
     keep_runs: int = DEFAULT_KEEP_RUNS
     thread_id: str = field(init=False)
-    _created: bool = field(default=False, init=False, repr=False)
-    _owned: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.keep_runs < 1:
@@ -254,25 +260,27 @@ class ThreadHistory:
         return self.store
 
     async def check_owner(self) -> None:
-        """Refuse, as not found, a thread another actor owns: once per object, before its
-        first read or erasure (a thread not created yet is nobody's: reads find it empty)."""
-        if self._owned or self._created:
-            return
+        """Refuse, as not found, a thread another actor owns or another agent's (another
+        adapter's items, which this one cannot parse): before EVERY read and erasure, one
+        primary-key read. Not once per object: a long-lived object's thread may have been
+        erased and made again by another actor since it last looked (found by attack: a cached
+        object read, and appended to, the other actor's thread). A thread not created yet is
+        nobody's: reads find it empty."""
         thread = await self._info.get_thread_info(self.thread_id)
-        if thread is not None and thread.actor_id != self.actor_id:
+        if thread is not None and not self._mine(thread):
             raise ThreadNotFound(self.thread_id)
-        self._owned = thread is not None
 
     async def ensure_thread(self) -> None:
-        """Create the thread on first use; refuse (as not found) another actor's thread."""
-        if self._created:
-            return
+        """Create the thread unless it exists, before every write; refuse (as not found)
+        another actor's or another agent's (see `check_owner`)."""
         thread = await self._creator.create_named_thread(
             self.thread_id, actor_id=self.actor_id, agent=self.agent
         )
-        if thread.actor_id != self.actor_id:
+        if not self._mine(thread):
             raise ThreadNotFound(self.thread_id)
-        self._created = True
+
+    def _mine(self, thread: Thread) -> bool:
+        return thread.actor_id == self.actor_id and thread.agent == self.agent
 
     # --- writes ----------------------------------------------------------------------------
 
@@ -300,7 +308,6 @@ class ThreadHistory:
                 stored = await self.store.append_messages(self.thread_id, built)
             except ThreadNotFound:
                 # Cleared by another session object (or process) since: start it again.
-                self._created = self._owned = False
                 await self.ensure_thread()
                 stored = await self.store.append_messages(self.thread_id, built)
         except DuplicateMessage:
@@ -324,6 +331,22 @@ class ThreadHistory:
             skipped=page.skipped,
             rows_read=len(page.messages),
         )
+
+    async def opening(self, view: BoundedView) -> Entry | None:
+        """The thread's first item when `view` no longer holds it (folded or skipped), else
+        None: one row, read only then. A framework that writes its agent's standing
+        instructions into the first request only (Pydantic AI's `system_prompt`) needs it back
+        once the bounded view has moved past that request."""
+        if (
+            view.summary is None
+            and view.skipped == 0
+            and (not view.entries or view.entries[0].seq <= 1)
+        ):
+            return None
+        found = await self._summaries.messages_after(self.thread_id, 0, 1)
+        if not found or (view.entries and (found[0].seq or 0) >= view.entries[0].seq):
+            return None
+        return _entry(found[0])
 
     async def newest(self, n: int) -> list[Entry]:
         """The raw newest `n` items, oldest first (no summary, no run cut)."""
@@ -351,7 +374,6 @@ class ThreadHistory:
         afresh on its next write."""
         await self.check_owner()
         await self._eraser.delete_thread(self.thread_id)
-        self._created = self._owned = False
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -394,6 +416,8 @@ class ThreadHistory:
             )
             made = await summarizer(chunk, ctx)
             refused = fold_rejection(made)
+            if refused is None:  # as the loop's folds: a summary that does not stand for them
+                refused = unrelated_fold(made.text, chunk, summary.text if summary else None)
             if refused is not None:
                 return FoldOutcome(summary=summary, folded=folded, refused=refused)
             usage = made.usage
@@ -419,11 +443,33 @@ class ThreadHistory:
     ) -> FoldOutcome | None:
         """`compact` when at least `fold_items` unsummarized items lie past the kept runs (one
         bounded read to find out); None when not due. Between folds the view only grows at its
-        end, so a provider's prompt cache keeps matching it."""
+        end, so a provider's prompt cache keeps matching it.
+
+        Called after a write, so it never fails the write (a fold owed but not made never fails
+        the chat, as in the loop; found by attack: a summarizer outage failed every LangChain
+        write after its messages were stored, and a retried write stored them twice): a
+        summarizer that raises is logged and reported as `refused="failed:<error>"`. After a
+        refused or failed fold the thread backs off as the loop's do, on a store that keeps
+        fold health (`FoldHealthStore`): no attempt until the thread has grown by the backoff
+        (`refused="backoff"`), so a broken summarizer is not called again on every write."""
         view = await self.bounded()
         if view.skipped < fold_items:
             return None
-        return await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
+        newest = view.entries[-1].seq if view.entries else 0
+        keeper = self.store if supports_fold_health(self.store) else None
+        health = await keeper.fold_health(self.thread_id) if keeper is not None else None
+        if not may_fold(health, newest):
+            return FoldOutcome(summary=view.summary, refused="backoff")
+        try:
+            outcome = await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
+        except Exception as exc:  # the summarizer's failure, whatever it raised
+            log.warning("thread %s: the fold failed (%s); it is retried later", self.thread_id, exc)
+            outcome = FoldOutcome(summary=view.summary, refused=f"failed:{type(exc).__name__}")
+        if keeper is not None:
+            after = backoff_after(outcome.refused, health, newest)
+            if not same_health(health, after):
+                await keeper.save_fold_health(self.thread_id, after)
+        return outcome
 
     async def _chunk(self, after: int, stop: int, budget: int) -> list[Message]:
         """The next fold's messages: seq in (after, stop], oldest first, read a page at a

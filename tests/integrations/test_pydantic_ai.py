@@ -98,14 +98,16 @@ async def test_a_ten_thousand_message_thread_loads_the_bound_and_carries_the_sum
         await history.save(batch, conversation_id="conv-c")
     with rows_read(sql_store) as reads:
         loaded = await history.load("conv-c")
-    assert reads == [("load_thread_for_turn", 12)] and len(loaded) == 12 and calls_paired(loaded)
+    # the bound, and the thread's first request (its system prompts, had the agent any): 13
+    opening = [("load_thread_for_turn", 12), ("messages_after", 1)]
+    assert reads == opening and len(loaded) == 12 and calls_paired(loaded)
     folded = await history.compact("conv-c")
     assert folded is not None and folded.folded == 10_000 - 12
     seen: list[list[ModelMessage]] = []
     with rows_read(sql_store) as reads:
         messages = await history.load("conv-c")
     result = await weather_agent(seen).run("next", message_history=messages)
-    assert reads == [("load_thread_for_turn", 12)]
+    assert reads == opening
     lead = seen[0][0]
     assert isinstance(lead, ModelRequest) and isinstance(lead.parts[0], SystemPromptPart)
     assert "answer 2496" in lead.parts[0].content
@@ -155,3 +157,33 @@ async def test_the_history_processor_bounds_an_agents_run() -> None:
     prompts = [p.content for m in sent for p in m.parts if isinstance(p, UserPromptPart)]
     assert prompts == ["question 5", "next"]  # the run in flight counts as one of the two
     assert calls_paired(sent)
+
+
+async def test_pydantic_ai_agents_system_prompt_is_still_sent_once_its_first_run_left_the_view(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Pydantic AI adds an agent's `system_prompt` only to a run with an EMPTY history: the
+    first run's request holds it. `load` keeps it once that run is older than `keep_runs`
+    (as `history_processor` does in flight). Found by attack: from the fourth run on (keep 2)
+    the model was sent no system prompt."""
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        return ModelResponse(parts=[TextPart("d'accord")])
+
+    agent: Agent[None, str] = Agent(
+        FunctionModel(respond), system_prompt="You are Bob. Always answer in French."
+    )
+    history = BoundedMessageStore(sql_store, keep_runs=2)
+    for question in ("one", "two", "three", "four", "five"):
+        result = await agent.run(question, message_history=await history.load("conv-1"))
+        await history.save(result.new_messages(), conversation_id="conv-1")
+        sent = [
+            p.content
+            for m in seen[-1]
+            if isinstance(m, ModelRequest)
+            for p in m.parts
+            if isinstance(p, SystemPromptPart)
+        ]
+        assert "You are Bob. Always answer in French." in sent, (question, sent)

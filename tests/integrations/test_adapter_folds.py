@@ -1,0 +1,102 @@
+"""The adapters' folds (`ThreadHistory.compact`, `compact_if_due`) hold to what the loop's do.
+Found by attack: a summarizer answering a chat reply was stored as the summary (the loop
+refuses it as `unrelated`), and a summarizer outage failed every LangChain write after its
+messages were stored (5 of 6; a retried write stored them twice), calling the dead summarizer
+on every write."""
+
+from __future__ import annotations
+
+from langchain_core.messages import AIMessage, HumanMessage
+
+from bounded_agents.core.fold_health import unrelated_fold
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
+from bounded_agents.integrations.langchain import BoundedChatMessageHistory
+from bounded_agents.integrations.openai_agents import BoundedSession
+from bounded_agents.store import SqlAgentStore
+
+JUNK = (
+    "Sure, happy to help! I'd love to hear more about what you are thinking. Feel free to "
+    "share anything else today, and let me know if there is something I can help with. "
+    "Thanks so much, this sounds really interesting and fun!"
+)
+
+
+class ChatReplies:
+    """A summarizer whose model answers the fold request like a chat turn."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[Message]] = []
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.chunks.append(messages)
+        return HistorySummary(text=JUNK, model="junk")
+
+
+def facts(n: int) -> list[dict[str, str]]:
+    return [
+        {
+            "role": "user",
+            "content": f"My order ORD-{4400 + n} ships to warehouse WH-{n} in "
+            f"Rotterdam on March {n + 1}, invoice INV-{9000 + n}.",
+        },
+        {
+            "role": "assistant",
+            "content": f"Noted: ORD-{4400 + n}, WH-{n}, Rotterdam, March {n + 1}, INV-{9000 + n}.",
+        },
+    ]
+
+
+async def test_a_chat_reply_given_as_the_summary_is_refused_not_stored(
+    sql_store: SqlAgentStore,
+) -> None:
+    summarizer = ChatReplies()
+    session = BoundedSession("facts", sql_store, keep_runs=1, summarizer=summarizer)
+    for n in range(6):
+        await session.add_items(facts(n))  # type: ignore[arg-type]
+    outcome = await session.compact(force=True)
+    assert outcome is not None and summarizer.chunks
+    # The loop's own judgement of this answer, for this chunk:
+    assert unrelated_fold(JUNK, summarizer.chunks[0], None) == "unrelated"
+    assert outcome.refused == "unrelated", outcome
+    view = await session.get_items()
+    assert not any(JUNK[:20] in str(item) for item in view), view[:1]
+
+
+WRITES = 40
+
+
+class Down:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.calls += 1
+        raise ConnectionError("summarizer endpoint is down")
+
+
+async def test_langchain_writes_succeed_once_each_and_back_off_while_the_summarizer_is_down(
+    sql_store: SqlAgentStore,
+) -> None:
+    down = Down()
+    history = BoundedChatMessageHistory(
+        "user-7", sql_store, keep_runs=1, summarizer=down, fold_items=2
+    )
+    failures = 0
+    for n in range(WRITES):
+        run = [HumanMessage(f"question {n}"), AIMessage(f"answer {n}")]
+        try:
+            await history.aadd_messages(run)
+        except Exception:
+            failures += 1
+            # What a caller does with a failed write: try it again.
+            try:
+                await history.aadd_messages(run)
+            except Exception:
+                pass
+    stored = await history.history.newest(1000)
+    texts = [e.message.content for e in stored]
+    assert failures == 0, f"{failures} of {WRITES} writes failed after storing their run"
+    assert len(texts) == len(set(texts)) == 2 * WRITES, texts
+    # the backoff: without it every write after the second calls it (39 of 40)
+    assert down.calls <= 6, down.calls
