@@ -28,6 +28,7 @@ from tenacity import RetryCallState
 
 from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, TextDelta, Usage
+from bounded_agents.core.tokens import estimate_usage
 from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTimeout
 from bounded_agents.providers.anthropic.wire import CachePlan, messages_body
 from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
@@ -145,11 +146,14 @@ class AnthropicProvider:
                 return await self._client.messages.create(**body)
             except anthropic.APIError as exc:
                 raise self._failure(exc) from exc
+            except ValueError as exc:  # a 200 whose body is no JSON (a proxy's HTML page)
+                raise ProviderBadResponse(f"provider response is not JSON ({exc})") from exc
 
         message = await self._retrying(attempt)
         try:
             data = message.model_dump(mode="json")
             return _response(
+                request,
                 data.get("content") or [],
                 data.get("stop_reason"),
                 data.get("usage"),
@@ -178,7 +182,7 @@ class AnthropicProvider:
                 raise self._failure(exc) from exc
 
         events = await self._retrying(attempt)
-        assembly = _StreamAssembly(self.model)
+        assembly = _StreamAssembly(request, self.model)
         try:
             async for event in events:
                 delta = assembly.feed(event.model_dump(mode="json"))
@@ -186,6 +190,8 @@ class AnthropicProvider:
                     yield TextDelta(text=delta)
                 if assembly.done:
                     break
+        except ProviderError:
+            raise
         except anthropic.APIStatusError as exc:
             raise ProviderError(f"provider failed mid-stream: {_message(exc)}") from exc
         except STREAM_STALLS as exc:
@@ -194,10 +200,24 @@ class AnthropicProvider:
             ) from exc
         except STREAM_CUTS as exc:
             raise ProviderBadResponse(f"stream from {self.base_url} was cut off: {exc}") from exc
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            # An event that is no JSON, a delta for a block never started, a null text: the
+            # server's fault, named as such (found by attack: raw KeyError / TypeError).
+            raise ProviderBadResponse(
+                f"stream from {self.base_url} is malformed ({type(exc).__name__}: {exc})"
+            ) from exc
         finally:
             with contextlib.suppress(Exception):
                 await events.close()
-        yield assembly.result()
+        try:
+            done = assembly.result()
+        except ProviderError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProviderBadResponse(
+                f"stream from {self.base_url} is malformed ({exc!r})"
+            ) from exc
+        yield done
 
     async def count_tokens(self, request: ModelRequest) -> int:
         """`TokenCountingProvider`: the request's input tokens by Claude's own tokenizer, from
@@ -279,8 +299,9 @@ class AnthropicProvider:
 class _StreamAssembly:
     """Folds Messages stream events into text deltas and one final response."""
 
-    def __init__(self, default_model: str) -> None:
+    def __init__(self, request: ModelRequest, default_model: str) -> None:
         self.done = False
+        self._request = request
         self._model = default_model
         self._blocks: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] = {}
@@ -300,8 +321,11 @@ class _StreamAssembly:
             block = self._blocks[int(event["index"])]
             delta = event["delta"]
             if delta.get("type") == "text_delta":
-                block["parts"].append(delta["text"])
-                return str(delta["text"])
+                text = delta["text"]
+                if not isinstance(text, str):
+                    raise TypeError(f"text_delta text is {type(text).__name__}, not a string")
+                block["parts"].append(text)
+                return text
             if delta.get("type") == "input_json_delta":
                 block["parts"].append(delta.get("partial_json") or "")
         elif kind == "message_delta":
@@ -323,11 +347,15 @@ class _StreamAssembly:
             elif block.get("type") == "tool_use":
                 block["input"] = joined
             content.append(block)
-        return _response(content, self._stop_reason, self._usage, self._model)
+        return _response(self._request, content, self._stop_reason, self._usage, self._model)
 
 
 def _response(
-    content: list[dict[str, Any]], stop_reason: Any, raw_usage: Any, model: str
+    request: ModelRequest,
+    content: list[dict[str, Any]],
+    stop_reason: Any,
+    raw_usage: Any,
+    model: str,
 ) -> ModelResponse:
     text: list[str] = []
     calls: list[ToolCall] = []
@@ -340,13 +368,29 @@ def _response(
                 arguments = json.dumps(arguments)
             calls.append(tool_call(block.get("id"), block.get("name"), arguments))
     reason = STOP_REASONS.get(stop_reason, stop_reason) if isinstance(stop_reason, str) else None
+    answer = "".join(text)
+    # No count at all (`usage` left out, `{}`, a stream that never said): booked by the
+    # estimate, as the OpenAI provider does, never as 0 tokens past the ledger and quota.
+    counted = (
+        usage(raw_usage) if counts_usage(raw_usage) else estimate_usage(request, answer, calls)
+    )
     return ModelResponse(
-        content="".join(text),
+        content=answer,
         tool_calls=calls,
-        usage=usage(raw_usage),
+        usage=counted,
         model=model,
         finish_reason=reason[:40] if reason else None,
     )
+
+
+def counts_usage(raw: Any) -> bool:
+    """Whether the server reported usage at all: no usage, or one with neither an input nor an
+    output count, is not a report of 0 tokens."""
+    if raw is None:
+        return False
+    if not isinstance(raw, dict):
+        return True  # `usage` refuses it, naming it
+    return raw.get("input_tokens") is not None or raw.get("output_tokens") is not None
 
 
 def usage(raw: Any) -> Usage:
