@@ -269,8 +269,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     """Address `python -m app serve` binds."""
     port: int = Field(default=8000, ge=1, le=65535)
-    """Port `python -m app serve` listens on (1-65535: a port no socket can bind stopped
-    `serve` with uvicorn's traceback after the app had started)."""
+    """Port `python -m app serve` listens on, 1-65535: one past it stopped `serve` with
+    uvicorn's traceback after the app had started, and 0 (any free port) is one no client
+    would know, `chat` included."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         """The settings as `repr` shows them (and so any log line holding them): URLs with
@@ -458,16 +459,19 @@ _URL_SHAPES = "postgresql+asyncpg://user@host/db or sqlite+aiosqlite:///path.db"
 
 
 def base_url_problem(value: str) -> str | None:
-    """Why `value` is no provider API root: not an http(s) URL with a host, or a port that is
-    no number (the client would refuse it at the first call); None when it is one."""
+    """Why `value` is no provider API root: not an http(s) URL with a host and a port in
+    1-65535 (the client would refuse it at the first call); None when it is one. The message
+    never quotes the value: a password in it may hold `/` or `#`, which no URL parser reads as
+    a password, and the parser's own error text quotes what it took for the port."""
+    expected = "not an http(s) URL with a host and a port in 1-65535, like https://host:443/v1"
     try:
         url = httpx.URL(value)
-    except httpx.InvalidURL as exc:
-        return f"{redacted_url(value)!r} is not a URL ({exc})"
+    except httpx.InvalidURL:
+        return f"{expected} (it does not parse: check its port and any user:password@)"
     if url.scheme not in ("http", "https") or not url.host:
-        return f"{redacted_url(value)!r} is not an http(s) URL with a host, like https://host/v1"
+        return expected
     if url.port is not None and not 1 <= url.port <= 65535:
-        return f"{redacted_url(value)!r} names port {url.port}, outside 1-65535"
+        return f"{expected} (its port is {url.port})"
     return None
 
 

@@ -243,6 +243,8 @@ def test_a_settings_error_never_quotes_a_password(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("AGENT_DBOS_SYSTEM_DATABASE_URL", "postgresql://app:s3cr3t-dbos@db/x")
     monkeypatch.setenv("AGENT_OPENAI_API_KEY", "sk-s3cr3t-key")
     monkeypatch.setenv("AGENT_OPENAI_BASE_URL", "https://app:s3cr3t-gw@gateway:PORT/v1")
+    # a password with `/` or `#` is read as no password by a URL parser (found by review)
+    monkeypatch.setenv("AGENT_ANTHROPIC_BASE_URL", "https://app:Xy7/s3cr3t#x@gateway/v1")
     message = _settings_error()
     assert re.search("AGENT_HISTORY_MAX_MESSAGES", message), message
     assert "s3cr3t" not in message
