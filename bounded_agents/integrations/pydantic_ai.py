@@ -164,9 +164,9 @@ class BoundedMessageStore:
         self._threads: dict[str, ThreadHistory] = {}
 
     def thread(self, conversation_id: str) -> ThreadHistory:
-        """The conversation's thread in the store (the shared core). Kept for the next call
-        (up to `THREADS_KEPT` conversations), so a conversation's thread is created, and its
-        owner checked, once rather than on every save."""
+        """The conversation's thread in the store (the shared core), kept for the next call (up
+        to `THREADS_KEPT` conversations). Its owner is still checked on every call: the object
+        holds no state of the thread's (see `ThreadHistory.check_owner`)."""
         found = self._threads.get(conversation_id)
         if found is None:
             if len(self._threads) >= THREADS_KEPT:

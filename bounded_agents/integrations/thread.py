@@ -61,6 +61,7 @@ from bounded_agents.errors import (
     ConfigError,
     DuplicateMessage,
     InvalidInput,
+    StoreError,
     ThreadNotFound,
     clipped,
 )
@@ -271,11 +272,14 @@ class ThreadHistory:
             raise ThreadNotFound(self.thread_id)
 
     async def ensure_thread(self) -> None:
-        """Create the thread unless it exists, before every write; refuse (as not found)
-        another actor's or another agent's (see `check_owner`)."""
-        thread = await self._creator.create_named_thread(
-            self.thread_id, actor_id=self.actor_id, agent=self.agent
-        )
+        """Before every write: the thread checked as `check_owner` does (one primary-key read),
+        and created when there is none yet; another actor's or another agent's is refused (as
+        not found), also when another created it first."""
+        thread = await self._info.get_thread_info(self.thread_id)
+        if thread is None:
+            thread = await self._creator.create_named_thread(
+                self.thread_id, actor_id=self.actor_id, agent=self.agent
+            )
         if not self._mine(thread):
             raise ThreadNotFound(self.thread_id)
 
@@ -462,13 +466,21 @@ class ThreadHistory:
             return FoldOutcome(summary=view.summary, refused="backoff")
         try:
             outcome = await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
+        except ThreadNotFound:
+            raise  # erased, or another's now, since the write: nothing of it is this call's
+        except StoreError as exc:  # the database's failure, not the summarizer's: no backoff
+            log.warning("thread %s: the fold could not be stored (%s)", self.thread_id, exc)
+            return FoldOutcome(summary=view.summary, refused="failed:store")
         except Exception as exc:  # the summarizer's failure, whatever it raised
             log.warning("thread %s: the fold failed (%s); it is retried later", self.thread_id, exc)
             outcome = FoldOutcome(summary=view.summary, refused=f"failed:{type(exc).__name__}")
         if keeper is not None:
             after = backoff_after(outcome.refused, health, newest)
             if not same_health(health, after):
-                await keeper.save_fold_health(self.thread_id, after)
+                try:
+                    await keeper.save_fold_health(self.thread_id, after)
+                except StoreError as exc:  # the write it follows is stored: do not fail it
+                    log.warning("thread %s: fold health not kept (%s)", self.thread_id, exc)
         return outcome
 
     async def _chunk(self, after: int, stop: int, budget: int) -> list[Message]:
