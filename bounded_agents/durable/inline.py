@@ -9,7 +9,7 @@ life of the process).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,11 @@ class InlineRuntime:
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._busy: set[str] = set()
+        """Threads a run holds (from `begin` to its end)."""
+        self._erasing: dict[str, asyncio.Event] = {}
+        """Threads an erasure holds (`hold`), each with the event set when it is done: a run or
+        another erasure of the thread waits for it, as they would for the erasure's row locks
+        under a journal."""
         self._keys: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(thread, actor, Idempotency-Key) -> (run id, request fingerprint): checked and set
         with no await in between, so one event loop never starts two runs under one key."""
@@ -30,6 +35,7 @@ class InlineRuntime:
     async def begin(
         self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
+        await self._erasures_done(request.thread_id)
         keyed = request.idempotency
         scope = (request.thread_id, request.actor_id, keyed.key) if keyed is not None else None
         if scope is not None and scope in self._keys:
@@ -56,15 +62,40 @@ class InlineRuntime:
 
     @asynccontextmanager
     async def hold(self, thread_id: str) -> AsyncIterator[None]:
-        """The thread kept busy for the block (an erasure): refused while a run holds it, and
-        no run begins on it meanwhile (`begin` refuses with `ThreadBusy`)."""
+        """The thread held for the block (an erasure): `ThreadBusy` while a run holds it; a
+        run about to begin there, or another erasure, waits for the block to end (a second
+        erasure of the same message then finds it gone: 404, as under a journal)."""
+        await self._erasures_done(thread_id)
         if thread_id in self._busy:
             raise ThreadBusy(thread_id)
-        self._busy.add(thread_id)
+        done = self._erasing[thread_id] = asyncio.Event()
         try:
             yield
         finally:
-            self._busy.discard(thread_id)
+            del self._erasing[thread_id]
+            done.set()
+
+    async def _erasures_done(self, thread_id: str) -> None:
+        """Wait until no erasure holds the thread (none: no await at all, so `begin` keeps
+        its check-and-set with no await between)."""
+        while (erasing := self._erasing.get(thread_id)) is not None:
+            await erasing.wait()
+
+    async def thread_run_ids(self, thread_id: str) -> list[str]:
+        """`RunEraser`: the thread's runs this process remembers (their requests hold the
+        user's text)."""
+        return [rid for rid, record in self._runs.items() if record.request.thread_id == thread_id]
+
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+        """`RunEraser`: their requests' text blanked, as the SQL journal blanks `runs.request`
+        (found by review: it stayed in this process's memory after the erasure). The records
+        and their Idempotency-Keys stay, as the journal's run rows do on a message's erasure:
+        a keyed retry is still answered by its run, never run and billed again."""
+        for run_id in run_ids:
+            record = self._runs.get(run_id)
+            if record is not None:
+                blank = record.request.model_copy(update={"content": ""})
+                self._runs[run_id] = record.model_copy(update={"request": blank})
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed

@@ -86,3 +86,40 @@ async def test_under_inline_durability_a_thread_erasure_during_a_turn_is_409_and
     assert answered.status_code == 200, answered.text
     assert [m["seq"] for m in await transcript(client, thread_id)] == [1, 2]
     assert (await client.delete(f"/threads/{thread_id}", headers=ALICE)).status_code == 204
+
+
+async def test_under_inline_durability_two_erasures_at_once_are_one_204_and_one_404(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Found by review of the fix above: the first version held the thread as a running turn
+    does, so a second erasure at once was a 409 "turn running" (under a journal: a 404). The
+    second now waits for the first, and then finds the message gone."""
+    module = make_module(settings=http_settings(durable="inline"))
+    client = await open_client(stack, make_app(module))
+    thread_id = await new_thread(client)
+    for text in ("first", "second"):
+        assert (await post(client, thread_id, text)).status_code == 200
+    url = f"/threads/{thread_id}/messages/3"
+    answers = await asyncio.gather(*(client.delete(url, headers=ALICE) for _ in range(2)))
+    assert sorted(r.status_code for r in answers) == [204, 404], [r.text for r in answers]
+    assert [m["seq"] for m in await transcript(client, thread_id)] == [1, 2, 4]
+
+
+async def test_under_inline_durability_an_erased_message_leaves_its_runs_request(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """The inline runtime keeps its runs' requests in memory: an erasure blanks their text, as
+    the SQL journal blanks `runs.request`; the run itself still answers (its report)."""
+    module = make_module(settings=http_settings(durable="inline"))
+    client = await open_client(stack, make_app(module))
+    thread_id = await new_thread(client)
+    marker = f"SECRET-{uuid.uuid4().hex}"
+    answered = await post(client, thread_id, f"my card is {marker}")
+    run_id = answered.json()["run_id"]
+    assert (
+        await client.delete(f"/threads/{thread_id}/messages/1", headers=ALICE)
+    ).status_code == 204
+
+    record = await module.loop.runtime.get_run(run_id)
+    assert record is not None and record.status == "completed"
+    assert marker not in record.model_dump_json()
