@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bounded_agents.core.loop import LoopEvent, ToolCallEvent
+from bounded_agents.core.loop import LoopEvent, ToolCallEvent, ToolResultEvent
 from bounded_agents.core.ports import Idempotency, TextDelta, Thread
 from bounded_agents.core.report import RunResult
 from bounded_agents.errors import AgentError, ContentTooLarge, InvalidContent, RunFailed
@@ -38,8 +38,9 @@ class StartedTurn:
     run_id: str
     """The run that answers: this turn's, or (streaming callers only; others read the result)
     the earlier turn's that this request's Idempotency-Key named. A repeated turn's events are
-    its stored answer's text as one delta, then the end, as a provider that cannot stream would
-    send it (or only the end, for a turn that failed)."""
+    its stored answer's tool calls, each with its result, then its text as one delta, then the
+    end, as a provider that cannot stream would send it (or only the end, for a turn that
+    failed)."""
     queue: TurnQueue | None = None
     """Its events, ending with `END` (streaming callers only)."""
     first: LoopEvent | TurnStarted | TurnEnded | None = None
@@ -95,11 +96,25 @@ async def start_turn(
 
 
 def _repeated(task: asyncio.Task[RunResult], queue: TurnQueue, result: RunResult) -> StartedTurn:
-    """The key's earlier turn's answer as a stream: its tool calls, its text in one delta, then
-    the end, so a streamed retry ends with the same output as the first Response (found by
-    attack: built from the text alone, it dropped the `function_call` items)."""
+    """The key's earlier turn's answer as a stream: its tool calls, each with its result (the
+    native stream's pairs), its text in one delta, then the end, so a streamed retry ends with
+    the same output as the first Response (found by attack: built from the text alone, it
+    dropped the `function_call` items)."""
     answer = result.message
-    events: list[LoopEvent] = [ToolCallEvent(call=call) for call in answer.tool_calls]
+    results = {r.call_id: r for r in answer.tool_results}
+    events: list[LoopEvent] = []
+    for call in answer.tool_calls:
+        events.append(ToolCallEvent(call=call))
+        done = results.get(call.id)
+        if done is not None:
+            events.append(
+                ToolResultEvent(
+                    call_id=call.id,
+                    name=call.name,
+                    is_error=done.is_error,
+                    content_chars=len(done.content),
+                )
+            )
     if answer.content:
         events.append(TextDelta(text=answer.content))
     for event in events[1:]:

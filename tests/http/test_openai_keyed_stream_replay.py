@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 import pytest
 from openai import AsyncOpenAI
 
-from tests.http.conftest import ModuleFactory
+from tests.http.conftest import ALICE, ModuleFactory, make_app, new_thread, open_client, parse_sse
 from tests.http.test_openai_sdk import async_client, serve
 
 
@@ -48,3 +48,25 @@ async def test_a_streamed_keyed_retry_of_a_tool_turn_answers_the_first_response_
     assert [(i.type, getattr(i, "id", None)) for i in retrieved.output] == [
         (i.type, getattr(i, "id", None)) for i in first.output
     ]
+
+
+async def test_a_native_streamed_keyed_retry_sends_each_tool_call_with_its_result(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """The native stream's replay likewise: the first turn's `tool_call` and `tool_result`
+    pairs (docs/http-api.md), then its text, then `done` with the same run."""
+    client = await open_client(stack, make_app(make_module()))
+    thread = await new_thread(client)
+    url = f"/agents/helper/threads/{thread}/messages"
+    body = {"content": "/read_page https://example.com/pricing"}
+    key = {**ALICE, "Idempotency-Key": str(uuid.uuid4())}
+    first = await client.post(url, headers=key, json=body)
+    assert first.status_code == 200, first.text
+
+    again = await client.post(url, headers={**key, "Accept": "text/event-stream"}, json=body)
+
+    events = parse_sse(again.text)
+    assert [e for e, _ in events] == ["tool_call", "tool_result", "delta", "done"], events
+    call, result = events[0][1], events[1][1]
+    assert result["call_id"] == call["id"] and result["name"] == call["name"] == "read_page"
+    assert events[-1][1]["run_id"] == first.json()["run_id"]
