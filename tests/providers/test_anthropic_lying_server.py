@@ -216,3 +216,35 @@ async def test_a_200_whose_body_is_not_json_is_a_provider_bad_response(
     fake.enqueue(Reply.text("<html>502 Bad Gateway</html>"))
     with pytest.raises(ProviderBadResponse):
         await provider.complete(REQUEST)
+
+
+async def test_a_stream_that_reports_input_only_estimates_its_output(
+    fake: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    """Found by review: `message_start` gave the input count and no `message_delta` gave the
+    output's, so the output was booked as 0 tokens; the missing half is estimated now."""
+    start = dict(_START[1])
+    start["message"] = {**start["message"], "usage": {"input_tokens": 321}}
+    text = "A long answer about the order. " * 20
+    fake.enqueue(
+        _frames(
+            [
+                ("message_start", start),
+                _TEXT_BLOCK,
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": text},
+                    },
+                ),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                _STOP,
+            ]
+        )
+    )
+    final = await _drain(provider)
+    assert final.usage.prompt_tokens == 321, final.usage  # what the server said stands
+    assert final.usage.completion_tokens > 0 and final.usage.estimated, final.usage

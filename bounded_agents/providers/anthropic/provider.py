@@ -371,9 +371,19 @@ def _response(
     answer = "".join(text)
     # No count at all (`usage` left out, `{}`, a stream that never said): booked by the
     # estimate, as the OpenAI provider does, never as 0 tokens past the ledger and quota.
-    counted = (
-        usage(raw_usage) if counts_usage(raw_usage) else estimate_usage(request, answer, calls)
-    )
+    guess = estimate_usage(request, answer, calls)
+    counted = usage(raw_usage) if counts_usage(raw_usage) else guess
+    if isinstance(raw_usage, dict) and counts_usage(raw_usage):
+        # Half a report (a stream whose message_delta never gave the output count): the
+        # missing half is estimated, never booked as 0 (found by review).
+        if raw_usage.get("output_tokens") is None:
+            counted = counted.model_copy(
+                update={"completion_tokens": guess.completion_tokens, "estimated": True}
+            )
+        if raw_usage.get("input_tokens") is None and counted.prompt_tokens == 0:
+            counted = counted.model_copy(
+                update={"prompt_tokens": guess.prompt_tokens, "estimated": True}
+            )
     return ModelResponse(
         content=answer,
         tool_calls=calls,
