@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
+from urllib.parse import quote
 
 import httpx
 
@@ -251,7 +252,7 @@ def chat(
 ) -> int:
     """Post each line as a turn and print the answer as it streams in."""
     if thread_id is None:
-        created = client.post(f"/agents/{agent}/threads", json={})
+        created = client.post(f"/agents/{_segment(agent)}/threads", json={})
         if created.status_code != 201:
             _fail(_error_text(created))
             return 1
@@ -282,7 +283,7 @@ def prompted_lines(prompt: str, out: TextIO) -> Iterator[str]:
 def _turn(client: httpx.Client, agent: str, thread_id: str, content: str, out: TextIO) -> bool:
     from bounded_agents.http.sse import iter_sse
 
-    path = f"/agents/{agent}/threads/{thread_id}/messages"
+    path = f"/agents/{_segment(agent)}/threads/{_segment(thread_id)}/messages"
     headers = {"Accept": "text/event-stream"}
     with client.stream("POST", path, json={"content": content}, headers=headers) as response:
         if response.status_code != 200:
@@ -316,12 +317,24 @@ def _turn(client: httpx.Client, agent: str, thread_id: str, content: str, out: T
                 return False
             elif event == "done":
                 return True
+    if not at_line_start:
+        out.write("\n")
+    _fail(
+        "the answer stream ended before the turn did (no done or error event): the server "
+        "or a proxy cut it; the turn may still finish and be stored"
+    )
     return False
+
+
+def _segment(name: str) -> str:
+    """`name` as one URL path segment: `/`, `?`, `#` and the like escaped (found by attack:
+    `--agent a/b` reached another route)."""
+    return quote(name, safe="")
 
 
 def inspect(client: httpx.Client, thread_id: str, out: TextIO) -> int:
     """Print what the thread's next turn would send the model."""
-    response = client.get(f"/threads/{thread_id}/window")
+    response = client.get(f"/threads/{_segment(thread_id)}/window")
     if response.status_code != 200:
         _fail(_error_text(response))
         return 1

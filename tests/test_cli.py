@@ -486,15 +486,27 @@ def test_serve_with_an_app_that_cannot_be_loaded_is_one_line_and_exit_2(tmp_path
 def test_a_thread_id_with_control_characters_from_a_hostile_server_is_one_escaped_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The hostile server names the new thread `t<escape sequences>`; the turn's URL cannot
-    hold them (httpx.InvalidURL), which must end the command as an error, not a traceback."""
-    monkeypatch.setattr(cli, "_client", lambda _url, _key: _hostile_client())
+    """The hostile server names the new thread `t<escape sequences>`. The turn's URL holds it
+    as one escaped path segment (it was sent raw, and httpx refused the URL); whatever comes
+    back is printed escaped, and the turn's error event ends the command, never a traceback."""
+    seen: list[str] = []
+
+    def recorded(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        return _hostile_server(request)
+
+    monkeypatch.setattr(
+        cli,
+        "_client",
+        lambda _url, _key: httpx.Client(
+            transport=httpx.MockTransport(recorded), base_url="http://evil"
+        ),
+    )
     monkeypatch.setattr(sys, "stdin", io.StringIO("hi\n"))
     assert cli.main(["chat", "--agent", "evil", "--url", "http://evil"]) == 1
     out, err = capsys.readouterr()
-    assert out.splitlines() == [f"thread t{HOSTILE_SHOWN}"]
-    [line] = err.strip().splitlines()
-    assert line.startswith("error: http://evil: Invalid non-printable ASCII character in URL")
+    assert out.splitlines()[0] == f"thread t{HOSTILE_SHOWN}"
+    assert seen[1].startswith("/agents/evil/threads/t%1B") and seen[1].endswith("/messages")
     assert not _RAW_CONTROL.search(out + err) and "Traceback" not in err
 
 
@@ -545,3 +557,45 @@ def test_chat_with_agent_asks_no_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
     assert cli.main(["chat", "--url", "http://s", "--agent", "b"]) == 0
     assert seen == ["POST /agents/b/threads"]
+
+
+# --- a stream that ends early, and names that are not path segments --------------------------
+
+
+def _cut_server(seen: list[str]) -> httpx.Client:
+    """A server whose turn stream sends one delta and then ends, with no `done` or `error`
+    event (a proxy cut it, or the server stopped); it records each request's raw path."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.raw_path.decode())
+        if request.url.path.endswith("/threads"):
+            return httpx.Response(201, json={"id": "t1"})
+        body = _sse(("delta", {"text": "half an ans"}))
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    return httpx.Client(transport=httpx.MockTransport(answer), base_url="http://s")
+
+
+def test_a_stream_that_ends_without_done_or_error_is_one_line_saying_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Found by attack: the turn exited 1 with nothing said after the partial answer."""
+    out = io.StringIO()
+    with _cut_server([]) as client:
+        assert cli.chat(client, "helper", "t1", ["hi\n"], out) == 1
+    assert out.getvalue() == "half an ans\n"  # the line ended before the error
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: the answer stream ended before the turn did"), line
+
+
+def test_agent_and_thread_names_are_sent_as_one_path_segment_each() -> None:
+    """Found by attack: `--agent`/`--thread` went into the URL path as typed, so a name with
+    `/`, `?` or `#` reached another route (or cut the path)."""
+    seen: list[str] = []
+    with _cut_server(seen) as client:
+        cli.chat(client, "a/b?c", "t/../x#y", ["hi\n"], io.StringIO())
+        cli.chat(client, "a/b?c", None, [], io.StringIO())
+    assert seen == [
+        "/agents/a%2Fb%3Fc/threads/t%2F..%2Fx%23y/messages",
+        "/agents/a%2Fb%3Fc/threads",
+    ]
