@@ -17,11 +17,11 @@ def redacted_url(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    authority, slash, path = rest.partition("/")
-    userinfo, at, host = authority.rpartition("@")
-    if not at:
+    # The user info runs to the LAST `@`: a password holding `/`, `?`, `#` or `@` as typed (not
+    # percent-escaped) would otherwise end the authority early and be shown (found by review).
+    # A `user:` must lead; a plain `host:port/...@x` path is at worst masked, never leaked.
+    user, colon, after = rest.partition(":")
+    last = after.rfind("@")
+    if not colon or last < 0 or any(c in user for c in "/?#@"):
         return url
-    user, colon, _password = userinfo.partition(":")
-    if not colon:
-        return url
-    return f"{scheme}://{user}:{MASK}@{host}{slash}{path}"
+    return f"{scheme}://{user}:{MASK}@{after[last + 1 :]}"

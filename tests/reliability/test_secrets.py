@@ -19,6 +19,7 @@ from bounded_agents.actors import api_key_resolver
 from bounded_agents.core.ports import RunRecord
 from bounded_agents.durable import SqlJournal
 from bounded_agents.module import AgentModule
+from bounded_agents.redact import redacted_url
 from bounded_agents.settings import Settings
 from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import HelperAgent, make_app, new_thread, post, serve_live
@@ -323,3 +324,24 @@ def test_settings_mask_url_passwords_in_their_repr() -> None:
     for shown in (repr(s), str(s), f"{s!r}"):
         assert URL_PASSWORD not in shown, shown
         assert "app:***@db/agents" in shown and f"{URL_USER}:***@proxy/v1" in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+asyncpg://app:pw@db/agents", "postgresql+asyncpg://app:***@db/agents"),
+        # found by review: a password holding `/`, `?` or `#` (unescaped, as people type them)
+        # ended the authority early, and the password was shown whole
+        ("postgresql+asyncpg://app:Xy7/s3cr3t@db/agents", "postgresql+asyncpg://app:***@db/agents"),
+        (
+            "postgresql+asyncpg://app:a?s3cr3t#x@db:5432/agents",
+            "postgresql+asyncpg://app:***@db:5432/agents",
+        ),
+        ("http://me:p@ss/w0rd@gw.example.com/v1", "http://me:***@gw.example.com/v1"),
+        ("postgresql+asyncpg://db:5432/agents", "postgresql+asyncpg://db:5432/agents"),
+        ("sqlite+aiosqlite:///./agent.db", "sqlite+aiosqlite:///./agent.db"),
+        ("https://api.example.com/v1/@me", "https://api.example.com/v1/@me"),
+    ],
+)
+def test_a_url_password_is_masked_whatever_it_holds(url: str, shown: str) -> None:
+    assert redacted_url(url) == shown
