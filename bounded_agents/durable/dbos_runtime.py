@@ -80,6 +80,9 @@ _LATER_ATTEMPT = "#attempt-"
 """Between a run's id and its attempt number in the workflow ids of its second and later
 attempts (the first attempt's workflow id is the run's)."""
 
+FORGET_BATCH = 200
+"""Runs whose DBOS workflows one list-and-delete round forgets (see `DbosRuntime._forget`)."""
+
 
 def attempt_workflow_id(run_id: str, attempt: int) -> str:
     return run_id if attempt == 1 else f"{run_id}{_LATER_ATTEMPT}{attempt}"
@@ -302,16 +305,22 @@ class DbosRuntime(SqlJournal):
         """Pruned runs: delete their DBOS workflows, every attempt's, whose checkpoints are the
         journal here (the prompts' selections, model answers, tool results). Deleting a
         workflow that is already gone does nothing, so a prune retried after a failure here
-        finishes the job."""
-        later = await _outside(
-            functools.partial(
-                DBOS.list_workflows,
-                workflow_id_prefix=[f"{run_id}{_LATER_ATTEMPT}" for run_id in run_ids],
-                load_input=False,
-                load_output=False,
+        finishes the job. In batches of `FORGET_BATCH` runs: DBOS asks for the later attempts
+        with one LIKE per run, OR-ed, and SQLite refuses an expression deeper than 1,000 (found
+        by attack: a thread of 1,000 runs could not be erased, after its store erasure had
+        committed, so DBOS kept the erased message)."""
+        ids = list(run_ids)
+        for start in range(0, len(ids), FORGET_BATCH):
+            batch = ids[start : start + FORGET_BATCH]
+            later = await _outside(
+                functools.partial(
+                    DBOS.list_workflows,
+                    workflow_id_prefix=[f"{run_id}{_LATER_ATTEMPT}" for run_id in batch],
+                    load_input=False,
+                    load_output=False,
+                )
             )
-        )
-        await _outside(DBOS.delete_workflows, [*run_ids, *(w.workflow_id for w in later)])
+            await _outside(DBOS.delete_workflows, [*batch, *(w.workflow_id for w in later)])
 
     # --- RunEraser -----------------------------------------------------------------------------
 
@@ -482,6 +491,7 @@ async def _outside(fn: Callable[..., _T], *args: Any) -> _T:
 
 __all__ = [
     "APPLICATION_VERSION",
+    "FORGET_BATCH",
     "WORKFLOW_NAME",
     "DbosContext",
     "DbosRuntime",

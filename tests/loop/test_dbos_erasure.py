@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from bounded_agents.core.ports import RunRequest
+from bounded_agents.durable.journal_rows import run_row
 from bounded_agents.module import AgentModule
 from bounded_agents.registry import agent
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import runs
 from tests.factories import summary_rows
 from tests.http.erasure import SUMMARIZING, RecordingEcho, marker_hits
 
@@ -96,6 +99,48 @@ async def test_an_erasure_leaves_no_byte_of_the_message_in_dbos_system_tables_ei
         await module.erase_message(thread, seq, actor_id="alice")
     else:
         await module.erase_thread(thread, actor_id="alice")
+
+    assert _system_hits(dbos_launched, marker) == []
+    assert await marker_hits(sql_store, marker) == []
+
+
+@pytest.mark.parametrize("what", ["message", "thread"])
+async def test_an_erasure_reaches_dbos_for_a_thread_of_a_thousand_runs(
+    sql_store: SqlAgentStore, dbos_launched: Path, what: str
+) -> None:
+    """Found by attack: DBOS was asked for every run's later attempts in one query, one LIKE
+    per run OR-ed, which SQLite refuses past 1,000 (990 runs passed, 999 failed); the store's
+    erasure had committed by then, so the erased message stayed in DBOS. Now in batches."""
+    module = _module(sql_store)
+    marker = f"MARK{uuid.uuid4().hex}"
+    thread = await module.create_thread("helper", actor_id="alice")
+    await module.run_turn(
+        agent="helper", thread_id=thread.id, actor_id="alice", content=f"my secret is {marker}"
+    )
+    earlier = [
+        {
+            **run_row(
+                RunRequest(
+                    run_id=str(uuid.uuid4()),
+                    thread_id=thread.id,
+                    actor_id="alice",
+                    agent="helper",
+                    content="",
+                ),
+                "completed",
+            ),
+            "lease_expires_at": None,
+        }
+        for _ in range(1_000)
+    ]
+    async with sql_store.engine.begin() as conn:
+        await conn.execute(runs.insert(), earlier)
+    assert _system_hits(dbos_launched, marker), "DBOS keeps the run's checkpoints"
+
+    if what == "message":
+        await module.erase_message(thread.id, 1, actor_id="alice")
+    else:
+        await module.erase_thread(thread.id, actor_id="alice")
 
     assert _system_hits(dbos_launched, marker) == []
     assert await marker_hits(sql_store, marker) == []
