@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+from bounded_agents.core.erasure import redact_error
 from bounded_agents.core.ports import DurableContext, RunRecord, RunRequest, Transaction
 from bounded_agents.durable.context import InlineContext
 from bounded_agents.errors import RunNotFound, ThreadBusy, TurnInProgress
@@ -88,14 +89,21 @@ class InlineRuntime:
 
     async def erase_runs(self, run_ids: Sequence[str]) -> None:
         """`RunEraser`: their requests' text blanked, as the SQL journal blanks `runs.request`
-        (found by review: it stayed in this process's memory after the erasure). The records
-        and their Idempotency-Keys stay, as the journal's run rows do on a message's erasure:
-        a keyed retry is still answered by its run, never run and billed again."""
+        (found by review: it stayed in this process's memory after the erasure), and a failed
+        run's error redacted as the journal's erasure redacts it (`redact_error`: a provider
+        may have echoed the erased text; found by attack). The records and their
+        Idempotency-Keys stay, as the journal's run rows do on a message's erasure: a keyed
+        retry is still answered by its run, never run and billed again."""
         for run_id in run_ids:
             record = self._runs.get(run_id)
-            if record is not None:
-                blank = record.request.model_copy(update={"content": ""})
-                self._runs[run_id] = record.model_copy(update={"request": blank})
+            if record is None:
+                continue
+            update: dict[str, Any] = {"request": record.request.model_copy(update={"content": ""})}
+            if record.error_message is not None:
+                redacted = redact_error(record.error_code or "", record.error_message)
+                if redacted is not None:
+                    update["error_message"] = redacted
+            self._runs[run_id] = record.model_copy(update=update)
 
     async def reopen(self, run_id: str) -> tuple[RunRequest, DurableContext]:
         raise RunNotFound(run_id)  # nothing was journaled, so nothing can be resumed

@@ -23,6 +23,8 @@ from tests.http.conftest import (
     post,
     transcript,
 )
+from tests.http.test_erasure_errors import EchoingRefusal
+from tests.http.test_openai_sdk import openai_app
 
 
 class _EchoGate:
@@ -123,3 +125,38 @@ async def test_under_inline_durability_an_erased_message_leaves_its_runs_request
     record = await module.loop.runtime.get_run(run_id)
     assert record is not None and record.status == "completed"
     assert marker not in record.model_dump_json()
+
+
+def _views(run_id: str) -> dict[str, str]:
+    return {
+        "run": f"/runs/{run_id}",
+        "response": f"/v1/responses/{run_id}",
+        "inspector": f"/inspect/runs/{run_id}",
+    }
+
+
+async def test_inline_runtime_redacts_a_failed_runs_provider_echo_when_its_message_is_erased(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """As under the SQL journal (tests/http/test_erasure_errors.py): a failed run's error text
+    loses what the provider echoed of the erased message, in `GET /runs/{id}`,
+    `/v1/responses/{id}` and the inspector's run page. Found by attack: the inline runtime's
+    records in memory kept it."""
+    module = make_module(model=EchoingRefusal(), settings=http_settings(durable="inline"))
+    client = await open_client(stack, openai_app(module))
+    marker = f"MARK{uuid.uuid4().hex}"
+    thread = await new_thread(client)
+    r = await post(client, thread, f"refuse {marker}")
+    assert r.status_code == 502, r.text
+    run_id = r.json()["run_id"]
+    assert marker in r.json()["error"]["message"]
+
+    erased = await client.delete(f"/threads/{thread}/messages/1", headers=ALICE)
+    assert erased.status_code == 204, erased.text
+
+    leaks = {}
+    for name, path in _views(run_id).items():
+        shown = await client.get(path, headers=ALICE)
+        if marker in shown.text:
+            leaks[name] = shown.text[:300]
+    assert leaks == {}, f"the erased message is still quoted by: {leaks}"
