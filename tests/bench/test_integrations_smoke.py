@@ -19,6 +19,9 @@ def test_the_integrations_bench_reads_the_bound_beside_the_whole_thread(tmp_path
     assert len(rows) == 3 * 2 * 2  # frameworks x lengths x (ours, theirs)
     for r in rows:
         if r["system"].startswith("bounded-agents"):
-            assert r["rows_read"] == KEEP_RUNS * 4  # five runs of four items, at 40 and 80
+            # five runs of four items, at 40 and 80; Pydantic AI's load also reads the first
+            # request back (its system prompts) once the first run has left the view
+            opening = 1 if r["framework"] == "pydantic-ai" else 0
+            assert r["rows_read"] == KEEP_RUNS * 4 + opening, r
         else:
             assert r["rows_read"] >= r["items"]  # the whole thread, and the turns added to it
