@@ -208,7 +208,7 @@ class AgentModule:
             held = await self._runs_held_elsewhere(owned.id)
             if not await self.store.delete_message(owned.id, seq):
                 raise MessageNotFound(owned.id, seq)
-            await self._erase_runs(held)
+            await self._erase_runs(held + await self._runs_ended_since(owned.id, held))
 
     async def _owned(self, thread_id: str, actor_id: str, thread: Thread | None) -> Thread:
         """`thread` when it is the caller's check of this thread for this actor, else read."""
@@ -230,6 +230,25 @@ class AgentModule:
         too; a run begun in between would be live, and the store refuses the erasure then."""
         runtime = self.loop.runtime
         return await runtime.thread_run_ids(thread_id) if supports_run_erasure(runtime) else []
+
+    async def _runs_ended_since(self, thread_id: str, held: list[str]) -> list[str]:
+        """After a message's erasure committed (its thread's `runs` rows stay): the runs read
+        now that were not read before it and have ended. One that began after that first read
+        and ended before the erasure took the thread was never live to refuse it, and its
+        records hold the message (found by attack: its DBOS workflow kept it). One running
+        now began after the erasure committed: it never saw the message, and is left be."""
+        runtime = self.loop.runtime
+        if not supports_run_erasure(runtime):
+            return []
+        known = set(held)
+        ended = []
+        for run_id in await runtime.thread_run_ids(thread_id):
+            if run_id in known:
+                continue
+            record = await self.loop.runtime.get_run(run_id)
+            if record is not None and record.status != "running":
+                ended.append(run_id)
+        return ended
 
     async def _erase_runs(self, run_ids: list[str]) -> None:
         """After the store's erasure committed (a refused one, `ThreadBusy`, reaches no

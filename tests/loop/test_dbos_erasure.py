@@ -144,3 +144,40 @@ async def test_an_erasure_reaches_dbos_for_a_thread_of_a_thousand_runs(
 
     assert _system_hits(dbos_launched, marker) == []
     assert await marker_hits(sql_store, marker) == []
+
+
+async def test_a_run_that_ended_as_a_message_erasure_began_is_erased_from_dbos_too(
+    sql_store: SqlAgentStore, dbos_launched: Path
+) -> None:
+    """Found by attack: the erasure reads the thread's run ids before the store's erasure
+    takes the thread; a turn that began after that read and ended before it was never live
+    (so nothing refused the erasure) nor erased from DBOS, where its `load:thread` kept the
+    message. The ids are read again once the erasure has committed (the runs' rows stay)."""
+    module = _module(sql_store)
+    runtime = module.persistence.journal
+    marker = f"MARK{uuid.uuid4().hex}"
+    thread = await module.create_thread("helper", actor_id="alice")
+    await module.run_turn(
+        agent="helper", thread_id=thread.id, actor_id="alice", content=f"my secret is {marker}"
+    )
+    read = runtime.thread_run_ids  # type: ignore[attr-defined]
+    raced: list[str] = []
+
+    async def read_then_a_turn_lands(thread_id: str) -> list[str]:
+        ids: list[str] = await read(thread_id)
+        if not raced:  # another request's turn, between the read and the erasure's lock
+            done = await module.run_turn(
+                agent="helper", thread_id=thread_id, actor_id="alice", content="and then?"
+            )
+            raced.append(done.run_id)
+        return ids
+
+    runtime.thread_run_ids = read_then_a_turn_lands  # type: ignore[attr-defined]
+    try:
+        await module.erase_message(thread.id, 1, actor_id="alice")
+    finally:
+        del runtime.thread_run_ids  # type: ignore[attr-defined]
+
+    assert raced, "the turn ran in the window"
+    assert _system_hits(dbos_launched, marker) == []
+    assert await marker_hits(sql_store, marker) == []
