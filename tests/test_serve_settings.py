@@ -23,6 +23,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _one_line_exit_2(env: dict[str, str], *args: str) -> str:
+    """`python -m app serve` with `env`: it must stop with exit 2 and one line, no traceback."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "serve", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-600:]
+    assert done.returncode == 2, done.stderr[-600:]
+    [line] = done.stderr.strip().splitlines()
+    return line
+
+
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_a_port_no_socket_can_bind_stops_serve_with_one_line_naming_agent_port(
     tmp_path: Path, port: str
@@ -33,17 +49,7 @@ def test_a_port_no_socket_can_bind_stops_serve_with_one_line_naming_agent_port(
         AGENT_API_KEYS="key-a=alice",
         AGENT_PORT=port,
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "serve"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert "Traceback" not in done.stderr, done.stderr[-600:]
-    assert done.returncode == 2, done.stderr[-600:]
-    [line] = done.stderr.strip().splitlines()
+    line = _one_line_exit_2(env)
     assert line.startswith("error: invalid settings: AGENT_PORT"), line
 
 
@@ -77,15 +83,5 @@ def test_a_provider_url_with_a_placeholder_port_stops_serve_with_one_line_naming
         AGENT_API_KEYS="key-a=alice",
         **variables,
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "app", "serve", "--port", str(_free_port())],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert "Traceback" not in done.stderr, done.stderr[-600:]
-    assert done.returncode == 2, done.stderr[-600:]
-    [line] = done.stderr.strip().splitlines()
+    line = _one_line_exit_2(env, "--port", str(_free_port()))
     assert line.startswith("error: ") and named in line, line

@@ -5,6 +5,7 @@ memory from /proc."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -80,6 +81,35 @@ async def run_command(env: dict[str, str], *args: str) -> subprocess.CompletedPr
         raise
     assert proc.returncode is not None
     return subprocess.CompletedProcess(list(args), proc.returncode, out.decode(), err.decode())
+
+
+async def post_chunked(
+    port: int, head: str, first: bytes, total: int, chunk_bytes: int = 1024 * 1024
+) -> tuple[bytes, int]:
+    """POST a chunked body of `total` bytes on a raw socket (no client buffers or checks it):
+    `head` is the request line and headers, the first chunk starts with `first`, the rest is
+    filler. Sends until the server stops reading; returns its response head and the bytes
+    sent."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(head.encode())
+    sent = 0
+    body = first + b"x" * (chunk_bytes - len(first))
+    with contextlib.suppress(ConnectionError):
+        while sent < total:
+            writer.write(f"{chunk_bytes:x}\r\n".encode() + body + b"\r\n")
+            await writer.drain()
+            sent += chunk_bytes
+            body = b"x" * chunk_bytes
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+    try:
+        async with asyncio.timeout(60):
+            response = await reader.readuntil(b"\r\n\r\n")
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return response, sent
 
 
 def free_port() -> int:

@@ -9,13 +9,11 @@ after.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import httpx
 
-from tests.reliability.processes import App, app_env
+from tests.reliability.processes import App, app_env, post_chunked
 
 KEY = "body-key"
 ATTEMPT_BYTES = 150 * 1024 * 1024
@@ -26,30 +24,12 @@ GROWTH_BOUND_KIB = 5 * 1024
 
 async def _smuggle(app: App, path: str) -> tuple[bytes, int]:
     """Send the attack on a raw socket; returns the response head and the bytes sent."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
     head = (
         f"POST {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {KEY}\r\n"
         "Content-Type: application/json\r\nContent-Length: 15\r\n"
         "Transfer-Encoding: chunked\r\n\r\n"
-    ).encode()
-    sent = 0
-    writer.write(head)
-    chunk = f"{CHUNK_BYTES:x}\r\n".encode() + b'{"content":"' + b"x" * (CHUNK_BYTES - 12) + b"\r\n"
-    with contextlib.suppress(ConnectionError):
-        while sent < ATTEMPT_BYTES:
-            writer.write(chunk)
-            await writer.drain()
-            sent += CHUNK_BYTES
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-    try:
-        async with asyncio.timeout(30):
-            response = await reader.readuntil(b"\r\n\r\n")
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    return response, sent
+    )
+    return await post_chunked(app.port, head, b'{"content":"', ATTEMPT_BYTES, CHUNK_BYTES)
 
 
 async def test_a_150_mb_body_behind_a_lying_content_length_is_refused_in_flat_memory(

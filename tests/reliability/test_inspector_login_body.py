@@ -6,13 +6,11 @@ form holds one key) is a 413 before it is read, as the API routes refuse a body 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from pathlib import Path
 
 import httpx
 
-from tests.reliability.processes import App, app_env
+from tests.reliability.processes import App, app_env, post_chunked
 
 KEY = "login-key"
 ATTEMPT_BYTES = 150 * 1024 * 1024
@@ -22,31 +20,11 @@ GROWTH_BOUND_KIB = 5 * 1024
 
 async def _post_form(app: App, total: int) -> tuple[bytes, int]:
     """An anonymous form POST to /inspect/login of `total` bytes, chunked; the answer's head."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", app.port)
-    writer.write(
-        b"POST /inspect/login HTTP/1.1\r\nHost: test\r\n"
-        b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (
+        "POST /inspect/login HTTP/1.1\r\nHost: test\r\n"
+        "Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
-    sent = 0
-    body = b"key=" + b"x" * (CHUNK_BYTES - 4)
-    chunk = f"{CHUNK_BYTES:x}\r\n".encode() + body + b"\r\n"
-    with contextlib.suppress(ConnectionError):
-        while sent < total:
-            writer.write(chunk)
-            await writer.drain()
-            sent += CHUNK_BYTES
-            body = b"x" * CHUNK_BYTES
-            chunk = f"{CHUNK_BYTES:x}\r\n".encode() + body + b"\r\n"
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-    try:
-        async with asyncio.timeout(60):
-            head = await reader.readuntil(b"\r\n\r\n")
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-    return head, sent
+    return await post_chunked(app.port, head, b"key=", total, CHUNK_BYTES)
 
 
 async def test_an_anonymous_150_mb_login_form_is_refused_413_in_flat_memory(
