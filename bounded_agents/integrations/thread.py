@@ -393,7 +393,12 @@ class ThreadHistory:
         project's summarizer path: each answer is checked (`fold_rejection`), held to the
         summary cap (`clip_summary`) and saved with its boundary (idempotent per boundary, so a
         fold cut short by a crash resumes where it stopped). The raw items stay in the thread."""
-        view = await self.bounded(keep_runs)
+        return await self._fold(await self.bounded(keep_runs), summarizer, fold_max_tokens)
+
+    async def _fold(
+        self, view: BoundedView, summarizer: Summarizer, fold_max_tokens: int
+    ) -> FoldOutcome:
+        """`compact` over a view already read (`compact_if_due` read it to decide)."""
         summary = view.summary
         if not view.entries or view.skipped == 0:
             return FoldOutcome(summary=summary)
@@ -465,7 +470,7 @@ class ThreadHistory:
         if not may_fold(health, newest):
             return FoldOutcome(summary=view.summary, refused="backoff")
         try:
-            outcome = await self.compact(summarizer, fold_max_tokens=fold_max_tokens)
+            outcome = await self._fold(view, summarizer, fold_max_tokens)
         except ThreadNotFound:
             raise  # erased, or another's now, since the write: nothing of it is this call's
         except StoreError as exc:  # the database's failure, not the summarizer's: no backoff

@@ -13,7 +13,9 @@ from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
 from bounded_agents.integrations.langchain import BoundedChatMessageHistory
 from bounded_agents.integrations.openai_agents import BoundedSession
+from bounded_agents.integrations.thread import Projection
 from bounded_agents.store import SqlAgentStore
+from tests.integrations.helpers import NotesSummarizer, rows_read
 
 JUNK = (
     "Sure, happy to help! I'd love to hear more about what you are thinking. Feel free to "
@@ -100,3 +102,26 @@ async def test_langchain_writes_succeed_once_each_and_back_off_while_the_summari
     assert len(texts) == len(set(texts)) == 2 * WRITES, texts
     # the backoff: without it every write after the second calls it (39 of 40)
     assert down.calls <= 6, down.calls
+
+
+async def test_a_due_fold_after_a_write_reads_the_bounded_view_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """`compact_if_due` reads the view to decide, and folds from that same view: one bounded
+    read (it read it again inside `compact` before), and the fold is made."""
+    notes = NotesSummarizer()
+    history = BoundedChatMessageHistory(
+        "user-8", sql_store, keep_runs=1, summarizer=notes, fold_items=2
+    )
+    for n in range(2):
+        await history.history.append(
+            [
+                (Projection("user", f"question {n}"), '"q"'),
+                (Projection("assistant", f"answer {n}"), '"a"'),
+            ],
+            run_id=f"run-{n}",
+        )
+    with rows_read(sql_store) as reads:
+        outcome = await history.history.compact_if_due(notes, fold_items=2)
+    assert outcome is not None and outcome.folded == 2 and notes.calls == 1, outcome
+    assert [name for name, _ in reads].count("load_thread_for_turn") == 1, reads
