@@ -6,6 +6,8 @@ actor made one of the same id, it read that actor's messages and appended to his
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from pydantic_ai.messages import (
     ModelMessage,
@@ -141,3 +143,27 @@ async def test_a_second_adapter_on_the_same_id_is_refused_and_the_first_keeps_it
         with pytest.raises(ThreadNotFound):
             await session.get_items()
         assert _texts(await history.load("user-42")) == ["pydantic question", "pydantic answer"]
+
+
+async def test_two_actors_starting_one_session_id_at_once_leave_it_to_one(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Attack on the per-call check: two actors' sessions of one id write at once, before the
+    thread exists. The store's insert decides the race; the loser's writes are all refused
+    (`ThreadNotFound`) and none of its items lands in the winner's thread."""
+    sessions = {
+        actor: BoundedSession("race", sql_store, actor_id=actor) for actor in ("alice", "bob")
+    }
+    writes = [
+        (actor, sessions[actor].add_items([{"role": "user", "content": f"{actor} {n}"}]))
+        for n in range(5)
+        for actor in sessions
+    ]
+    outcomes = await asyncio.gather(*(w for _, w in writes), return_exceptions=True)
+
+    refused = {actor for (actor, _), o in zip(writes, outcomes, strict=True) if o is not None}
+    assert all(isinstance(o, ThreadNotFound) for o in outcomes if o is not None), outcomes
+    assert len(refused) == 1, refused  # one actor lost every write, the other none
+    [winner] = set(sessions) - refused
+    items = await sessions[winner].get_items()
+    assert sorted(str(i["content"]) for i in items) == sorted(f"{winner} {n}" for n in range(5))

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from tests.providers.fake_anthropic import FakeAnthropic
 from tests.providers.fake_openai import FakeOpenAI
 
 
@@ -17,6 +18,18 @@ async def fake_openai() -> AsyncIterator[FakeOpenAI]:
     Teardown closes every connection and fails the test if the server itself broke.
     """
     server = FakeOpenAI()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+    assert server.errors == [], f"the fake server failed: {server.errors!r}"
+
+
+@pytest.fixture
+async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
+    """The same for the Anthropic Messages wire format (`tests/providers/fake_anthropic.py`)."""
+    server = FakeAnthropic()
     await server.start()
     try:
         yield server

@@ -39,18 +39,6 @@ from tests.providers import fake_anthropic as wire
 from tests.providers.fake_anthropic import FakeAnthropic
 from tests.providers.fake_openai import Reply
 
-
-@pytest.fixture
-async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
-    assert server.errors == [], f"the fake server failed: {server.errors!r}"
-
-
 RECORDED = Path(__file__).parent / "recorded" / "anthropic_breakpoints.json"
 SYSTEM = "You are a careful assistant. " * 120  # ~3,600 chars: past the 1,024-token minimum
 SUMMARY = "Summary of earlier turns: the user works on warehouse WH-42. " * 20

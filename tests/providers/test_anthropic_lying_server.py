@@ -21,13 +21,8 @@ from tests.providers.fake_openai import Reply
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    server = FakeAnthropic()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.close()
+async def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
+    return fake_anthropic
 
 
 @pytest.fixture
@@ -96,6 +91,26 @@ REQUEST = ModelRequest(
 )
 
 
+def _text_stream(start: tuple[str, Any], text: str) -> Reply:
+    """A whole stream answering `text` in one block, opened by `start` (its usage, or none),
+    whose `message_delta` reports no usage."""
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": text},
+    }
+    return _frames(
+        [
+            start,
+            _TEXT_BLOCK,
+            ("content_block_delta", delta),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            _STOP,
+        ]
+    )
+
+
 async def _drain(provider: AnthropicProvider) -> ModelResponse:
     events = [e async for e in provider.stream(REQUEST)]
     [final] = [e for e in events if isinstance(e, ModelResponse)]
@@ -106,29 +121,12 @@ async def test_a_stream_without_any_usage_is_booked_by_the_estimate_not_as_zero_
     fake: FakeAnthropic, provider: AnthropicProvider
 ) -> None:
     text = "A long answer about the order. " * 20
-    fake.enqueue(
-        _frames(
-            [
-                _START_NO_USAGE,
-                _TEXT_BLOCK,
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": text},
-                    },
-                ),
-                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
-                _STOP,
-            ]
-        )
-    )
+    fake.enqueue(_text_stream(_START_NO_USAGE, text))
     final = await _drain(provider)
     assert final.content == text
     # Either refused as a bad response or estimated, as the OpenAI-compatible provider does.
     assert final.usage.prompt_tokens > 0 and final.usage.completion_tokens > 0, final.usage
+    assert final.usage.estimated, final.usage
 
 
 async def test_an_unstreamed_answer_with_an_empty_usage_object_is_not_booked_as_zero_tokens(
@@ -153,6 +151,7 @@ async def test_an_unstreamed_answer_with_an_empty_usage_object_is_not_booked_as_
     except ProviderBadResponse:
         return  # refusing it is right too
     assert final.usage.prompt_tokens > 0 and final.usage.completion_tokens > 0, final.usage
+    assert final.usage.estimated, final.usage
 
 
 async def test_invalid_json_in_a_stream_event_is_a_provider_bad_response(
@@ -226,25 +225,7 @@ async def test_a_stream_that_reports_input_only_estimates_its_output(
     start = dict(_START[1])
     start["message"] = {**start["message"], "usage": {"input_tokens": 321}}
     text = "A long answer about the order. " * 20
-    fake.enqueue(
-        _frames(
-            [
-                ("message_start", start),
-                _TEXT_BLOCK,
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": text},
-                    },
-                ),
-                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
-                _STOP,
-            ]
-        )
-    )
+    fake.enqueue(_text_stream(("message_start", start), text))
     final = await _drain(provider)
     assert final.usage.prompt_tokens == 321, final.usage  # what the server said stands
     assert final.usage.completion_tokens > 0 and final.usage.estimated, final.usage
