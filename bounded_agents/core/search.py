@@ -27,6 +27,11 @@ The result is JSON, `{"results": [...], "omitted": n}`, each row:
   `reply_to` naming the question's seq. The user's answer ("It is ORD-41234.") rarely repeats
   the words of the question, so no index finds it by them; its question is what a search finds.
   A text said twice comes back once (`distinct`), so repeats do not crowd out the `k` places.
+- `same_form_as` (only on such a row): a message holding a value of the same form (`ORD-99999`)
+  as the value next to a hit's matches, or in a reply, whose seq it names, and that no other
+  row shows: a correction or an aside that never names its topic ("Actually, use ORD-55120
+  instead."), which only the value's form ties to what was found (`core.search_forms`). It
+  claims no more than that; the model reads the rows' seq and dates.
 
 Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
 recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
@@ -60,6 +65,7 @@ from bounded_agents.core.ports import (
     supports_summary_archive,
     supports_transcripts,
 )
+from bounded_agents.core.search_forms import same_form_hits
 from bounded_agents.core.search_text import SEARCH_TOOL_NAME, TOOL_TEXT_SEPARATOR, search_text
 from bounded_agents.core.turn.public import ToolContext
 
@@ -282,10 +288,7 @@ class HistorySearchTool:
         limit = k + min(len(shown.messages), MAX_SKIPPED_ROWS)
         query = storable_text(query[:MAX_QUERY_CHARS])
         try:
-            if supports_history_search(self._store):
-                found = await self._store.search_history(context.thread_id, query, limit=limit)
-            else:
-                found = await scan_hits(self._store, context.thread_id, query, limit)
+            found = await self._search(context.thread_id, query, limit)
         except Exception as exc:
             # The model is told, and may answer without it; the cause is the operator's.
             log.warning("search_history failed in thread %s", context.thread_id, exc_info=exc)
@@ -299,7 +302,28 @@ class HistorySearchTool:
                 "search_history could not read replies in %s", context.thread_id, exc_info=exc
             )
             replies = {}
-        return ToolResult(call_id="", content=render_hits(fresh, newer, replies))
+        about = [*fresh, *replies.values()]
+        owners = [*range(len(fresh)), *replies]  # a reply's rows go with its question's
+        try:
+            followed = await same_form_hits(
+                lambda q, n: self._search(context.thread_id, q, n),
+                about,
+                lambda h: shown.holds(h) or shown.is_question(h),
+            )
+        except Exception as exc:  # the hits stand without them
+            log.warning(
+                "search_history could not follow a form in %s", context.thread_id, exc_info=exc
+            )
+            followed = {}
+        alike: dict[int, list[tuple[int, SearchHit]]] = {}
+        for i, rows in followed.items():
+            alike.setdefault(owners[i], []).extend((about[i].seq, row) for row in rows)
+        return ToolResult(call_id="", content=render_hits(fresh, newer, replies, alike))
+
+    async def _search(self, thread_id: str, query: str, limit: int) -> list[SearchHit]:
+        if supports_history_search(self._store):
+            return await self._store.search_history(thread_id, query, limit=limit)
+        return await scan_hits(self._store, thread_id, query, limit)
 
 
 class _Shown:
@@ -442,10 +466,12 @@ def render_hits(
     found: Sequence[SearchHit],
     newer: dict[int, int] | None = None,
     replies: dict[int, SearchHit] | None = None,
+    alike: dict[int, list[tuple[int, SearchHit]]] | None = None,
 ) -> str:
     """The result as JSON (see the module docstring for each key), within `MAX_RESULT_BYTES`:
     rows past it are left out and counted in `omitted`. A hit's reply (`reply_hits`) follows
-    it as a row of its own, with `reply_to`, so erasure finds it by its `seq` like any row."""
+    it as a row of its own, with `reply_to`, then the messages holding a value of the form it
+    holds (`core.search_forms`), with `same_form_as`; erasure finds each by its `seq`."""
     rows: list[dict[str, Any]] = []
     used = 0
     kept = 0
@@ -454,6 +480,8 @@ def render_hits(
         reply = replies.get(i) if replies else None
         if reply is not None:
             group.append(_row(reply, None) | {"reply_to": hit.seq})
+        for source, row in alike.get(i, []) if alike else []:
+            group.append(_row(row, None) | {"same_form_as": source})
         size = sum(len(json.dumps(r, ensure_ascii=False).encode()) + 2 for r in group)  # ", "
         if used + size > MAX_RESULT_BYTES - _ENVELOPE_BYTES:
             break

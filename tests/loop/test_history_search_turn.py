@@ -140,7 +140,8 @@ async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_aga
         await env.loop(failing, policy, tools=tools).run_turn(
             agent="helper", thread_id=tid, actor_id="alice", content="code?", run_id=run_id
         )
-    assert counting.searches == 2
+    # c1's query, then its hit's value's form (SPRING-9999, core.search_forms); c2's query
+    assert counting.searches == 3
     assert "tool:1:c1" in await env.step_names(run_id)
     first_result = failing.calls[1].messages[-1].content
     # The thread changes before the resume: a search made again would see the newer message.
@@ -149,7 +150,7 @@ async def test_a_resumed_run_returns_the_journaled_result_and_never_searches_aga
     model = ScriptedProvider([reply("done")])
     await env.loop(model, policy, tools=tools).resume(run_id)
 
-    assert counting.searches == 2  # c1's and c2's rounds committed: neither searches again
+    assert counting.searches == 3  # c1's and c2's rounds committed: neither searches again
     replayed = [m for m in model.calls[0].messages if m.tool_call_id == "c1"]
     assert [m.content for m in replayed] == [first_result]
     assert json.loads(first_result)["results"][0]["content"] == FACT

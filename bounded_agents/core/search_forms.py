@@ -1,0 +1,161 @@
+"""Values of the same form: what a search by topic words finds only through a value it found.
+
+A user often states a value without its topic's words: a correction ("Actually, use
+INV-2027-5523 instead."), or an aside ("Oh, and ORD-41234 is the one on the packing slip.").
+A search by the topic ("invoice number") finds the OLD value's message, or a pasted log line
+`invoice=INV-2027-1187`, and never the message that matters, which shares no word with the
+query. What they share is the value's FORM: identifiers of one kind have one prefix and one
+shape (`INV-9999-9999`, `ORD-99999`, `WH-999`).
+
+So for each hit, the value nearest its matches (within `NEAR_CHARS`; a value far from every
+match is not what the hit is about), when it has a letter prefix (`INV-`, `ORD-`: the prefix
+is a word the index holds, and it names the kind), is looked up again by that prefix, through
+the same index and bounds as any search (`FORM_CANDIDATES` rows). A message found that way is
+shown, as a row of its own naming the hit (`same_form_as`), when it holds a value of the same
+form that no result shows yet, and it is a statement: at most `MAX_STATEMENT_VALUES` values in
+all, since a pasted log or a listing holds one of every form and says nothing about any. The
+newest `MAX_FORM_ROWS` such messages per form are shown, newest first: of two values of one
+form, the later is the likelier to be current, and the model reads both with seq and date.
+
+The row claims only what is true of its text: a later (or earlier) message holds a value
+shaped like one the search found. Whether it corrects it is the model's reading. A value
+without a letter prefix (a date, an amount, a name) has no word to look it up by: it is not
+followed (bench/README.md measures what this reaches and what it does not).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+
+from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
+
+NEAR_CHARS = 24
+"""A value counts as what a hit is about when it is within this many characters of one of the
+hit's matches (before or after): "the order number is ORD-41234", `order=ORD-48213`. Of a
+hit's values the nearest is followed, one form per hit."""
+
+MAX_FORMS = 3
+"""Forms followed per search at most (one more indexed query each), best hits first."""
+
+FORM_CANDIDATES = 20
+"""Rows the index is asked for per form: its best matches of the prefix, short messages first
+(the index's ranking favours them), where a statement of one value sits."""
+
+MAX_FORM_ROWS = 2
+"""Messages shown per form at most, newest first."""
+
+MAX_STATEMENT_VALUES = 3
+"""A message holding more values than this (of any form) is a dump, not a statement: a pasted
+log line has an id, a request id, a timestamp and a latency."""
+
+_TOKEN = re.compile(r"(?<![\w@])[^\W_]+(?:[-./:,][^\W_]+)*")
+"""Runs of letters and digits joined by `- . / : ,` (`INV-2027-5523`, `2027-05-12`)."""
+_MARKS = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.DOTALL)
+_PREFIXED = re.compile(r"([A-Za-z]{2,})[-/]([^\W_]+(?:[-./][^\W_]+)*)")
+
+Search = Callable[[str, int], Awaitable[Sequence[SearchHit]]]
+"""The store's search (`query`, `limit`) -> its best hits: the index, or the bounded scan."""
+
+
+def values(text: str) -> list[str]:
+    """Every value-like token of `text`: a run that holds a digit."""
+    return [t for t in _TOKEN.findall(text) if any(c.isdigit() for c in t)]
+
+
+def form(value: str) -> tuple[str, str] | None:
+    """`(prefix, form)` of a value with a letter prefix (`ORD-41234` -> `("ord", "ORD-99999")`):
+    the prefix as the index's word, the form with digits as 9 and letters after it as A. None
+    for anything else (a date, an amount, `pg13.5`)."""
+    m = _PREFIXED.fullmatch(value)
+    if m is None or not any(c.isdigit() for c in m.group(2)):
+        return None
+    rest = "".join("9" if c.isdigit() else "A" if c.isalpha() else c for c in m.group(2))
+    prefix = m.group(1)
+    return prefix.lower(), prefix.upper() + value[len(prefix)] + rest
+
+
+def forms_near_matches(marked: str) -> dict[str, str]:
+    """The forms (form -> prefix) of the prefixed values within `NEAR_CHARS` of a match in
+    `marked` (the index's marks), nearest match first."""
+    text, spans = _unmarked(marked)
+    if not spans:  # a row with no match (a reply to a found question) is about all it says
+        spans = [(0, len(text))]
+    found: dict[str, tuple[int, str]] = {}
+    for m in _TOKEN.finditer(text):
+        shape = form(m.group(0))
+        if shape is None:
+            continue
+        gap = min(
+            (max(s - m.end(), m.start() - e, 0) for s, e in spans),
+            default=NEAR_CHARS + 1,
+        )
+        if gap <= NEAR_CHARS and (shape[1] not in found or gap < found[shape[1]][0]):
+            found[shape[1]] = (gap, shape[0])
+    return {f: p for f, (_, p) in sorted(found.items(), key=lambda item: item[1][0])}
+
+
+def _unmarked(marked: str) -> tuple[str, list[tuple[int, int]]]:
+    """`marked` without its marks, and where each match is in that text."""
+    text: list[str] = []
+    spans: list[tuple[int, int]] = []
+    size = 0
+    for i, part in enumerate(_MARKS.split(marked)):
+        if i % 2:  # inside a match
+            spans.append((size, size + len(part)))
+        text.append(part)
+        size += len(part)
+    return "".join(text), spans
+
+
+def _text(hit: SearchHit) -> str:
+    return hit.marked.replace(MARK_START, "").replace(MARK_END, "")
+
+
+async def same_form_hits(
+    search: Search,
+    hits: Sequence[SearchHit],
+    skip: Callable[[SearchHit], bool] = lambda hit: False,
+) -> dict[int, list[SearchHit]]:
+    """For hits (by index), the statements holding a value of the same form as one near the
+    hit's matches, that no hit shows (see the module docstring). `skip` leaves out what the
+    prompt already shows. At most `MAX_FORMS` indexed searches, of `FORM_CANDIDATES` rows."""
+    shown_values = {v.upper() for h in hits for v in values(_text(h))}
+    taken = {h.seq for h in hits if h.from_seq is None}
+    wanted: list[tuple[int, str, str]] = []  # (hit index, form, prefix)
+    for i, hit in enumerate(hits):
+        near = forms_near_matches(hit.marked)  # the nearest first: what the hit is about
+        if near and len(wanted) < MAX_FORMS:
+            shape, prefix = next(iter(near.items()))
+            if all(shape != w[1] for w in wanted):
+                wanted.append((i, shape, prefix))
+    out: dict[int, list[SearchHit]] = {}
+    for i, shape, prefix in wanted:
+        rows: list[SearchHit] = []
+        for found in await search(prefix, FORM_CANDIDATES):
+            if found.from_seq is not None or found.seq in taken or skip(found):
+                continue
+            held = values(_text(found))
+            if len(held) > MAX_STATEMENT_VALUES:
+                continue
+            if any(form(v) == (prefix, shape) and v.upper() not in shown_values for v in held):
+                rows.append(found)
+        rows.sort(key=lambda h: h.seq, reverse=True)
+        for row in rows[:MAX_FORM_ROWS]:
+            taken.add(row.seq)
+            out.setdefault(i, []).append(row)
+    return out
+
+
+__all__ = [
+    "FORM_CANDIDATES",
+    "MAX_FORMS",
+    "MAX_FORM_ROWS",
+    "MAX_STATEMENT_VALUES",
+    "NEAR_CHARS",
+    "Search",
+    "form",
+    "forms_near_matches",
+    "same_form_hits",
+    "values",
+]

@@ -1,0 +1,183 @@
+"""Values of the same form (issue 36): a correction or an aside that never names its topic is
+shown after the hit whose value has its form (`core.search_forms`), on every store: memory's
+fallback scan, SQLite's FTS5 and PostgreSQL's tsvector. A pasted log is never such a row, and
+what the results already show is not repeated."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bounded_agents.core.erasure import redact_search_result
+from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.ports import MARK_END, MARK_START, AgentStore, SearchHit
+from bounded_agents.core.search import HistorySearchTool
+from bounded_agents.core.search_forms import (
+    MAX_FORMS,
+    form,
+    forms_near_matches,
+    same_form_hits,
+    values,
+)
+from bounded_agents.core.turn.public import ToolContext
+from tests.factories import assistant, user
+from tests.store.conftest import ContractStore
+
+LOG = (
+    "Here is what the worker logged:\n"
+    "2027-03-04T10:11:12.123Z INFO  [worker-3] req=ab12cd34 order=ORD-48213 latency=52ms\n"
+    "2027-03-04T10:11:13.456Z WARN  [worker-1] req=ef56ab78 order=ORD-77120 latency=940ms"
+)
+
+
+def chatter(n: int) -> list[Message]:
+    return [
+        m
+        for i in range(n)
+        for m in (user(f"By the way, chapter {i} was about the weather."), assistant("Nice."))
+    ]
+
+
+async def _thread(store: AgentStore, messages: list[Message]) -> str:
+    thread = await store.create_thread(actor_id="alice", agent="helper")
+    await store.append_messages(thread.id, messages)
+    return thread.id
+
+
+async def _search(
+    store: AgentStore, thread_id: str, query: str, prompt: tuple[ChatMessage, ...] = ()
+) -> list[dict[str, Any]]:
+    result = await HistorySearchTool(store).invoke_in_turn(
+        {"query": query}, ToolContext(thread_id=thread_id, prompt=prompt)
+    )
+    assert not result.is_error, result.content
+    rows: list[dict[str, Any]] = json.loads(result.content)["results"]
+    return rows
+
+
+async def test_a_correction_without_its_topic_follows_the_old_values_hit(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("For the record, our invoice number is INV-2027-1187."),  # 1
+            assistant("Noted."),  # 2
+            *chatter(3),  # 3..8
+            user("Actually, use INV-2027-5523 instead."),  # 9: no word of the topic
+            *chatter(2),  # 10..13
+        ],
+    )
+
+    found = await _search(store, tid, "invoice number")
+
+    assert [(r["seq"], r.get("same_form_as")) for r in found] == [(1, None), (9, 1)]
+    assert found[1]["content"] == "Actually, use INV-2027-5523 instead."
+    assert found[1]["role"] == "user"
+
+
+async def test_an_aside_is_reached_through_a_logged_value_and_the_log_is_never_a_row(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user(LOG),  # 1: found by "order"; holds ORD-99999 values, and many others
+            assistant("Thanks for the log."),  # 2
+            *chatter(2),  # 3..6
+            user("Oh, and ORD-41234 is the one on the packing slip."),  # 7
+            user("Another log:\n" + LOG.replace("48213", "11111").replace("77120", "22222")),
+            *chatter(2),
+        ],
+    )
+
+    found = await _search(store, tid, "order number")
+
+    alike = [r for r in found if "same_form_as" in r]
+    assert [(r["seq"], r["content"]) for r in alike] == [
+        (7, "Oh, and ORD-41234 is the one on the packing slip.")
+    ]
+    assert alike[0]["same_form_as"] in {1, 8}  # the log hit whose value has the form
+
+
+async def test_a_value_already_shown_is_not_followed_again(store: ContractStore) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("The order number is ORD-41234."),  # 1
+            *chatter(2),
+            user("ORD-41234 again, for the courier."),  # 6: the same value: not a new one
+            *chatter(2),
+        ],
+    )
+    shown = (ChatMessage(role="user", content="ORD-41234 again, for the courier."),)
+
+    assert [r.get("same_form_as") for r in await _search(store, tid, "order number")] == [None]
+    assert [r["seq"] for r in await _search(store, tid, "order number", shown)] == [1]
+
+
+async def test_a_form_is_searched_at_most_max_forms_times_per_search() -> None:
+    """However many hits hold values, the forms followed are bounded: one indexed search each."""
+    hits = [
+        SearchHit(
+            seq=i,
+            role="user",
+            content=f"ticket {p}-{i}",
+            marked=f"{MARK_START}ticket{MARK_END} {p}-{i}",
+            relevance=1.0,
+        )
+        for i, p in enumerate(["AB", "CD", "EF", "GH", "IJ", "KL"], start=1)
+    ]
+    asked: list[str] = []
+
+    async def search(query: str, limit: int) -> list[SearchHit]:
+        asked.append(query)
+        return []
+
+    assert await same_form_hits(search, hits) == {}
+    assert asked == ["ab", "cd", "ef"][:MAX_FORMS]
+
+
+def test_a_form_keeps_the_prefix_and_the_shape() -> None:
+    assert form("INV-2027-5523") == ("inv", "INV-9999-9999")
+    assert form("ord-41234") == ("ord", "ORD-99999")
+    assert form("NL-12X4") == ("nl", "NL-99A9")
+    # no letter prefix, no digit, or the prefix glued to the digits: nothing to look it up by
+    assert [form(v) for v in ("2027-05-12", "Teal-Pro", "pg13.5", "B123", "45,750")] == [None] * 5
+
+
+def test_values_are_the_tokens_holding_a_digit() -> None:
+    line = "2027-03-04T10:11:12.123Z INFO [worker-3] req=ab12cd34 order=ORD-48213 at Ghent"
+    assert values(line) == ["2027-03-04T10:11:12.123Z", "worker-3", "ab12cd34", "ORD-48213"]
+
+
+def test_the_value_nearest_a_match_comes_first_and_far_values_are_not_followed() -> None:
+    marked = (
+        f"[worker-3] req=ab12cd34 {MARK_START}order{MARK_END}=ORD-48213"
+        " and later on, far away: TCK-1234"
+    )
+    assert list(forms_near_matches(marked)) == ["ORD-99999", "WORKER-9"]
+    assert forms_near_matches("It is ORD-41234.") == {"ORD-99999": "ord"}  # no match: all of it
+
+
+async def test_erasing_a_message_shown_as_a_same_form_row_redacts_the_row(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("Our order number is ORD-10001."),
+            *chatter(2),
+            user("Scratch that, make it ORD-20002."),  # 6
+            *chatter(1),
+        ],
+    )
+    result = await HistorySearchTool(store).invoke_in_turn(
+        {"query": "order number"}, ToolContext(thread_id=tid, prompt=())
+    )
+    assert "ORD-20002" in result.content
+
+    redacted = redact_search_result(result.content, 6)
+
+    assert redacted is not None and "ORD-20002" not in redacted
+    assert "ORD-10001" in redacted
