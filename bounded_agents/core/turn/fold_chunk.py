@@ -132,14 +132,11 @@ async def fold_chunk(deps: TurnDeps, task: ChunkTask) -> JsonValue:
     compressed = fitted.compressed + restated
     record = _chunk_record(calls, chunk, fitted.kept, compressed=compressed, cut=fitted.cut)
     if fitted.archived:
-        # Written by `persist:summary` with the summary (one transaction, replay-safe): notes
-        # from the thread's start through the previous boundary (the new chunk's notes are the
-        # newest, the kept end).
-        last = (
-            task.summary.covers_through_seq
-            if task.summary is not None
-            else record["covers_through_seq"]
-        )
+        # Written by `persist:summary` with the summary (one transaction, replay-safe). Its
+        # range is all the summary now covers, the new chunk included: a summarizer may put
+        # the chunk's notes anywhere (appended, merged, or first), and an erasure of any
+        # message it holds must find the part (`from_seq <= seq <= to_seq`).
+        last = record["covers_through_seq"]
         record["archived"] = {"from_seq": 1, "to_seq": last, "content": fitted.archived}
         record["archived_chars"] = len(fitted.archived)
     return record
