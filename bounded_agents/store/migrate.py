@@ -24,6 +24,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.util.exc import CommandError
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -61,7 +62,8 @@ def alembic_config(url: str | None = None) -> Config:
 
 
 class MigrationRefused(StoreError):
-    """A migration that would break the database, refused before or rolled back after it ran."""
+    """A migration that would break the database, refused before or rolled back after it ran,
+    or one Alembic cannot run (the database is at a revision this release does not know)."""
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
@@ -171,7 +173,17 @@ async def _sqlite_file_lock(engine: AsyncEngine) -> AsyncIterator[None]:
 def _run(connection: Connection, action: str, revision: str) -> None:
     cfg = alembic_config()
     cfg.attributes["connection"] = connection
-    if action == "upgrade":
-        command.upgrade(cfg, revision)
-    else:
-        command.downgrade(cfg, revision)
+    try:
+        if action == "upgrade":
+            command.upgrade(cfg, revision)
+        else:
+            command.downgrade(cfg, revision)
+    except CommandError as exc:
+        # Mostly a database a newer release migrated (the code rolled back): Alembic cannot
+        # locate its revision. An operator needs that line, not Alembic's traceback.
+        hint = (
+            ": a newer release migrated this database; run that release, or restore a backup"
+            if "Can't locate revision" in str(exc)
+            else ""
+        )
+        raise MigrationRefused(f"cannot migrate: {exc}{hint}") from exc

@@ -46,6 +46,7 @@ from bounded_agents.core.search_text import indexable_tool_text
 from bounded_agents.settings import get_settings
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.distribute import threads_distributed
+from bounded_agents.store.migrate import MigrationRefused
 
 revision: str = "0012_search"
 down_revision: str | None = "0011_search"
@@ -213,7 +214,7 @@ def upgrade() -> None:
             sa.text("SELECT 1 FROM pg_ts_config WHERE cfgname = :name"), {"name": language}
         ).first()
         if known is None:
-            raise RuntimeError(
+            raise MigrationRefused(
                 f"AGENT_SEARCH_LANGUAGE={language!r} is not a text search configuration of "
                 "this database (SELECT cfgname FROM pg_ts_config lists them)"
             )
