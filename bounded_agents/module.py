@@ -190,7 +190,7 @@ class AgentModule:
         async with self._holding(owned.id):
             held = await self._runs_held_elsewhere(owned.id)
             await self.store.delete_thread(owned.id)
-            await self._erase_runs(held)
+            await self._erase_runs(held, thread_erased=True)
 
     async def erase_message(
         self,
@@ -250,12 +250,12 @@ class AgentModule:
                 ended.append(run_id)
         return ended
 
-    async def _erase_runs(self, run_ids: list[str]) -> None:
+    async def _erase_runs(self, run_ids: list[str], *, thread_erased: bool = False) -> None:
         """After the store's erasure committed (a refused one, `ThreadBusy`, reaches no
         runtime)."""
         runtime = self.loop.runtime
         if run_ids and supports_run_erasure(runtime):
-            await runtime.erase_runs(run_ids)
+            await runtime.erase_runs(run_ids, thread_erased=thread_erased)
 
     @classmethod
     def for_root(

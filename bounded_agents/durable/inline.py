@@ -2,8 +2,12 @@
 
 Nothing survives the process: a run that dies is gone (its user message stays in the store).
 Turns on one thread are still serialized, by an in-process set of busy threads (which an
-erasure holds too: `hold`), and an Idempotency-Key names one run, by an in-process map (for the
-life of the process).
+erasure holds too: `hold`), and an Idempotency-Key names one run, by an in-process map.
+
+What it remembers is bounded: a run's request text is dropped when the run ends (it was read
+once, to store the user's message; keeping it grew the process by each message served, found
+by attack: +47.7 MiB over 200 turns of 250 KB), and only the newest `MAX_ENDED_RUNS` ended runs
+are remembered, with their keys: an older run is a 404, and a retry of its key runs again.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from bounded_agents.core.ports import DurableContext, RunRecord, RunRequest, Tra
 from bounded_agents.durable.context import InlineContext
 from bounded_agents.errors import RunNotFound, ThreadBusy, TurnInProgress
 
+MAX_ENDED_RUNS = 10_000
+"""Ended runs remembered (for `GET /runs/{id}` and their Idempotency-Keys), oldest forgotten
+first: a few KB each (a report, no text), so a few tens of MB at most."""
+
 
 class InlineRuntime:
     def __init__(self) -> None:
@@ -29,6 +37,8 @@ class InlineRuntime:
         """Threads an erasure holds (`hold`), each with the event set when it is done: a run or
         another erasure of the thread waits for it, as they would for the erasure's row locks
         under a journal."""
+        self._ended = 0
+        """Records in `_runs` that are not running (bounded by `MAX_ENDED_RUNS`)."""
         self._keys: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(thread, actor, Idempotency-Key) -> (run id, request fingerprint): checked and set
         with no await in between, so one event loop never starts two runs under one key."""
@@ -87,13 +97,19 @@ class InlineRuntime:
         user's text)."""
         return [rid for rid, record in self._runs.items() if record.request.thread_id == thread_id]
 
-    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
         """`RunEraser`: their requests' text blanked, as the SQL journal blanks `runs.request`
         (found by review: it stayed in this process's memory after the erasure), and a failed
         run's error redacted as the journal's erasure redacts it (`redact_error`: a provider
         may have echoed the erased text; found by attack). The records and their
         Idempotency-Keys stay, as the journal's run rows do on a message's erasure: a keyed
-        retry is still answered by its run, never run and billed again."""
+        retry is still answered by its run, never run and billed again. A thread erased whole
+        takes its runs' records and keys with it, as it takes the journal's rows (found by
+        attack: `GET /runs/{id}` still answered 200 with the erased thread's id)."""
+        if thread_erased:
+            for run_id in run_ids:
+                self._forget(run_id)
+            return
         for run_id in run_ids:
             record = self._runs.get(run_id)
             if record is None:
@@ -126,16 +142,34 @@ class InlineRuntime:
         message: str | None,
         report: dict[str, Any],
     ) -> None:
-        record = self._runs[run_id]
+        record = self._runs.pop(run_id)  # re-inserted: the dict's order is the ending order
         self._busy.discard(record.request.thread_id)
         self._runs[run_id] = record.model_copy(
             update={
+                "request": record.request.model_copy(update={"content": ""}),
                 "status": status,
                 "error_code": code,
                 "error_message": message,
                 "report": report,
             }
         )
+        self._ended += 1
+        while self._ended > MAX_ENDED_RUNS:
+            oldest = next(rid for rid, r in self._runs.items() if r.status != "running")
+            self._forget(oldest)
+
+    def _forget(self, run_id: str) -> None:
+        """The run's record and its Idempotency-Key, gone."""
+        record = self._runs.pop(run_id, None)
+        if record is None:
+            return
+        if record.status != "running":
+            self._ended -= 1
+        keyed = record.request.idempotency
+        if keyed is not None:
+            scope = (record.request.thread_id, record.request.actor_id, keyed.key)
+            if self._keys.get(scope, ("",))[0] == run_id:
+                del self._keys[scope]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return self._runs.get(run_id)

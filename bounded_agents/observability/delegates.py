@@ -100,10 +100,10 @@ class EraserDelegate(PowerDelegate):
         assert supports_run_erasure(inner)
         return await inner.thread_run_ids(thread_id)
 
-    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
         inner = self.inner
         assert supports_run_erasure(inner)
-        await inner.erase_runs(run_ids)
+        await inner.erase_runs(run_ids, thread_erased=thread_erased)
 
 
 class HolderDelegate(PowerDelegate):

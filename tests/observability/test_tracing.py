@@ -241,7 +241,7 @@ class _EveryPower(InlineRuntime):
         self.calls.append(("thread_run_ids", thread_id))
         return ["r1"]
 
-    async def erase_runs(self, run_ids: Any) -> None:
+    async def erase_runs(self, run_ids: Any, *, thread_erased: bool = False) -> None:
         self.calls.append(("erase_runs", list(run_ids)))
 
 

@@ -98,9 +98,11 @@ class RunEraser(Protocol):
         erasure, which deletes a thread's `runs` rows."""
         ...
 
-    async def erase_runs(self, run_ids: Sequence[str]) -> None:
+    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
         """Delete everything the runtime keeps of these runs (every attempt); runs it has no
-        record of are no error, so a retried erasure finishes the job."""
+        record of are no error, so a retried erasure finishes the job. `thread_erased`: their
+        thread was erased whole, so the runs are not to be answered for any more (under the
+        SQL journal their rows go with the thread: `GET /runs/{id}` is a 404)."""
         ...
 
 
