@@ -44,6 +44,7 @@ from bounded_agents.core.ports import (
     supports_bounded_read,
     supports_erasure,
     supports_fold_health,
+    supports_intact_summaries,
     supports_named_threads,
     supports_summaries,
     supports_thread_info,
@@ -129,7 +130,9 @@ class FoldOutcome:
     """Why the summarizer's last answer was refused (`fold_rejection`, or `unrelated`), if it
     was: the summary and its boundary stay as they were, nothing is lost. From
     `compact_if_due` also `failed:<error>` (the summarizer raised) or `backoff` (not attempted:
-    the thread waits after a refused or failed fold)."""
+    the thread waits after a refused or failed fold). `erased`: a message of the chunk was
+    erased while the summarizer ran, so its summary was not stored (no backoff: the next fold
+    folds what is left)."""
 
 
 def thread_id_for(session_id: str) -> str:
@@ -438,10 +441,24 @@ class ThreadHistory:
                 completion_tokens=usage.completion_tokens if usage is not None else 0,
                 run_id=None,
             )
-            await self._summaries.save_summary(self.thread_id, summary)
+            if not await self._save(summary, [m.seq for m in chunk if m.seq is not None]):
+                # An erasure landed while the summarizer ran: the summary holds its message.
+                # The erasure may have taken earlier summaries too: report what is stored.
+                left = await self._summaries.latest_summary(self.thread_id)
+                return FoldOutcome(summary=left, folded=folded, refused="erased")
             folded += len(chunk)
             boundary = summary.covers_through_seq
         return FoldOutcome(summary=summary, folded=folded)
+
+    async def _save(self, summary: ThreadSummary, folded: list[int]) -> bool:
+        """The summary stored, unless a message it was made from was erased since it was read:
+        this fold holds no run an erasure would wait for (`IntactSummarySaver`; a store
+        without that power saves it as it is)."""
+        store = self.store
+        if supports_intact_summaries(store):
+            return await store.save_summary_if_intact(self.thread_id, summary, folded)
+        await self._summaries.save_summary(self.thread_id, summary)
+        return True
 
     async def compact_if_due(
         self,

@@ -166,6 +166,18 @@ class MemoryStore:
     async def save_summary(self, thread_id: str, summary: ThreadSummary) -> None:
         self._summaries.setdefault(thread_id, {}).setdefault(summary.covers_through_seq, summary)
 
+    async def save_summary_if_intact(
+        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+    ) -> bool:
+        """`IntactSummarySaver`: under the lock `delete_message` takes."""
+        async with self._lock:
+            thread = self._threads.get(thread_id)
+            stored = {m.seq for m in thread.messages} if thread is not None else set()
+            if not set(folded) <= stored:
+                return False
+            await self.save_summary(thread_id, summary)
+            return True
+
     async def fold_health(self, thread_id: str) -> FoldHealth | None:
         return self._fold_health.get(thread_id)
 

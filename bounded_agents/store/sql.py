@@ -411,6 +411,40 @@ class SqlAgentStore:
         async with writing(self._engine, tx, "save_summary") as conn:
             await conn.execute(stmt)
 
+    async def save_summary_if_intact(
+        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+    ) -> bool:
+        """`IntactSummarySaver`. On PostgreSQL the thread row is locked FOR KEY SHARE first,
+        which waits for an erasure's FOR UPDATE (`store.erase`) and makes it wait: the count
+        that follows is a statement of its own, so it sees an erasure that committed while the
+        lock waited, and one that comes after waits for this commit, then deletes the summary
+        as it deletes every summary covering its message. On SQLite the first statement is a write
+        that changes nothing, as an erasure's is, so the transaction holds the database's write
+        lock before it counts (a deferred BEGIN that read first would count in a snapshot). The count is of the
+        range `folded` spans (one index range), against how many seqs it holds."""
+        if not folded:
+            return False
+        values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}
+        insert = dialect_of(self._engine).insert
+        lo, hi = min(folded), max(folded)
+        async with writing(self._engine, None, "save_summary_if_intact") as conn:
+            if dialect_of(conn).postgres:
+                lock = sa.select(threads.c.id).where(threads.c.id == thread_id)
+                await conn.execute(lock.with_for_update(key_share=True))
+            else:  # a write first, so the deferred BEGIN takes the write lock (not a snapshot)
+                await conn.execute(
+                    threads.update()
+                    .where(threads.c.id == thread_id)
+                    .values(updated_at=threads.c.updated_at)
+                )
+            count = sa.select(sa.func.count()).where(
+                messages.c.thread_id == thread_id, messages.c.seq.between(lo, hi)
+            )
+            if (await conn.execute(count)).scalar_one() != len(set(folded)):
+                return False
+            await conn.execute(insert(thread_summaries).values(values).on_conflict_do_nothing())
+        return True
+
     async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
         async with wrap_db_errors("messages_after"), self._reader.connect() as conn:
             rows = (

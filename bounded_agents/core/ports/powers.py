@@ -312,6 +312,26 @@ def supports_summary_archive(store: object) -> TypeGuard[SummaryArchive]:
 
 
 @runtime_checkable
+class IntactSummarySaver(Protocol):
+    """Optional: a store that saves a summary only while every message it was made from is
+    still stored, checked under the lock an erasure takes. A fold outside a run (the framework
+    adapters': `integrations.ThreadHistory`) holds no lease an erasure would refuse for, so an
+    erasure can land between its read and its save (found by attack: the summary then kept the
+    erased text); the loop's folds run inside a run, which the erasure refuses, and need none."""
+
+    async def save_summary_if_intact(
+        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+    ) -> bool:
+        """Save `summary` (as `save_summary`) if the messages at `folded` (the seqs it was made
+        from) are all still stored; False, and nothing saved, when one was erased since."""
+        ...
+
+
+def supports_intact_summaries(store: object) -> TypeGuard[IntactSummarySaver]:
+    return isinstance(store, IntactSummarySaver)
+
+
+@runtime_checkable
 class MigratingStore(Protocol):
     """Optional: a store that brings its own database to the newest schema; the module's
     lifespan runs it at start-up when AGENT_MIGRATE_ON_START is on (the default)."""
@@ -357,6 +377,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", HistorySearcher, supports_history_search),
     Power("store", SearchIndexer, supports_search_indexing),
     Power("store", SummaryArchive, supports_summary_archive),
+    Power("store", IntactSummarySaver, supports_intact_summaries),
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
     Power("store", ErasedThreadPruner, supports_erased_pruning),
@@ -381,6 +402,7 @@ __all__ = [
     "ErasedThreadPruner",
     "FoldHealthStore",
     "HistorySearcher",
+    "IntactSummarySaver",
     "JournalFigures",
     "JournalPruner",
     "KeyedRunFinder",
@@ -407,6 +429,7 @@ __all__ = [
     "supports_erasure",
     "supports_fold_health",
     "supports_history_search",
+    "supports_intact_summaries",
     "supports_journal_figures",
     "supports_keyed_runs",
     "supports_launch",
