@@ -201,6 +201,10 @@ class LoadThreadPayload(TypedDict):
     fold: NotRequired[FoldPayload]
     title: NotRequired[str | None]
     has_assistant_message: NotRequired[bool]
+    keep_seqs: NotRequired[list[int]]
+    """The kept messages' seqs, only when they have a gap (an erased message among them): a
+    refolding window numbers its messages by them. Absent: contiguous, ending with the user's
+    message (journals from before it too)."""
     clearing: NotRequired[JsonObject]
     """The policy's tool-result clearing when it read (`ToolResultClearing`), so a replay
     clears as the first attempt did; absent: nothing cleared (journals from before it too)."""

@@ -418,10 +418,11 @@ class SqlAgentStore:
         which waits for an erasure's FOR UPDATE (`store.erase`) and makes it wait: the count
         that follows is a statement of its own, so it sees an erasure that committed while the
         lock waited, and one that comes after waits for this commit, then deletes the summary
-        as it deletes every summary covering its message. On SQLite the first statement is a write
-        that changes nothing, as an erasure's is, so the transaction holds the database's write
-        lock before it counts (a deferred BEGIN that read first would count in a snapshot). The count is of the
-        range `folded` spans (one index range), against how many seqs it holds."""
+        as it deletes every summary covering its message. On SQLite the first statement is a
+        write that changes nothing, as an erasure's is, so the transaction holds the write lock
+        before it counts (a deferred BEGIN that read first would count in a snapshot). The
+        count is of the range `folded` spans (one index range), against how many seqs it
+        holds."""
         if not folded:
             return False
         values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}

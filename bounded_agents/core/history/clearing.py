@@ -87,9 +87,9 @@ def clear_tool_results(
 ) -> tuple[list[Message], Cleared]:
     """`keep` with its older tool results replaced by placeholders, and what was cleared.
 
-    `first_seq`: the seq of `keep[0]` (the kept history is contiguous), for the placeholders;
-    None leaves the seq out. `searchable`: the agent has the search tool (the placeholder
-    says so)."""
+    `first_seq`: the seq of `keep[0]`, for the placeholders of messages that carry no seq of
+    their own (the kept history numbered on from it); None leaves the seq out. `searchable`:
+    the agent has the search tool (the placeholder says so)."""
     positions = [(i, j) for i, m in enumerate(keep) for j in range(len(m.tool_results))]
     clearable = positions[: max(0, len(positions) - clearing.keep_results)]
     sizes = [result_tokens(keep[i].tool_results[j]) for i, j in clearable]
@@ -118,7 +118,9 @@ def _cleared(
     searchable: bool,
 ) -> Message:
     names = {c.id: c.name for c in message.tool_calls}
-    seq = first_seq + index if first_seq is not None else None
+    seq = message.seq
+    if seq is None and first_seq is not None:
+        seq = first_seq + index
     results = [
         r.model_copy(
             update={

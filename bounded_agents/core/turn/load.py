@@ -70,6 +70,13 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
         title=page.title,
         has_assistant_message=page.has_assistant_message,
     )
+    seqs = [m.seq for m in selection.keep if m.seq is not None]
+    if (
+        seqs
+        and len(seqs) == len(selection.keep)
+        and seqs != list(range(seqs[0], seqs[0] + len(seqs)))
+    ):
+        payload["keep_seqs"] = seqs  # a gap (an erased message): `prompt.numbered_keep`
     clearing = turn.definition.clearing
     if clearing is not None:  # journaled with the selection: a replay clears the same
         payload["clearing"] = clearing.model_dump(mode="json")

@@ -75,6 +75,28 @@ def history_prompt(
     return prompt
 
 
+def numbered_keep(
+    keep: list[Message], load: Mapping[str, Any], user_seq: int | None
+) -> list[Message]:
+    """The kept messages (journaled without seqs) with their seqs: as `load:thread` recorded
+    them when they have a gap (`keep_seqs`: an erased message among the kept runs), else
+    contiguous, ending with the user's message. A refold takes its boundary from them (found
+    by attack: numbered across a gap, a refold's summary claimed a message it never saw, which
+    then left every later prompt). Messages that already carry one (an owed fold's, riding
+    before them) keep it."""
+    recorded = load.get("keep_seqs")
+    if isinstance(recorded, list) and len(recorded) == len(keep):
+        seqs: Sequence[int] = recorded
+    elif user_seq is not None:
+        seqs = range(user_seq - len(keep) + 1, user_seq + 1)
+    else:
+        return keep
+    return [
+        m if m.seq is not None else m.model_copy(update={"seq": s})
+        for m, s in zip(keep, seqs, strict=True)
+    ]
+
+
 def cleared_history(
     definition: AgentDefinition,
     keep: Sequence[Message],
@@ -144,9 +166,8 @@ def opening_prompt(
     to the cap, so nothing a fold would have kept is lost from the prompt; past the cap the
     oldest are left out, and the model is told. A refolding policy also gets its kept history
     with seqs (the kept runs are the newest, contiguous to the user's message)."""
-    keep = [Message.model_validate(m) for m in load["keep"]]
-    # The kept history is contiguous and ends with the user's message.
-    first_seq = user_seq - len(keep) + 1 if user_seq is not None and keep else None
+    keep = numbered_keep([Message.model_validate(m) for m in load["keep"]], load, user_seq)
+    first_seq = keep[0].seq if keep else None
     sent, cleared = cleared_history(definition, keep, first_seq, load.get("clearing"))
     omitted = 0
     fold = load.get("fold")
@@ -158,11 +179,9 @@ def opening_prompt(
     prompt = history_prompt(definition, summary, sent, omitted)
     window = None
     if definition.refolds and user_seq is not None and keep:
-        first = user_seq - len(keep) + 1
-        numbered = [m.model_copy(update={"seq": first + i}) for i, m in enumerate(keep)]
         window = Window(
             summary=summary,
-            keep=numbered,
+            keep=keep,
             head=len(prompt),
             folds=folds,
             cleared=cleared,
