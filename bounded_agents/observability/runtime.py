@@ -161,7 +161,7 @@ class ObservedRuntime:
         died), `failed` for a failed run resumed by hand; a finished run only replays."""
         crashed = run_id in self._expired
         self._expired.discard(run_id)
-        before = None if crashed or self.metrics is None else await self.inner.get_run(run_id)
+        before = None if crashed else await self.inner.get_run(run_id)
         try:
             request, ctx = await self.inner.reopen(run_id)
         except ThreadBusy:
@@ -169,7 +169,11 @@ class ObservedRuntime:
             if self.metrics is not None and record is not None:
                 self.metrics.child(self.metrics.busy, record.request.agent).inc()
             raise
-        if self.metrics is not None and (crashed or (before and before.status != "completed")):
+        if before is not None and before.status == "completed":
+            # The loop refuses it (`RunCompleted`) and never drives it: a span opened here
+            # would never end, nor be exported, and its record would stay (found by attack).
+            return request, ctx
+        if self.metrics is not None:
             reason = "lease_expired" if crashed else "failed"
             self.metrics.child(self.metrics.resumed, request.agent, reason).inc()
         return request, self._watch(request, ctx, resumed=True)
