@@ -177,9 +177,9 @@ class Settings(BaseSettings):
     durable: Literal["sql", "inline", "dbos"] = "sql"
     """Where runs are journaled. `sql`: the `runs`/`run_steps` tables of the store's database
     (in-process when the store cannot host them). `inline`: no journal (a run cut off by a crash
-    is lost). `dbos`: each run a DBOS workflow, each checkpoint a DBOS step (needs the `dbos`
-    extra, `pip install '.[dbos]'` from a clone; docs/dbos.md); the thread lease stays in
-    `runs`."""
+    is lost; the newest 10,000 ended runs are remembered in memory, with their keys). `dbos`:
+    each run a DBOS workflow, each checkpoint a DBOS step (needs the `dbos` extra,
+    `pip install '.[dbos]'` from a clone; docs/dbos.md); the thread lease stays in `runs`."""
     dbos_system_database_url: str | None = None
     """DBOS's system database (`AGENT_DURABLE=dbos`); unset: the app's own database (schema
     `dbos` on PostgreSQL). Async drivers are swapped for DBOS's synchronous ones."""
