@@ -1,0 +1,46 @@
+"""Hostile `search_history` queries and `k` values through the tool, on both databases: FTS
+syntax, tsquery operators, NUL, a lone surrogate, bidi controls, scripts and case folding, half
+a megabyte, ten thousand terms. None raises or comes back as a tool error, each result is JSON
+within `MAX_RESULT_BYTES` (attack round 4: all held; kept so they keep holding, the value-form
+lookup of `core.search_forms` included)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bounded_agents.core.messages import ChatMessage
+from bounded_agents.core.search import MAX_RESULT_BYTES, HistorySearchTool
+from bounded_agents.core.turn.public import ToolContext
+from bounded_agents.store import SqlAgentStore
+from tests.factories import assistant, user
+
+ARABIC = "\u0627\u0644\u0639\u0631\u0628\u064a\u0629"
+QUERIES = [
+    "", " ", "\x00", "a\x00b", '"', "'", "''", "\\", "*", "NEAR(a b)", "a -b", "a:b", "^a",
+    "(", ")", "AND", "OR NOT", "a | b & !c", "<->", "a <-> b", "\ud800", "\u202ealpha\u202c",
+    ARABIC, "alpha" * 100_000, " ".join(f"w{i}" for i in range(10_000)),
+    "\uff46\uff55\uff4c\uff4c", "\u0130stanbul", "\u00df", "caf\u00e9", "\u0301\u0301",
+    "a" * 3000, "%_", "$1", "{}", "[]", "ORD-", "ORD-1 ORD-2 ORD-3 ORD-4", "ab-12 cd-34 ef-56",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=range(len(QUERIES)))
+async def test_a_hostile_query_never_raises(sql_store: SqlAgentStore, query: str) -> None:
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    await sql_store.append_messages(
+        thread.id,
+        [
+            user("alpha beta caf\u00e9 \u0130stanbul stra\u00dfe, order ORD-12345"),
+            assistant(f"gamma {ARABIC}"),
+            user("Actually, use ORD-54321 instead."),
+        ],
+    )
+    tool = HistorySearchTool(sql_store)
+    ctx = ToolContext(thread_id=thread.id, prompt=(ChatMessage(role="user", content="x"),))
+    for k in (1, 20, 10**9):
+        result = await tool.invoke_in_turn({"query": query, "k": k}, ctx)
+        assert not result.is_error, result.content
+        assert len(result.content.encode()) <= MAX_RESULT_BYTES
+        assert isinstance(json.loads(result.content)["results"], list)
