@@ -310,6 +310,8 @@ class AgentModule:
             fold_timeout=settings.history_fold_timeout_seconds,
             cache_ttl_seconds=settings.history_cache_ttl_seconds,
             tool_budget=settings.tool_budget(),
+            model_call_timeout=settings.model_call_timeout_seconds,
+            tool_timeout=settings.tool_timeout_seconds,
         )
         return cls(
             settings=settings,

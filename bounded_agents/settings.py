@@ -72,7 +72,15 @@ class Settings(BaseSettings):
     openai_model: str = "gpt-4o-mini"
     """Model name the provider knows."""
     model_timeout: float = Field(default=60.0, gt=0)
-    """Seconds per provider request before it is retried (then fails with a 502)."""
+    """Seconds a provider request may wait on the server (to connect, or between two reads of
+    a stream) before it is retried (then fails with a 502)."""
+    model_call_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Seconds one chat model call may take in all, retries and a whole stream included: a
+    stream that never ends, or sends only keep-alives, fails the run (`provider_timeout`)
+    instead of holding its thread."""
+    tool_timeout_seconds: float = Field(default=120.0, gt=0)
+    """Seconds one tool call may take; past it the model reads an error result instead, and
+    the turn goes on."""
     openai_max_tokens: int | None = Field(default=None, ge=1)
     """Cap on the tokens of each answer (`max_tokens`); unset leaves the length to the server."""
     openai_max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"

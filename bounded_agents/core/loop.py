@@ -61,6 +61,8 @@ from bounded_agents.core.turn.constants import (
     DEFAULT_CACHE_TTL_SECONDS,
     DEFAULT_FOLD_CALLS_PER_TURN,
     DEFAULT_FOLD_TIMEOUT_SECONDS,
+    DEFAULT_MODEL_CALL_TIMEOUT_SECONDS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
     READ_FIGURES,
 )
 from bounded_agents.core.turn.deps import TurnDeps, TurnLimits
@@ -138,13 +140,17 @@ class AgentLoop:
         cache_ttl_seconds: float = DEFAULT_CACHE_TTL_SECONDS,
         clock: Callable[[], datetime] | None = None,
         tool_budget: ToolBudget | None = None,
+        model_call_timeout: float | None = DEFAULT_MODEL_CALL_TIMEOUT_SECONDS,
+        tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT_SECONDS,
     ) -> None:
         """`fold_calls_per_turn`: summarizer calls a run may make (a backlog is folded over
         several turns, the prompt bounded meanwhile). `fold_timeout`: seconds one summarizer
         call may take before the fold is given up for this turn (None: no limit). `clock`
         (aware) times a thread's idle gap for `cache_ttl_seconds` (`WindowHistory.cold`).
         `tool_budget`: caps on each turn's search calls and tool output (default caps when
-        None; `bounded_agents.core.tool_budget`)."""
+        None; `bounded_agents.core.tool_budget`). `model_call_timeout`: seconds one chat call
+        may take in all, streaming included (None: no limit); `tool_timeout`: seconds one tool
+        call may take before the model reads an error result instead (None: no limit)."""
         limits = _checked(
             TurnLimits(
                 token_quota,
@@ -152,6 +158,8 @@ class AgentLoop:
                 fold_timeout,
                 cache_ttl_seconds,
                 tool_budget=tool_budget or ToolBudget(),
+                model_call_timeout=model_call_timeout,
+                tool_timeout=tool_timeout,
             )
         )
         turn_store = TurnStore(store)
@@ -409,6 +417,10 @@ def _checked(limits: TurnLimits) -> TurnLimits:
         raise ConfigError(f"fold_calls_per_turn must be >= 1, got {limits.fold_calls_per_turn!r}")
     if not limits.cache_ttl_seconds >= 0:
         raise ConfigError(f"cache_ttl_seconds must be >= 0, got {limits.cache_ttl_seconds!r}")
+    for name in ("fold_timeout", "model_call_timeout", "tool_timeout"):
+        seconds = getattr(limits, name)
+        if seconds is not None and not seconds > 0:
+            raise ConfigError(f"{name} must be > 0 seconds or None, got {seconds!r}")
     return limits
 
 

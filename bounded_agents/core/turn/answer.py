@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from bounded_agents.core.checkpoints import model_payload, parse_model, parse_tool, tool_step
@@ -36,7 +37,7 @@ from bounded_agents.core.turn.calls import (
     provider_boundary,
     run_tool,
 )
-from bounded_agents.core.turn.constants import COMPLETION_RESERVE
+from bounded_agents.core.turn.constants import COMPLETION_RESERVE, MAX_ANSWER_CHARS
 from bounded_agents.core.turn.deps import TurnDeps
 from bounded_agents.core.turn.fold import refold
 from bounded_agents.core.turn.public import (
@@ -47,7 +48,7 @@ from bounded_agents.core.turn.public import (
 )
 from bounded_agents.core.turn.spend import record_usage, release, reserve
 from bounded_agents.core.turn.state import Digest, Turn
-from bounded_agents.errors import ProviderBadResponse
+from bounded_agents.errors import ProviderBadResponse, ProviderTimeout
 
 log = logging.getLogger("bounded_agents.core.loop")
 """The loop's one logger, whichever turn module logs: log configuration keeps working."""
@@ -122,7 +123,8 @@ async def run_tools(
     for call in pending:
         if on_event is not None:
             await on_event(ToolCallEvent(call=call))
-        invoke = _tool_invocation(turn, call, ToolContext(turn.request.thread_id, tuple(prompt)))
+        context = ToolContext(turn.request.thread_id, tuple(prompt))
+        invoke = _tool_invocation(turn, call, context, deps.limits.tool_timeout)
         budgeted = budgeted_tool(deps.limits.tool_budget, call, invoke, used)
         result = ToolResult.model_validate(
             parse_tool(await turn.ctx.step(tool_step(n, call.id), budgeted))
@@ -141,11 +143,13 @@ async def run_tools(
         prompt.append(ChatMessage(role="tool", content=result.content, tool_call_id=call.id))
 
 
-def _tool_invocation(turn: Turn, call: ToolCall, context: ToolContext) -> StepFn:
+def _tool_invocation(
+    turn: Turn, call: ToolCall, context: ToolContext, timeout: float | None
+) -> StepFn:
     """A tool step's work: the call has no database work, so it is handed no transaction."""
 
     async def invoke(tx: Transaction | None) -> JsonValue:
-        return await run_tool(turn.definition, call, context)
+        return await run_tool(turn.definition, call, context, timeout)
 
     return invoke
 
@@ -184,9 +188,17 @@ async def model_step(
     async def call(tx: Transaction | None) -> JsonValue:
         calibrated = deps.learned.tokens.tokens(sum(costs), deps.model_name)
         reserved = await reserve(deps, request.actor_id, calibrated + COMPLETION_RESERVE)
+        limit = deps.limits.model_call_timeout
         try:
-            async with provider_boundary("model"):
+            # The deadline outside the boundary: a hang is `TimeoutError`, not a provider error.
+            async with asyncio.timeout(limit), provider_boundary("model"):
                 response = await call_model(deps, model_request, turn.on_event)
+        except TimeoutError as exc:
+            await release(deps, request.actor_id, reserved)
+            raise ProviderTimeout(
+                f"the model call took longer than {limit:g} s in all "
+                "(AGENT_MODEL_CALL_TIMEOUT_SECONDS)"
+            ) from exc
         except BaseException:
             await release(deps, request.actor_id, reserved)
             raise
@@ -234,10 +246,16 @@ async def call_model(
             await on_event(TextDelta(text=storable_text(response.content)))
         return response
     streamed: ModelResponse | None = None
+    chars = 0
     async for event in model.stream(model_request):
         if isinstance(event, ModelResponse):
             streamed = event
         elif isinstance(event, TextDelta):
+            chars += len(event.text)
+            if chars > MAX_ANSWER_CHARS:
+                raise ProviderBadResponse(
+                    f"the model's answer passed {MAX_ANSWER_CHARS:,} characters: not a real answer"
+                )
             await on_event(TextDelta(text=storable_text(event.text)))
         else:
             raise ProviderBadResponse(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -70,17 +71,28 @@ async def provider_boundary(what: str) -> AsyncIterator[None]:
         raise ProviderError(f"the {what} call failed (details are in the server log)") from exc
 
 
-async def run_tool(definition: AgentDefinition, call: ToolCall, context: ToolContext) -> JsonValue:
-    """One tool call's result, journal-ready; an unknown tool is an error result the model
-    reads, not an exception."""
+async def run_tool(
+    definition: AgentDefinition,
+    call: ToolCall,
+    context: ToolContext,
+    seconds: float | None = None,
+) -> JsonValue:
+    """One tool call's result, journal-ready; an unknown tool, or one that takes longer than
+    `seconds`, is an error result the model reads, not an exception (a hung tool held
+    its turn and its thread for good: found by attack)."""
     binding = definition.tools.get(call.name)
     if binding is None:
         result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
-    elif takes_turn_context(binding):
-        result = await binding.invoke_in_turn(dict(call.arguments), context)
-        result = result.model_copy(update={"call_id": call.id})
     else:
-        result = await binding.invoke(dict(call.arguments))
+        try:
+            async with asyncio.timeout(seconds):
+                if takes_turn_context(binding):
+                    result = await binding.invoke_in_turn(dict(call.arguments), context)
+                else:
+                    result = await binding.invoke(dict(call.arguments))
+        except TimeoutError:
+            text = f"tool {call.name!r} did not answer within {seconds:g} s"
+            result = ToolResult(call_id=call.id, content=text, is_error=True)
         result = result.model_copy(update={"call_id": call.id})
     return storable_json(result.model_dump(mode="json"))
 

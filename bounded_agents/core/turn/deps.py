@@ -17,6 +17,10 @@ from datetime import datetime
 from bounded_agents.core.calibration import CalibratedCounter
 from bounded_agents.core.ports import DurableRuntime, Ledger, ModelProvider, Thread
 from bounded_agents.core.tool_budget import ToolBudget
+from bounded_agents.core.turn.constants import (
+    DEFAULT_MODEL_CALL_TIMEOUT_SECONDS,
+    DEFAULT_TOOL_TIMEOUT_SECONDS,
+)
 from bounded_agents.core.turn.ledger import TurnLedger
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.store import TurnStore
@@ -38,6 +42,10 @@ class TurnLimits:
     """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
     idle time (`HistoryPolicyContext`). 0: off."""
     tool_budget: ToolBudget = field(default_factory=ToolBudget)
+    model_call_timeout: float | None = DEFAULT_MODEL_CALL_TIMEOUT_SECONDS
+    """Seconds one chat model call may take in all (None: no limit)."""
+    tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT_SECONDS
+    """Seconds one tool call may take before its result is an error (None: no limit)."""
     """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
 
 
