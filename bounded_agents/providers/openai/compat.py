@@ -25,6 +25,7 @@ an answer `response`'s, reading a stream `stream`'s, and classifying a failure
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -46,6 +47,10 @@ from bounded_agents.providers.retries import RetryPolicy, retried
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MAX_WHOLE_BODY_CHARS = 4_000_000
+"""The most of a stream's body kept before its first `data:` event, to read as a whole
+completion when the server ignored `stream: true` (past it, the step asks again unstreamed)."""
 
 
 class OpenAICompatibleProvider:
@@ -239,8 +244,13 @@ class OpenAICompatibleProvider:
 
         response = await self._retrying(attempt)
         assembly = StreamAssembly(default_model=self.model)
+        whole_body: list[str] = []  # what came before any `data:` event, bounded
+        kept = 0
         try:
             async for line in response.aiter_lines():
+                if not assembly.seen_data and kept < MAX_WHOLE_BODY_CHARS:
+                    whole_body.append(line)
+                    kept += len(line)
                 delta = assembly.feed(line)
                 if delta:
                     yield TextDelta(text=delta)
@@ -254,6 +264,16 @@ class OpenAICompatibleProvider:
             raise ProviderBadResponse(f"stream from {self.url} was cut off: {exc}") from exc
         finally:
             await response.aclose()
+        if not assembly.done and not assembly.seen_data and kept < MAX_WHOLE_BODY_CHARS:
+            # A server that ignores `stream: true` and answers with the whole completion: that
+            # answer, already paid for, is the step's (found by attack: it was thrown away and
+            # the step asked again, two calls billed for one booked).
+            whole = _completion(whole_body, request, self.model)
+            if whole is not None:
+                if whole.content:
+                    yield TextDelta(text=whole.content)
+                yield whole
+                return
         if not assembly.done and not assembly.seen_data:
             # A 200 stream that ended without a single event: llama-cpp-python's server answers
             # a prompt past its context so, its reason only in its own log. The same request
@@ -310,6 +330,21 @@ class OpenAICompatibleProvider:
         if isinstance(exc, httpx.TimeoutException):
             return Transient(ProviderTimeout(f"no answer from {self.url} within {self.timeout}s"))
         return Transient(ProviderError(f"could not talk to {self.url}: {exc!r}"))
+
+
+def _completion(lines: list[str], request: ModelRequest, model: str) -> ModelResponse | None:
+    """A stream's body read as one chat completion (a server that answered `stream: true`
+    whole), or None when it is not one (an empty body: asked again unstreamed)."""
+    text = "\n".join(lines).strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or "choices" not in data:
+        return None
+    return parse_completion(data, request, model)
 
 
 __all__ = [

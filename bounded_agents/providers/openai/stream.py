@@ -71,16 +71,33 @@ class StreamAssembly:
                     raise TypeError("delta content must be a string")
                 text += piece
             for call in delta.get("tool_calls") or []:
-                slot = self._calls.setdefault(
-                    int(call["index"]), {"id": "", "name": "", "args": []}
-                )
+                slot = self._calls.setdefault(self._slot(call), {"id": "", "name": "", "args": []})
                 function = call.get("function") or {}
                 slot["id"] = call.get("id") or slot["id"]
                 slot["name"] = function.get("name") or slot["name"]
-                if function.get("arguments"):
-                    slot["args"].append(function["arguments"])
+                arguments = function.get("arguments")
+                if isinstance(arguments, dict):  # an object, as unstreamed answers may send
+                    arguments = json.dumps(arguments)
+                if arguments:
+                    if not isinstance(arguments, str):
+                        raise TypeError("tool call arguments must be a string or an object")
+                    slot["args"].append(arguments)
         self._content.append(text)
         return text
+
+    def _slot(self, call: dict[str, Any]) -> int:
+        """Which tool call a chunk continues: its `index`; a server that sends none (Google's
+        OpenAI-compatible endpoint streams each call whole, without one) starts a new call
+        with each new id, and continues the last call with a chunk that has no id."""
+        if "index" in call:
+            return int(call["index"])
+        named = call.get("id")
+        for index, slot in self._calls.items():
+            if named and slot["id"] == named:
+                return index
+        if not named and self._calls:
+            return max(self._calls)
+        return max(self._calls, default=-1) + 1
 
     def result(self, request: ModelRequest) -> ModelResponse:
         """The whole answer; its usage estimated when the server sent none (a server that
