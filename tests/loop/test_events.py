@@ -47,7 +47,7 @@ async def test_a_provider_that_does_not_stream_sends_each_answer_as_one_delta(
         ToolResultEvent(call_id="c1", name="look", is_error=False, content_chars=7),
         TextDelta(text="The answer."),
     ]
-    assert content == "The answer."
+    assert content == "Let me look.The answer."  # what the deltas showed, all of it
 
 
 async def test_an_empty_answer_sends_no_delta(env: LoopEnv) -> None:

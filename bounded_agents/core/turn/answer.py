@@ -83,7 +83,10 @@ async def answer(
         )
         step = n
         response, last_prompt, reported = _reported_step(recorded, turn.report)
-        content = response.content
+        # Every step's text, as it was streamed: what a model says beside its tool calls
+        # ("Let me check the pricing page.") was shown to the user, so it is kept (found by
+        # attack: only the last step's text was stored, and the next prompts lost the rest).
+        content += response.content
         if not response.tool_calls:
             break
         response = _with_distinct_call_ids(response, taken={c.id for c in calls})
