@@ -127,8 +127,26 @@ class MethodTool:
         try:
             value = await self._method(**{k: getattr(args, k) for k in type(args).model_fields})
         except Exception as exc:
-            return ToolResult(call_id="", content=f"{type(exc).__name__}: {exc}", is_error=True)
-        return ToolResult(call_id="", content=value if isinstance(value, str) else _json(value))
+            return ToolResult(call_id="", content=_failure(exc), is_error=True)
+        if isinstance(value, str):
+            return ToolResult(call_id="", content=value)
+        try:
+            return ToolResult(call_id="", content=_json(value))
+        except (TypeError, ValueError, RecursionError) as exc:
+            # Tuple keys, a circular dict, an int past Python's 4,300 digits: the model reads
+            # why, as for a tool that raised (found by attack: the turn was a 500).
+            text = f"the tool's return value cannot be sent as JSON: {_failure(exc)}"
+            return ToolResult(call_id="", content=text, is_error=True)
+
+
+def _failure(exc: BaseException) -> str:
+    """`Type: message` of a tool's exception; an exception whose `str()` itself raises is
+    named by its type alone (found by attack: it was a 500)."""
+    try:
+        text = str(exc)
+    except Exception:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _json(value: Any) -> str:
