@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 
 from bounded_agents.core.checkpoints import model_payload, parse_model, parse_tool, tool_step
@@ -290,6 +291,11 @@ def _reported_step(
     return response, made.get("prompt_digest"), reported
 
 
+MAX_CALL_ID_CHARS = 64
+"""The longest tool-call id kept as the provider sent it (OpenAI's are about 30, Anthropic's
+about 40); a `tool:<n>:<id>` checkpoint name stays well within its column."""
+
+
 def _with_distinct_call_ids(response: ModelResponse, *, taken: set[str]) -> ModelResponse:
     """`response` with each tool-call id this turn already used renamed `<id>_<n>` (the first
     free n from 2). A provider may reuse an id (local servers number calls per response, some
@@ -297,10 +303,16 @@ def _with_distinct_call_ids(response: ModelResponse, *, taken: set[str]) -> Mode
     its call by id (the transcript, `/v1` items, search text, erasure), and each call is its
     own checkpoint `tool:<n>:<id>`. A pure function of the recorded response and the calls
     before it, so a replay renames the same way; the model is sent the renamed ids, which
-    every provider accepts since it reads them back only to pair its own calls."""
+    every provider accepts since it reads them back only to pair its own calls. An id longer
+    than `MAX_CALL_ID_CHARS` is replaced by `call_<digest>` first: the checkpoint's name is a
+    column of 200 characters on PostgreSQL (found by attack: a 300-character id failed the
+    turn there, and only there)."""
     seen = set(taken)
     renamed: list[ToolCall] = []
     for call in response.tool_calls:
+        if len(call.id) > MAX_CALL_ID_CHARS:
+            digest = hashlib.sha256(call.id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            call = call.model_copy(update={"id": f"call_{digest}"})
         if call.id in seen:
             n = 2
             while f"{call.id}_{n}" in seen:
