@@ -174,7 +174,17 @@ class JournaledContext(Replay):
             raise
         self._depth -= 1
         if not self._depth:
-            await self._commit()
+            try:
+                await self._commit()
+            except LeaseLost:
+                raise  # what waited is booked on its own already (`_commit`)
+            except Exception:
+                # The block ran, its commit failed (the database refused a row, or went away):
+                # undone as a block that raised, so the calls it was to book are booked on
+                # their own and their reservations settled (found by attack: neither was,
+                # and the actor's total stayed above its ledger for good).
+                await self._undo(settle=True)
+                raise
 
     async def _undo(self, *, settle: bool) -> None:
         """Roll back the failed outermost unit and forget its steps. The calls it recorded were

@@ -1,0 +1,61 @@
+"""A tool round whose commit fails (the database refuses a row, or goes away at COMMIT) after
+the model call that asked for the tools returned: that call was paid for, so its ledger row is
+booked on its own and the actor's total equals its ledger (attack round 6: the row rolled back
+with the unit and was never booked, and the call's reservation stayed on the actor's total)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from bounded_agents.core.history import window_history
+from bounded_agents.core.messages import ToolCall
+from bounded_agents.durable import journal_rows
+from bounded_agents.errors import RunFailed, StoreError
+from bounded_agents.store.schema import actor_usage, ledger
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
+
+
+async def look(q: str) -> str:
+    return "found"
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_failed_tool_round_commit_books_the_paid_call_alone(
+    env: LoopEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = journal_rows.SqlUnit.commit
+    failed: list[bool] = []
+
+    async def fails_once(self: journal_rows.SqlUnit, steps: list[tuple[int, str, str]]) -> None:
+        if any(name.startswith("tool:") for _, name, _ in steps) and not failed:
+            failed.append(True)
+            await self.rollback()
+            raise StoreError("journal_unit: the database went away at COMMIT")
+        await real(self, steps)
+
+    monkeypatch.setattr(journal_rows.SqlUnit, "commit", fails_once)
+    tid = await env.thread([])
+    call = ToolCall(id="c1", name="look", arguments={"q": "x"})
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done")])
+    loop_tools = {"look": FunctionTool("look", look)}
+    loop = env.loop(model, window_history(max_messages=10), quota=1_000_000, tools=loop_tools)
+
+    with pytest.raises(RunFailed):
+        await loop.run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
+        )
+
+    assert failed == [True] and len(model.calls) == 1
+    async with env.store.engine.connect() as conn:
+        booked = (
+            await conn.execute(sa.select(ledger.c.prompt_tokens, ledger.c.completion_tokens))
+        ).all()
+        total = await conn.scalar(
+            sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == "alice")
+        )
+    assert len(booked) == 1  # the one call that returned
+    assert int(total or 0) == sum(int(p) + int(c) for p, c in booked)
