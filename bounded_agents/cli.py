@@ -407,7 +407,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     try:
         return _command(args)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Escaped: a refusal may quote the server (`only_agent`'s error page; found by attack)
+        print(shown(f"error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)

@@ -376,6 +376,19 @@ def test_chat_escapes_control_characters_in_everything_it_prints(
     assert f"error: x{HOSTILE_SHOWN}: failed {HOSTILE_SHOWN}" in err
 
 
+def test_a_hostile_agents_page_reaches_the_terminal_escaped(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`chat` without `--agent` asks `GET /agents`; a server answering it with an error page
+    holding escape sequences is quoted in the refusal, which `main` prints escaped."""
+    hostile = _hostile_client()
+    monkeypatch.setattr(cli.httpx, "Client", lambda **kw: hostile)
+    assert cli.main(["chat", "--url", "http://evil"]) == 2
+    err = capsys.readouterr().err
+    _assert_escaped(err, times=1)
+    assert err.startswith("error: http://evil: cannot list its agents (502: <html>")
+
+
 def test_inspect_escapes_control_characters_in_everything_it_prints(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
