@@ -11,8 +11,12 @@ parses (and `responses.stream(...)` accumulates).
 
 A turn that fails once it began ends with `error` (code and message) and `response.failed` (the
 Response with `error` set); one refused before it began is a plain HTTP error, never a stream.
-Text the model streams before it calls a tool becomes a message item of its own in this stream;
-only the final answer is stored, so `responses.retrieve` shows that one alone.
+Text the model streams before it calls a tool becomes a message item of its own in this stream
+(`msg_<seq>`, then `msg_<seq>_<n>` for text after a tool call). The answer is stored as one
+message holding every step's text, `msg_<seq>`, after its function calls: `response.completed`
+carries that output, as `responses.retrieve` and the conversation's items show it (found by
+attack: it carried the streamed items, which named no stored item and other text). A streamed
+`msg_<seq>_<n>` id is the stream's own; its text is in the stored `msg_<seq>`.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from bounded_agents.http.errors import INTERNAL_MESSAGE, error_payload
 from bounded_agents.http.openai.items import (
     function_call_item,
     message_item_id,
+    output_items,
     response_error,
     response_out,
 )
@@ -177,7 +182,7 @@ class ResponseStream:
             done = self.start.model_copy(
                 update={
                     "status": "completed",
-                    "output": list(self.items),
+                    "output": output_items(result.message),
                     "usage": response_out(
                         run_id=result.run_id,
                         agent=self.start.model,
