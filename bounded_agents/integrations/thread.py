@@ -441,7 +441,8 @@ class ThreadHistory:
                 completion_tokens=usage.completion_tokens if usage is not None else 0,
                 run_id=None,
             )
-            if not await self._save(summary, [m.seq for m in chunk if m.seq is not None]):
+            folded_seqs = [m.seq for m in chunk if m.seq is not None]
+            if not await self._save(summary, folded_seqs, base=boundary or None):
                 # An erasure landed while the summarizer ran: the summary holds its message.
                 # The erasure may have taken earlier summaries too: report what is stored.
                 left = await self._summaries.latest_summary(self.thread_id)
@@ -450,13 +451,14 @@ class ThreadHistory:
             boundary = summary.covers_through_seq
         return FoldOutcome(summary=summary, folded=folded)
 
-    async def _save(self, summary: ThreadSummary, folded: list[int]) -> bool:
-        """The summary stored, unless a message it was made from was erased since it was read:
-        this fold holds no run an erasure would wait for (`IntactSummarySaver`; a store
-        without that power saves it as it is)."""
+    async def _save(self, summary: ThreadSummary, folded: list[int], *, base: int | None) -> bool:
+        """The summary stored, unless a message it was made from, or one the summary it was
+        written on (ending at `base`) covers, was erased since it was read: this fold holds
+        no run an erasure would wait for (`IntactSummarySaver`; a store without that power
+        saves it as it is)."""
         store = self.store
         if supports_intact_summaries(store):
-            return await store.save_summary_if_intact(self.thread_id, summary, folded)
+            return await store.save_summary_if_intact(self.thread_id, summary, folded, base)
         await self._summaries.save_summary(self.thread_id, summary)
         return True
 

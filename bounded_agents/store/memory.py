@@ -167,13 +167,19 @@ class MemoryStore:
         self._summaries.setdefault(thread_id, {}).setdefault(summary.covers_through_seq, summary)
 
     async def save_summary_if_intact(
-        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+        self,
+        thread_id: str,
+        summary: ThreadSummary,
+        folded: Sequence[int],
+        base: int | None = None,
     ) -> bool:
         """`IntactSummarySaver`: under the lock `delete_message` takes."""
         async with self._lock:
             thread = self._threads.get(thread_id)
             stored = {m.seq for m in thread.messages} if thread is not None else set()
             if not set(folded) <= stored:
+                return False
+            if base is not None and base not in self._summaries.get(thread_id, {}):
                 return False
             await self.save_summary(thread_id, summary)
             return True

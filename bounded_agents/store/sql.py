@@ -412,7 +412,11 @@ class SqlAgentStore:
             await conn.execute(stmt)
 
     async def save_summary_if_intact(
-        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+        self,
+        thread_id: str,
+        summary: ThreadSummary,
+        folded: Sequence[int],
+        base: int | None = None,
     ) -> bool:
         """`IntactSummarySaver`. On PostgreSQL the thread row is locked FOR KEY SHARE first,
         which waits for an erasure's FOR UPDATE (`store.erase`) and makes it wait: the count
@@ -422,7 +426,7 @@ class SqlAgentStore:
         write that changes nothing, as an erasure's is, so the transaction holds the write lock
         before it counts (a deferred BEGIN that read first would count in a snapshot). The
         count is of the range `folded` spans (one index range), against how many seqs it
-        holds."""
+        holds; the summary it was written on (`base`) is one primary-key probe."""
         if not folded:
             return False
         values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}
@@ -443,6 +447,13 @@ class SqlAgentStore:
             )
             if (await conn.execute(count)).scalar_one() != len(set(folded)):
                 return False
+            if base is not None:  # the notes it carries on: erased with any message they cover
+                kept = sa.select(thread_summaries.c.thread_id).where(
+                    thread_summaries.c.thread_id == thread_id,
+                    thread_summaries.c.covers_through_seq == base,
+                )
+                if (await conn.execute(kept)).first() is None:
+                    return False
             await conn.execute(insert(thread_summaries).values(values).on_conflict_do_nothing())
         return True
 

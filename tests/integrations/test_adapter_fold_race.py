@@ -60,3 +60,32 @@ async def test_an_erasure_during_an_adapter_fold_leaves_no_summary_of_the_messag
     assert [SECRET in text for _, text in await summary_rows(sql_store, history.thread_id)] == [
         False
     ]
+
+
+async def test_an_erasure_of_an_earlier_chunk_during_a_later_one_leaves_no_summary_of_it(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A fold of several chunks: the message is in the FIRST chunk, whose summary is stored;
+    it is erased while the second chunk is summarized (a review found it). The erasure deletes
+    the first summary, and the second, written on top of it, must not be stored either."""
+    history = ThreadHistory(sql_store, "race2", keep_runs=1)
+    seqs = await history.append(run(0, f"my {SECRET} for the films booking"))
+    for n in range(1, 8):
+        await history.append(run(n, f"question {n} about the films booking " + "x" * 300))
+    calls: list[int] = []
+
+    async def slow_notes(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        calls.append(len(messages))
+        if len(calls) == 2:  # the first chunk's summary is stored by now
+            assert await sql_store.delete_message(history.thread_id, seqs[0])
+        prior = ctx.summary.text + "\n" if ctx.summary is not None else ""
+        return HistorySummary(
+            text=prior + "\n".join(f"- {m.content[:60]}" for m in messages),
+            usage=Usage(prompt_tokens=10, completion_tokens=10),
+        )
+
+    outcome = await history.compact(slow_notes, fold_max_tokens=400)
+
+    assert len(calls) == 2 and outcome.refused == "erased"
+    quoting = [s for s, text in await summary_rows(sql_store, history.thread_id) if SECRET in text]
+    assert quoting == []

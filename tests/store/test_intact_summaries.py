@@ -66,3 +66,15 @@ async def test_a_save_waits_for_an_uncommitted_erasure_and_then_refuses(
 
 def test_the_memory_store_has_the_power() -> None:
     assert supports_intact_summaries(MemoryStore())
+
+
+async def test_a_summary_written_on_an_erased_summary_is_refused(store: ContractStore) -> None:
+    """The new summary carries the notes of the one it was written on (`base`); an erasure of
+    a message that one covers deletes it, so the new one is refused too."""
+    tid = await _thread(store, 8)
+    assert await store.save_summary_if_intact(tid, _summary(4), [1, 2, 3, 4])
+    assert await store.save_summary_if_intact(tid, _summary(6), [5, 6], base=4)
+    assert await store.delete_message(tid, 2)  # deletes the summaries ending at 4 and 6
+
+    assert not await store.save_summary_if_intact(tid, _summary(8), [7, 8], base=6)
+    assert await store.latest_summary(tid) is None

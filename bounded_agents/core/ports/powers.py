@@ -320,10 +320,16 @@ class IntactSummarySaver(Protocol):
     erased text); the loop's folds run inside a run, which the erasure refuses, and need none."""
 
     async def save_summary_if_intact(
-        self, thread_id: str, summary: ThreadSummary, folded: Sequence[int]
+        self,
+        thread_id: str,
+        summary: ThreadSummary,
+        folded: Sequence[int],
+        base: int | None = None,
     ) -> bool:
         """Save `summary` (as `save_summary`) if the messages at `folded` (the seqs it was made
-        from) are all still stored; False, and nothing saved, when one was erased since."""
+        from) are all still stored and, when it was written on top of the summary ending at
+        `base`, that summary is still stored (an erasure of any message it covers deletes it);
+        False, and nothing saved, otherwise."""
         ...
 
 
