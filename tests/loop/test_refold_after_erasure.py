@@ -69,3 +69,41 @@ async def test_a_refold_over_an_erased_gap_loses_no_message(env: LoopEnv) -> Non
         f"q2 (seq 5) lost: summary covers {covered}, summarizer was handed {handed}, "
         f"next prompt {next_prompt}"
     )
+
+
+def test_a_refolding_window_carries_the_real_seqs_of_owed_messages_riding_before_it() -> None:
+    """A fold owed and not made (summary through 4, owed through 8): the newest owed messages
+    ride before the kept ones, and a refold must fold them by their own seqs (a review found
+    them numbered None, so a refold's boundary fell to 0 and they left the prompt unfolded)."""
+    from bounded_agents.core.ports import ThreadSummary
+    from bounded_agents.core.turn.prompt import opening_prompt
+    from bounded_agents.core.turn.public import AgentDefinition
+
+    async def unused(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        raise AssertionError("not called")
+
+    policy = summarizing_runs_window(unused, token_threshold=300, keep_recent_runs=1)
+    definition = AgentDefinition(name="a", system_prompt="s", policy=policy)
+    msgs = [
+        Message(role="user" if i % 2 else "assistant", content=f"m{i}", seq=i) for i in range(1, 11)
+    ]
+    load = {
+        "keep": [m.model_dump(mode="json", exclude={"seq", "run_id"}) for m in msgs[8:]],
+        "summary": {"text": "S", "covers_through_seq": 4},
+        "fold": {"through": 8, "messages": [m.model_dump(mode="json") for m in msgs[4:8]]},
+    }
+    summary = ThreadSummary(text="S", covers_through_seq=4)
+
+    prompt, window, omitted, _ = opening_prompt(definition, load, summary, user_seq=10)
+
+    assert window is not None
+    assert [m.content for m in prompt[-4:]] == ["m7", "m8", "m9", "m10"]
+    assert [(m.content, m.seq) for m in window.keep] == [
+        ("m7", 7),
+        ("m8", 8),
+        ("m9", 9),
+        ("m10", 10),
+    ]
+    assert omitted == 2  # m5 and m6: owed, past the cap, said so in the prompt
+    count = policy.refold_count(window.keep, 10**6)
+    assert window.keep[count - 1].seq == 8

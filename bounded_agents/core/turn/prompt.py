@@ -147,7 +147,8 @@ def degraded_history(
         taken.append(message)
         tokens += cost
     taken.reverse()
-    return [m.model_copy(update={"seq": None}) for m in taken], through - covered - len(taken)
+    # With their seqs: a refolding window folds by them (the prompt's messages carry none).
+    return taken, through - covered - len(taken)
 
 
 def opening_prompt(
