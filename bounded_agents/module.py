@@ -48,6 +48,7 @@ from bounded_agents.core.ports import (
     supports_keyed_runs,
     supports_pruning,
     supports_run_erasure,
+    supports_run_forgetting,
     supports_thread_holding,
 )
 from bounded_agents.core.report import RunResult
@@ -190,7 +191,10 @@ class AgentModule:
         async with self._holding(owned.id):
             held = await self._runs_held_elsewhere(owned.id)
             await self.store.delete_thread(owned.id)
-            await self._erase_runs(held, thread_erased=True)
+            await self._erase_runs(held)
+            runtime = self.loop.runtime
+            if held and supports_run_forgetting(runtime):
+                await runtime.forget_runs(held)
 
     async def erase_message(
         self,
@@ -250,12 +254,12 @@ class AgentModule:
                 ended.append(run_id)
         return ended
 
-    async def _erase_runs(self, run_ids: list[str], *, thread_erased: bool = False) -> None:
+    async def _erase_runs(self, run_ids: list[str]) -> None:
         """After the store's erasure committed (a refused one, `ThreadBusy`, reaches no
         runtime)."""
         runtime = self.loop.runtime
         if run_ids and supports_run_erasure(runtime):
-            await runtime.erase_runs(run_ids, thread_erased=thread_erased)
+            await runtime.erase_runs(run_ids)
 
     @classmethod
     def for_root(

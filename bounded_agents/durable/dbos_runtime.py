@@ -330,11 +330,9 @@ class DbosRuntime(SqlJournal):
             rows = await conn.execute(sa.select(runs.c.id).where(runs.c.thread_id == thread_id))
             return [str(row[0]) for row in rows]
 
-    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
         """An erasure reaches DBOS too: the runs' workflows, every attempt's, and their step
-        outputs (the selections, model answers and tool results the message may be in). The
-        same whether or not the thread went whole: the run rows it answers from are the
-        store's, and go with the thread."""
+        outputs (the selections, model answers and tool results the message may be in)."""
         if run_ids:
             await self._forget(run_ids)
 

@@ -97,19 +97,13 @@ class InlineRuntime:
         user's text)."""
         return [rid for rid, record in self._runs.items() if record.request.thread_id == thread_id]
 
-    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
         """`RunEraser`: their requests' text blanked, as the SQL journal blanks `runs.request`
         (found by review: it stayed in this process's memory after the erasure), and a failed
         run's error redacted as the journal's erasure redacts it (`redact_error`: a provider
         may have echoed the erased text; found by attack). The records and their
         Idempotency-Keys stay, as the journal's run rows do on a message's erasure: a keyed
-        retry is still answered by its run, never run and billed again. A thread erased whole
-        takes its runs' records and keys with it, as it takes the journal's rows (found by
-        attack: `GET /runs/{id}` still answered 200 with the erased thread's id)."""
-        if thread_erased:
-            for run_id in run_ids:
-                self._forget(run_id)
-            return
+        retry is still answered by its run, never run and billed again."""
         for run_id in run_ids:
             record = self._runs.get(run_id)
             if record is None:
@@ -157,6 +151,13 @@ class InlineRuntime:
         while self._ended > MAX_ENDED_RUNS:
             oldest = next(rid for rid, r in self._runs.items() if r.status != "running")
             self._forget(oldest)
+
+    async def forget_runs(self, run_ids: Sequence[str]) -> None:
+        """`RunForgetter`: a thread erased whole takes its runs' records and keys with it, as
+        it takes the journal's rows (found by attack: `GET /runs/{id}` still answered 200 with
+        the erased thread's id)."""
+        for run_id in run_ids:
+            self._forget(run_id)
 
     def _forget(self, run_id: str) -> None:
         """The run's record and its Idempotency-Key, gone."""

@@ -22,6 +22,7 @@ from bounded_agents.core.ports import (
     supports_pruning,
     supports_run_erasure,
     supports_run_executor,
+    supports_run_forgetting,
     supports_run_timeline,
     supports_thread_holding,
 )
@@ -100,10 +101,17 @@ class EraserDelegate(PowerDelegate):
         assert supports_run_erasure(inner)
         return await inner.thread_run_ids(thread_id)
 
-    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
         inner = self.inner
         assert supports_run_erasure(inner)
-        await inner.erase_runs(run_ids, thread_erased=thread_erased)
+        await inner.erase_runs(run_ids)
+
+
+class ForgetterDelegate(PowerDelegate):
+    async def forget_runs(self, run_ids: Sequence[str]) -> None:
+        inner = self.inner
+        assert supports_run_forgetting(inner)
+        await inner.forget_runs(run_ids)
 
 
 class HolderDelegate(PowerDelegate):
@@ -120,6 +128,7 @@ DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_pruning, PrunerDelegate),
     (supports_launch, LauncherDelegate),
     (supports_run_erasure, EraserDelegate),
+    (supports_run_forgetting, ForgetterDelegate),
     (supports_thread_holding, HolderDelegate),
 )
 """The runtime powers an observed runtime passes on, each with the mixin that implements it by
@@ -129,6 +138,7 @@ __all__ = [
     "DELEGATES",
     "EraserDelegate",
     "ExecutorDelegate",
+    "ForgetterDelegate",
     "HolderDelegate",
     "KeyedRunsDelegate",
     "LauncherDelegate",

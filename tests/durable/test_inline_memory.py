@@ -59,7 +59,7 @@ async def test_a_thread_erased_whole_takes_its_runs_and_keys() -> None:
     await runtime.begin(_request(2))
     await runtime.complete("r2", {})
 
-    await runtime.erase_runs(["r1"], thread_erased=True)
+    await runtime.forget_runs(["r1"])
 
     assert await runtime.get_run("r1") is None
     assert await runtime.find_keyed_run("t1", "a", "k1") is None

@@ -17,6 +17,7 @@ from bounded_agents.core.ports import (
     supports_pruning,
     supports_run_erasure,
     supports_run_executor,
+    supports_run_forgetting,
     supports_run_timeline,
 )
 from bounded_agents.core.report import RunReport, RunResult
@@ -241,8 +242,11 @@ class _EveryPower(InlineRuntime):
         self.calls.append(("thread_run_ids", thread_id))
         return ["r1"]
 
-    async def erase_runs(self, run_ids: Any, *, thread_erased: bool = False) -> None:
+    async def erase_runs(self, run_ids: Any) -> None:
         self.calls.append(("erase_runs", list(run_ids)))
+
+    async def forget_runs(self, run_ids: Any) -> None:
+        self.calls.append(("forget_runs", list(run_ids)))
 
 
 async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() -> None:
@@ -265,6 +269,8 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
     assert supports_run_erasure(runtime)
     assert await runtime.thread_run_ids("t1") == ["r1"]
     await runtime.erase_runs(["r1"])
+    assert supports_run_forgetting(runtime)
+    await runtime.forget_runs(["r1"])
     assert inner.calls == [
         ("register_resumer", resume),
         ("execute", "r1"),
@@ -274,4 +280,5 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
         ("shutdown",),
         ("thread_run_ids", "t1"),
         ("erase_runs", ["r1"]),
+        ("forget_runs", ["r1"]),
     ]

@@ -98,16 +98,31 @@ class RunEraser(Protocol):
         erasure, which deletes a thread's `runs` rows."""
         ...
 
-    async def erase_runs(self, run_ids: Sequence[str], *, thread_erased: bool = False) -> None:
+    async def erase_runs(self, run_ids: Sequence[str]) -> None:
         """Delete everything the runtime keeps of these runs (every attempt); runs it has no
-        record of are no error, so a retried erasure finishes the job. `thread_erased`: their
-        thread was erased whole, so the runs are not to be answered for any more (under the
-        SQL journal their rows go with the thread: `GET /runs/{id}` is a 404)."""
+        record of are no error, so a retried erasure finishes the job."""
         ...
 
 
 def supports_run_erasure(runtime: object) -> TypeGuard[RunEraser]:
     return isinstance(runtime, RunEraser)
+
+
+@runtime_checkable
+class RunForgetter(Protocol):
+    """Optional: a runtime that answers for runs from records of its own (`InlineRuntime`'s
+    in-process map), which a thread's erasure must end: under the SQL journal the runs' rows go
+    with the thread, so `GET /runs/{id}` is a 404 (found by attack: inline still answered 200
+    with the erased thread's id). Apart from `RunEraser`, so a runtime written to that port
+    before this one existed keeps working."""
+
+    async def forget_runs(self, run_ids: Sequence[str]) -> None:
+        """These runs' records, and their Idempotency-Keys, gone: their thread was erased."""
+        ...
+
+
+def supports_run_forgetting(runtime: object) -> TypeGuard[RunForgetter]:
+    return isinstance(runtime, RunForgetter)
 
 
 @runtime_checkable
