@@ -52,7 +52,10 @@ log line has an id, a request id, a timestamp and a latency."""
 _TOKEN = re.compile(r"(?<![\w@])[^\W_]+(?:[-./:,][^\W_]+)*")
 """Runs of letters and digits joined by `- . / : ,` (`INV-2027-5523`, `2027-05-12`)."""
 _MARKS = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.DOTALL)
-_PREFIXED = re.compile(r"([A-Za-z]{2,})[-/]([^\W_]+(?:[-./][^\W_]+)*)")
+_PREFIXED = re.compile(r"([A-Za-z]{2,})-([^\W_]+(?:[-./][^\W_]+)*)")
+"""A letter prefix and a hyphen: PostgreSQL's parser splits `WH-123` into `wh` and `-123`, as
+FTS5 does, but keeps `WH/123` whole, so only a hyphen makes the prefix a word both index.
+A prefix that is a stop word (`IT-4521`) makes no query on PostgreSQL: nothing is followed."""
 
 Search = Callable[[str, int], Awaitable[Sequence[SearchHit]]]
 """The store's search (`query`, `limit`) -> its best hits: the index, or the bounded scan."""

@@ -183,7 +183,7 @@ def _run(connection: Connection, action: str, revision: str) -> None:
         # locate its revision. An operator needs that line, not Alembic's traceback.
         hint = (
             ": a newer release migrated this database; run that release, or restore a backup"
-            if "Can't locate revision" in str(exc)
+            if "Can't locate revision" in str(exc) and revision in ("head", "base")
             else ""
         )
         raise MigrationRefused(f"cannot migrate: {exc}{hint}") from exc

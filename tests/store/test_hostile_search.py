@@ -7,6 +7,7 @@ lookup of `core.search_forms` included)."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -27,7 +28,9 @@ QUERIES = [
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=range(len(QUERIES)))
-async def test_a_hostile_query_never_raises(sql_store: SqlAgentStore, query: str) -> None:
+async def test_a_hostile_query_never_raises(
+    sql_store: SqlAgentStore, query: str, caplog: pytest.LogCaptureFixture
+) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     await sql_store.append_messages(
         thread.id,
@@ -44,3 +47,5 @@ async def test_a_hostile_query_never_raises(sql_store: SqlAgentStore, query: str
         assert not result.is_error, result.content
         assert len(result.content.encode()) <= MAX_RESULT_BYTES
         assert isinstance(json.loads(result.content)["results"], list)
+    # nothing failed quietly either (the replies and the form lookup log and go on)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

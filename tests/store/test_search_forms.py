@@ -144,6 +144,8 @@ def test_a_form_keeps_the_prefix_and_the_shape() -> None:
     assert form("NL-12X4") == ("nl", "NL-99A9")
     # no letter prefix, no digit, or the prefix glued to the digits: nothing to look it up by
     assert [form(v) for v in ("2027-05-12", "Teal-Pro", "pg13.5", "B123", "45,750")] == [None] * 5
+    # a slash keeps the value one word on PostgreSQL (`wh/123`): its prefix is no word there
+    assert form("WH/123") is None
 
 
 def test_values_are_the_tokens_holding_a_digit() -> None:

@@ -291,9 +291,11 @@ def _reported_step(
     return response, made.get("prompt_digest"), reported
 
 
-MAX_CALL_ID_CHARS = 64
+MAX_CALL_ID_CHARS = 180
 """The longest tool-call id kept as the provider sent it (OpenAI's are about 30, Anthropic's
-about 40); a `tool:<n>:<id>` checkpoint name stays well within its column."""
+about 40): a `tool:<n>:<id>` checkpoint name stays within its 200-character column. Only ids
+PostgreSQL could never store are renamed, so a run journaled before the rename (on SQLite,
+which stored any length) replays under the step names it has, unless its id passed 180."""
 
 
 def _with_distinct_call_ids(response: ModelResponse, *, taken: set[str]) -> ModelResponse:
@@ -305,8 +307,8 @@ def _with_distinct_call_ids(response: ModelResponse, *, taken: set[str]) -> Mode
     before it, so a replay renames the same way; the model is sent the renamed ids, which
     every provider accepts since it reads them back only to pair its own calls. An id longer
     than `MAX_CALL_ID_CHARS` is replaced by `call_<digest>` first: the checkpoint's name is a
-    column of 200 characters on PostgreSQL (found by attack: a 300-character id failed the
-    turn there, and only there)."""
+    column of 200 characters (found by attack: a 300-character id failed the turn on
+    PostgreSQL, and only there)."""
     seen = set(taken)
     renamed: list[ToolCall] = []
     for call in response.tool_calls:

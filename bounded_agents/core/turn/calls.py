@@ -84,13 +84,16 @@ async def run_tool(
     if binding is None:
         result = ToolResult(call_id=call.id, content=f"unknown tool {call.name!r}", is_error=True)
     else:
+        limit = asyncio.timeout(seconds)
         try:
-            async with asyncio.timeout(seconds):
+            async with limit:
                 if takes_turn_context(binding):
                     result = await binding.invoke_in_turn(dict(call.arguments), context)
                 else:
                     result = await binding.invoke(dict(call.arguments))
         except TimeoutError:
+            if not limit.expired():
+                raise  # the tool's own, not the limit's: as any exception a tool lets out
             text = f"tool {call.name!r} did not answer within {seconds:g} s"
             result = ToolResult(call_id=call.id, content=text, is_error=True)
         result = result.model_copy(update={"call_id": call.id})

@@ -42,11 +42,11 @@ class TurnLimits:
     """How long the provider keeps a prompt cache idle; handed to `select` with the thread's
     idle time (`HistoryPolicyContext`). 0: off."""
     tool_budget: ToolBudget = field(default_factory=ToolBudget)
+    """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
     model_call_timeout: float | None = DEFAULT_MODEL_CALL_TIMEOUT_SECONDS
     """Seconds one chat model call may take in all (None: no limit)."""
     tool_timeout: float | None = DEFAULT_TOOL_TIMEOUT_SECONDS
     """Seconds one tool call may take before its result is an error (None: no limit)."""
-    """Caps on a turn's search calls and tool-output bytes (`bounded_agents.core.tool_budget`)."""
 
 
 @dataclass
