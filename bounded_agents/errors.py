@@ -314,6 +314,13 @@ class ProviderRateLimited(ProviderError):
 class ProviderBadResponse(ProviderError):
     code = "provider_bad_response"
 
+    def __init__(self, message: str, *, paid: object | None = None) -> None:
+        super().__init__(message)
+        self.paid = paid
+        """The usage (`core.ports.Usage`) the provider reported, or the estimate of it, when
+        the answer it billed was unusable (a tool call whose input is no object): the loop
+        books it, since the call was paid for (found by attack: it was booked as nothing)."""
+
 
 class ProviderContextExceeded(ProviderError):
     """The provider refused the request as longer than its model's context. Final (resending

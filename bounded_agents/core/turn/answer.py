@@ -203,6 +203,15 @@ async def model_step(
                 f"the model call took longer than {limit:g} s in all "
                 "(AGENT_MODEL_CALL_TIMEOUT_SECONDS)"
             ) from exc
+        except ProviderBadResponse as exc:
+            if not isinstance(exc.paid, Usage):
+                await release(deps, request.actor_id, reserved)
+                raise
+            # An unusable answer the provider billed all the same: booked on its own, as a
+            # step that fails is (the run fails with it), its reservation settled by it.
+            billed = ("chat", booked_model(None, deps.model), exc.paid)
+            await record_usage(deps, request, report, billed, reserved=reserved)
+            raise
         except BaseException:
             await release(deps, request.actor_id, reserved)
             raise

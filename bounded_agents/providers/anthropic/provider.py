@@ -29,6 +29,7 @@ from tenacity import RetryCallState
 from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, TextDelta, Usage
 from bounded_agents.core.tokens import estimate_usage
+from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTimeout
 from bounded_agents.providers.anthropic.wire import CachePlan, messages_body
 from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
@@ -304,6 +305,8 @@ class _StreamAssembly:
         self._request = request
         self._model = default_model
         self._blocks: dict[int, dict[str, Any]] = {}
+        self._argument_chars = 0
+        """Tool input streamed so far: bounded as the text is (`MAX_ANSWER_CHARS`)."""
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
 
@@ -314,9 +317,12 @@ class _StreamAssembly:
             self._model = str(message.get("model") or self._model)
             self._usage.update(message.get("usage") or {})
         elif kind == "content_block_start":
+            index = int(event["index"])
+            if index in self._blocks:  # its streamed text would be lost: say so (found by attack)
+                raise ProviderBadResponse(f"stream started content block {index} twice")
             block = dict(event["content_block"])
             block["parts"] = [block.get("text") or ""]
-            self._blocks[int(event["index"])] = block
+            self._blocks[index] = block
         elif kind == "content_block_delta":
             block = self._blocks[int(event["index"])]
             delta = event["delta"]
@@ -327,7 +333,13 @@ class _StreamAssembly:
                 block["parts"].append(text)
                 return text
             if delta.get("type") == "input_json_delta":
-                block["parts"].append(delta.get("partial_json") or "")
+                piece = delta.get("partial_json") or ""
+                self._argument_chars += len(piece)
+                if self._argument_chars > MAX_ANSWER_CHARS:
+                    raise ProviderBadResponse(
+                        f"the streamed tool input passed {MAX_ANSWER_CHARS:,} characters"
+                    )
+                block["parts"].append(piece)
         elif kind == "message_delta":
             self._stop_reason = (event.get("delta") or {}).get("stop_reason") or self._stop_reason
             self._usage.update({k: v for k, v in (event.get("usage") or {}).items() if v})
@@ -357,20 +369,37 @@ def _response(
     raw_usage: Any,
     model: str,
 ) -> ModelResponse:
-    text: list[str] = []
+    text = [str(b.get("text") or "") for b in content if b.get("type") == "text"]
+    answer = "".join(text)
     calls: list[ToolCall] = []
     for block in content:
-        if block.get("type") == "text":
-            text.append(str(block.get("text") or ""))
-        elif block.get("type") == "tool_use":
+        if block.get("type") == "tool_use":
             arguments = block.get("input")
             if isinstance(arguments, dict):
                 arguments = json.dumps(arguments)
-            calls.append(tool_call(block.get("id"), block.get("name"), arguments))
+            try:
+                calls.append(tool_call(block.get("id"), block.get("name"), arguments))
+            except ProviderBadResponse as exc:
+                # Billed all the same (Claude stopping at max_tokens mid tool input is the
+                # common case): the loop books it (found by attack: booked as nothing).
+                paid = _counted(request, raw_usage, answer, [])
+                raise ProviderBadResponse(exc.message, paid=paid) from exc
     reason = STOP_REASONS.get(stop_reason, stop_reason) if isinstance(stop_reason, str) else None
-    answer = "".join(text)
-    # No count at all (`usage` left out, `{}`, a stream that never said): booked by the
-    # estimate, as the OpenAI provider does, never as 0 tokens past the ledger and quota.
+    counted = _counted(request, raw_usage, answer, calls)
+    return ModelResponse(
+        content=answer,
+        tool_calls=calls,
+        usage=counted,
+        model=model,
+        finish_reason=reason[:40] if reason else None,
+    )
+
+
+def _counted(
+    request: ModelRequest, raw_usage: Any, answer: str, calls: list[ToolCall]
+) -> Usage:
+    """The call's usage: as reported, or estimated when the server reported none (never as 0
+    tokens past the ledger and quota), and half a report completed by the estimate."""
     guess = estimate_usage(request, answer, calls)
     counted = usage(raw_usage) if counts_usage(raw_usage) else guess
     if isinstance(raw_usage, dict) and counts_usage(raw_usage):
@@ -384,13 +413,7 @@ def _response(
             counted = counted.model_copy(
                 update={"prompt_tokens": guess.prompt_tokens, "estimated": True}
             )
-    return ModelResponse(
-        content=answer,
-        tool_calls=calls,
-        usage=counted,
-        model=model,
-        finish_reason=reason[:40] if reason else None,
-    )
+    return counted
 
 
 def counts_usage(raw: Any) -> bool:

@@ -108,7 +108,10 @@ def split_system(messages: list[ChatMessage]) -> tuple[list[dict[str, Any]], lis
     leading = True
     for message in messages:
         if message.role == "system" and leading:
-            system.append({"type": "text", "text": message.content or EMPTY_TEXT})
+            # Blank text is refused by the API ("text content blocks must contain
+            # non-whitespace text"), and would carry the cache breakpoint (found by attack).
+            text = message.content if message.content.strip() else EMPTY_TEXT
+            system.append({"type": "text", "text": text})
             continue
         leading = False
         role, blocks = wire_blocks(message)
@@ -125,7 +128,7 @@ def wire_blocks(message: ChatMessage) -> tuple[str, list[dict[str, Any]]]:
             {
                 "type": "tool_result",
                 "tool_use_id": message.tool_call_id or "",
-                "content": message.content or EMPTY_TEXT,
+                "content": message.content if message.content.strip() else EMPTY_TEXT,
             }
         ]
     if message.role == "assistant":

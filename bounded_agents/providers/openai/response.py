@@ -23,11 +23,15 @@ def parse_completion(data: Any, request: ModelRequest, default_model: str) -> Mo
         raw_calls = message.get("tool_calls") or []
         if not isinstance(content, str) or not isinstance(raw_calls, list):
             raise TypeError("content must be a string and tool_calls a list")
-        calls = [
-            tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
-            for c in raw_calls
-        ]
         counted = usage(data.get("usage"), data.get("timings"))
+        try:
+            calls = [
+                tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
+                for c in raw_calls
+            ]
+        except ProviderBadResponse as exc:
+            paid = counted or estimate_usage(request, content, [])
+            raise ProviderBadResponse(exc.message, paid=paid) from exc
         model = data.get("model") or default_model
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError) as exc:
         raise ProviderBadResponse(

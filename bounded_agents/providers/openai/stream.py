@@ -12,6 +12,7 @@ from typing import Any
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse, Usage
 from bounded_agents.core.tokens import estimate_usage
+from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import ProviderBadResponse, ProviderError
 from bounded_agents.providers.openai.failures import error_message, excerpt, stream_error
 from bounded_agents.providers.openai.response import finish_reason, tool_call, usage
@@ -25,6 +26,8 @@ class StreamAssembly:
         self._model = default_model
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
+        self._argument_chars = 0
+        """Tool arguments streamed so far: bounded as the text is (`MAX_ANSWER_CHARS`)."""
         self._usage: Usage | None = None
         self._finish_reason: str | None = None
         self.seen_data = False
@@ -81,6 +84,11 @@ class StreamAssembly:
                 if arguments:
                     if not isinstance(arguments, str):
                         raise TypeError("tool call arguments must be a string or an object")
+                    self._argument_chars += len(arguments)
+                    if self._argument_chars > MAX_ANSWER_CHARS:
+                        raise ProviderBadResponse(
+                            f"the streamed tool arguments passed {MAX_ANSWER_CHARS:,} characters"
+                        )
                     slot["args"].append(arguments)
         self._content.append(text)
         return text
@@ -104,13 +112,17 @@ class StreamAssembly:
         ignores `stream_options.include_usage`)."""
         if not self.done:
             raise ProviderBadResponse("stream ended before its [DONE] marker")
-        calls = []
-        for index in sorted(self._calls):
-            slot = self._calls[index]
-            if not slot["id"] or not slot["name"]:
-                raise ProviderBadResponse(f"streamed tool call {index} has no id or name")
-            calls.append(tool_call(slot["id"], slot["name"], "".join(slot["args"])))
         content = "".join(self._content)
+        calls = []
+        try:
+            for index in sorted(self._calls):
+                slot = self._calls[index]
+                if not slot["id"] or not slot["name"]:
+                    raise ProviderBadResponse(f"streamed tool call {index} has no id or name")
+                calls.append(tool_call(slot["id"], slot["name"], "".join(slot["args"])))
+        except ProviderBadResponse as exc:  # the answer came whole, and was billed
+            paid = self._usage or estimate_usage(request, content, [])
+            raise ProviderBadResponse(exc.message, paid=paid) from exc
         counted = self._usage or estimate_usage(request, content, calls)
         return ModelResponse(
             content=content,
