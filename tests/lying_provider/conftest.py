@@ -3,9 +3,10 @@ tests/providers reused."""
 
 from tests.http.conftest import client, make_module, stack
 from tests.loop.conftest import dbos_launched, env, runtime_name
-from tests.providers.conftest import fake_anthropic, fake_openai, http_client
+from tests.providers.conftest import claude, fake_anthropic, fake_openai, http_client
 
 __all__ = [
+    "claude",
     "client",
     "dbos_launched",
     "env",

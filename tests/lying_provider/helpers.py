@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from bounded_agents.providers import OpenAICompatibleProvider
 from bounded_agents.store.sql import SqlAgentStore
-from tests.http.conftest import ModuleFactory, make_app, open_client
+from tests.http.conftest import ALICE, SSE, ModuleFactory, make_app, open_client, parse_sse
 from tests.providers.fake_openai import FakeOpenAI
 
 
@@ -34,3 +34,22 @@ async def app_client(
 async def rows(store: SqlAgentStore, sql: str, **params: Any) -> list[Any]:
     async with store.engine.connect() as conn:
         return list((await conn.execute(sa.text(sql), params)).all())
+
+
+async def sse_turn(client: httpx.AsyncClient, tid: str, content: str) -> list[tuple[str, Any]]:
+    """One native SSE turn of the `helper` agent, its events parsed (a 200 asserted)."""
+    r = await client.post(
+        f"/agents/helper/threads/{tid}/messages",
+        headers={**ALICE, **SSE},
+        json={"content": content},
+    )
+    assert r.status_code == 200, r.text
+    return parse_sse(r.text)
+
+
+def wire_call(index: int | None, **fields: Any) -> dict[str, Any]:
+    """A streamed tool-call delta, with `index` left out when None (as Google's endpoint)."""
+    call: dict[str, Any] = {"type": "function", **fields}
+    if index is not None:
+        call["index"] = index
+    return call

@@ -7,7 +7,6 @@ its quota for free). Anthropic streamed and not, the OpenAI-compatible provider 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -19,20 +18,6 @@ from bounded_agents.providers.anthropic import AnthropicProvider
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 from tests.providers.fake_anthropic import FakeAnthropic, message, stream
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion, wire_tool_call
-
-
-@pytest.fixture
-async def claude(fake_anthropic: FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
-    provider = AnthropicProvider(
-        api_key="k",
-        model="claude-test",
-        base_url=fake_anthropic.base_url.removesuffix("/v1"),
-        max_retries=0,
-    )
-    try:
-        yield provider
-    finally:
-        await provider.aclose()
 
 
 async def _failed_turn(env: LoopEnv, model: object, *, stream_events: bool = False) -> str:

@@ -5,32 +5,14 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import Any
 
 import httpx
 import pytest
 
 from bounded_agents.store.sql import SqlAgentStore
-from tests.http.conftest import ALICE, SSE, ModuleFactory, new_thread, parse_sse, transcript
-from tests.lying_provider.helpers import app_client, provider
+from tests.http.conftest import ModuleFactory, new_thread, transcript
+from tests.lying_provider.helpers import app_client, provider, sse_turn, wire_call
 from tests.providers.fake_openai import FakeOpenAI, Reply, chunk, usage_chunk
-
-
-async def _sse_turn(client: httpx.AsyncClient, tid: str, content: str) -> list[tuple[str, Any]]:
-    r = await client.post(
-        f"/agents/helper/threads/{tid}/messages",
-        headers={**ALICE, **SSE},
-        json={"content": content},
-    )
-    assert r.status_code == 200, r.text
-    return parse_sse(r.text)
-
-
-def _call(index: int | None, **fields: Any) -> dict[str, Any]:
-    call: dict[str, Any] = {"type": "function", **fields}
-    if index is not None:
-        call["index"] = index
-    return call
 
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
@@ -50,7 +32,7 @@ async def test_gemini_style_tool_calls_without_an_index_run(
                     {
                         "role": "assistant",
                         "tool_calls": [
-                            _call(
+                            wire_call(
                                 None,
                                 id="function-call-1",
                                 function={"name": "read_page", "arguments": '{"url": "a"}'},
@@ -61,7 +43,7 @@ async def test_gemini_style_tool_calls_without_an_index_run(
                 chunk(
                     {
                         "tool_calls": [
-                            _call(
+                            wire_call(
                                 None,
                                 id="function-call-2",
                                 function={"name": "read_page", "arguments": '{"url": "b"}'},
@@ -77,7 +59,7 @@ async def test_gemini_style_tool_calls_without_an_index_run(
     )
     client = await app_client(stack, make_module, provider(fake_openai, http_client))
     tid = await new_thread(client)
-    events = await _sse_turn(client, tid, "read a and b")
+    events = await sse_turn(client, tid, "read a and b")
     assert events[-1][0] == "done", events[-1]
     msgs = await transcript(client, tid)
     assert [c["arguments"] for c in msgs[1]["tool_calls"]] == [{"url": "a"}, {"url": "b"}]
@@ -99,7 +81,7 @@ async def test_streamed_arguments_sent_as_an_object_run_as_they_do_unstreamed(
                 chunk(
                     {
                         "tool_calls": [
-                            _call(
+                            wire_call(
                                 0,
                                 id="c1",
                                 function={"name": "read_page", "arguments": {"url": "a"}},
@@ -115,7 +97,7 @@ async def test_streamed_arguments_sent_as_an_object_run_as_they_do_unstreamed(
     )
     client = await app_client(stack, make_module, provider(fake_openai, http_client))
     tid = await new_thread(client)
-    events = await _sse_turn(client, tid, "read a")
+    events = await sse_turn(client, tid, "read a")
     assert events[-1][0] == "done", events[-1]
     msgs = await transcript(client, tid)
     assert [c["arguments"] for c in msgs[1]["tool_calls"]] == [{"url": "a"}]

@@ -6,32 +6,14 @@ stored). Streamed and not, both databases."""
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from typing import Any
 
 import httpx
 import pytest
 
 from bounded_agents.store.sql import SqlAgentStore
-from tests.http.conftest import ALICE, SSE, ModuleFactory, new_thread, parse_sse, transcript
-from tests.lying_provider.helpers import app_client, provider
+from tests.http.conftest import ModuleFactory, new_thread, transcript
+from tests.lying_provider.helpers import app_client, provider, sse_turn, wire_call
 from tests.providers.fake_openai import FakeOpenAI, Reply, chunk, completion, usage_chunk
-
-
-async def _sse_turn(client: httpx.AsyncClient, tid: str, content: str) -> list[tuple[str, Any]]:
-    r = await client.post(
-        f"/agents/helper/threads/{tid}/messages",
-        headers={**ALICE, **SSE},
-        json={"content": content},
-    )
-    assert r.status_code == 200, r.text
-    return parse_sse(r.text)
-
-
-def _call(index: int | None, **fields: Any) -> dict[str, Any]:
-    call: dict[str, Any] = {"type": "function", **fields}
-    if index is not None:
-        call["index"] = index
-    return call
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -55,7 +37,7 @@ async def test_text_the_model_said_beside_its_tool_calls_is_stored(
                     chunk(
                         {
                             "tool_calls": [
-                                _call(
+                                wire_call(
                                     0,
                                     id="c1",
                                     function={"name": "read_page", "arguments": '{"url": "p"}'},
@@ -87,7 +69,7 @@ async def test_text_the_model_said_beside_its_tool_calls_is_stored(
         )
     client = await app_client(stack, make_module, provider(fake_openai, http_client))
     tid = await new_thread(client)
-    events = await _sse_turn(client, tid, "price?")
+    events = await sse_turn(client, tid, "price?")
     shown = "".join(d["text"] for e, d in events if e == "delta")
     assert first in shown and last in shown
     stored = (await transcript(client, tid))[1]["content"]

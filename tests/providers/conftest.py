@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from bounded_agents.providers.anthropic import AnthropicProvider
 from tests.providers.fake_anthropic import FakeAnthropic
 from tests.providers.fake_openai import FakeOpenAI
 
@@ -36,6 +37,21 @@ async def fake_anthropic() -> AsyncIterator[FakeAnthropic]:
     finally:
         await server.close()
     assert server.errors == [], f"the fake server failed: {server.errors!r}"
+
+
+@pytest.fixture
+async def claude(fake_anthropic: FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
+    """The Anthropic provider on `fake_anthropic`, no retries, closed after the test."""
+    provider = AnthropicProvider(
+        api_key="k",
+        model="claude-test",
+        base_url=fake_anthropic.base_url.removesuffix("/v1"),
+        max_retries=0,
+    )
+    try:
+        yield provider
+    finally:
+        await provider.aclose()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ KeyError, TypeError or JSONDecodeError."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,17 +25,8 @@ async def fake(fake_anthropic: FakeAnthropic) -> FakeAnthropic:
 
 
 @pytest.fixture
-async def provider(fake: FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
-    p = AnthropicProvider(
-        api_key="k",
-        model="claude-test",
-        base_url=fake.base_url.removesuffix("/v1"),
-        max_retries=0,
-    )
-    try:
-        yield p
-    finally:
-        await p.aclose()
+async def provider(claude: AnthropicProvider) -> AnthropicProvider:
+    return claude
 
 
 def _frames(events: list[tuple[str, Any]]) -> Reply:

@@ -5,7 +5,6 @@ message of whitespace is sent as "(empty)", never as a blank block the API refus
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -48,20 +47,6 @@ def _delta(index: int, text: str) -> dict[str, Any]:
         "index": index,
         "delta": {"type": "text_delta", "text": text},
     }
-
-
-@pytest.fixture
-async def claude(fake_anthropic: FakeAnthropic) -> AsyncIterator[AnthropicProvider]:
-    provider = AnthropicProvider(
-        api_key="k",
-        model="claude-test",
-        base_url=fake_anthropic.base_url.removesuffix("/v1"),
-        max_retries=0,
-    )
-    try:
-        yield provider
-    finally:
-        await provider.aclose()
 
 
 async def test_a_block_started_twice_at_one_index_is_a_bad_response(
