@@ -395,9 +395,7 @@ def _response(
     )
 
 
-def _counted(
-    request: ModelRequest, raw_usage: Any, answer: str, calls: list[ToolCall]
-) -> Usage:
+def _counted(request: ModelRequest, raw_usage: Any, answer: str, calls: list[ToolCall]) -> Usage:
     """The call's usage: as reported, or estimated when the server reported none (never as 0
     tokens past the ledger and quota), and half a report completed by the estimate."""
     guess = estimate_usage(request, answer, calls)
