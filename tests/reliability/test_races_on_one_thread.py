@@ -55,8 +55,10 @@ async def test_a_thread_erasure_racing_a_turn_answers_both_cleanly_and_leaves_no
     stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
 ) -> None:
     """Either the turn wins (200, the erasure 409 `thread_busy`, the thread whole) or the
-    erasure does (204, the turn 404, nothing of the thread left): never a 500, never a
-    message or run row without its thread."""
+    erasure does (204, nothing of the thread left), the turn then refused (404) or, when it
+    ran whole before the erasure took the thread, answered (200) and erased with the rest
+    (seen on Citus, where the erasure's first read is slower): never a 500, never a message
+    or run row without its thread."""
     client = await open_client(stack, openai_app(make_module()))
     for i in range(8):
         thread_id = await new_thread(client)
@@ -72,7 +74,8 @@ async def test_a_thread_erasure_racing_a_turn_answers_both_cleanly_and_leaves_no
             await _count(sql_store, runs, runs.c.thread_id == thread_id),
         ]
         if erased.status_code == 204:
-            assert_error(turn, 404, "thread_not_found")
+            if turn.status_code != 200:
+                assert_error(turn, 404, "thread_not_found")
             assert left == [0, 0, 0]
         else:
             assert_error(erased, 409, "thread_busy")
