@@ -110,6 +110,30 @@ async def test_a_stream_of_huge_deltas_is_cut_at_the_answer_cap(
     assert constants.MAX_ANSWER_CHARS == 2_000_000  # the real cap, far past any answer
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+async def test_an_unstreamed_answer_that_never_ends_is_cut_at_the_body_cap(
+    sql_store: SqlAgentStore,
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    endless: EndlessOpenAI,
+    http_client: httpx.AsyncClient,
+) -> None:
+    """A JSON turn calls the model unstreamed: a body that never ends was read whole until
+    the call's deadline (600 s by default); it is refused once it passes `MAX_BODY_BYTES`."""
+    endless.enqueue(Endless(frame=b'{"x": "' + b"w" * 32768 + b'", ', every=0.001))
+    model = provider(endless, http_client, timeout=1.0, max_retries=0)
+    client = await app_client(stack, make_module, model)
+    tid = await new_thread(client)
+    started = time.monotonic()
+
+    r = await asyncio.wait_for(post(client, tid, "hi"), 30)
+
+    assert r.status_code == 502 and r.json()["error"]["code"] == "provider_bad_response"
+    assert "passed 16,000,000 bytes" in r.json()["error"]["message"]
+    assert time.monotonic() - started < 25
+    assert endless.sent_frames * 32768 < 2 * 16_000_000  # stopped soon after the cap
+
+
 RELEASE: list[asyncio.Event] = []
 
 

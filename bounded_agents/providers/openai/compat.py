@@ -35,6 +35,7 @@ import httpx
 from tenacity import RetryCallState
 
 from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta
+from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import ProviderBadResponse, ProviderError, ProviderTimeout
 from bounded_agents.providers.openai.failures import Transient, excerpt, status_failure
 from bounded_agents.providers.openai.failures import retry_after as _retry_after
@@ -47,6 +48,10 @@ from bounded_agents.providers.retries import RetryPolicy, retried
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+MAX_BODY_BYTES = 8 * MAX_ANSWER_CHARS
+"""The most an unstreamed answer's body may hold: eight bytes for each character a streamed
+answer may hold (`MAX_ANSWER_CHARS`), room for JSON's escapes; past it, a bad response."""
 
 MAX_WHOLE_BODY_CHARS = 4_000_000
 """The most of a stream's body kept before its first `data:` event, to read as a whole
@@ -189,27 +194,32 @@ class OpenAICompatibleProvider:
     async def _complete(self, request: ModelRequest) -> ModelResponse:
         body = self._body(request, stream=False)
 
-        async def attempt() -> httpx.Response:
+        async def attempt() -> bytes:
+            http_request = self._client.build_request(
+                "POST", self.url, json=body, headers=self._headers(), timeout=self._timeouts()
+            )
             try:
-                response = await self._client.post(
-                    self.url,
-                    json=body,
-                    headers=self._headers(),
-                    timeout=self._timeouts(),
-                    auth=self._auth or httpx.USE_CLIENT_DEFAULT,
+                response = await self._client.send(
+                    http_request, stream=True, auth=self._auth or httpx.USE_CLIENT_DEFAULT
                 )
             except httpx.HTTPError as exc:
                 raise self._transport_failure(exc) from exc
+            try:
+                content = await _bounded_body(response)
+            except httpx.HTTPError as exc:
+                raise self._transport_failure(exc) from exc
+            finally:
+                await response.aclose()
             if not response.is_success:
-                raise status_failure(response.status_code, response.headers, response.content)
-            return response
+                raise status_failure(response.status_code, response.headers, content)
+            return content
 
-        response = await self._retrying(attempt)
+        content = await self._retrying(attempt)
         try:
-            data = response.json()
+            data = json.loads(content)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested past the limit
             raise ProviderBadResponse(
-                f"provider returned invalid JSON: {excerpt(response.content)}"
+                f"provider returned invalid JSON: {excerpt(content)}"
             ) from exc
         return parse_completion(data, request, self.model)
 
@@ -330,6 +340,22 @@ class OpenAICompatibleProvider:
         if isinstance(exc, httpx.TimeoutException):
             return Transient(ProviderTimeout(f"no answer from {self.url} within {self.timeout}s"))
         return Transient(ProviderError(f"could not talk to {self.url}: {exc!r}"))
+
+
+async def _bounded_body(response: httpx.Response) -> bytes:
+    """The response's body, read up to `MAX_BODY_BYTES`: an unstreamed answer larger than any
+    real one is refused as it arrives, never held whole (found by attack for streams; a body
+    that never ends would otherwise grow the process until the call's deadline)."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        size += len(part)
+        if size > MAX_BODY_BYTES:
+            raise ProviderBadResponse(
+                f"the provider's answer passed {MAX_BODY_BYTES:,} bytes: not a real answer"
+            )
+        parts.append(part)
+    return b"".join(parts)
 
 
 def _completion(lines: list[str], request: ModelRequest, model: str) -> ModelResponse | None:
