@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from bounded_agents.core.erasure import redact_search_result
 from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.ports import MARK_END, MARK_START, AgentStore, SearchHit
@@ -183,3 +185,30 @@ async def test_erasing_a_message_shown_as_a_same_form_row_redacts_the_row(
 
     assert redacted is not None and "ORD-20002" not in redacted
     assert "ORD-10001" in redacted
+
+
+def test_each_value_is_measured_against_its_two_neighbouring_matches_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pasted log with thousands of matches and values: measuring every value against
+    every match took 100 s for one 300 KB message (found by attack); now at most two
+    distances per value, counted."""
+    from bounded_agents.core import search_forms
+
+    measured: list[int] = []
+    real = search_forms._gap
+
+    def counting(token: tuple[int, int], match: tuple[int, int]) -> int:
+        measured.append(1)
+        return real(token, match)
+
+    monkeypatch.setattr(search_forms, "_gap", counting)
+    lines = 2_000
+    marked = " ".join(
+        f"{MARK_START}order{MARK_END} AB-{1000 + i} CD-{1000 + i}" for i in range(lines)
+    )
+
+    found = forms_near_matches(marked)
+
+    assert found == {"AB-9999": "ab", "CD-9999": "cd"}
+    assert len(measured) <= 2 * (2 * lines)  # two values a line, two neighbours each
