@@ -165,12 +165,18 @@ async def test_the_chat_answers_over_http_while_the_summarizer_fails(
     statuses: list[int] = []
     seconds: list[float] = []
     attempts = 0  # turns whose fold called the summarizer
+    stalls = 0  # turns after the summarizer was back whose answered call still timed out
     made_at = None
     # Four turns down, then up until the fold is made: since issue 36 a refused fold waits out
     # a backoff (1 turn, then 2, ...), so the turns down are refused or backing off, and the
-    # fold comes on the first turn the backoff allows once the summarizer is back.
-    for i in range(4 + 3):
+    # fold comes on the first turn the backoff allows once the summarizer is back. In the
+    # `hang` case alone, a stalled machine can still time out that turn's fold although the
+    # server answered at once (CI saw a 2.7 s stall twice): that stall is the one refusal
+    # allowed once the summarizer is back, checked to be a timeout of a call that reached the
+    # server, and the fold must then come on the next turn its (longer) backoff allows.
+    for i in range(4 + 12):
         script.up = i >= 4
+        calls_before = script.summary_calls
         started = time.perf_counter()
         response = await client.post(
             f"/agents/helper/threads/{tid}/messages", headers=ALICE, json={"content": f"t{i}"}
@@ -187,12 +193,22 @@ async def test_the_chat_answers_over_http_while_the_summarizer_fails(
         elif summary["made"]:
             made_at = i
             break
-    assert made_at is not None and made_at <= 4 + 2, "folded within the backoff left"
+        elif summary["outcome"] != "backoff":
+            assert outage == "hang" and summary["outcome"] == "failed:timeout", summary
+            assert script.summary_calls > calls_before, "the stalled call reached the server"
+            stalls += 1
+            assert stalls <= 1, f"the fold timed out twice with the summarizer back: {summary}"
+    assert made_at is not None, "folded once the summarizer was back"
+    # Without a stall the fold comes within the backoff the outage left (1, then 2 turns);
+    # after one, within the 4 turns of backoff that stall added.
+    assert made_at <= 4 + 2 + stalls * (4 + 1), "folded within the backoff left"
     assert statuses == [200] * (made_at + 1)
-    # An outage turn answers promptly: a hang costs the fold timeout, nothing more.
-    promptly = (HANG_FOLD_TIMEOUT if outage == "hang" else 0.0) + 2.5
+    # An outage turn answers promptly: a hang costs the fold timeout, nothing more. (The slack
+    # is 5 s, half the other outages' 10 s fold timeout: CI's shared machine once stalled a
+    # 503 turn for 2.75 s, so 2.5 s was a flake, while a fold waiting out its timeout fails.)
+    promptly = (HANG_FOLD_TIMEOUT if outage == "hang" else 0.0) + 5.0
     assert max(seconds[:4]) < promptly, f"an outage turn answers promptly: {seconds}"
-    assert attempts <= 3 + 1, "the outage's turns did not all call the summarizer"
+    assert attempts - stalls <= 3 + 1, "the outage's turns did not all call the summarizer"
 
     # Nothing the failing summarizer said became the summary; the fold came once it was back.
     stored = await summary_rows(sql_store, tid)
