@@ -134,6 +134,7 @@ def store_from_settings(settings: Settings) -> SqlAgentStore:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_max_overflow,
         pool_timeout=settings.db_pool_timeout,
+        statement_timeout=settings.db_statement_timeout,
         pgbouncer=settings.db_pgbouncer,
     )
 

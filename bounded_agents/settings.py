@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     """Extra connections allowed under load beyond the pool size (PostgreSQL)."""
     db_pool_timeout: float = Field(default=10.0, gt=0)
     """Seconds a request waits for a free connection before failing with a 503 (PostgreSQL)."""
+    db_statement_timeout: float = Field(default=30.0, gt=0)
+    """Seconds one statement (or opening a connection) may wait for PostgreSQL before the
+    request fails with a 503: a server that stops answering (a network partition, a stuck
+    host) fails the turn instead of holding it for the kernel's quarter-hour of retransmits.
+    Migrations and `distribute` are not held to it."""
     db_pgbouncer: bool = False
     """The URL points at PgBouncer in transaction mode: asyncpg then keeps no prepared
     statements across transactions (each may run on another server connection). See

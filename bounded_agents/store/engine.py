@@ -51,6 +51,7 @@ def make_engine(
     pool_size: int = 10,
     max_overflow: int = 10,
     pool_timeout: float = 10.0,
+    statement_timeout: float | None = None,
     pgbouncer: bool = False,
     echo: bool = False,
 ) -> AsyncEngine:
@@ -64,6 +65,14 @@ def make_engine(
     checkout with a one-round-trip ping; SQLAlchemy's `pool_pre_ping` costs three per checkout
     (BEGIN, ping, ROLLBACK), which was a third of a turn's database time. `pool_recycle`
     retires connections before servers or proxies drop idle ones.
+
+    `statement_timeout` (PostgreSQL): seconds asyncpg waits for any one statement's answer
+    (its `command_timeout`), or for a new connection (`timeout`, 60 s by default), before it
+    gives up, cancels the statement and raises `TimeoutError`, which the
+    store reports as a one-line `StoreError`. Without it a server that stops answering (a
+    network partition drops packets without a reset) holds the request for as long as the
+    kernel retransmits, a quarter of an hour. None (migrations, the CLI) waits as long as the
+    statement takes: an index build on a large table may take minutes.
 
     `pgbouncer`: behind PgBouncer in transaction mode a prepared statement made in one
     transaction may be missing (or another client's) in the next, which runs on another server
@@ -87,12 +96,17 @@ def make_engine(
             pool_timeout=pool_timeout,
             pool_recycle=POOL_RECYCLE_SECONDS,
         )
+        connect_args: dict[str, Any] = {}
+        if statement_timeout is not None:
+            connect_args.update(command_timeout=statement_timeout, timeout=statement_timeout)
         if pgbouncer:
-            kwargs["connect_args"] = {
-                "statement_cache_size": 0,
-                "prepared_statement_cache_size": 0,
-                "prepared_statement_name_func": _unique_statement_name,
-            }
+            connect_args.update(
+                statement_cache_size=0,
+                prepared_statement_cache_size=0,
+                prepared_statement_name_func=_unique_statement_name,
+            )
+        if connect_args:
+            kwargs["connect_args"] = connect_args
     engine = create_async_engine(url, **kwargs)
     if pgbouncer and not is_sqlite(url):
         _BEHIND_PGBOUNCER.add(engine.sync_engine.pool)

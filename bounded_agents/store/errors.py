@@ -35,6 +35,8 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
     except (sa_exc.DBAPIError, sa_exc.InterfaceError) as exc:
         _close_cursor(exc)
         raise StoreError(f"{operation}: database error ({cause_of(exc)})") from exc
+    except TimeoutError as exc:  # asyncpg's statement or connect timeout (a statement_timeout)
+        raise StoreError(f"{operation}: the database did not answer in time") from exc
     except OSError as exc:
         raise StoreError(f"{operation}: database unreachable ({exc.__class__.__name__})") from exc
 
