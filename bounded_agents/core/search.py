@@ -121,11 +121,20 @@ _MARKED = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.D
 _MAX_SPANS = 200
 
 
+def fold_case(text: str) -> str:
+    """`text` lowercased as the indexes fold it. Python lowers U+0130 ("İ", the Turkish dotted
+    capital I, the one character whose lowercase is two) to "i" and a combining dot, which
+    the word pattern then splits off: "İstanbul" became the words "i" and "stanbul", while
+    SQLite's tokenizer indexes "istanbul" (and PostgreSQL's lowercasing agrees), so the query
+    found nothing."""
+    return text.lower().replace("i\u0307", "i")
+
+
 def search_terms(query: str) -> list[str]:
     """The query's distinct words, lowercased, in order: letters and digits only, so nothing
     a model writes (quotes, `*`, `NEAR(`, `-`) is ever syntax to a store."""
     out: list[str] = []
-    for word in _WORD.findall(query[:MAX_QUERY_CHARS].lower()):
+    for word in _WORD.findall(fold_case(query[:MAX_QUERY_CHARS])):
         if word not in out:
             out.append(word)
     return out[:MAX_QUERY_TERMS]
@@ -146,7 +155,7 @@ def _scan(
         return []
     scored: list[tuple[Message, tuple[int, int, int, frozenset[int]]]] = []
     for m in found:
-        words = _WORD.findall(_searchable(m).lower())
+        words = _WORD.findall(fold_case(_searchable(m)))
         hits = [words.count(t) for t in terms]
         held = frozenset(i for i, h in enumerate(hits) if h)
         if held:
@@ -184,7 +193,7 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     if supports_summary_archive(store):
         parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
         for p in parts:
-            words = _WORD.findall(p.content.lower())
+            words = _WORD.findall(fold_case(p.content))
             held = frozenset(i for i, t in enumerate(terms) if t in words)
             if held:
                 count = sum(words.count(terms[i]) for i in held)
@@ -222,7 +231,7 @@ async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
 
 
 def _WORD_IN(term: str, text: str) -> bool:
-    return term in _WORD.findall(text.lower())
+    return term in _WORD.findall(fold_case(text))
 
 
 def _mark(text: str, terms: Sequence[str]) -> str:
@@ -231,7 +240,7 @@ def _mark(text: str, terms: Sequence[str]) -> str:
     wanted = set(terms)
     return _WORD.sub(
         lambda w: (
-            MARK_START + w.group(0) + MARK_END if w.group(0).lower() in wanted else w.group(0)
+            MARK_START + w.group(0) + MARK_END if fold_case(w.group(0)) in wanted else w.group(0)
         ),
         text,
     )
@@ -439,7 +448,7 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
     spans: list[tuple[int, str]] = []  # (position in `text`, matched word)
     removed = 0
     for m in _MARKED.finditer(marked):
-        spans.append((m.start() - removed, m.group(1).lower()))
+        spans.append((m.start() - removed, fold_case(m.group(1))))
         removed += len(MARK_START) + len(MARK_END)
         if len(spans) >= _MAX_SPANS:
             break

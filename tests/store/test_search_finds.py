@@ -129,6 +129,22 @@ async def test_a_stemmed_word_finds_its_other_forms(
     assert [r["content"] for r in found] == [stated]
 
 
+@pytest.mark.parametrize("query", ["\u0130stanbul", "Istanbul", "istanbul"])
+async def test_a_word_with_a_dotted_capital_i_is_found_as_written(
+    store: ContractStore, query: str
+) -> None:
+    # Python lowers "İ" (U+0130) to "i" and a combining dot, which split "İstanbul" into the
+    # words "i" and "stanbul": SQLite's index, which holds "istanbul", found nothing.
+    tid = await _thread(
+        store,
+        [
+            user("The workshop moved to \u0130zmir, the hotel is in \u0130stanbul."),
+            assistant("Ok."),
+        ],
+    )
+    assert [r["seq"] for r in await _search(store, tid, query)] == [1]
+
+
 async def test_a_superseded_value_is_labelled_with_the_newer_seq(store: ContractStore) -> None:
     tid = await _thread(
         store,
