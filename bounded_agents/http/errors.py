@@ -245,7 +245,7 @@ def http_exception_response(error: StarletteHTTPException) -> JSONResponse:
     limit) as a bare 400 chained to the parser's error; that is `invalid_json` too, with the
     reason, so a client sees one code for every body that is not JSON.
     """
-    reason = _unparsable_body(error)
+    reason = unparsable_body(error)
     if reason is not None:
         return error_response(
             STATUS_BY_CODE["invalid_json"],
@@ -304,7 +304,9 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def _unparsable_body(error: StarletteHTTPException) -> str | None:
+def unparsable_body(error: StarletteHTTPException) -> str | None:
+    """Why a 400 the body parser raised could not read the body (None: not that kind of 400):
+    the native and the `/v1` mappings both answer it as `invalid_json` with this reason."""
     if error.status_code != 400:
         return None
     cause = error.__cause__

@@ -8,11 +8,13 @@ key (`deps`) and the error answers, and neither of them needs it (`errors` used 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bounded_agents.errors import InvalidInput, echoed
 from bounded_agents.http.deps import MODULE_SCOPE_KEY
@@ -56,6 +58,7 @@ def agent_route_class(
                 try:
                     if has_body:
                         request = await bounded_body(request, body_limit, content_limit)
+                        utf8_only(await request.body())
                     return await handler(request)
                 except Exception as exc:
                     return answer(exc)
@@ -103,4 +106,20 @@ async def bounded_body(request: Request, limit: int, content_limit: int) -> Requ
     return Request(request.scope, replay)
 
 
-__all__ = ["agent_route_class", "bounded_body", "request_body_limit"]
+def utf8_only(body: bytes) -> None:
+    """Refuse a JSON body in UTF-16 or UTF-32 as one that is not UTF-8 (`invalid_json`).
+
+    RFC 8259 (8.1) requires UTF-8 between systems, and the error table says so, but Python's
+    `json.loads` reads bytes in any of the five encodings it can guess from the first four:
+    such a body ran a turn, while a proxy, a filter or a log reading it as UTF-8 saw other
+    text. The refusal is chained to a `UnicodeDecodeError`, as the parser's own would be, so
+    both error mappings (native and `/v1`) name the reason."""
+    encoding = json.detect_encoding(body[:4])
+    if encoding not in ("utf-8", "utf-8-sig"):
+        problem = f"JSON must be UTF-8, this is {encoding}"
+        raise StarletteHTTPException(400, "There was an error parsing the body") from (
+            UnicodeDecodeError("utf-8", body[:4], 0, len(body[:4]), problem)
+        )
+
+
+__all__ = ["agent_route_class", "bounded_body", "request_body_limit", "utf8_only"]

@@ -33,6 +33,7 @@ from bounded_agents.http.errors import (
     JSON_TYPE_HINT,
     body_not_read_as_json,
     error_payload,
+    unparsable_body,
 )
 
 log = logging.getLogger("bounded_agents.http")
@@ -146,6 +147,9 @@ def openai_error_response(error: Exception) -> Response:
     if isinstance(error, RequestValidationError):
         return validation_error(error)
     if isinstance(error, StarletteHTTPException):
+        reason = unparsable_body(error)
+        if reason is not None:  # the native API's code and reason, in OpenAI's shape
+            return openai_error(400, "invalid_json", f"request body is not valid JSON: {reason}")
         return openai_error(error.status_code, "http_error", str(error.detail))
     log.error("unhandled error", exc_info=error)
     return openai_error(500, "internal_error", INTERNAL_MESSAGE)
