@@ -64,7 +64,7 @@ from bounded_agents.http.schemas import (
     WindowMessage,
     WindowOut,
 )
-from bounded_agents.http.sse import turn_response
+from bounded_agents.http.sse import accepts_event_stream, turn_response
 from bounded_agents.http.turns import start_turn
 from bounded_agents.module import register_router_factory
 
@@ -293,7 +293,7 @@ async def post_message(
     """
     if thread.agent != definition.name:
         raise ThreadNotFound(thread.id)  # the thread exists, but not under this agent
-    wants_stream = "text/event-stream" in request.headers.get("accept", "").lower()
+    wants_stream = accepts_event_stream(request.headers.get("accept", ""))
     turn = await start_turn(
         module,
         agent=definition.name,

@@ -53,6 +53,23 @@ STARTED: Final = TurnStarted()
 TurnQueue = asyncio.Queue[LoopEvent | TurnStarted | TurnEnded]
 
 
+
+def accepts_event_stream(accept: str) -> bool:
+    """Whether an `Accept` header takes `text/event-stream`: listed (or `text/*`, `*/*` not
+    counted: JSON stays the default) with a q-value above 0. RFC 9110 (12.4.2) makes `q=0`
+    "not acceptable"; matching the substring streamed to a client that had said it cannot
+    take a stream."""
+    for media_range in accept.lower().split(","):
+        kind, *params = (p.strip() for p in media_range.split(";"))
+        if kind != "text/event-stream":
+            continue
+        q = next((p.partition("=")[2].strip() for p in params if p.startswith("q=")), "1")
+        try:
+            return float(q) > 0
+        except ValueError:
+            return False  # a q-value that is no number: not a clear yes
+    return False
+
 def _json(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 

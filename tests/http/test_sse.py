@@ -7,9 +7,11 @@ import asyncio
 from contextlib import AsyncExitStack
 
 import httpx
+import pytest
 
 from app.main import fake_page
 from bounded_agents.errors import ProviderBadResponse
+from bounded_agents.http.sse import accepts_event_stream
 from bounded_agents.providers import EchoModel
 from bounded_agents.registry import agent, tool
 from bounded_agents.testing import Gate, ScriptedProvider, StreamingScriptedProvider, reply
@@ -184,3 +186,40 @@ async def test_a_client_that_disconnects_mid_stream_still_gets_the_answer_stored
     assert "Tool read_page returned" in answer["content"]
     assert answer["tool_results"][0]["call_id"] == data["id"]
     assert run["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("accept", "streams"),
+    [
+        ("text/event-stream", True),
+        ("application/json, text/event-stream;q=0.5", True),
+        ("Text/Event-Stream; charset=utf-8", True),
+        ("application/json, text/event-stream;q=0", False),
+        ("text/event-stream; q=0.000", False),
+        ("text/event-stream;q=x", False),
+        ("application/json", False),
+        ("*/*", False),
+        ("", False),
+    ],
+)
+def test_an_accept_header_asks_for_a_stream_only_with_a_q_value_above_0(
+    accept: str, streams: bool
+) -> None:
+    assert accepts_event_stream(accept) is streams
+
+
+async def test_accept_with_event_stream_at_q0_is_answered_as_json(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """RFC 9110 (12.4.2): a q-value of 0 is "not acceptable"; the route matched the substring
+    and streamed to a client that had said it cannot take a stream (attack round 10)."""
+    c = await open_client(stack, make_app(make_module()))
+    thread_id = await new_thread(c)
+    r = await c.post(
+        f"/agents/helper/threads/{thread_id}/messages",
+        headers={**ALICE, "Accept": "application/json, text/event-stream;q=0"},
+        json={"content": "json please"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json"), r.headers["content-type"]
+    assert r.json()["message"]["role"] == "assistant"
