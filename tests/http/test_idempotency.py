@@ -478,3 +478,28 @@ async def test_in_process_runs_keep_keys_too(stack: AsyncExitStack) -> None:
     assert [r.status_code for r in answers] == [200, 200, 200]
     assert answers[0].json() == answers[1].json() == answers[2].json()
     assert len(provider.calls) == 1
+
+
+async def test_a_keyed_retry_naming_the_same_conversation_otherwise_gets_the_first_answer(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """`conversation` is "The conversation that this response belongs to", a string id or
+    `{"id": ...}` (OpenAI's `responses.create`); the server reads both, and any case of the
+    UUID, as one thread. The fingerprint hashed the raw field, so a retry that spells the same
+    conversation otherwise was refused 422 `idempotency_key_reused` instead of answered
+    (docs/reliability.md: the fingerprint is of "the body's validated fields", so that "the
+    same request sent with other whitespace or key order is the same request"). Attack round
+    10."""
+    c = await open_client(stack, openai_app(make_module()))
+    conversation = (await c.post("/v1/conversations", headers=ALICE, json={})).json()["id"]
+    keyed = {**ALICE, "Idempotency-Key": "same-conversation"}
+    first = await c.post(
+        "/v1/responses", headers=keyed, json={"input": "hi", "conversation": conversation}
+    )
+    assert first.status_code == 200, first.text
+    for spelled in ({"id": conversation}, conversation.upper()):
+        retry = await c.post(
+            "/v1/responses", headers=keyed, json={"input": "hi", "conversation": spelled}
+        )
+        assert retry.status_code == 200, (spelled, retry.text)
+        assert retry.json()["id"] == first.json()["id"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path, Response
 from fastapi.responses import JSONResponse
@@ -70,10 +70,7 @@ async def create_response(
     content = _input_text(body.input)
     check_content(content, module.settings.max_content_bytes)  # before a thread is made
     keyed = idempotency(
-        idempotency_key,
-        "responses",
-        body.model_dump(mode="json", exclude={"stream", "stream_options"}, exclude_none=True),
-        module.settings.fingerprint_secret(),
+        idempotency_key, "responses", _fingerprinted(body), module.settings.fingerprint_secret()
     )
     thread = await _thread_for(module, actor, body, keyed)
     definition = module.loop.definition(thread.agent)
@@ -111,6 +108,19 @@ async def create_response(
         task=turn.task,
         first=turn.first,
     ).response()
+
+
+def _fingerprinted(body: CreateResponseIn) -> dict[str, Any]:
+    """What an Idempotency-Key must match: the validated body, but how it asks for its answer
+    (`stream`), and with `conversation` as the thread it names. The API takes a conversation
+    as an id or as `{"id": ...}`, and a UUID in any case, as one thread: a retry that spelled
+    the same conversation another way was refused as another request (attack round 10)."""
+    fields = body.model_dump(mode="json", exclude={"stream", "stream_options"}, exclude_none=True)
+    ref = body.conversation
+    if ref is not None:
+        named = ref if isinstance(ref, str) else ref.id
+        fields["conversation"] = canonical_uuid(named) or named
+    return fields
 
 
 async def _answered(
