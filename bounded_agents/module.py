@@ -338,6 +338,7 @@ class AgentModule:
         thread: Thread | None = None,
         idempotency: Idempotency | None = None,
         on_started: StartSink | None = None,
+        follows_run: str | None = None,
     ) -> RunResult:
         """Run one turn without HTTP; the chat route calls exactly this (passing the `thread`
         its ownership check already loaded, so the turn does not read it again).
@@ -361,6 +362,7 @@ class AgentModule:
                 thread=thread,
                 idempotency=idempotency,
                 on_started=on_started,
+                follows_run=follows_run,
             )
         except TurnInProgress as first:
             assert idempotency is not None  # raised only for a keyed run

@@ -249,6 +249,7 @@ class AgentLoop:
         thread: Thread | None = None,
         idempotency: Idempotency | None = None,
         on_started: StartSink | None = None,
+        follows_run: str | None = None,
     ) -> RunResult:
         """Answer `content` in the thread. Raises `ThreadNotFound` (also for another actor's
         thread), `ThreadBusy`, `QuotaExceeded` before any work; `RunFailed` once it started.
@@ -259,7 +260,8 @@ class AgentLoop:
         `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
         read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
         records the run under its key; a run already under it raises `TurnInProgress` (the
-        module answers that run's outcome instead)."""
+        module answers that run's outcome instead). `follows_run` is kept with the run
+        (`RunRequest.follows_run`)."""
         deps = self.deps
         definition = deps.definition(agent)
         if thread is None or thread.id != thread_id:
@@ -274,6 +276,7 @@ class AgentLoop:
             agent=agent,
             content=content,
             idempotency=idempotency,
+            follows_run=follows_run,
         )
         ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions)
         turn = Turn(

@@ -115,7 +115,9 @@ def run_row(request: RunRequest, status: str) -> dict[str, Any]:
         "actor_id": request.actor_id,
         "agent": request.agent,
         "status": status,
-        "request": request.model_dump_json(exclude={"idempotency"}),
+        # `follows_run` only when set: a run row written without it is the row of the release
+        # before, which that release can still read after a rollback.
+        "request": request.model_dump_json(exclude={"idempotency"}, exclude_none=True),
         "idempotency_key": keyed.key if keyed is not None else None,
         "request_fingerprint": keyed.fingerprint if keyed is not None else None,
     }

@@ -53,7 +53,6 @@ STARTED: Final = TurnStarted()
 TurnQueue = asyncio.Queue[LoopEvent | TurnStarted | TurnEnded]
 
 
-
 def accepts_event_stream(accept: str) -> bool:
     """Whether an `Accept` header takes `text/event-stream`: listed (or `text/*`, `*/*` not
     counted: JSON stays the default) with a q-value above 0. RFC 9110 (12.4.2) makes `q=0`
@@ -69,6 +68,7 @@ def accepts_event_stream(accept: str) -> bool:
         except ValueError:
             return False  # a q-value that is no number: not a clear yes
     return False
+
 
 def _json(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

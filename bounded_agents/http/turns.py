@@ -58,6 +58,7 @@ async def start_turn(
     stream: bool,
     run_id: str | None = None,
     idempotency: Idempotency | None = None,
+    follows_run: str | None = None,
 ) -> StartedTurn:
     """Check `content`, then start the turn. With `stream`, wait for its first queue item
     (`STARTED` once the run has begun, or the end of a turn that never did); a turn
@@ -76,6 +77,7 @@ async def start_turn(
             thread=thread,
             run_id=run_id,
             idempotency=idempotency,
+            follows_run=follows_run,
             on_started=functools.partial(queue.put, STARTED) if queue is not None else None,
         )
     )

@@ -91,6 +91,10 @@ class RunRequest(Frozen):
     """Set when the turn came with an Idempotency-Key: the runtime records the run under it, and
     refuses a second run under the same key with `TurnInProgress` (see `DurableRuntime.begin`).
     Only `begin` needs it: a request read back from a runtime may leave it out."""
+    follows_run: str | None = None
+    """The run this turn was asked to follow, when its caller named one (the `/v1` API's
+    `previous_response_id`): kept with the run so that reading the run back says so. Nothing
+    in the turn reads it."""
 
 
 class RunRecord(Frozen):

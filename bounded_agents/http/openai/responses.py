@@ -85,12 +85,12 @@ async def create_response(
         stream=bool(body.stream),
         run_id=run_id,
         idempotency=keyed,
+        follows_run=canonical_uuid(body.previous_response_id or "") or None,
     )
     if turn.queue is None or turn.first is None:
         return await _answered(module, turn, run_id, created_at, body, thread, definition)
-    if turn.run_id != run_id:  # the key's earlier turn
-        run_id = turn.run_id
-        created_at = await _run_created_at(module, run_id, created_at)
+    run_id = turn.run_id  # the key's earlier turn's, on a repeat
+    created_at = await _run_created_at(module, run_id, created_at)
     start = response_out(
         run_id=run_id,
         agent=definition.name,
@@ -135,8 +135,7 @@ async def _answered(
     """The unstreamed answer, once the turn has ended. Shielded: a client that goes away does
     not cancel the turn, whose answer is stored either way."""
     result = await asyncio.shield(turn.task)
-    if result.run_id != run_id:  # the key's earlier turn: dated as its run is
-        created_at = await _run_created_at(module, result.run_id, created_at)
+    created_at = await _run_created_at(module, result.run_id, created_at)
     out = response_out(
         run_id=result.run_id,
         agent=definition.name,
@@ -182,6 +181,10 @@ def _input_text(value: str | list[InputMessage]) -> str:
 
 
 async def _run_created_at(module: AgentModule, run_id: str, default: float) -> float:
+    """When the run began, as its runtime recorded it: what a retrieve and a keyed repeat
+    answer, so the create call answers it too (one read of the run's row). The app's clock
+    gave another value (by a millisecond on PostgreSQL, by up to a second on SQLite, which
+    keeps whole seconds); `default` stands where the runtime keeps no time."""
     record = await module.loop.runtime.get_run(run_id)
     created = record.created_at if record is not None else None
     return created.timestamp() if created is not None else default
@@ -279,6 +282,7 @@ async def get_response(
         output=output,
         report=RunReport.model_validate(record.report) if record.report is not None else None,
         error=error,
+        previous_response_id=request.follows_run,
         definition=module.loop.agents.get(request.agent),
     )
 
