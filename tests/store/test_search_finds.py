@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import event
 
 from bounded_agents.core.messages import (
@@ -134,7 +135,10 @@ async def test_a_word_with_a_dotted_capital_i_is_found_as_written(
     store: ContractStore, query: str
 ) -> None:
     # Python lowers "İ" (U+0130) to "i" and a combining dot, which split "İstanbul" into the
-    # words "i" and "stanbul": SQLite's index, which holds "istanbul", found nothing.
+    # words "i" and "stanbul": SQLite's index, which holds "istanbul", found nothing. The word
+    # as written is found on every store; its dotless spellings wherever the index lowers
+    # "İ" to "i": memory and SQLite always, PostgreSQL as its database's ctype does (a
+    # C-locale cluster, as the Citus tests start, leaves "İ" as it is).
     tid = await _thread(
         store,
         [
@@ -142,7 +146,12 @@ async def test_a_word_with_a_dotted_capital_i_is_found_as_written(
             assistant("Ok."),
         ],
     )
-    assert [r["seq"] for r in await _search(store, tid, query)] == [1]
+    folds_to_i = True
+    if isinstance(store, SqlAgentStore) and store.engine.dialect.name == "postgresql":
+        async with store.engine.connect() as conn:
+            folds_to_i = await conn.scalar(sa.text("SELECT lower('\u0130') = 'i'")) is True
+    expected = [1] if query == "\u0130stanbul" or folds_to_i else []
+    assert [r["seq"] for r in await _search(store, tid, query)] == expected
 
 
 async def test_a_superseded_value_is_labelled_with_the_newer_seq(store: ContractStore) -> None:
