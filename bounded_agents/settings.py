@@ -57,7 +57,8 @@ class Settings(BaseSettings):
     """Seconds one statement (or opening a connection) may wait for PostgreSQL before the
     request fails with a 503: a server that stops answering (a network partition, a stuck
     host) fails the turn instead of holding it for the kernel's quarter-hour of retransmits.
-    Migrations and `distribute` are not held to it."""
+    Migrations (at start-up too), the search index's switch at start-up and `distribute` are
+    not held to it."""
     db_pgbouncer: bool = False
     """The URL points at PgBouncer in transaction mode: asyncpg then keeps no prepared
     statements across transactions (each may run on another server connection). See

@@ -6,8 +6,10 @@ committed whatever happens to the request that caused it, and no SSE stream hold
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, NoReturn
 
 import sqlalchemy as sa
@@ -47,6 +49,7 @@ from bounded_agents.store.codec import (
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import (
     autocommit,
+    is_sqlite,
     make_engine,
     on_citus,
     read_retrying,
@@ -97,11 +100,32 @@ class SqlAgentStore:
         """Messages the turn read rebuilt, handed back when the next turn reads the same rows."""
         self._unsearched: frozenset[str] = frozenset()
         """Agents whose new threads are not indexed (`index_agents`)."""
+        self._maintenance: Callable[[], AsyncEngine] | None = None
+        """Builds an engine without the statement timeout, for the start-up work (migrations,
+        the search index's switch) that may rightly take minutes; None: use `engine`."""
 
     @classmethod
     def from_url(cls, url: str, **engine_options: Any) -> SqlAgentStore:
-        """Build a store and its engine; `engine_options` go to `make_engine` (pool sizes...)."""
-        return cls(make_engine(url, **engine_options))
+        """Build a store and its engine; `engine_options` go to `make_engine` (pool sizes...).
+        With a `statement_timeout`, the start-up work (`create_schema`, `index_agents`) runs on
+        an engine of its own without it: a migration that waits for another process's lock,
+        or rewrites a large table, is not a database that stopped answering."""
+        store = cls(make_engine(url, **engine_options))
+        if engine_options.get("statement_timeout") is not None and not is_sqlite(url):
+            unbounded = {**engine_options, "statement_timeout": None}
+            store._maintenance = functools.partial(make_engine, url, **unbounded)
+        return store
+
+    @asynccontextmanager
+    async def _maintenance_engine(self) -> AsyncIterator[AsyncEngine]:
+        if self._maintenance is None:
+            yield self._engine
+            return
+        engine = self._maintenance()
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
 
     @property
     def engine(self) -> AsyncEngine:
@@ -109,8 +133,8 @@ class SqlAgentStore:
 
     async def create_schema(self) -> None:
         """Bring the database to the newest Alembic revision (`alembic upgrade head`)."""
-        async with wrap_db_errors("create_schema"):
-            await migrate.upgrade(self._engine)
+        async with wrap_db_errors("create_schema"), self._maintenance_engine() as engine:
+            await migrate.upgrade(engine)
 
     async def dispose(self) -> None:
         await self._hot.close()
@@ -168,7 +192,8 @@ class SqlAgentStore:
     async def index_agents(self, searching: Collection[str], not_searching: Collection[str]) -> int:
         """`SearchIndexer` (`bounded_agents.store.search_index`)."""
         self._unsearched = (self._unsearched | frozenset(not_searching)) - frozenset(searching)
-        return await search_index.index_agents(self._engine, searching, not_searching)
+        async with self._maintenance_engine() as engine:
+            return await search_index.index_agents(engine, searching, not_searching)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
