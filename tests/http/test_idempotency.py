@@ -503,3 +503,25 @@ async def test_a_keyed_retry_naming_the_same_conversation_otherwise_gets_the_fir
         )
         assert retry.status_code == 200, (spelled, retry.text)
         assert retry.json()["id"] == first.json()["id"]
+
+
+async def test_a_keyed_retry_naming_its_previous_response_in_capitals_gets_the_first_answer(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """`previous_response_id` is a run's id, taken in any case: a retry that spells it in
+    capitals is the same request (review of attack round 10's conversation fix)."""
+    c = await open_client(stack, openai_app(make_module()))
+    before = await c.post("/v1/responses", headers=ALICE, json={"model": "helper", "input": "a"})
+    previous = before.json()["id"]
+    keyed = {**ALICE, "Idempotency-Key": "same-previous"}
+    first = await c.post(
+        "/v1/responses", headers=keyed, json={"input": "b", "previous_response_id": previous}
+    )
+    assert first.status_code == 200, first.text
+    retry = await c.post(
+        "/v1/responses",
+        headers=keyed,
+        json={"input": "b", "previous_response_id": previous.upper()},
+    )
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["id"] == first.json()["id"]

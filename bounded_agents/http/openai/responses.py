@@ -24,6 +24,7 @@ from bounded_agents.errors import (
     IdempotencyKeyReused,
     QuotaExceeded,
     RunNotFound,
+    StoreError,
     ThreadErased,
     echoed,
 )
@@ -120,6 +121,9 @@ def _fingerprinted(body: CreateResponseIn) -> dict[str, Any]:
     if ref is not None:
         named = ref if isinstance(ref, str) else ref.id
         fields["conversation"] = canonical_uuid(named) or named
+    previous = body.previous_response_id
+    if previous is not None:  # a run id, taken in any case as well
+        fields["previous_response_id"] = canonical_uuid(previous) or previous
     return fields
 
 
@@ -184,8 +188,12 @@ async def _run_created_at(module: AgentModule, run_id: str, default: float) -> f
     """When the run began, as its runtime recorded it: what a retrieve and a keyed repeat
     answer, so the create call answers it too (one read of the run's row). The app's clock
     gave another value (by a millisecond on PostgreSQL, by up to a second on SQLite, which
-    keeps whole seconds); `default` stands where the runtime keeps no time."""
-    record = await module.loop.runtime.get_run(run_id)
+    keeps whole seconds); `default` stands where the runtime keeps no time, or the read
+    failed."""
+    try:
+        record = await module.loop.runtime.get_run(run_id)
+    except StoreError:  # the answer is stored: a failed read of its date does not fail it
+        return default
     created = record.created_at if record is not None else None
     return created.timestamp() if created is not None else default
 
