@@ -112,6 +112,7 @@ def make_engine(
         _BEHIND_PGBOUNCER.add(engine.sync_engine.pool)
     if is_sqlite(url):
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "checkout", _closed_is_dead)
     else:
         event.listen(engine.sync_engine, "first_connect", functools.partial(_detect_citus, engine))
         event.listen(engine.sync_engine, "checkout", _ping_on_checkout)
@@ -290,6 +291,19 @@ def _ping_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
     except Exception as error:
         # The pool discards this connection and checks out (or opens) another one.
         raise exc.DisconnectionError(f"dead pooled connection ({type(error).__name__})") from error
+
+
+def _closed_is_dead(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Hand out no SQLite connection that aiosqlite has closed (no worker-thread call: a flag).
+
+    A read cancelled mid-statement (a client leaving an SSE stream cancels its handler through
+    an anyio cancel scope, which cancels every await again) makes SQLAlchemy close the
+    connection, and cancels that close too. aiosqlite marks it closed all the same, but
+    SQLAlchemy before 2.0.55 keeps it in the pool's record, and giving it back to the pool
+    needs no ROLLBACK when no transaction is open (`onehop` skips that call), so nothing finds
+    it closed: the pool handed it out, and its next statement failed ("Connection closed")."""
+    if getattr(dbapi_connection.driver_connection, "closed", False):
+        raise exc.DisconnectionError("closed pooled connection")
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -215,10 +215,27 @@ class OneHopConnection(aiosqlite.Connection):
         super().__init__(*args, **kwargs)
         self.deferred: list[Deferred] = []
         """Writes queued for the next call (`defer`)."""
+        self._stop_requested = False
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         inner: Any = super()._execute  # untyped in aiosqlite
         return await inner(_tracked, self, partial(fn, *args, **kwargs))
+
+    @property
+    def closed(self) -> bool:
+        """Whether aiosqlite has closed it, or begun to: its next call would fail with
+        "Connection closed". (`engine.make_engine` discards such a connection at checkout.)"""
+        return not self._running or self._connection is None
+
+    def stop(self) -> Any:
+        """aiosqlite 0.22's: stop the worker thread once. A second stop queues its sentinel
+        behind the first, which the thread never reads: its future never resolves, and
+        `close` awaits it (SQLAlchemy 2.1 closes a connection whose terminate was cancelled
+        that way; then the task waits forever and the event loop cannot shut down)."""
+        if self._stop_requested:
+            return None
+        self._stop_requested = True
+        return super().stop()
 
     def defer(self, write: Deferred) -> None:
         """Queue `write` for the next call to the worker thread (see the module docstring).

@@ -3,8 +3,11 @@ rowcounts, transactions and errors as plain aiosqlite under SQLAlchemy; fewer th
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from pathlib import Path
 
+import anyio
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import exc
@@ -72,5 +75,49 @@ async def test_one_thread_call_per_statement_and_none_for_an_idle_rollback(
         assert len(calls) == 2, calls
         async with engine.connect() as conn:
             assert (await conn.execute(sa.select(_T.c.v))).scalars().all() == ["x"]
+    finally:
+        await engine.dispose()
+
+
+async def test_a_connection_closed_by_a_cancelled_read_is_not_handed_out_again(
+    tmp_path: Path,
+) -> None:
+    """A client that leaves an SSE stream cancels its handler through an anyio cancel scope,
+    which cancels every await again, SQLAlchemy's clean-up included. A read cancelled mid-
+    statement makes SQLAlchemy invalidate the connection, and that close is cancelled too:
+    aiosqlite marks the connection closed, but SQLAlchemy before 2.0.55 keeps it in its record,
+    and returning it to the pool needs no ROLLBACK (no transaction is open), which is the only
+    call that would have found it closed. The pool then handed it out, and its next statement
+    failed ("Connection closed", a 500), as CI saw after an abandoned /v1 stream."""
+    engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000)"
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY)"))
+
+        async def read_slowly() -> None:
+            async with engine.connect() as conn:
+                await conn.execute(sa.text(f"{slow} SELECT count(*) FROM c"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(read_slowly)
+            await asyncio.sleep(0.05)
+            group.cancel_scope.cancel()
+        gc.collect()
+        connections = [await engine.connect() for _ in range(4)]  # the pooled one among them
+        try:
+            for conn in connections:
+                assert (await conn.execute(sa.text("SELECT count(*) FROM t"))).scalar() == 0
+        finally:
+            for conn in connections:
+                await conn.close()
+        await engine.dispose()
+        # and nothing is left waiting: with SQLAlchemy 2.1 and aiosqlite 0.22 the cancelled
+        # close stopped the worker thread twice, and the second stop's future never resolved,
+        # so the event loop's shutdown (uvicorn's, pytest's) waited for it forever
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if others:
+            _, pending = await asyncio.wait(others, timeout=5)
+            assert not pending, pending
     finally:
         await engine.dispose()
