@@ -189,6 +189,10 @@ class FoldPayload(TypedDict):
     health: NotRequired[JsonObject]
     """The thread's `FoldHealth` when its folds failed before (issue 36): the backoff is
     decided from this journaled copy, so a replay decides as the run did."""
+    unread: NotRequired[int]
+    """How many messages the read left unread before the page (`ThreadTurnPage.unread`), when
+    erased messages make that fewer than the seqs there: what is owed is counted in messages
+    (`fold_health.owed_count`)."""
 
 
 class LoadThreadPayload(TypedDict):

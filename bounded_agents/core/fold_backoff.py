@@ -18,6 +18,7 @@ from bounded_agents.core.fold_health import (
     fold_clock,
     journaled_health,
     may_fold,
+    owed_count,
     same_health,
     turns_left,
 )
@@ -49,7 +50,7 @@ def backoff_holds(fold: Mapping[str, Any], stats: SummaryReport, covered: int) -
     if "health" not in fold and stats.health is not None:
         if stats.outcome != "backoff":
             return False
-        stats.pending = max(0, fold_clock(fold) - covered)
+        stats.pending = owed_count(fold, covered)
         return True
     health = _health(fold, stats)
     clock = fold_clock(fold)
@@ -59,7 +60,7 @@ def backoff_holds(fold: Mapping[str, Any], stats: SummaryReport, covered: int) -
     stats.outcome = "backoff"
     stats.failures = health.failures if health is not None else 0
     stats.backoff_turns = turns_left(health, clock)
-    stats.pending = max(0, clock - covered)
+    stats.pending = owed_count(fold, covered)
     return True
 
 

@@ -337,6 +337,27 @@ def journaled_health(fold: Mapping[str, Any]) -> FoldHealth | None:
     return FoldHealth.model_validate(found) if isinstance(found, dict) else None
 
 
+def unread_owed(fold: Mapping[str, Any], covered: int) -> int:
+    """Of the messages `fold` owes past `covered`, those the turn's read left unread (older than
+    the page, so neither summarized nor sent): the store's count when erased messages made it
+    differ from the seqs (`unread`, journaled), else the seqs; never more than the seqs left
+    once `covered` moved into them."""
+    through = int(fold["through"])
+    seqs = (int(m.get("seq") or 0) for m in fold["messages"])
+    first = min((s for s in seqs if s > covered), default=through + 1)
+    gap = max(0, min(first - 1, through) - covered)
+    unread = fold.get("unread")
+    return gap if unread is None else min(int(unread), gap)
+
+
+def owed_count(fold: Mapping[str, Any], covered: int) -> int:
+    """Messages `fold` owes that a summary through `covered` does not cover: those of the page
+    and those the read left unread. Counted in messages: an erased one's seq is not owed."""
+    through = int(fold["through"])
+    in_page = sum(1 for m in fold["messages"] if covered < int(m.get("seq") or 0) <= through)
+    return in_page + unread_owed(fold, covered)
+
+
 def fold_clock(fold: Mapping[str, Any]) -> int:
     """The thread's clock for the backoff: the newest seq the fold owes (it moves on with the
     thread, and it is journaled, so a replay reads the same)."""
@@ -364,8 +385,10 @@ __all__ = [
     "memory_health",
     "message_texts",
     "new_part",
+    "owed_count",
     "same_health",
     "text_terms",
     "turns_left",
+    "unread_owed",
     "unrelated_fold",
 ]

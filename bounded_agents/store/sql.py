@@ -63,6 +63,7 @@ from bounded_agents.store.statements import (
     ALL_MESSAGES,
     APPEND_ONE,
     BUMPS,
+    COUNT_BETWEEN,
     ENCODED,
     ERASED_THREAD,
     INSERT_MESSAGES,
@@ -386,13 +387,18 @@ class SqlAgentStore:
             summary = ThreadSummary(**{c: first[at[f"summary_{c}"]] for c in SUMMARY_COLS})
         boundary = summary.covers_through_seq if summary is not None else 0
         next_seq = page[0].seq if page and page[0].seq is not None else first[at["last_seq"]] + 1
+        skipped = max(0, next_seq - boundary - 1)
+        unread = None
+        if query.after_summary and skipped:
+            unread = await self._count_between(shared, query.thread_id, boundary, next_seq)
         last = rows[-1]
         return ThreadTurnPage(
             messages=page,
             title=first[at["title"]],
             has_assistant_message=bool(first[at["answered"]]),
             summary=summary,
-            skipped=max(0, next_seq - boundary - 1),
+            skipped=skipped,
+            unread=unread,
             tokens_before=int(first[at["page_tokens_before"]] or 0),
             last_prompt=last[at["last_prompt"]],
             reported_tokens=last[at["last_reported_tokens"]],
@@ -400,6 +406,19 @@ class SqlAgentStore:
             fold_health=fold_health_of(last[at["fold_health"]]),
             payload_bytes=payload,
         )
+
+    async def _count_between(
+        self, shared: AsyncConnection | None, thread_id: str, after: int, before: int
+    ) -> int:
+        """Messages of the thread with `after < seq < before`: what a summarizing read skipped,
+        counted, as erased messages leave seqs and no rows (`ThreadTurnPage.unread`). Asked only
+        when seqs were skipped: a backlog past the read's bound, or an erased gap."""
+        params = {"tid": thread_id, "after": after, "before": before}
+        async with wrap_db_errors("load_thread_for_turn"):
+            if shared is not None:
+                return int((await shared.execute(COUNT_BETWEEN, params)).scalar_one())
+            async with self._reader.connect() as conn:
+                return int((await conn.execute(COUNT_BETWEEN, params)).scalar_one())
 
     # --- FoldHealthStore -------------------------------------------------------------------
 

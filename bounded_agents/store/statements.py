@@ -253,6 +253,13 @@ THREAD_BY_ID = sa.select(
     threads.c.created_at,
     threads.c.updated_at,
 ).where(threads.c.id == _TID)
+COUNT_BETWEEN = sa.select(sa.func.count()).where(
+    messages.c.thread_id == _TID,
+    messages.c.seq > sa.bindparam("after"),
+    messages.c.seq < sa.bindparam("before"),
+)
+"""How many messages a thread holds between two seqs, both excluded (the primary key's range:
+one shard, one index range)."""
 ERASED_THREAD = sa.select(erased_threads.c.id).where(erased_threads.c.id == _TID)
 _BUMP_SEQ = (
     threads.update()
@@ -405,6 +412,7 @@ __all__ = [
     "ALL_MESSAGES",
     "APPEND_ONE",
     "BUMPS",
+    "COUNT_BETWEEN",
     "ENCODED",
     "ERASED_THREAD",
     "INSERT_MESSAGES",

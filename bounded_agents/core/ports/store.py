@@ -119,8 +119,14 @@ class ThreadTurnPage(Frozen):
     summary: ThreadSummary | None = None
     """The newest summary, when the query asked for `after_summary` and there is one."""
     skipped: int = 0
-    """Messages older than the page the query left unread (after the summary's boundary, when
-    it asked for `after_summary`). A summarizing policy must fold them: nobody else will."""
+    """Seqs older than the page the query left unread (after the summary's boundary, when it
+    asked for `after_summary`). A summarizing policy must fold them: nobody else will. An
+    erased message leaves its seq in this count (a fold through `boundary + skipped` reaches
+    the page); `unread` counts the messages."""
+    unread: int | None = Field(default=None, ge=0)
+    """How many messages those `skipped` seqs hold, when the store counted them (it does when
+    the query asked for `after_summary` and seqs were skipped); None otherwise. Fewer than
+    `skipped` when messages there were erased: what a turn says it owes counts these."""
     tokens_before: int = Field(default=0, ge=0)
     """Estimated tokens (`estimate_message_tokens`, as stored) of every message of the thread
     older than the page's first one; 0 for an empty page. With `skipped` it says where the page

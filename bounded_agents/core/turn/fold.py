@@ -13,6 +13,7 @@ from bounded_agents.core.checkpoints import (
     fold_step,
 )
 from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
+from bounded_agents.core.fold_health import owed_count
 from bounded_agents.core.history.powers import fold_budget, policy_summarizer, supports_refolding
 from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.ports import (
@@ -163,7 +164,7 @@ async def fold(
         assert usage is not None  # an accepted fold always records what it cost
         summary = await _keep_summary(deps, turn, task.known, made, (usage, folds))
         _count_kept(stats, summary, made)
-    stats.pending = max(0, through - (summary.covers_through_seq if summary else 0))
+    stats.pending = owed_count(owed, summary.covers_through_seq if summary else 0)
     if folds > made_before:  # issue 36: the thread's fold health and backoff
         thread, shares = turn.request.thread_id, deps.shares_transactions
         await keep_fold_health(

@@ -62,6 +62,8 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
             }
             if page.fold_health is not None:  # issue 36: the backoff decides from the journal
                 fold["health"] = page.fold_health.model_dump(mode="json")
+            if page.unread is not None and page.unread != page.skipped:
+                fold["unread"] = page.unread  # erased messages left seqs, not messages, unread
     payload = load_thread_payload(
         [journal_form(m) for m in selection.keep],
         last_prompt=page.last_prompt,

@@ -27,6 +27,7 @@ from bounded_agents.core.checkpoints import (
     parse_summarize,
     tool_call_id,
 )
+from bounded_agents.core.fold_health import unread_owed
 from bounded_agents.core.history.clearing import Cleared, ToolResultClearing, clear_tool_results
 from bounded_agents.core.history.powers import (
     policy_summarizer,
@@ -148,7 +149,8 @@ def degraded_history(
         tokens += cost
     taken.reverse()
     # With their seqs: a refolding window folds by them (the prompt's messages carry none).
-    return taken, through - covered - len(taken)
+    # Those left out are counted in messages: an erased one's seq is not announced missing.
+    return taken, len(owed) - len(taken) + unread_owed(fold, covered)
 
 
 def opening_prompt(
