@@ -341,10 +341,12 @@ def unread_owed(fold: Mapping[str, Any], covered: int) -> int:
     """Of the messages `fold` owes past `covered`, those the turn's read left unread (older than
     the page, so neither summarized nor sent): the store's count when erased messages made it
     differ from the seqs (`unread`, journaled), else the seqs; never more than the seqs left
-    once `covered` moved into them."""
+    once `covered` moved into them. Never fewer than exist; more when a fold this turn covered
+    part of them and erased seqs lie past it (the count is of the whole span), or for a
+    mid-run refold's fold, which carries no count."""
     through = int(fold["through"])
     seqs = (int(m.get("seq") or 0) for m in fold["messages"])
-    first = min((s for s in seqs if s > covered), default=through + 1)
+    first = min((s for s in seqs if s), default=through + 1)  # the page's first message
     gap = max(0, min(first - 1, through) - covered)
     unread = fold.get("unread")
     return gap if unread is None else min(int(unread), gap)
@@ -352,7 +354,8 @@ def unread_owed(fold: Mapping[str, Any], covered: int) -> int:
 
 def owed_count(fold: Mapping[str, Any], covered: int) -> int:
     """Messages `fold` owes that a summary through `covered` does not cover: those of the page
-    and those the read left unread. Counted in messages: an erased one's seq is not owed."""
+    (exactly: an erased one's seq is not owed) and those the read left unread (`unread_owed`:
+    at least as many as exist, at most the seqs)."""
     through = int(fold["through"])
     in_page = sum(1 for m in fold["messages"] if covered < int(m.get("seq") or 0) <= through)
     return in_page + unread_owed(fold, covered)

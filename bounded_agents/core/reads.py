@@ -77,7 +77,7 @@ def bounded_page(
         has_assistant_message=any(m.role == "assistant" for m in thread.messages),
         summary=summary if query.after_summary else None,
         skipped=skipped,
-        unread=floor if query.after_summary and skipped else None,
+        unread=floor if query.after_summary and query.count_unread and skipped else None,
         tokens_before=sum(estimate_message_tokens(m) for m in thread.messages[:before])
         if page
         else 0,

@@ -363,7 +363,8 @@ class SqlAgentStore:
         self, query: ThreadTurnQuery, *, tx: Transaction | None = None
     ) -> ThreadTurnPage | None:
         """The page `query` asks for (see `turn_read`), the title, whether the thread was ever
-        answered and, with `after_summary`, its newest summary, in one round trip. None for an
+        answered and, with `after_summary`, its newest summary, in one round trip (and a count
+        when the query asks `count_unread` and seqs were skipped: `_count_between`). None for an
         unknown thread. With `tx`, read inside that transaction (it sees its own writes)."""
         stmt, params = turn_read(query)
         shared = joined(self._engine, tx)
@@ -389,7 +390,7 @@ class SqlAgentStore:
         next_seq = page[0].seq if page and page[0].seq is not None else first[at["last_seq"]] + 1
         skipped = max(0, next_seq - boundary - 1)
         unread = None
-        if query.after_summary and skipped:
+        if query.after_summary and query.count_unread and skipped:
             unread = await self._count_between(shared, query.thread_id, boundary, next_seq)
         last = rows[-1]
         return ThreadTurnPage(
@@ -417,8 +418,11 @@ class SqlAgentStore:
         async with wrap_db_errors("load_thread_for_turn"):
             if shared is not None:
                 return int((await shared.execute(COUNT_BETWEEN, params)).scalar_one())
-            async with self._reader.connect() as conn:
-                return int((await conn.execute(COUNT_BETWEEN, params)).scalar_one())
+            rows = await self._hot.fetch(COUNT_BETWEEN, params)  # as the read went: no checkout
+            if rows is None:
+                async with self._reader.connect() as conn:
+                    rows = (await conn.execute(COUNT_BETWEEN, params)).all()
+            return int(rows[0][0])
 
     # --- FoldHealthStore -------------------------------------------------------------------
 

@@ -87,3 +87,33 @@ async def test_a_backlog_erased_whole_owes_nothing_and_announces_nothing(env: Lo
     report = result.report.summary
     assert report is None or (report.pending == 0 and report.omitted == 0), report
     assert _notes(model.prompts[-1]) == []
+
+
+async def _folds(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+    words = " ".join(m.content.split(" ")[0] for m in messages)
+    return HistorySummary(text=f"the user asked about {words}", usage=Usage(prompt_tokens=1))
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_fold_that_stops_just_before_an_erased_message_does_not_owe_its_seq(
+    env: LoopEnv,
+) -> None:
+    """One fold call of small chunks covers 1..4 and stops (out of calls): seq 5, erased, sits
+    between the summary and the next message, and was counted as owed (found in review)."""
+    tid = await env.thread(_backlog(5))  # seqs 1..10
+    assert await env.store.delete_message(tid, 5)
+    model = Recording()
+    policy = window_history(max_messages=4, summarize=_folds, fold_max_tokens=60)
+    loop = env.loop(model, policy, fold_calls=1)
+    result = await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
+    )
+    report = result.report.summary
+    summary = await env.store.latest_summary(tid)
+    thread = await env.store.get_thread(tid)
+    assert report is not None and summary is not None and thread is not None
+    before_answer = [m.seq or 0 for m in thread.messages][:-1]
+    owed = [s for s in before_answer[:-4] if s > summary.covers_through_seq]
+    assert report.deferred and summary.covers_through_seq == 4  # the case under test
+    assert report.pending == len(owed) == 2, (report, owed)
+    assert report.omitted == 0 and _notes(model.prompts[-1]) == []

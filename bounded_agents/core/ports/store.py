@@ -95,11 +95,24 @@ class ThreadTurnQuery(Frozen):
     after_summary: bool = False
     """Read only what the thread's newest summary does not cover (`seq > covers_through_seq`)
     and return that summary with the page."""
+    count_unread: bool = False
+    """With `after_summary`: also count the messages the seqs skipped before the page hold
+    (`ThreadTurnPage.unread`), in a second statement sent only when seqs were skipped. The loop
+    asks, as what a turn owes is counted in messages; a reader that would not use the count
+    (an adapter's history between compactions, which skips seqs on most loads) leaves it off
+    and keeps its one statement."""
 
     @classmethod
-    def of(cls, thread_id: str, bound: ReadBound | None, *, after_summary: bool) -> ThreadTurnQuery:
+    def of(
+        cls,
+        thread_id: str,
+        bound: ReadBound | None,
+        *,
+        after_summary: bool,
+        count_unread: bool = False,
+    ) -> ThreadTurnQuery:
         if bound is None:
-            return cls(thread_id=thread_id, after_summary=after_summary)
+            return cls(thread_id=thread_id, after_summary=after_summary, count_unread=count_unread)
         return cls(
             thread_id=thread_id,
             message_limit=bound.messages,
@@ -107,6 +120,7 @@ class ThreadTurnQuery(Frozen):
             run_limit=bound.runs,
             widest=bound.widest,
             after_summary=after_summary,
+            count_unread=count_unread,
         )
 
 
@@ -125,7 +139,8 @@ class ThreadTurnPage(Frozen):
     the page); `unread` counts the messages."""
     unread: int | None = Field(default=None, ge=0)
     """How many messages those `skipped` seqs hold, when the store counted them (it does when
-    the query asked for `after_summary` and seqs were skipped); None otherwise. Fewer than
+    the query asked for `after_summary` and `count_unread` and seqs were skipped); None
+    otherwise. Fewer than
     `skipped` when messages there were erased: what a turn says it owes counts these."""
     tokens_before: int = Field(default=0, ge=0)
     """Estimated tokens (`estimate_message_tokens`, as stored) of every message of the thread

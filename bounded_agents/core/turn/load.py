@@ -134,7 +134,7 @@ async def read_page(
     """The turn read: bounded by the store when it can (one round trip), else the whole thread
     cut the same way in memory; `summary`: read after the thread's summary. The report says
     what was actually read."""
-    query = ThreadTurnQuery.of(thread_id, bound, after_summary=summary)
+    query = ThreadTurnQuery.of(thread_id, bound, after_summary=summary, count_unread=summary)
     read = await deps.store.read(query, tx=tx)
     page = read.page
     if read.bounded:

@@ -149,7 +149,8 @@ def degraded_history(
         tokens += cost
     taken.reverse()
     # With their seqs: a refolding window folds by them (the prompt's messages carry none).
-    # Those left out are counted in messages: an erased one's seq is not announced missing.
+    # Those left out are counted in messages where the turn knows them (`unread_owed`): an
+    # erased message's seq is not announced missing.
     return taken, len(owed) - len(taken) + unread_owed(fold, covered)
 
 
