@@ -232,10 +232,13 @@ class OneHopConnection(aiosqlite.Connection):
         behind the first, which the thread never reads: its future never resolves, and
         `close` awaits it (SQLAlchemy 2.1 closes a connection whose terminate was cancelled
         that way; then the task waits forever and the event loop cannot shut down)."""
+        inner = getattr(super(), "stop", None)
+        if inner is None:  # aiosqlite before 0.22.1: as SQLAlchemy expects of a driver without it
+            raise NotImplementedError("this aiosqlite cannot stop its worker thread")
         if self._stop_requested:
             return None
         self._stop_requested = True
-        return super().stop()
+        return inner()
 
     def defer(self, write: Deferred) -> None:
         """Queue `write` for the next call to the worker thread (see the module docstring).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -95,14 +96,21 @@ async def test_a_connection_closed_by_a_cancelled_read_is_not_handed_out_again(
         async with engine.begin() as conn:
             await conn.execute(sa.text("CREATE TABLE t (id INTEGER PRIMARY KEY)"))
 
+        drivers: list[Any] = []
+
         async def read_slowly() -> None:
             async with engine.connect() as conn:
+                drivers.append((await conn.get_raw_connection()).driver_connection)
                 await conn.execute(sa.text(f"{slow} SELECT count(*) FROM c"))
 
         async with anyio.create_task_group() as group:
             group.start_soon(read_slowly)
             await asyncio.sleep(0.05)
             group.cancel_scope.cancel()
+        # the cancelled statement runs on in the worker thread: wait for it, as its end is
+        # handed to this event loop, which must still be open then
+        (driver,) = drivers
+        await asyncio.to_thread(getattr(driver, "_thread", driver).join, 30)
         gc.collect()
         connections = [await engine.connect() for _ in range(4)]  # the pooled one among them
         try:
