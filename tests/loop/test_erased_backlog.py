@@ -10,6 +10,7 @@ to 70-odd earlier messages were missing, when 7 existed (found in review: "57 of
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from bounded_agents.core.history import window_history
 from bounded_agents.core.loop import omission_note
@@ -21,6 +22,7 @@ from bounded_agents.core.ports import (
     ModelResponse,
     Usage,
 )
+from bounded_agents.core.report import SummaryReport
 from bounded_agents.errors import ProviderError
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
@@ -49,24 +51,31 @@ def _notes(prompt: list[ChatMessage]) -> list[str]:
     return [m.content for m in prompt if m.role == "system" and "not in any" in m.content]
 
 
+async def _turn_after_erasing(
+    env: LoopEnv, tid: str, seqs: range, summarize: Any, **policy: Any
+) -> tuple[SummaryReport | None, list[ChatMessage]]:
+    """Erase `seqs` of the thread, then one turn of a 4-message window that may make one fold
+    call: (its report's summary figures, the prompt the model was sent)."""
+    for seq in seqs:
+        assert await env.store.delete_message(tid, seq)
+    model = Recording()
+    history = window_history(max_messages=4, summarize=summarize, **policy)
+    result = await env.loop(model, history, fold_calls=1).run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
+    )
+    return result.report.summary, model.prompts[-1]
+
+
 @SQL_JOURNAL_ONLY
 async def test_an_erased_gap_is_not_counted_as_owed_or_announced_as_missing(
     env: LoopEnv,
 ) -> None:
     tid = await env.thread(_backlog(40))  # seqs 1..80
-    for seq in range(1, 71):
-        assert await env.store.delete_message(tid, seq)
-    model = Recording()
-    loop = env.loop(model, window_history(max_messages=4, summarize=_down), fold_calls=1)  # type: ignore[arg-type]
-    result = await loop.run_turn(
-        agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
-    )
-    report = result.report.summary
+    report, prompt = await _turn_after_erasing(env, tid, range(1, 71), _down)
     assert report is not None and report.outcome is not None and report.outcome != "ok"
     # 71..80 and the question (81) exist; the window keeps the newest 4 (78..81): 71..77 owed
     assert report.pending == 7, report
     # seq 2i+1 is q{i}, 2i+2 a{i}: the owed ones are q035..q038, the window a038, q039, a039
-    prompt = model.prompts[-1]
     backlog = {f"{r}{i:03d}" for r in "qa" for i in range(35, 40)}
     sent = [m.content.split(" ")[0] for m in prompt if m.role != "system"]
     ridden = [word for word in sent if word in backlog and word not in {"a038", "q039", "a039"}]
@@ -77,16 +86,10 @@ async def test_an_erased_gap_is_not_counted_as_owed_or_announced_as_missing(
 @SQL_JOURNAL_ONLY
 async def test_a_backlog_erased_whole_owes_nothing_and_announces_nothing(env: LoopEnv) -> None:
     tid = await env.thread(_backlog(40))
-    for seq in range(1, 78):  # all but the newest three: the window holds every message left
-        assert await env.store.delete_message(tid, seq)
-    model = Recording()
-    loop = env.loop(model, window_history(max_messages=4, summarize=_down), fold_calls=1)  # type: ignore[arg-type]
-    result = await loop.run_turn(
-        agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
-    )
-    report = result.report.summary
+    # all but the newest three: the window holds every message left
+    report, prompt = await _turn_after_erasing(env, tid, range(1, 78), _down)
     assert report is None or (report.pending == 0 and report.omitted == 0), report
-    assert _notes(model.prompts[-1]) == []
+    assert _notes(prompt) == []
 
 
 async def _folds(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
@@ -101,14 +104,7 @@ async def test_a_fold_that_stops_just_before_an_erased_message_does_not_owe_its_
     """One fold call of small chunks covers 1..4 and stops (out of calls): seq 5, erased, sits
     between the summary and the next message, and was counted as owed (found in review)."""
     tid = await env.thread(_backlog(5))  # seqs 1..10
-    assert await env.store.delete_message(tid, 5)
-    model = Recording()
-    policy = window_history(max_messages=4, summarize=_folds, fold_max_tokens=60)
-    loop = env.loop(model, policy, fold_calls=1)
-    result = await loop.run_turn(
-        agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
-    )
-    report = result.report.summary
+    report, prompt = await _turn_after_erasing(env, tid, range(5, 6), _folds, fold_max_tokens=60)
     summary = await env.store.latest_summary(tid)
     thread = await env.store.get_thread(tid)
     assert report is not None and summary is not None and thread is not None
@@ -116,4 +112,4 @@ async def test_a_fold_that_stops_just_before_an_erased_message_does_not_owe_its_
     owed = [s for s in before_answer[:-4] if s > summary.covers_through_seq]
     assert report.deferred and summary.covers_through_seq == 4  # the case under test
     assert report.pending == len(owed) == 2, (report, owed)
-    assert report.omitted == 0 and _notes(model.prompts[-1]) == []
+    assert report.omitted == 0 and _notes(prompt) == []
