@@ -337,7 +337,7 @@ def journaled_health(fold: Mapping[str, Any]) -> FoldHealth | None:
     return FoldHealth.model_validate(found) if isinstance(found, dict) else None
 
 
-def unread_owed(fold: Mapping[str, Any], covered: int) -> int:
+def _unread_owed(fold: Mapping[str, Any], covered: int) -> int:
     """Of the messages `fold` owes past `covered`, those the turn's read left unread (older than
     the page, so neither summarized nor sent): the store's count when erased messages made it
     differ from the seqs (`unread`, journaled), else the seqs; never more than the seqs left
@@ -354,11 +354,11 @@ def unread_owed(fold: Mapping[str, Any], covered: int) -> int:
 
 def owed_count(fold: Mapping[str, Any], covered: int) -> int:
     """Messages `fold` owes that a summary through `covered` does not cover: those of the page
-    (exactly: an erased one's seq is not owed) and those the read left unread (`unread_owed`:
+    (exactly: an erased one's seq is not owed) and those the read left unread (`_unread_owed`:
     at least as many as exist, at most the seqs)."""
     through = int(fold["through"])
     in_page = sum(1 for m in fold["messages"] if covered < int(m.get("seq") or 0) <= through)
-    return in_page + unread_owed(fold, covered)
+    return in_page + _unread_owed(fold, covered)
 
 
 def fold_clock(fold: Mapping[str, Any]) -> int:
@@ -392,6 +392,5 @@ __all__ = [
     "same_health",
     "text_terms",
     "turns_left",
-    "unread_owed",
     "unrelated_fold",
 ]

@@ -88,7 +88,7 @@ async def test_a_backlog_erased_whole_owes_nothing_and_announces_nothing(env: Lo
     tid = await env.thread(_backlog(40))
     # all but the newest three: the window holds every message left
     report, prompt = await _turn_after_erasing(env, tid, range(1, 78), _down)
-    assert report is None or (report.pending == 0 and report.omitted == 0), report
+    assert report is not None and report.pending == 0 and report.omitted == 0, report
     assert _notes(prompt) == []
 
 

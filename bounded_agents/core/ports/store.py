@@ -140,8 +140,8 @@ class ThreadTurnPage(Frozen):
     unread: int | None = Field(default=None, ge=0)
     """How many messages those `skipped` seqs hold, when the store counted them (it does when
     the query asked for `after_summary` and `count_unread` and seqs were skipped); None
-    otherwise. Fewer than
-    `skipped` when messages there were erased: what a turn says it owes counts these."""
+    otherwise. Fewer than `skipped` when messages there were erased: what a turn says it owes
+    counts these."""
     tokens_before: int = Field(default=0, ge=0)
     """Estimated tokens (`estimate_message_tokens`, as stored) of every message of the thread
     older than the page's first one; 0 for an empty page. With `skipped` it says where the page

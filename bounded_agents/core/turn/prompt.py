@@ -27,7 +27,7 @@ from bounded_agents.core.checkpoints import (
     parse_summarize,
     tool_call_id,
 )
-from bounded_agents.core.fold_health import unread_owed
+from bounded_agents.core.fold_health import owed_count
 from bounded_agents.core.history.clearing import Cleared, ToolResultClearing, clear_tool_results
 from bounded_agents.core.history.powers import (
     policy_summarizer,
@@ -149,9 +149,9 @@ def degraded_history(
         tokens += cost
     taken.reverse()
     # With their seqs: a refolding window folds by them (the prompt's messages carry none).
-    # Those left out are counted in messages where the turn knows them (`unread_owed`): an
+    # Those left out are counted in messages where the turn knows them (`owed_count`): an
     # erased message's seq is not announced missing.
-    return taken, len(owed) - len(taken) + unread_owed(fold, covered)
+    return taken, owed_count(fold, covered) - len(taken)
 
 
 def opening_prompt(
