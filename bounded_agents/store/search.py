@@ -11,11 +11,15 @@ with (`AGENT_SEARCH_LANGUAGE` at migration time: stemmed, so "deploying" finds "
   length, so a pasted log does not win by size; content weighted above tool text) times the
   recency factor orders; `ts_headline` marks the matches of the rows returned only (it is
   costly, and PostgreSQL evaluates it after the LIMIT).
-- SQLite reads the FTS5 tables `messages_fts` (columns content, search_text) and
-  `summary_archive_fts`, external content keyed on the tables' explicit `search_id` column,
-  so a `.dump` and restore keeps them right. `bm25()` times the recency factor orders; the
-  marks (`highlight()`) and which terms each hit holds are asked for the returned rows only,
-  in two more statements (FTS5 would compute them for every match before the LIMIT).
+- SQLite reads the FTS5 tables `messages_fts` (columns content, search_text, thread_id) and
+  `summary_archive_fts` (content, thread_id), external content keyed on the tables' explicit
+  `search_id` column, so a `.dump` and restore keeps them right. The query ANDs the thread's
+  id, as a phrase of its `thread_id` column (migration 0021), with the words, which are held
+  to the text columns: FTS5 walks the thread's rows, not every row of the database holding a
+  word (`python -m bench.search_scale`). `bm25()` (the thread column weighted 0) times the
+  recency factor orders; the marks (`highlight()`) and which terms each hit holds are asked
+  for the returned rows only, in two more statements (FTS5 would compute them for every match
+  before the LIMIT).
 
 The recency factor is `1 + H / (H + age)`, age being the thread's last seq minus the hit's seq
 (an archived part's `to_seq`) and H `RECENCY_HALF_LIFE`: 2 for the newest message, 1.5 at H
@@ -35,6 +39,7 @@ one place (`_dialect`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -140,6 +145,29 @@ class _Fts:
     candidates: sa.TextClause
     marks: str
     """The SELECT of marks for the candidates' keys (`{keys}`: a JSON array)."""
+    text: str
+    """Its text columns, as an FTS5 column filter: the words are matched there only, never in
+    the `thread_id` column (a word could be a piece of some thread's id)."""
+
+    def words(self, query: str) -> str:
+        """`query`'s words ORed, held to the text columns; empty when it has none."""
+        words = fts5_query(query)
+        return f"{self.text} : ({words})" if words else ""
+
+    def match(self, thread_id: str, query: str) -> str:
+        """The candidates' MATCH: the thread's phrase AND the words, or the words alone for
+        an id with no token FTS5 is sure to read as this code does (`_THREAD_KEY`); the
+        statement's `thread_id = :tid` keeps the answer right either way."""
+        words = self.words(query)
+        if not words or not _THREAD_KEY.fullmatch(thread_id):
+            return words
+        return f"thread_id : {_fts5_string(thread_id)} AND {words}"
+
+
+_THREAD_KEY = re.compile(r"[A-Za-z0-9_.:-]*[A-Za-z0-9][A-Za-z0-9_.:-]*")
+"""A thread id FTS5 splits as ASCII letters and digits between separators (a UUID, or any
+id of those characters with one letter or digit): its phrase finds exactly the rows the
+index holds for it. Other ids are searched by their words alone, as before 0021."""
 
 
 _SQLITE_RECENCY = "(1.0 + :half / (:half + max(t.last_seq - {seq}, 0)))"
@@ -148,7 +176,8 @@ _SQLITE_MESSAGES = _Fts(
     sa.text(
         f"""
         SELECT f.rowid AS key, m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
-            -bm25({FTS_TABLE}, 1.0, 0.5) * {_SQLITE_RECENCY.format(seq="m.seq")} AS score
+            -bm25({FTS_TABLE}, 1.0, 0.5, 0.0) * {_SQLITE_RECENCY.format(seq="m.seq")}
+                AS score
         FROM {FTS_TABLE} f JOIN messages m ON m.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = m.thread_id
         WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid
@@ -162,14 +191,16 @@ _SQLITE_MESSAGES = _Fts(
     FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH :q
         AND rowid IN (SELECT value FROM json_each(:keys))
     """,
+    "{content search_text}",
 )
 _SQLITE_ARCHIVE = _Fts(
     ARCHIVE_FTS_TABLE,
     sa.text(
         f"""
         SELECT f.rowid AS key, a.to_seq AS seq, 'summary' AS role, a.content, a.created_at,
-            a.from_seq, -bm25({ARCHIVE_FTS_TABLE}) * {_SQLITE_RECENCY.format(seq="a.to_seq")}
-            AS score
+            a.from_seq,
+            -bm25({ARCHIVE_FTS_TABLE}, 1.0, 0.0) * {_SQLITE_RECENCY.format(seq="a.to_seq")}
+                AS score
         FROM {ARCHIVE_FTS_TABLE} f JOIN summary_archive a ON a.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = a.thread_id
         WHERE {ARCHIVE_FTS_TABLE} MATCH :q AND a.thread_id = :tid
@@ -183,6 +214,7 @@ _SQLITE_ARCHIVE = _Fts(
     FROM {ARCHIVE_FTS_TABLE} WHERE {ARCHIVE_FTS_TABLE} MATCH :q
         AND rowid IN (SELECT value FROM json_each(:keys))
     """,
+    "content",
 )
 
 
@@ -198,21 +230,30 @@ def _fts5_string(term: str) -> str:
 async def _sqlite_hits(
     conn: AsyncConnection, thread_id: str, query: str, limit: int
 ) -> list[SearchHit]:
-    q = fts5_query(query)
-    if not q:
-        return []
     terms = search_terms(query)
+    if not terms:
+        return []
     hits: list[SearchHit] = []
     for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
+        q = index.match(thread_id, query)
         params = {"q": q, "tid": thread_id, "limit": limit, "half": float(RECENCY_HALF_LIFE)}
-        rows = (await conn.execute(index.candidates, params)).all()
+        try:
+            rows = (await conn.execute(index.candidates, params)).all()
+        except sa.exc.OperationalError as exc:
+            if "thread_id" not in str(exc.orig):
+                raise
+            # An index made before migration 0021 (this code deployed ahead of its
+            # migration): no thread column, so the words alone, as it was searched then.
+            params["q"] = index.words(query)
+            rows = (await conn.execute(index.candidates, params)).all()
         if not rows:
             continue
         keys = "[" + ",".join(str(int(r.key)) for r in rows) + "]"
+        words = index.words(query)
         marks = {
-            r.key: r for r in (await conn.execute(sa.text(index.marks), {"q": q, "keys": keys}))
+            r.key: r for r in (await conn.execute(sa.text(index.marks), {"q": words, "keys": keys}))
         }
-        held = await _sqlite_terms(conn, index.fts, terms, keys)
+        held = await _sqlite_terms(conn, index, terms, keys)
         for r in rows:
             mark = marks.get(r.key)
             hits.append(
@@ -228,16 +269,19 @@ async def _sqlite_hits(
 
 
 async def _sqlite_terms(
-    conn: AsyncConnection, fts: str, terms: Sequence[str], keys: str
+    conn: AsyncConnection, index: _Fts, terms: Sequence[str], keys: str
 ) -> dict[int, set[int]]:
     """Which of `terms` (by position) each keyed row holds: one MATCH per term, over the keys
     only, in one statement."""
+    fts = index.fts
     arms = [
         f"SELECT rowid AS key, {i} AS term FROM {fts} WHERE {fts} MATCH :t{i} "
         "AND rowid IN (SELECT value FROM json_each(:keys))"
         for i in range(len(terms))
     ]
-    params: dict[str, Any] = {f"t{i}": _fts5_string(t) for i, t in enumerate(terms)}
+    params: dict[str, Any] = {
+        f"t{i}": f"{index.text} : {_fts5_string(t)}" for i, t in enumerate(terms)
+    }
     held: dict[int, set[int]] = {}
     for r in await conn.execute(sa.text(" UNION ALL ".join(arms)), {**params, "keys": keys}):
         held.setdefault(r.key, set()).add(r.term)

@@ -1,0 +1,161 @@
+"""SQLite's search index keyed by thread: a thread's search no longer reads other threads' matches.
+
+Before, `messages_fts MATCH :q` found every row of the DATABASE holding one of the query's words,
+and the join to `messages` then kept the thread's: a thread's search cost grew with the other
+threads' matching messages (`python -m bench.search_scale`: 2.6 ms alone, 47 ms beside 60,000
+of them, 18x). Each FTS5 table now indexes its row's `thread_id` too, so the query ANDs the
+thread's phrase with the words (`bounded_agents.store.search`): FTS5 walks the thread's own
+doclist and skips through the words' ones.
+
+- The new column is last (`content, search_text, thread_id`; the archive's `content,
+  thread_id`), so `highlight()`'s column numbers stay; the query gives it weight 0 in
+  `bm25()`, and restricts the words to the text columns, so a word that is also a piece of a
+  thread id finds nothing by it.
+- Same tokenizer as the table it replaces (read from `sqlite_master`): the language the index
+  was built with (0012) stays, whatever `AGENT_SEARCH_LANGUAGE` says now.
+- Same triggers as 0016 made them, each naming `thread_id` beside the text (FTS5's external
+  content `delete` must be told the values it indexed). Only indexed rows (`messages.indexed`,
+  0016) go back into the index.
+- Refilled SEARCH_BATCH keys per statement, as 0012 filled it ('rebuild' would read the whole
+  table in one statement).
+
+PostgreSQL: nothing. Its planner reads a thread's rows by the primary key and checks the
+vector (`bench.search_scale`: flat from 0 to 60,000 other matches).
+
+Revision ID: 0021_search_thread_key
+Revises: 0020_erased_threads_retention
+Create Date: 2026-12-06 08:40:00
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import op
+
+from bounded_agents.store.dialect import dialect_of
+
+revision: str = "0021_search_thread_key"
+down_revision: str | None = "0020_erased_threads_retention"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SEARCH_BATCH = 2_000
+
+_TABLES = {
+    # fts table: (content table, text columns, which of the table's rows are in the index)
+    "messages_fts": ("messages", ("content", "search_text"), "indexed"),
+    "summary_archive_fts": ("summary_archive", ("content",), "1"),
+}
+_TRIGGERS = [
+    "messages_fts_insert",
+    "messages_fts_delete",
+    "messages_fts_update",
+    "messages_fts_backfill",
+    "summary_archive_fts_insert",
+    "summary_archive_fts_delete",
+    "summary_archive_fts_update",
+]
+
+
+def _tokenizer(bind: Any, fts: str) -> str:
+    """The tokenizer `fts` was made with (0012 chose it by the language of that day)."""
+    sql = bind.execute(
+        sa.text("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = :name"),
+        {"name": fts},
+    ).scalar_one()
+    found = re.search(r"tokenize\s*=\s*'([^']*)'", sql)
+    return found.group(1) if found else "unicode61"
+
+
+def _create(fts: str, keyed: bool, tokenizer: str) -> str:
+    table, text, _ = _TABLES[fts]
+    columns = ", ".join((*text, "thread_id") if keyed else text)
+    return (
+        f"CREATE VIRTUAL TABLE {fts} USING fts5({columns}, content='{table}', "
+        f"content_rowid='search_id', tokenize='{tokenizer}')"
+    )
+
+
+def _triggers(keyed: bool) -> list[str]:
+    """0016's triggers (messages) and 0012's (the archive), with `thread_id` when `keyed`."""
+    out: list[str] = []
+    for fts, (table, text, indexed) in _TABLES.items():
+        columns = (*text, "thread_id") if keyed else text
+        cols = ", ".join(columns)
+        old = ", ".join(f"old.{c}" for c in columns)
+        new = ", ".join(f"new.{c}" for c in columns)
+        index_row = (
+            f"UPDATE {table} SET search_id = (SELECT coalesce(max(search_id), 0) + 1 "
+            f"FROM {table}) WHERE rowid = new.rowid AND new.search_id IS NULL; "
+            f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {cols} FROM {table} "
+            "WHERE rowid = new.rowid;"
+        )
+        delete = f"INSERT INTO {fts}({fts}, rowid, {cols}) VALUES ('delete', old.search_id, {old});"
+        when_new = " WHEN new.indexed" if indexed == "indexed" else ""
+        when_old = " WHEN old.indexed" if indexed == "indexed" else ""
+        when_both = " WHEN old.indexed AND new.indexed" if indexed == "indexed" else ""
+        out += [
+            f"CREATE TRIGGER {fts}_insert AFTER INSERT ON {table}{when_new} BEGIN {index_row} END",
+            f"CREATE TRIGGER {fts}_delete AFTER DELETE ON {table}{when_old} BEGIN {delete} END",
+            f"CREATE TRIGGER {fts}_update AFTER UPDATE OF {', '.join(text)} ON {table}"
+            f"{when_both} BEGIN {delete} "
+            f"INSERT INTO {fts}(rowid, {cols}) VALUES (new.search_id, {new}); END",
+        ]
+        if indexed == "indexed":
+            out.append(
+                f"CREATE TRIGGER {fts}_backfill AFTER UPDATE OF indexed ON {table} "
+                f"WHEN new.indexed AND NOT old.indexed BEGIN {index_row} END"
+            )
+    return out
+
+
+def _fill(bind: Any, fts: str, keyed: bool) -> None:
+    """The index refilled from its table's indexed rows, SEARCH_BATCH keys per statement."""
+    table, text, indexed = _TABLES[fts]
+    cols = ", ".join((*text, "thread_id") if keyed else text)
+    after = 0
+    while True:
+        top = bind.execute(
+            sa.text(
+                f"SELECT max(search_id) FROM (SELECT search_id FROM {table} "
+                "WHERE search_id > :a ORDER BY search_id LIMIT :n)"
+            ),
+            {"a": after, "n": SEARCH_BATCH},
+        ).scalar()
+        if top is None:
+            return
+        bind.execute(
+            sa.text(
+                f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {cols} FROM {table} "
+                f"WHERE search_id > :a AND search_id <= :b AND {indexed}"
+            ),
+            {"a": after, "b": top},
+        )
+        after = top
+
+
+def _rebuild(keyed: bool) -> None:
+    bind = op.get_bind()
+    if dialect_of(bind).postgres:
+        return
+    tokenizers = {fts: _tokenizer(bind, fts) for fts in _TABLES}
+    for trigger in _TRIGGERS:
+        op.execute(f"DROP TRIGGER {trigger}")
+    for fts in _TABLES:
+        op.execute(f"DROP TABLE {fts}")
+        op.execute(_create(fts, keyed, tokenizers[fts]))
+        _fill(bind, fts, keyed)
+    for statement in _triggers(keyed):
+        op.execute(statement)
+
+
+def upgrade() -> None:
+    _rebuild(keyed=True)
+
+
+def downgrade() -> None:
+    _rebuild(keyed=False)
