@@ -49,6 +49,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bounded_agents.core.messages import storable_text
 from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
 from bounded_agents.core.search import RECENCY_HALF_LIFE, search_terms
 from bounded_agents.store.dialect import dialect_of
@@ -334,7 +335,10 @@ async def search_history(
     conn: AsyncConnection, thread_id: str, query: str, limit: int
 ) -> list[SearchHit]:
     """See `HistorySearcher.search_history`: messages and archived parts together, best
-    first (relevance with recency, then newest)."""
+    first (relevance with recency, then newest). A NUL or a lone surrogate in `query` is read
+    as a separator: PostgreSQL's driver cannot send either, and the store's caller is not
+    always the tool, which cleans its query the same way."""
+    query = storable_text(query)
     if limit < 1 or not search_terms(query):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
     hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, limit)

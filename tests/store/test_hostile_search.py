@@ -24,6 +24,7 @@ QUERIES = [
     ARABIC, "alpha" * 100_000, " ".join(f"w{i}" for i in range(10_000)),
     "\uff46\uff55\uff4c\uff4c", "\u0130stanbul", "\u00df", "caf\u00e9", "\u0301\u0301",
     "a" * 3000, "%_", "$1", "{}", "[]", "ORD-", "ORD-1 ORD-2 ORD-3 ORD-4", "ab-12 cd-34 ef-56",
+    "alpha\x00", "\ud800 alpha",
 ]  # fmt: skip
 
 
@@ -49,3 +50,20 @@ async def test_a_hostile_query_never_raises(
         assert isinstance(json.loads(result.content)["results"], list)
     # nothing failed quietly either (the replies and the form lookup log and go on)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=range(len(QUERIES)))
+async def test_the_stores_own_search_takes_a_hostile_query_as_words(
+    sql_store: SqlAgentStore, query: str
+) -> None:
+    """The store called directly (an adapter, a user's own code), without the tool's cleaning:
+    a NUL or a lone surrogate once reached asyncpg, which cannot send either, and came back
+    as a 503-class `StoreError` ("database error"), read as an outage."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    await sql_store.append_messages(thread.id, [user("alpha beta gamma")])
+
+    found = await sql_store.search_history(thread.id, query, limit=5)
+
+    assert all(h.seq == 1 for h in found)
+    if query in ("alpha\x00", "\ud800 alpha"):
+        assert [h.seq for h in found] == [1]
