@@ -15,7 +15,7 @@ from bounded_agents.core.messages import ChatMessage
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.errors import ProviderBadResponse
 from bounded_agents.providers.anthropic import AnthropicProvider
-from tests.providers.fake_anthropic import FakeAnthropic
+from tests.providers.fake_anthropic import FakeAnthropic, message
 from tests.providers.fake_openai import Reply
 
 
@@ -219,3 +219,33 @@ async def test_a_stream_that_reports_input_only_estimates_its_output(
     final = await _drain(provider)
     assert final.usage.prompt_tokens == 321, final.usage  # what the server said stands
     assert final.usage.completion_tokens > 0 and final.usage.estimated, final.usage
+
+
+async def test_a_server_that_ignores_stream_true_gives_its_whole_message_as_the_answer(
+    fake: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    """A proxy or gateway that drops `stream: true` and answers the whole message as JSON:
+    the answer, already billed, is the step's, its text streamed as one delta and its usage
+    booked. Before, the SSE reader found no event in the JSON body and the step failed as
+    cut off: a billed answer lost, and the step asked again (docs/reliability.md)."""
+    fake.enqueue(message("The whole answer at once.", input_tokens=40, output_tokens=6))
+
+    events = [e async for e in provider.stream(REQUEST)]
+
+    deltas = [e.text for e in events if not isinstance(e, ModelResponse)]
+    [final] = [e for e in events if isinstance(e, ModelResponse)]
+    assert deltas == ["The whole answer at once."]
+    assert final.content == "The whole answer at once."
+    assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (40, 6)
+    assert not final.usage.estimated
+    assert len(fake.requests) == 1
+    assert json.loads(fake.requests[0].body)["stream"] is True
+
+
+async def test_a_json_body_that_is_no_message_in_place_of_a_stream_is_a_bad_response(
+    fake: FakeAnthropic, provider: AnthropicProvider
+) -> None:
+    fake.enqueue(Reply.json({"status": "ok", "note": "stream disabled by the gateway"}))
+
+    with pytest.raises(ProviderBadResponse, match="is not a message"):
+        await _drain(provider)

@@ -43,6 +43,7 @@ with contextlib.suppress(ImportError):  # the SDK's transport from anthropic 2.x
     import httpx2
 
     _HTTP_LIBRARIES.append(httpx2)
+
 STREAM_STALLS: tuple[type[BaseException], ...] = (
     anthropic.APITimeoutError,
     *(library.TimeoutException for library in _HTTP_LIBRARIES),
@@ -54,6 +55,12 @@ STREAM_CUTS: tuple[type[BaseException], ...] = (
     *(library.HTTPError for library in _HTTP_LIBRARIES),
 )
 """What a stream cut off mid-answer raises, on either transport."""
+_RESPONSES = tuple(library.Response for library in _HTTP_LIBRARIES)
+_UNREADABLE: tuple[type[BaseException], ...] = (*STREAM_CUTS, ValueError)
+"""What a whole message sent in place of a stream raises when it is cut or no JSON."""
+MAX_WHOLE_MESSAGE_BYTES = 4 * MAX_ANSWER_CHARS
+"""The largest JSON message read when a server ignored `stream: true`: an answer at the
+streamed bound (`MAX_ANSWER_CHARS`), escaped, with room for its tool inputs."""
 
 T = TypeVar("T")
 
@@ -153,6 +160,13 @@ class AnthropicProvider:
         message = await self._retrying(attempt)
         try:
             data = message.model_dump(mode="json")
+        except (TypeError, AttributeError, ValueError) as exc:
+            raise ProviderBadResponse(f"provider response is not a message ({exc!r})") from exc
+        return self._whole(request, data)
+
+    def _whole(self, request: ModelRequest, data: Any) -> ModelResponse:
+        """A whole Messages answer (a JSON `message`) as the step's response."""
+        try:
             return _response(
                 request,
                 data.get("content") or [],
@@ -183,6 +197,12 @@ class AnthropicProvider:
                 raise self._failure(exc) from exc
 
         events = await self._retrying(attempt)
+        whole = await self._unstreamed(request, events)
+        if whole is not None:
+            if whole.content:
+                yield TextDelta(text=whole.content)
+            yield whole
+            return
         assembly = _StreamAssembly(request, self.model)
         try:
             async for event in events:
@@ -219,6 +239,42 @@ class AnthropicProvider:
                 f"stream from {self.base_url} is malformed ({exc!r})"
             ) from exc
         yield done
+
+    async def _unstreamed(self, request: ModelRequest, events: Any) -> ModelResponse | None:
+        """The whole message, when the server ignored `stream: true` and answered it as JSON
+        (a gateway or proxy that drops the flag; found by attack: the SSE reader found no
+        event in it, so the billed answer was lost as a cut stream and the step asked again).
+        None for a stream, read as one. The body is bounded as an answer is."""
+        response = getattr(events, "response", None)
+        if not isinstance(response, _RESPONSES):
+            return None
+        kind = response.headers.get("content-type", "")
+        if not kind.split(";")[0].strip().lower().endswith("json"):
+            return None
+        try:
+            body = await response.aread()
+            if len(body) > MAX_WHOLE_MESSAGE_BYTES:
+                raise ProviderBadResponse(
+                    f"unstreamed answer from {self.base_url} is over {MAX_WHOLE_MESSAGE_BYTES} "
+                    "bytes"
+                )
+            data = json.loads(body)
+        except ProviderError:
+            raise
+        except STREAM_STALLS as exc:
+            raise ProviderTimeout(
+                f"answer from {self.base_url} stalled for more than {self.timeout}s"
+            ) from exc
+        except _UNREADABLE as exc:
+            raise ProviderBadResponse(
+                f"unstreamed answer from {self.base_url} is not a message ({exc!r})"
+            ) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await events.close()
+        if not isinstance(data, dict) or data.get("type") != "message":
+            raise ProviderBadResponse(f"unstreamed answer from {self.base_url} is not a message")
+        return self._whole(request, data)
 
     async def count_tokens(self, request: ModelRequest) -> int:
         """`TokenCountingProvider`: the request's input tokens by Claude's own tokenizer, from
