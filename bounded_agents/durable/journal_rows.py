@@ -20,12 +20,18 @@ from bounded_agents.errors import (
     StoreError,
 )
 from bounded_agents.store import SqlTransaction, db_now, direct, run_steps, runs, wrap_db_errors
+from bounded_agents.store.engine import is_dead_connection
 
 log = logging.getLogger(__name__)
 
 # Built once: a statement whose values arrive as parameters is compiled and cached once,
 # where `.values(...)` per call rebuilds and re-keys it on every journal write.
 INSERT_STEP = run_steps.insert()
+STEP_STORED = sa.select(sa.literal(1)).where(
+    run_steps.c.thread_id == sa.bindparam("tid"),
+    run_steps.c.run_id == sa.bindparam("rid"),
+    run_steps.c.position == sa.bindparam("position"),
+)
 _OWNED = sa.and_(
     runs.c.thread_id == sa.bindparam("tid"),
     runs.c.id == sa.bindparam("rid"),
@@ -158,7 +164,30 @@ class SqlUnit:
         except BaseException:
             await self._tx.close(commit=False)
             raise
-        await self._tx.close(commit=True)
+        try:
+            await self._tx.close(commit=True)
+        except StoreError as error:
+            # The connection died at COMMIT: the server may have committed before its reply
+            # was lost (a network cut, a proxy restart). Taken as failed, the unit was undone
+            # although stored: the turn failed with its round kept, and the context's retry
+            # of what waited collided with the stored steps (found by attack). Its last step,
+            # read on a new connection, tells. A refusal or a timeout is not asked about: the
+            # first is an answer, and a server that did not answer in time would not now.
+            if not (steps and is_dead_connection(error) and await self._stored(steps[-1][0])):
+                raise
+            log.warning("run %s: COMMIT's reply was lost, but the unit is stored", self.run_id)
+            for hook in self._tx.after_commit:
+                hook()
+
+    async def _stored(self, position: int) -> bool:
+        """Whether the step at `position` is in the journal (False when that cannot be read:
+        the unit is then taken as failed, as before the question was asked)."""
+        params = {"tid": self.thread_id, "rid": self.run_id, "position": position}
+        try:
+            async with wrap_db_errors("journal_unit"), self._tx.engine.connect() as conn:
+                return (await conn.execute(STEP_STORED, params)).first() is not None
+        except StoreError:
+            return False
 
     async def rollback(self) -> None:
         await self._tx.close(commit=False)
@@ -172,6 +201,7 @@ __all__ = [
     "KEYED_RUN",
     "LAPSED",
     "LAPSED_ROW",
+    "STEP_STORED",
     "TID",
     "JournalStep",
     "SqlUnit",
