@@ -291,10 +291,14 @@ def memory_health(
     has_summary: bool,
     fold: tuple[int, int] | None,
     archived_notes: int | None = None,
+    *,
+    owed: int | None = None,
 ) -> MemoryHealth:
     """The view of a thread's memory: its stored `health`, whether it has a summary, and the
-    fold its next turn would owe (`(from_seq, through_seq)`, None when none)."""
-    owed = fold[1] - fold[0] + 1 if fold is not None else 0
+    fold its next turn would owe (`(from_seq, through_seq)`, None when none), holding `owed`
+    messages (None: as many as its seqs, which counts erased ones too)."""
+    if owed is None:
+        owed = fold[1] - fold[0] + 1 if fold is not None else 0
     waiting = 0
     if fold is not None and not may_fold(health, fold[1]):
         waiting = turns_left(health, fold[1]) + 1
@@ -337,28 +341,29 @@ def journaled_health(fold: Mapping[str, Any]) -> FoldHealth | None:
     return FoldHealth.model_validate(found) if isinstance(found, dict) else None
 
 
-def _unread_owed(fold: Mapping[str, Any], covered: int) -> int:
+def _unread_owed(fold: Mapping[str, Any], covered: int, folded: int) -> int:
     """Of the messages `fold` owes past `covered`, those the turn's read left unread (older than
     the page, so neither summarized nor sent): the store's count when erased messages made it
-    differ from the seqs (`unread`, journaled), else the seqs; never more than the seqs left
-    once `covered` moved into them. Never fewer than exist; more when a fold this turn covered
-    part of them and erased seqs lie past it (the count is of the whole span), or for a
-    mid-run refold's fold, which carries no count."""
+    differ from the seqs (`unread`, journaled) less the `folded` messages this turn's fold
+    took, which it took oldest first, so from them; else the seqs. Never more than the seqs
+    left once `covered` moved into them. Exact, but for a mid-run refold's fold, which
+    carries no count (its seqs are counted: at most as many as exist plus the erased)."""
     through = int(fold["through"])
     seqs = (int(m.get("seq") or 0) for m in fold["messages"])
     first = min((s for s in seqs if s), default=through + 1)  # the page's first message
     gap = max(0, min(first - 1, through) - covered)
     unread = fold.get("unread")
-    return gap if unread is None else min(int(unread), gap)
+    return gap if unread is None else min(max(0, int(unread) - folded), gap)
 
 
-def owed_count(fold: Mapping[str, Any], covered: int) -> int:
+def owed_count(fold: Mapping[str, Any], covered: int, *, folded: int = 0) -> int:
     """Messages `fold` owes that a summary through `covered` does not cover: those of the page
-    (exactly: an erased one's seq is not owed) and those the read left unread (`_unread_owed`:
-    at least as many as exist, at most the seqs)."""
+    (exactly: an erased one's seq is not owed) and those the read left unread
+    (`_unread_owed`). `folded`: the messages this turn's fold of `fold` summarized (its
+    accepted chunks' `input_messages`), which moved `covered` from the read's boundary."""
     through = int(fold["through"])
     in_page = sum(1 for m in fold["messages"] if covered < int(m.get("seq") or 0) <= through)
-    return in_page + _unread_owed(fold, covered)
+    return in_page + _unread_owed(fold, covered, folded)
 
 
 def fold_clock(fold: Mapping[str, Any]) -> int:

@@ -215,7 +215,8 @@ async def memory_view(store: object, preview: WindowPreview) -> MemoryHealth | N
     archived = None
     if supports_summary_archive(store):
         archived = len(await store.archived_parts(preview.thread_id, limit=ARCHIVED_SHOWN))
-    return memory_health(health, preview.summary is not None, span, archived)
+    owed = fold.messages if fold is not None else None
+    return memory_health(health, preview.summary is not None, span, archived, owed=owed)
 
 
 ARCHIVED_SHOWN = 100

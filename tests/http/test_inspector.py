@@ -408,6 +408,31 @@ async def test_the_thread_page_shows_the_memory_health_of_a_failing_summarizer(
     assert shown["archived"] == str(len(parts)), "the store's archived summary parts, counted"
 
 
+async def test_the_messages_owed_after_an_erasure_count_the_messages_left_not_their_seqs(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """An erased message leaves its seq: the inspector counted the fold's seq span as the
+    messages owed (the turn's report already counted messages), so it showed more owed than
+    the thread holds. Now the window's `next_fold.messages`, and the page, count them."""
+    module = make_module(model=EmptySummaries(), history=SUMMARIZING)
+    client = await open_client(stack, make_app(module))
+    thread, _ = await summarized_thread(client, turns=8)
+    for seq in (2, 3, 5):
+        r = await client.delete(f"/threads/{thread}/messages/{seq}", headers=ALICE)
+        assert r.status_code == 204, r.text
+
+    fold = (await client.get(f"/threads/{thread}/window", headers=ALICE)).json()["next_fold"]
+    stored = await module.store.get_thread(thread)
+    assert stored is not None
+    held = [
+        m.seq for m in stored.messages if fold["from_seq"] <= (m.seq or 0) <= fold["through_seq"]
+    ]
+    assert fold["from_seq"] == 1 and fold["through_seq"] - fold["from_seq"] + 1 == len(held) + 3
+    assert fold["messages"] == len(held)
+    html = (await client.get(f"/inspect/threads/{thread}", headers=ALICE)).text
+    assert _memory_health(html)["owed"] == str(len(held))
+
+
 async def test_a_healthy_summarizing_thread_shows_ok_and_a_plain_window_shows_none(
     stack: AsyncExitStack, make_module: ModuleFactory
 ) -> None:

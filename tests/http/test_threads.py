@@ -153,7 +153,7 @@ async def test_window_and_run_report_show_the_rolling_summary(
     assert window["read_bound"] == 6  # the window plus a fold batch
     # Ten messages, five summarized: the next turn's own message reaches the high mark (6), so
     # it will fold 6..9 and keep the newest stored message beside its own.
-    assert window["next_fold"] == {"from_seq": 6, "through_seq": 9}
+    assert window["next_fold"] == {"from_seq": 6, "through_seq": 9, "messages": 4}
     assert window["summarizes"] is True
     assert [m["seq"] for m in window["kept"]] == [10]
     assert [m["seq"] for m in window["dropped"]] == [6, 7, 8, 9]

@@ -113,3 +113,25 @@ async def test_a_fold_that_stops_just_before_an_erased_message_does_not_owe_its_
     assert report.deferred and summary.covers_through_seq == 4  # the case under test
     assert report.pending == len(owed) == 2, (report, owed)
     assert report.omitted == 0 and _notes(prompt) == []
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_fold_that_covers_part_of_an_unread_backlog_owes_what_exists_past_it(
+    env: LoopEnv,
+) -> None:
+    """The read left a long backlog unread (counted: erased seqs lie in it), and one fold call
+    covered its oldest part. The count of the whole span was kept as owed, so the report owed
+    the erased seqs past the summary too (found in review: pending 27 for 13). The messages
+    the fold took are taken off the count: owed is what exists past the summary, outside the
+    window."""
+    tid = await env.thread(_backlog(40))  # seqs 1..80
+    report, prompt = await _turn_after_erasing(env, tid, range(21, 61), _folds, fold_max_tokens=60)
+    summary = await env.store.latest_summary(tid)
+    thread = await env.store.get_thread(tid)
+    assert report is not None and summary is not None and thread is not None
+    assert report.deferred and 0 < summary.covers_through_seq < 20  # the case under test
+    before_answer = [m.seq or 0 for m in thread.messages][:-1]
+    owed = [s for s in before_answer[:-4] if s > summary.covers_through_seq]
+    assert report.pending == len(owed), (report, owed)
+    assert _notes(prompt) == ([omission_note(report.omitted)] if report.omitted else [])
+    assert report.omitted <= report.pending

@@ -58,8 +58,9 @@ async def rolling_prompt(
         turn.report.summary = SummaryReport(
             made=False, covers_through_seq=summary.covers_through_seq
         )
+    folded = turn.report.summary.input_messages if turn.report.summary is not None else 0
     prompt, turn.window, omitted, cleared = opening_prompt(
-        turn.definition, recorded, summary, user_seq=user_seq, folds=folds
+        turn.definition, recorded, summary, user_seq=user_seq, folds=folds, folded=folded
     )
     turn.report.cleared_results, turn.report.cleared_tokens = cleared.results, cleared.tokens
     if omitted and turn.report.summary is not None:
@@ -123,6 +124,7 @@ async def fold(
     task = _first_task(deps, turn, summarizer, summary, owed)
     through, budget = task.through, task.budget
     stats = _fold_stats(turn.report.summary, summary)
+    folded_before = stats.input_messages
     folds = made_before
     if backoff_holds(owed, stats, summary.covers_through_seq if summary else 0):  # issue 36
         turn.report.summary = stats
@@ -164,7 +166,8 @@ async def fold(
         assert usage is not None  # an accepted fold always records what it cost
         summary = await _keep_summary(deps, turn, task.known, made, (usage, folds))
         _count_kept(stats, summary, made)
-    stats.pending = owed_count(owed, summary.covers_through_seq if summary else 0)
+    covered = summary.covers_through_seq if summary else 0
+    stats.pending = owed_count(owed, covered, folded=stats.input_messages - folded_before)
     if folds > made_before:  # issue 36: the thread's fold health and backoff
         thread, shares = turn.request.thread_id, deps.shares_transactions
         await keep_fold_health(

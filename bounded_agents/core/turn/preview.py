@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bounded_agents.core.fold_health import owed_count
 from bounded_agents.core.history.powers import policy_summarizer
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, Thread
@@ -51,7 +52,17 @@ async def preview(
     if summarizer is not None:
         boundary, through = fold_range(page, selection)
         if through > boundary:
-            next_fold = FoldPreview(from_seq=boundary + 1, through_seq=through)
+            # Counted as the turn's fold counts it (`owed_count`): the page's messages in the
+            # span, and the store's count of those the read left unread.
+            owed: dict[str, object] = {
+                "through": through,
+                "messages": [{"seq": m.seq} for m in page.messages if (m.seq or 0) <= through],
+            }
+            if page.unread is not None:
+                owed["unread"] = page.unread
+            next_fold = FoldPreview(
+                from_seq=boundary + 1, through_seq=through, messages=owed_count(owed, boundary)
+            )
     return WindowPreview(
         thread_id=thread_id,
         agent=thread.agent,

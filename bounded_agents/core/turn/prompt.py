@@ -126,11 +126,12 @@ def omission_note(omitted: int) -> str:
 
 
 def degraded_history(
-    fold: Mapping[str, Any], covered: int, keep: Sequence[Message]
+    fold: Mapping[str, Any], covered: int, keep: Sequence[Message], *, folded: int = 0
 ) -> tuple[list[Message], int]:
     """(the newest messages the fold owed but did not cover, within the cap; how many it owed
     and leaves out). Only messages the turn read (journaled with the fold) can ride, so a
-    replay builds the same prompt; older ones the read skipped are left out and counted."""
+    replay builds the same prompt; older ones the read skipped are left out and counted.
+    `folded`: the messages this turn's fold summarized (`owed_count`)."""
     through = int(fold["through"])
     owed = [
         m
@@ -151,7 +152,7 @@ def degraded_history(
     # With their seqs: a refolding window folds by them (the prompt's messages carry none).
     # Those left out are counted in messages where the turn knows them (`owed_count`): an
     # erased message's seq is not announced missing.
-    return taken, owed_count(fold, covered) - len(taken)
+    return taken, owed_count(fold, covered, folded=folded) - len(taken)
 
 
 def opening_prompt(
@@ -161,6 +162,7 @@ def opening_prompt(
     *,
     user_seq: int | None,
     folds: int = 0,
+    folded: int = 0,
 ) -> tuple[list[ChatMessage], Window | None, int, Cleared]:
     """(the run's first prompt, its window for a refolding policy, messages left out, the
     tool results cleared from it).
@@ -178,7 +180,7 @@ def opening_prompt(
     if fold is not None and definition.summarizer is not None:
         covered = summary.covers_through_seq if summary is not None else 0
         if covered < int(fold["through"]):
-            unfolded, omitted = degraded_history(fold, covered, keep)
+            unfolded, omitted = degraded_history(fold, covered, keep, folded=folded)
             keep, sent = [*unfolded, *keep], [*unfolded, *sent]
     prompt = history_prompt(definition, summary, sent, omitted)
     window = None
@@ -239,9 +241,14 @@ def rebuilt_prompt(
     it, then each tool step fed back before the last model call (and, for a refolding policy,
     each refold between calls), through the agent's middleware as the model step sends it."""
     summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
+    folded = 0
     if "fold" in load and policy_summarizer(definition.policy) is not None:
-        summary = folded_summary(_fold_steps(trace, 0), summary)
-    prompt, window, _, _ = opening_prompt(definition, load, summary, user_seq=user_seq)
+        made = _fold_steps(trace, 0)
+        summary = folded_summary(made, summary)
+        folded = sum(int(m.get("input_messages", 0)) for m in made if "rejected" not in m)
+    prompt, window, _, _ = opening_prompt(
+        definition, load, summary, user_seq=user_seq, folded=folded
+    )
     for step, fed_back in _tool_turns(trace.steps, answer).items():
         prompt.extend(fed_back)
         if window is not None:

@@ -129,6 +129,9 @@ class FoldPreview(BaseModel):
 
     from_seq: int
     through_seq: int
+    messages: int | None = None
+    """How many messages that span holds: fewer than its seqs after an erasure (an erased
+    message leaves its seq). None from a caller that did not count."""
 
 
 class WindowPreview(BaseModel):
