@@ -197,11 +197,10 @@ class AnthropicProvider:
                 raise self._failure(exc) from exc
 
         events = await self._retrying(attempt)
-        whole = await self._unstreamed(request, events)
-        if whole is not None:
-            if whole.content:
-                yield TextDelta(text=whole.content)
-            yield whole
+        read_whole = await self._unstreamed(request, events)
+        if read_whole is not None:
+            for event in read_whole:
+                yield event
             return
         assembly = _StreamAssembly(request, self.model)
         try:
@@ -240,11 +239,16 @@ class AnthropicProvider:
             ) from exc
         yield done
 
-    async def _unstreamed(self, request: ModelRequest, events: Any) -> ModelResponse | None:
-        """The whole message, when the server ignored `stream: true` and answered it as JSON
-        (a gateway or proxy that drops the flag; found by attack: the SSE reader found no
-        event in it, so the billed answer was lost as a cut stream and the step asked again).
-        None for a stream, read as one. The body is bounded as an answer is."""
+    async def _unstreamed(
+        self, request: ModelRequest, events: Any
+    ) -> list[TextDelta | ModelResponse] | None:
+        """What the stream's events would be, when its response is labelled JSON: a server
+        that ignored `stream: true` answers the whole message so (a gateway or proxy that
+        drops the flag; found by attack: the SSE reader found no event in it, so the billed
+        answer was lost as a cut stream and the step asked again), and one that streams under
+        the wrong label is still read as a stream. None for a response labelled otherwise,
+        which the SDK reads as it comes. The body is read up to `MAX_WHOLE_MESSAGE_BYTES`
+        (its `Content-Length` first, then as it arrives): an endless body is cut there."""
         response = getattr(events, "response", None)
         if not isinstance(response, _RESPONSES):
             return None
@@ -252,13 +256,7 @@ class AnthropicProvider:
         if not kind.split(";")[0].strip().lower().endswith("json"):
             return None
         try:
-            body = await response.aread()
-            if len(body) > MAX_WHOLE_MESSAGE_BYTES:
-                raise ProviderBadResponse(
-                    f"unstreamed answer from {self.base_url} is over {MAX_WHOLE_MESSAGE_BYTES} "
-                    "bytes"
-                )
-            data = json.loads(body)
+            body = await self._bounded_body(response)
         except ProviderError:
             raise
         except STREAM_STALLS as exc:
@@ -267,14 +265,69 @@ class AnthropicProvider:
             ) from exc
         except _UNREADABLE as exc:
             raise ProviderBadResponse(
-                f"unstreamed answer from {self.base_url} is not a message ({exc!r})"
+                f"unstreamed answer from {self.base_url} was cut off ({exc!r})"
             ) from exc
         finally:
             with contextlib.suppress(Exception):
                 await events.close()
+        if body.lstrip()[:1] != b"{":
+            return self._sse_body(request, body)
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise ProviderBadResponse(
+                f"unstreamed answer from {self.base_url} is not a message ({exc!r})"
+            ) from exc
         if not isinstance(data, dict) or data.get("type") != "message":
             raise ProviderBadResponse(f"unstreamed answer from {self.base_url} is not a message")
-        return self._whole(request, data)
+        whole = self._whole(request, data)
+        return [TextDelta(text=whole.content), whole] if whole.content else [whole]
+
+    async def _bounded_body(self, response: Any) -> bytes:
+        """The response's body, refused (`ProviderBadResponse`) past `MAX_WHOLE_MESSAGE_BYTES`
+        without reading further."""
+        limit = MAX_WHOLE_MESSAGE_BYTES
+        too_large = f"unstreamed answer from {self.base_url} is over {limit} bytes"
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ProviderBadResponse(too_large)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                raise ProviderBadResponse(too_large)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _sse_body(self, request: ModelRequest, body: bytes) -> list[TextDelta | ModelResponse]:
+        """A whole event stream read from a body (a stream labelled JSON): its events fed to
+        the assembly as the SDK's reader would have fed them."""
+        assembly = _StreamAssembly(request, self.model)
+        out: list[TextDelta | ModelResponse] = []
+        try:
+            text = body.decode("utf-8").replace("\r\n", "\n")
+            for block in text.split("\n\n"):
+                data = [
+                    line[5:].removeprefix(" ")
+                    for line in block.split("\n")
+                    if line.startswith("data:")
+                ]
+                if not data:
+                    continue
+                delta = assembly.feed(json.loads("\n".join(data)))
+                if delta:
+                    out.append(TextDelta(text=delta))
+                if assembly.done:
+                    break
+            out.append(assembly.result())
+        except ProviderError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProviderBadResponse(
+                f"stream from {self.base_url} is malformed ({type(exc).__name__}: {exc})"
+            ) from exc
+        return out
 
     async def count_tokens(self, request: ModelRequest) -> int:
         """`TokenCountingProvider`: the request's input tokens by Claude's own tokenizer, from
