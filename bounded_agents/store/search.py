@@ -11,12 +11,12 @@ with (`AGENT_SEARCH_LANGUAGE` at migration time: stemmed, so "deploying" finds "
   length, so a pasted log does not win by size; content weighted above tool text) times the
   recency factor orders; `ts_headline` marks the matches of the rows returned only (it is
   costly, and PostgreSQL evaluates it after the LIMIT).
-- SQLite reads the FTS5 tables `messages_fts` (columns content, search_text, thread_id) and
-  `summary_archive_fts` (content, thread_id), external content keyed on the tables' explicit
+- SQLite reads the FTS5 tables `messages_fts` (columns content, search_text, thread_key) and
+  `summary_archive_fts` (content, thread_key), external content keyed on the tables' explicit
   `search_id` column, so a `.dump` and restore keeps them right. The query ANDs the thread's
-  id, as a phrase of its `thread_id` column (migration 0021), with the words, which are held
-  to the text columns: FTS5 walks the thread's rows, not every row of the database holding a
-  word (`python -m bench.search_scale`). `bm25()` (the thread column weighted 0) times the
+  token (`thread_key`, migration 0021) with the words, which are held to the text columns:
+  FTS5 walks the thread's rows, not every row of the database holding a word
+  (`python -m bench.search_scale`). `bm25()` (the thread column weighted 0) times the
   recency factor orders; the marks (`highlight()`) and which terms each hit holds are asked
   for the returned rows only, in two more statements (FTS5 would compute them for every match
   before the LIMIT).
@@ -39,7 +39,6 @@ one place (`_dialect`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -156,19 +155,18 @@ class _Fts:
         return f"{self.text} : ({words})" if words else ""
 
     def match(self, thread_id: str, query: str) -> str:
-        """The candidates' MATCH: the thread's phrase AND the words, or the words alone for
-        an id with no token FTS5 is sure to read as this code does (`_THREAD_KEY`); the
-        statement's `thread_id = :tid` keeps the answer right either way."""
+        """The candidates' MATCH: the thread's token AND the words (the statement's
+        `thread_id = :tid` says it again, for an index made before 0021)."""
         words = self.words(query)
-        if not words or not _THREAD_KEY.fullmatch(thread_id):
+        if not words or not thread_id:
             return words
-        return f"thread_id : {_fts5_string(thread_id)} AND {words}"
+        return f'thread_key : "{thread_key(thread_id)}" AND {words}'
 
 
-_THREAD_KEY = re.compile(r"[A-Za-z0-9_.:-]*[A-Za-z0-9][A-Za-z0-9_.:-]*")
-"""A thread id FTS5 splits as ASCII letters and digits between separators (a UUID, or any
-id of those characters with one letter or digit): its phrase finds exactly the rows the
-index holds for it. Other ids are searched by their words alone, as before 0021."""
+def thread_key(thread_id: str) -> str:
+    """A thread's token in the index: its id's UTF-8 bytes in hexadecimal, as migration 0021's
+    triggers write it (`hex(thread_id)`; FTS5 folds the case): one token whatever the id."""
+    return thread_id.encode("utf-8").hex()
 
 
 _SQLITE_RECENCY = "(1.0 + :half / (:half + max(t.last_seq - {seq}, 0)))"
@@ -241,7 +239,7 @@ async def _sqlite_hits(
         try:
             rows = (await conn.execute(index.candidates, params)).all()
         except sa.exc.OperationalError as exc:
-            if "thread_id" not in str(exc.orig):
+            if "thread_key" not in str(exc.orig):
                 raise
             # An index made before migration 0021 (this code deployed ahead of its
             # migration): no thread column, so the words alone, as it was searched then.
@@ -354,7 +352,8 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | 
 
 def is_search_object(name: str | None, type_: str) -> bool:
     """Whether a reflected name is the search index's (`include_name` of a schema comparison):
-    the FTS5 tables and their shadow tables, the tsvector and key columns and their indexes."""
+    the FTS5 tables, their shadow tables and their content views (`<fts>_rows`, 0021), the
+    tsvector and key columns and their indexes."""
     if name is None:
         return False
     if type_ == "table":

@@ -3,19 +3,27 @@
 Before, `messages_fts MATCH :q` found every row of the DATABASE holding one of the query's words,
 and the join to `messages` then kept the thread's: a thread's search cost grew with the other
 threads' matching messages (`python -m bench.search_scale`: 2.6 ms alone, 47 ms beside 60,000
-of them, 18x). Each FTS5 table now indexes its row's `thread_id` too, so the query ANDs the
-thread's phrase with the words (`bounded_agents.store.search`): FTS5 walks the thread's own
-doclist and skips through the words' ones.
+of them, 18x). Each FTS5 table now indexes its row's thread too, as one token, so the query
+ANDs the thread's token with the words (`bounded_agents.store.search`): FTS5 walks the
+thread's own doclist and skips through the words' ones.
 
-- The new column is last (`content, search_text, thread_id`; the archive's `content,
-  thread_id`), so `highlight()`'s column numbers stay; the query gives it weight 0 in
-  `bm25()`, and restricts the words to the text columns, so a word that is also a piece of a
-  thread id finds nothing by it.
+- The token is `hex(thread_id)`, the id's UTF-8 bytes in hexadecimal: ONE token whatever the
+  id holds (a UUID's dashes, a named thread's colons or accents would split it into several,
+  or into none), so each row grows by one token, the least that `bm25()`'s length
+  normalization can see (it counts every column's tokens, whatever their weight; found by
+  attack: a UUID's five tokens flipped the order of two hits), and no id is a phrase of
+  another's.
+- FTS5 reads a row's columns back from its external content by name (for `highlight()` and
+  its integrity check), so each table's content is now a view of its table that adds
+  `thread_key` (`messages_fts_rows`, `summary_archive_fts_rows`).
+- The new column is last (`content, search_text, thread_key`; the archive's `content,
+  thread_key`), so `highlight()`'s column numbers stay; the query gives it weight 0 in
+  `bm25()`, and holds the words to the text columns.
 - Same tokenizer as the table it replaces (read from `sqlite_master`): the language the index
   was built with (0012) stays, whatever `AGENT_SEARCH_LANGUAGE` says now.
-- Same triggers as 0016 made them, each naming `thread_id` beside the text (FTS5's external
-  content `delete` must be told the values it indexed). Only indexed rows (`messages.indexed`,
-  0016) go back into the index.
+- Same triggers as 0016 made them, each giving the thread's token beside the text (FTS5's
+  external content `delete` must be told the values it indexed). Only indexed rows
+  (`messages.indexed`, 0016) go back into the index.
 - Refilled SEARCH_BATCH keys per statement, as 0012 filled it ('rebuild' would read the whole
   table in one statement).
 
@@ -59,6 +67,8 @@ _TRIGGERS = [
     "summary_archive_fts_delete",
     "summary_archive_fts_update",
 ]
+THREAD_KEY = "hex({row}.thread_id)"
+"""The thread's token of a row (`{row}`: the table, `new` or `old`)."""
 
 
 def _tokenizer(bind: Any, fts: str) -> str:
@@ -71,27 +81,46 @@ def _tokenizer(bind: Any, fts: str) -> str:
     return found.group(1) if found else "unicode61"
 
 
-def _create(fts: str, keyed: bool, tokenizer: str) -> str:
+def _values(fts: str, keyed: bool, row: str) -> tuple[str, str]:
+    """(the FTS columns, the values of `row` for them)."""
+    _, text, _ = _TABLES[fts]
+    columns = (*text, "thread_key") if keyed else text
+    values = [f"{row}.{c}" for c in text]
+    if keyed:
+        values.append(THREAD_KEY.format(row=row))
+    return ", ".join(columns), ", ".join(values)
+
+
+def _create(fts: str, keyed: bool, tokenizer: str) -> list[str]:
     table, text, _ = _TABLES[fts]
-    columns = ", ".join((*text, "thread_id") if keyed else text)
-    return (
-        f"CREATE VIRTUAL TABLE {fts} USING fts5({columns}, content='{table}', "
-        f"content_rowid='search_id', tokenize='{tokenizer}')"
-    )
+    columns, _ = _values(fts, keyed, table)
+    if not keyed:
+        return [
+            f"CREATE VIRTUAL TABLE {fts} USING fts5({columns}, content='{table}', "
+            f"content_rowid='search_id', tokenize='{tokenizer}')"
+        ]
+    source = f"{fts}_rows"
+    text_columns = ", ".join(text)
+    return [
+        f"CREATE VIEW {source} AS SELECT search_id, {text_columns}, "
+        f"{THREAD_KEY.format(row=table)} AS thread_key FROM {table}",
+        f"CREATE VIRTUAL TABLE {fts} USING fts5({columns}, content='{source}', "
+        f"content_rowid='search_id', tokenize='{tokenizer}')",
+    ]
 
 
 def _triggers(keyed: bool) -> list[str]:
-    """0016's triggers (messages) and 0012's (the archive), with `thread_id` when `keyed`."""
+    """0016's triggers (messages) and 0012's (the archive), with the thread's token when
+    `keyed`."""
     out: list[str] = []
     for fts, (table, text, indexed) in _TABLES.items():
-        columns = (*text, "thread_id") if keyed else text
-        cols = ", ".join(columns)
-        old = ", ".join(f"old.{c}" for c in columns)
-        new = ", ".join(f"new.{c}" for c in columns)
+        cols, from_table = _values(fts, keyed, table)
+        _, old = _values(fts, keyed, "old")
+        _, new = _values(fts, keyed, "new")
         index_row = (
             f"UPDATE {table} SET search_id = (SELECT coalesce(max(search_id), 0) + 1 "
             f"FROM {table}) WHERE rowid = new.rowid AND new.search_id IS NULL; "
-            f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {cols} FROM {table} "
+            f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {from_table} FROM {table} "
             "WHERE rowid = new.rowid;"
         )
         delete = f"INSERT INTO {fts}({fts}, rowid, {cols}) VALUES ('delete', old.search_id, {old});"
@@ -115,8 +144,8 @@ def _triggers(keyed: bool) -> list[str]:
 
 def _fill(bind: Any, fts: str, keyed: bool) -> None:
     """The index refilled from its table's indexed rows, SEARCH_BATCH keys per statement."""
-    table, text, indexed = _TABLES[fts]
-    cols = ", ".join((*text, "thread_id") if keyed else text)
+    table, _, indexed = _TABLES[fts]
+    cols, values = _values(fts, keyed, table)
     after = 0
     while True:
         top = bind.execute(
@@ -130,7 +159,7 @@ def _fill(bind: Any, fts: str, keyed: bool) -> None:
             return
         bind.execute(
             sa.text(
-                f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {cols} FROM {table} "
+                f"INSERT INTO {fts}(rowid, {cols}) SELECT search_id, {values} FROM {table} "
                 f"WHERE search_id > :a AND search_id <= :b AND {indexed}"
             ),
             {"a": after, "b": top},
@@ -147,7 +176,10 @@ def _rebuild(keyed: bool) -> None:
         op.execute(f"DROP TRIGGER {trigger}")
     for fts in _TABLES:
         op.execute(f"DROP TABLE {fts}")
-        op.execute(_create(fts, keyed, tokenizers[fts]))
+        if not keyed:
+            op.execute(f"DROP VIEW {fts}_rows")
+        for statement in _create(fts, keyed, tokenizers[fts]):
+            op.execute(statement)
         _fill(bind, fts, keyed)
     for statement in _triggers(keyed):
         op.execute(statement)

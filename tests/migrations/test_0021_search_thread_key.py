@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.migrate import MIGRATIONS
+from bounded_agents.store.search import thread_key
 from tests.factories import user
 
 BEFORE = "0020_erased_threads_retention"
@@ -108,11 +109,12 @@ async def _integrity(engine: Any) -> None:
         assert (await conn.execute(sa.text(held))).scalar() == (
             await conn.execute(sa.text(indexed))
         ).scalar()
-        if "thread_id" in await _fts_columns(conn, "messages_fts"):
+        if "thread_key" in await _fts_columns(conn, "messages_fts"):
             for tid in ("t1", "t2"):
                 keyed = sa.text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q")
                 mine = sa.text("SELECT count(*) FROM messages WHERE indexed AND thread_id = :t")
-                assert (await conn.execute(keyed, {"q": f'thread_id : "{tid}"'})).scalar() == (
+                query = {"q": f'thread_key : "{thread_key(tid)}"'}
+                assert (await conn.execute(keyed, query)).scalar() == (
                     await conn.execute(mine, {"t": tid})
                 ).scalar()
 
@@ -153,9 +155,9 @@ async def test_0021_keys_the_index_by_thread_keeps_every_row_and_downgrades(
             assert await _columns(engine, "messages_fts") == [
                 "content",
                 "search_text",
-                "thread_id",
+                "thread_key",
             ]
-            assert await _columns(engine, "summary_archive_fts") == ["content", "thread_id"]
+            assert await _columns(engine, "summary_archive_fts") == ["content", "thread_key"]
             kept = await _scalar(
                 engine, "SELECT sql FROM sqlite_master WHERE name = 'messages_fts'"
             )
