@@ -6,7 +6,9 @@ tool's own), and each `summary_archive` row's `content`, in the language the ind
 with (`AGENT_SEARCH_LANGUAGE` at migration time: stemmed, so "deploying" finds "deployed").
 
 - PostgreSQL reads `messages.search_vector` and `summary_archive.search_vector` (plain
-  tsvector columns kept by BEFORE triggers, GIN indexed), in the configuration
+  tsvector columns kept by BEFORE triggers; GIN indexed with `thread_id` since 0021, where
+  `btree_gin` could be created, so one index scan finds the thread's matching rows), in the
+  configuration
   `bounded_search_config()` returns: the one the index was built with. `ts_rank` (normalized by
   length, so a pasted log does not win by size; content weighted above tool text) times the
   recency factor orders; `ts_headline` marks the matches of the rows returned only (it is
@@ -60,6 +62,8 @@ FTS_TABLE = "messages_fts"
 ARCHIVE_FTS_TABLE = "summary_archive_fts"
 _INDEXES = {
     SEARCH_INDEX,
+    "ix_messages_search_thread",
+    "ix_summary_archive_search_thread",
     "ix_summary_archive_search_vector",
     "ix_messages_search_id",
     "ix_summary_archive_search_id",

@@ -1,6 +1,7 @@
 """Revision 0021 (SQLite's search index keyed by thread) on a database at 0020 that holds two
 threads' messages (more than one refill batch of them, some unindexed) and archived summary
-parts, on SQLite and PostgreSQL (where it changes nothing): every row kept, the indexed rows
+parts, on SQLite and PostgreSQL (where the GIN index becomes one on the thread and the
+vector): every row kept, the indexed rows
 and only they found, each thread's search its own, the tokenizer the index was built with kept,
 FTS5's integrity check passing; rows written after it indexed by the new triggers and erased
 cleanly; the downgrade to 0020 back to the unkeyed index, and today's code still searching
@@ -119,6 +120,18 @@ async def _integrity(engine: Any) -> None:
                 ).scalar()
 
 
+async def _pg_search_indexes(engine: Any) -> dict[str, str]:
+    """PostgreSQL: the search indexes of `messages` and `summary_archive`, name: definition."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.text(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN "
+                "('messages', 'summary_archive') AND indexname LIKE 'ix_%search_%'"
+            )
+        )
+        return {r.indexname: r.indexdef for r in rows}
+
+
 async def _deployed(store: SqlAgentStore, tid: str) -> list[tuple[str, int]]:
     found = await store.search_history(tid, "deploying", limit=10)
     return sorted((h.role, h.seq) for h in found)
@@ -164,6 +177,16 @@ async def test_0021_keys_the_index_by_thread_keeps_every_row_and_downgrades(
             assert kept.split("tokenize=")[1] == made_with.split("tokenize=")[1]
             await _integrity(engine)
 
+        else:  # GIN on (thread_id, search_vector), of the rows that are indexed
+            indexes = await _pg_search_indexes(engine)
+            assert sorted(indexes) == [
+                "ix_messages_search_thread",
+                "ix_summary_archive_search_thread",
+            ]
+            for definition in indexes.values():
+                assert "USING gin (thread_id, search_vector)" in definition, definition
+                assert "WHERE (search_vector IS NOT NULL)" in definition, definition
+
         await store.append_messages("t1", [user("Redeploying tomorrow.")])
         assert (await store.search_history("t1", "redeploy", limit=5))[0].seq == seeded - 2
         assert await store.delete_message("t1", 1)  # and the archived part made of it
@@ -184,6 +207,12 @@ async def test_0021_keys_the_index_by_thread_keeps_every_row_and_downgrades(
         assert [h.seq for h in await store.search_history("t1", "redeploy", limit=5)] == [
             seeded - 2
         ]
+        if not sqlite:
+            indexes = await _pg_search_indexes(engine)
+            assert sorted(indexes) == [
+                "ix_messages_search_vector",
+                "ix_summary_archive_search_vector",
+            ]
         if sqlite:
             assert await _columns(engine, "messages_fts") == ["content", "search_text"]
             assert await _columns(engine, "summary_archive_fts") == ["content"]

@@ -67,6 +67,10 @@ async def test_named_threads_with_any_id_are_searched_each_its_own(
 async def test_on_sqlite_the_index_yields_the_threads_matches_not_the_databases(
     tmp_path: Path,
 ) -> None:
+    """The MATCH the store sends, asked alone, yields the thread's 3 matching rows, where the
+    words alone yield every thread's. (PostgreSQL's side is its planner's choice, by the
+    table's size: `tests/migrations/test_0021_search_thread_key.py` holds the index it can
+    choose, and bench/README.md the plans at 600,000 rows.)"""
     store = SqlAgentStore.from_url(f"sqlite+aiosqlite:///{tmp_path}/keyed.db")
     await store.create_schema()
     sent: list[Any] = []
@@ -84,10 +88,10 @@ async def test_on_sqlite_the_index_yields_the_threads_matches_not_the_databases(
         await store.search_history(mine, WORD, limit=5)
 
         values = sent[0].values() if isinstance(sent[0], dict) else sent[0]
-        messages_match = next(v for v in values if isinstance(v, str) and WORD in v)
+        match = next(v for v in values if isinstance(v, str) and WORD in v)
         count = sa.text("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH :q")
         async with store.engine.connect() as conn:
-            yielded = (await conn.execute(count, {"q": messages_match})).scalar_one()
+            yielded = (await conn.execute(count, {"q": match})).scalar_one()
             words_alone = (await conn.execute(count, {"q": f'"{WORD}"'})).scalar_one()
         assert words_alone == 3 + 5 * 40  # what the index yielded before 0021
         assert yielded == 3
