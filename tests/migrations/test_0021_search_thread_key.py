@@ -9,15 +9,23 @@ it."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import logging
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
+import pytest
 import sqlalchemy as sa
+from sqlalchemy.engine import make_url
 
 from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
 from bounded_agents.store.migrate import MIGRATIONS
 from bounded_agents.store.search import thread_key
+from tests.conftest import create_pg_database, drop_pg_database
 from tests.factories import user
 
 BEFORE = "0020_erased_threads_retention"
@@ -220,5 +228,54 @@ async def test_0021_keys_the_index_by_thread_keeps_every_row_and_downgrades(
             await store.append_messages("t2", [user("Deploy again.")])  # 0016's triggers
             assert len(await _deployed(store, "t2")) == 5
             await _integrity(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def unprivileged_url() -> Iterator[str]:
+    """A fresh PostgreSQL database, and the URL of a role that may create tables in it but
+    not extensions (no CREATE on the database: a managed database's application user)."""
+    url = create_pg_database("agent_noext")
+    role = f"agent_noext_{uuid.uuid4().hex[:8]}"
+
+    async def run(target: str, statements: list[str]) -> None:
+        dsn = make_url(target).set(drivername="postgresql").render_as_string(False)
+        conn = await asyncpg.connect(dsn)
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(
+        run(url, [f'CREATE ROLE "{role}" LOGIN', f'GRANT CREATE ON SCHEMA public TO "{role}"'])
+    )
+    try:
+        yield make_url(url).set(username=role).render_as_string(hide_password=False)
+    finally:
+        drop_pg_database(url)
+        asyncio.run(run(url.rsplit("/", 1)[0] + "/postgres", [f'DROP ROLE "{role}"']))
+
+
+@pytest.mark.postgres
+async def test_0021_without_btree_gin_keeps_the_index_it_had_and_search_works(
+    unprivileged_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(unprivileged_url)
+    store = SqlAgentStore(engine)
+    try:
+        await migrate.upgrade(engine, BEFORE)
+        await _seed(engine)
+
+        with caplog.at_level(logging.WARNING):
+            await migrate.upgrade(engine, HEAD)
+
+        assert any("btree_gin could not be created" in r.getMessage() for r in caplog.records)
+        indexes = await _pg_search_indexes(engine)
+        assert sorted(indexes) == ["ix_messages_search_vector", "ix_summary_archive_search_vector"]
+        assert await _deployed(store, "t1") == [("summary", 2), ("user", 1)]
+        await migrate.downgrade(engine, BEFORE)  # and back, with nothing to undo
+        assert sorted(await _pg_search_indexes(engine)) == sorted(indexes)
     finally:
         await engine.dispose()
