@@ -193,6 +193,10 @@ class FoldPayload(TypedDict):
     """How many messages the read left unread before the page (`ThreadTurnPage.unread`), when
     erased messages make that fewer than the seqs there: what is owed is counted in messages
     (`fold_health.owed_count`)."""
+    unread_net: NotRequired[bool]
+    """True: what this turn's fold summarizes comes off `unread` in what it leaves owed (and in
+    its prompt's omission note). Absent in a journal written before that: its prompt counted
+    the whole span, and a rebuild of it must too."""
 
 
 class LoadThreadPayload(TypedDict):

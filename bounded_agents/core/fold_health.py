@@ -345,15 +345,18 @@ def _unread_owed(fold: Mapping[str, Any], covered: int, folded: int) -> int:
     """Of the messages `fold` owes past `covered`, those the turn's read left unread (older than
     the page, so neither summarized nor sent): the store's count when erased messages made it
     differ from the seqs (`unread`, journaled) less the `folded` messages this turn's fold
-    took, which it took oldest first, so from them; else the seqs. Never more than the seqs
-    left once `covered` moved into them. Exact, but for a mid-run refold's fold, which
-    carries no count (its seqs are counted: at most as many as exist plus the erased)."""
+    took, which it took oldest first, so from them (in a journal that says so, `unread_net`:
+    an older run's prompt counted the whole span, and its rebuild must); else the seqs. Never
+    more than the seqs left once `covered` moved into them. Exact, but for a mid-run refold's
+    fold, which carries no count (its seqs are counted: at most as many as exist plus the
+    erased)."""
     through = int(fold["through"])
     seqs = (int(m.get("seq") or 0) for m in fold["messages"])
     first = min((s for s in seqs if s), default=through + 1)  # the page's first message
     gap = max(0, min(first - 1, through) - covered)
     unread = fold.get("unread")
-    return gap if unread is None else min(max(0, int(unread) - folded), gap)
+    taken = folded if fold.get("unread_net") else 0  # an older journal counted it gross
+    return gap if unread is None else min(max(0, int(unread) - taken), gap)
 
 
 def owed_count(fold: Mapping[str, Any], covered: int, *, folded: int = 0) -> int:

@@ -12,9 +12,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
+
+from bounded_agents.core import fold_health
+from bounded_agents.core.checkpoints import LOAD_THREAD, or_none, parse_load_thread
 from bounded_agents.core.history import window_history
-from bounded_agents.core.loop import omission_note
-from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.history.runs import summarizing_runs_window
+from bounded_agents.core.loop import AgentDefinition, omission_note
+from bounded_agents.core.messages import ChatMessage, Message, ToolCall
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySummary,
@@ -23,7 +28,12 @@ from bounded_agents.core.ports import (
     Usage,
 )
 from bounded_agents.core.report import SummaryReport
+from bounded_agents.core.turn import fold as fold_module
+from bounded_agents.core.turn import load as load_module
+from bounded_agents.core.turn import prompt as prompt_module
+from bounded_agents.core.turn.prompt import rebuilt_prompt
 from bounded_agents.errors import ProviderError
+from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
 from tests.factories import assistant, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
@@ -135,3 +145,94 @@ async def test_a_fold_that_covers_part_of_an_unread_backlog_owes_what_exists_pas
     assert report.pending == len(owed), (report, owed)
     assert _notes(prompt) == ([omission_note(report.omitted)] if report.omitted else [])
     assert report.omitted <= report.pending
+
+
+async def _sent_and_rebuilt(
+    env: LoopEnv, tid: str, model: Recording, policy: Any
+) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    """The last prompt the model was sent, and the one `rebuilt_prompt` makes of the journal
+    (what `GET .../sent-prompt` shows, and what a resumed run sends again)."""
+    [trace] = await env.journal.thread_runs(tid, limit=1)
+    load = or_none(parse_load_thread, trace.payloads.get(LOAD_THREAD))
+    thread = await env.store.get_thread(tid)
+    assert thread is not None and load is not None
+    question, answer = thread.messages[-2:]
+    definition = AgentDefinition(name="helper", system_prompt="You help.", policy=policy)
+    rebuilt = rebuilt_prompt(definition, trace, load, answer, user_seq=question.seq)
+    return model.prompts[-1], rebuilt
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_run_journaled_before_the_net_count_is_rebuilt_as_it_was_sent(
+    env: LoopEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous release counted the whole unread span in a partial fold's omission note, and
+    journaled no `unread_net`. Its run's prompt, rebuilt by this release, must say what it said
+    (found in review: the rebuild said 30 where the model had read 34)."""
+    tid = await env.thread(_backlog(40))
+    for seq in range(21, 61):
+        assert await env.store.delete_message(tid, seq)
+    real_payload, real_count = load_module.load_thread_payload, fold_health.owed_count
+
+    def as_before(*args: Any, **kwargs: Any) -> Any:  # the previous release's load:thread
+        made = real_payload(*args, **kwargs)
+        if made.get("fold"):
+            made["fold"].pop("unread_net", None)
+        return made
+
+    def gross(fold: Any, covered: int, *, folded: int = 0) -> int:  # and its count
+        return real_count(fold, covered)
+
+    model = Recording()
+    policy = window_history(max_messages=4, summarize=_folds, fold_max_tokens=60)
+    with monkeypatch.context() as patched:
+        patched.setattr(load_module, "load_thread_payload", as_before)
+        patched.setattr(fold_module, "owed_count", gross)
+        patched.setattr(prompt_module, "owed_count", gross)
+        await env.loop(model, policy, fold_calls=1).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="q", run_id=str(uuid.uuid4())
+        )
+
+    sent, rebuilt = await _sent_and_rebuilt(env, tid, model, policy)
+    assert _notes(sent) and _notes(rebuilt) == _notes(sent)
+    assert rebuilt == sent
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_refold_that_makes_no_attempt_keeps_the_turns_exact_count(env: LoopEnv) -> None:
+    """A refolding policy whose turn's fold used its one call on part of an erased backlog, then
+    a tool step that brings it over its threshold: the refold has no call left. It recounted
+    the debt from its own fold, which carries no count, so the erased seqs before the window
+    came back as owed (found in review: 74 owed for 34)."""
+    tid = await env.thread(_backlog(40))
+    for seq in range(21, 61):
+        assert await env.store.delete_message(tid, seq)
+    policy = summarizing_runs_window(
+        _folds, token_threshold=300, keep_recent_runs=2, fold_max_tokens=60
+    )
+    call = ToolCall(id="c1", name="look", arguments={"q": "x"})
+    model = ScriptedProvider([reply("", tool_calls=[call]), reply("done")])
+    tools = {"look": FunctionTool("look", _long_page)}
+    result = await env.loop(model, policy, tools=tools, fold_calls=1).run_turn(
+        agent="helper", thread_id=tid, actor_id="alice", content="now?", run_id=str(uuid.uuid4())
+    )
+
+    report = result.report.summary
+    summary = await env.store.latest_summary(tid)
+    thread = await env.store.get_thread(tid)
+    assert report is not None and summary is not None and thread is not None
+    steps = await env.step_names(result.run_id)
+    assert sum(1 for s in steps if s.startswith("history:summarize")) == 1  # the case under test
+    question = [m for m in thread.messages if m.role == "user"][-1]
+    owed = [
+        m.seq
+        for m in thread.messages
+        if summary.covers_through_seq < (m.seq or 0) < (question.seq or 0) - 2
+    ]
+    assert report.pending == len(owed), (report, owed)
+    health = await env.store.fold_health(tid)
+    assert health is None or health.owed == report.pending
+
+
+async def _long_page(q: str) -> str:
+    return "r" * 2000

@@ -167,7 +167,11 @@ async def fold(
         summary = await _keep_summary(deps, turn, task.known, made, (usage, folds))
         _count_kept(stats, summary, made)
     covered = summary.covers_through_seq if summary else 0
-    stats.pending = owed_count(owed, covered, folded=stats.input_messages - folded_before)
+    if folds > made_before or not made_before:
+        # A mid-run refold that made no attempt (out of calls) leaves what the turn's fold
+        # counted: its own fold carries no count of the messages before the window, so it
+        # would count their seqs, erased ones too (found in review: 74 owed for 34).
+        stats.pending = owed_count(owed, covered, folded=stats.input_messages - folded_before)
     if folds > made_before:  # issue 36: the thread's fold health and backoff
         thread, shares = turn.request.thread_id, deps.shares_transactions
         await keep_fold_health(

@@ -64,6 +64,7 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
                 fold["health"] = page.fold_health.model_dump(mode="json")
             if page.unread is not None and page.unread != page.skipped:
                 fold["unread"] = page.unread  # erased messages left seqs, not messages, unread
+                fold["unread_net"] = True  # what the fold takes comes off it (`owed_count`)
     payload = load_thread_payload(
         [journal_form(m) for m in selection.keep],
         last_prompt=page.last_prompt,
