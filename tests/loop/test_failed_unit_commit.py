@@ -25,6 +25,18 @@ async def look(q: str) -> str:
     return "found"
 
 
+async def _ledger(env: LoopEnv) -> tuple[list[Any], int]:
+    """(the ledger's rows as (prompt, completion) tokens, alice's total)."""
+    async with env.store.engine.connect() as conn:
+        booked = (
+            await conn.execute(sa.select(ledger.c.prompt_tokens, ledger.c.completion_tokens))
+        ).all()
+        total = await conn.scalar(
+            sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == "alice")
+        )
+    return list(booked), int(total or 0)
+
+
 @SQL_JOURNAL_ONLY
 async def test_a_failed_tool_round_commit_books_the_paid_call_alone(
     env: LoopEnv, monkeypatch: pytest.MonkeyPatch
@@ -52,15 +64,9 @@ async def test_a_failed_tool_round_commit_books_the_paid_call_alone(
         )
 
     assert failed == [True] and len(model.calls) == 1
-    async with env.store.engine.connect() as conn:
-        booked = (
-            await conn.execute(sa.select(ledger.c.prompt_tokens, ledger.c.completion_tokens))
-        ).all()
-        total = await conn.scalar(
-            sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == "alice")
-        )
+    booked, total = await _ledger(env)
     assert len(booked) == 1  # the one call that returned
-    assert int(total or 0) == sum(int(p) + int(c) for p, c in booked)
+    assert total == sum(int(p) + int(c) for p, c in booked)
 
 
 @SQL_JOURNAL_ONLY
@@ -106,15 +112,9 @@ async def test_a_commit_that_landed_but_whose_answer_was_lost_is_taken_as_commit
 
     assert lost == [True] and len(model.calls) == 2
     assert result.message.content == "done"
-    async with env.store.engine.connect() as conn:
-        booked = (
-            await conn.execute(sa.select(ledger.c.prompt_tokens, ledger.c.completion_tokens))
-        ).all()
-        total = await conn.scalar(
-            sa.select(actor_usage.c.tokens).where(actor_usage.c.actor_id == "alice")
-        )
+    booked, total = await _ledger(env)
     assert len(booked) == 2  # one row per call made, none twice
-    assert int(total or 0) == sum(int(p) + int(c) for p, c in booked)
+    assert total == sum(int(p) + int(c) for p, c in booked)
     thread = await env.store.get_thread(tid)
     assert thread is not None
     [question, answer] = thread.messages  # the answer holds its round: call and result

@@ -3,15 +3,29 @@ on a clean slate, never on the session's shared database."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bounded_agents.store import migrate
+from bounded_agents.store.migrate import MIGRATIONS
 from tests.conftest import create_pg_database, drop_pg_database
+
+
+def migration_constant(number: str, name: str) -> Any:
+    """A module-level constant of migration `number` ("0012"), read from its file (a migration
+    is no importable module: its file name starts with a date)."""
+    path = next((MIGRATIONS / "versions").glob(f"*_{number}_*.py"))
+    spec = importlib.util.spec_from_file_location(f"m{number}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 async def seeded_at(engine: AsyncEngine, revision: str, statements: Sequence[str]) -> None:

@@ -6,7 +6,6 @@ index working again. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,13 @@ from bounded_agents.store.engine import make_engine
 from bounded_agents.store.migrate import MIGRATIONS
 from bounded_agents.store.search import FTS_TABLE
 from tests.factories import user
+from tests.migrations.conftest import migration_constant
 
 BEFORE = "0011_search"
 HEAD = "0012_search"
 
 
-def _batch_rows() -> int:
-    path = next((MIGRATIONS / "versions").glob("*_0012_*.py"))
-    spec = importlib.util.spec_from_file_location("m0012", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return int(module.BATCH_ROWS)
-
-
-FILLER = _batch_rows() + 100
+FILLER = int(migration_constant("0012", "BATCH_ROWS")) + 100
 """Filler messages beyond the ones searched: the backfill takes more than one batch."""
 
 CALLS = encode_json_list(
@@ -140,6 +131,6 @@ async def test_0012_indexes_what_a_database_at_0011_holds_and_downgrades(fresh_u
 def test_the_migration_is_bounded_in_batches() -> None:
     """Each backfill statement touches at most BATCH_ROWS rows (the module's docstring says
     how); a batch that size keeps a statement's work and memory small."""
-    assert 100 <= _batch_rows() <= 10_000
+    assert 100 <= int(migration_constant("0012", "BATCH_ROWS")) <= 10_000
     text = Path(next((MIGRATIONS / "versions").glob("*_0012_*.py"))).read_text()
     assert "'rebuild'" not in text.split("_SQLITE_DOWN")[0]  # no whole-table rebuild going up

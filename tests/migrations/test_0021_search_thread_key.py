@@ -10,7 +10,6 @@ it."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import uuid
 from collections.abc import Iterator
@@ -23,25 +22,16 @@ from sqlalchemy.engine import make_url
 
 from bounded_agents.store import SqlAgentStore, migrate
 from bounded_agents.store.engine import make_engine
-from bounded_agents.store.migrate import MIGRATIONS
 from bounded_agents.store.search import thread_key
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.factories import user
+from tests.migrations.conftest import migration_constant
 
 BEFORE = "0020_erased_threads_retention"
 HEAD = "0021_search_thread_key"
 
 
-def _batch() -> int:
-    path = next((MIGRATIONS / "versions").glob("*_0021_*.py"))
-    spec = importlib.util.spec_from_file_location("m0021", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return int(module.SEARCH_BATCH)
-
-
-FILLER = _batch() + 50
+FILLER = int(migration_constant("0021", "SEARCH_BATCH")) + 50
 """Filler rows of t1: the refill takes more than one batch."""
 
 

@@ -8,9 +8,7 @@ parsed as one JSON document and failed as "not a message", a billed answer lost.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -19,6 +17,7 @@ from bounded_agents.core.ports import ModelRequest, ModelResponse, TextDelta
 from bounded_agents.errors import ProviderBadResponse
 from bounded_agents.providers.anthropic import AnthropicProvider
 from bounded_agents.providers.anthropic.provider import MAX_WHOLE_MESSAGE_BYTES
+from tests.providers.fake_anthropic import stream
 
 REQUEST = ModelRequest(messages=[ChatMessage(role="user", content="hi")])
 
@@ -97,37 +96,11 @@ async def test_a_json_body_past_the_bound_is_refused_without_reading_the_rest() 
     assert server.sent < 2 * MAX_WHOLE_MESSAGE_BYTES, f"{server.sent:,} bytes were sent"
 
 
-def _frame(name: str, data: dict[str, Any]) -> bytes:
-    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 def _event_stream() -> Iterator[bytes]:
-    start = {
-        "id": "m",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 3, "output_tokens": 1},
-    }
-    block = {"type": "text", "text": ""}
-    yield _frame("message_start", {"type": "message_start", "message": start})
-    yield _frame(
-        "content_block_start", {"type": "content_block_start", "index": 0, "content_block": block}
-    )
-    for text in ("stre", "amed"):
-        delta = {"type": "text_delta", "text": text}
-        yield _frame(
-            "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-        )
-    yield _frame("content_block_stop", {"type": "content_block_stop", "index": 0})
-    end = {"stop_reason": "end_turn", "stop_sequence": None}
-    yield _frame(
-        "message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 2}}
-    )
-    yield _frame("message_stop", {"type": "message_stop"})
+    """A whole event stream, as the fake Anthropic server streams one."""
+    streamed = stream(["stre", "amed"], input_tokens=3, output_tokens=2)
+    assert streamed.chunks is not None
+    return iter(streamed.chunks)
 
 
 async def test_an_event_stream_labelled_json_is_still_read_as_a_stream() -> None:

@@ -57,6 +57,8 @@ STREAM_CUTS: tuple[type[BaseException], ...] = (
 """What a stream cut off mid-answer raises, on either transport."""
 _RESPONSES = tuple(library.Response for library in _HTTP_LIBRARIES)
 _UNREADABLE: tuple[type[BaseException], ...] = (*STREAM_CUTS, ValueError)
+_MALFORMED = (KeyError, IndexError, TypeError, ValueError)
+"""What reading a stream's events raises when the server sent no valid one."""
 """What a whole message sent in place of a stream raises when it is cut or no JSON."""
 MAX_WHOLE_MESSAGE_BYTES = 4 * MAX_ANSWER_CHARS
 """The largest JSON message read when a server ignored `stream: true`: an answer at the
@@ -220,12 +222,10 @@ class AnthropicProvider:
             ) from exc
         except STREAM_CUTS as exc:
             raise ProviderBadResponse(f"stream from {self.base_url} was cut off: {exc}") from exc
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except _MALFORMED as exc:
             # An event that is no JSON, a delta for a block never started, a null text: the
             # server's fault, named as such (found by attack: raw KeyError / TypeError).
-            raise ProviderBadResponse(
-                f"stream from {self.base_url} is malformed ({type(exc).__name__}: {exc})"
-            ) from exc
+            raise self._malformed(exc) from exc
         finally:
             with contextlib.suppress(Exception):
                 await events.close()
@@ -233,10 +233,8 @@ class AnthropicProvider:
             done = assembly.result()
         except ProviderError:
             raise
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderBadResponse(
-                f"stream from {self.base_url} is malformed ({exc!r})"
-            ) from exc
+        except _MALFORMED as exc:
+            raise self._malformed(exc) from exc
         yield done
 
     async def _unstreamed(
@@ -323,11 +321,14 @@ class AnthropicProvider:
             out.append(assembly.result())
         except ProviderError:
             raise
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderBadResponse(
-                f"stream from {self.base_url} is malformed ({type(exc).__name__}: {exc})"
-            ) from exc
+        except _MALFORMED as exc:
+            raise self._malformed(exc) from exc
         return out
+
+    def _malformed(self, exc: Exception) -> ProviderBadResponse:
+        return ProviderBadResponse(
+            f"stream from {self.base_url} is malformed ({type(exc).__name__}: {exc})"
+        )
 
     async def count_tokens(self, request: ModelRequest) -> int:
         """`TokenCountingProvider`: the request's input tokens by Claude's own tokenizer, from
