@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC
 from typing import Any
 
-from bounded_agents.core.messages import ChatMessage, Message, ToolResult, storable_text
+from bounded_agents.core.messages import ChatMessage, Message, ToolResult
 from bounded_agents.core.ports import (
     MARK_END,
     MARK_START,
@@ -128,6 +128,21 @@ def fold_case(text: str) -> str:
     SQLite's tokenizer indexes "istanbul" (and PostgreSQL's lowercasing agrees), so the query
     found nothing."""
     return text.lower().replace("i\u0307", "i")
+
+
+def query_text(query: str) -> str:
+    """`query` with what no store can take (U+0000, lone surrogates) turned into spaces: a
+    separator to every parser. Not U+FFFD, which a PostgreSQL database in the C locale reads as
+    a letter of the word beside it (found on Citus's C-locale nodes: "alpha" + NUL found
+    nothing there, and "alpha" on the other databases)."""
+    if "\x00" in query:
+        query = query.replace("\x00", " ")
+    if not query.isascii():
+        query = _LONE_SURROGATE.sub(" ", query)
+    return query
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def search_terms(query: str) -> list[str]:
@@ -295,7 +310,7 @@ class HistorySearchTool:
         k = min(k, MAX_SEARCH_RESULTS)
         shown = _Shown(context.prompt)
         limit = k + min(len(shown.messages), MAX_SKIPPED_ROWS)
-        query = storable_text(query[:MAX_QUERY_CHARS])
+        query = query_text(query[:MAX_QUERY_CHARS])
         try:
             found = await self._search(context.thread_id, query, limit)
         except Exception as exc:
@@ -535,6 +550,7 @@ __all__ = [
     "asks",
     "distinct",
     "newer_seqs",
+    "query_text",
     "render_hits",
     "reply_hits",
     "scan_hits",

@@ -50,9 +50,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bounded_agents.core.messages import storable_text
 from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
-from bounded_agents.core.search import RECENCY_HALF_LIFE, search_terms
+from bounded_agents.core.search import RECENCY_HALF_LIFE, query_text, search_terms
 from bounded_agents.store.dialect import dialect_of
 
 SEARCH_COLUMN = "search_vector"
@@ -338,9 +337,9 @@ async def search_history(
 ) -> list[SearchHit]:
     """See `HistorySearcher.search_history`: messages and archived parts together, best
     first (relevance with recency, then newest). A NUL or a lone surrogate in `query` is read
-    as a separator: PostgreSQL's driver cannot send either, and the store's caller is not
-    always the tool, which cleans its query the same way."""
-    query = storable_text(query)
+    as a separator (`query_text`): PostgreSQL's driver cannot send either, and the store's
+    caller is not always the tool, which cleans its query the same way."""
+    query = query_text(query)
     if limit < 1 or not search_terms(query):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
     hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, limit)
