@@ -150,20 +150,16 @@ class _Fts:
     """The SELECT of marks for the candidates' keys (`{keys}`: a JSON array)."""
     text: str
     """Its text columns, as an FTS5 column filter: the words are matched there only, never in
-    the `thread_id` column (a word could be a piece of some thread's id)."""
+    the `thread_key` column (a word could be a piece of some thread's token)."""
 
-    def words(self, query: str) -> str:
-        """`query`'s words ORed, held to the text columns; empty when it has none."""
-        words = fts5_query(query)
-        return f"{self.text} : ({words})" if words else ""
+    def words(self, terms: Sequence[str]) -> str:
+        """`terms` as FTS5 strings ORed, held to the text columns (`{a b} : ("x" OR "y")`)."""
+        return f"{self.text} : ({' OR '.join(_fts5_string(t) for t in terms)})"
 
-    def match(self, thread_id: str, query: str) -> str:
-        """The candidates' MATCH: the thread's token AND the words (the statement's
+    def match(self, thread_id: str, words: str) -> str:
+        """The candidates' MATCH: the thread's token AND the `words` (the statement's
         `thread_id = :tid` says it again, for an index made before 0021)."""
-        words = self.words(query)
-        if not words or not thread_id:
-            return words
-        return f'thread_key : "{thread_key(thread_id)}" AND {words}'
+        return f'thread_key : "{thread_key(thread_id)}" AND {words}' if thread_id else words
 
 
 def thread_key(thread_id: str) -> str:
@@ -220,11 +216,6 @@ _SQLITE_ARCHIVE = _Fts(
 )
 
 
-def fts5_query(query: str) -> str:
-    """The words of `query` as FTS5 strings ORed (`"a" OR "b"`); empty when it has none."""
-    return " OR ".join(_fts5_string(t) for t in search_terms(query))
-
-
 def _fts5_string(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
@@ -237,7 +228,8 @@ async def _sqlite_hits(
         return []
     hits: list[SearchHit] = []
     for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
-        q = index.match(thread_id, query)
+        words = index.words(terms)
+        q = index.match(thread_id, words)
         params = {"q": q, "tid": thread_id, "limit": limit, "half": float(RECENCY_HALF_LIFE)}
         try:
             rows = (await conn.execute(index.candidates, params)).all()
@@ -246,12 +238,11 @@ async def _sqlite_hits(
                 raise
             # An index made before migration 0021 (this code deployed ahead of its
             # migration): no thread column, so the words alone, as it was searched then.
-            params["q"] = index.words(query)
+            params["q"] = words
             rows = (await conn.execute(index.candidates, params)).all()
         if not rows:
             continue
         keys = "[" + ",".join(str(int(r.key)) for r in rows) + "]"
-        words = index.words(query)
         marks = {
             r.key: r for r in (await conn.execute(sa.text(index.marks), {"q": words, "keys": keys}))
         }

@@ -57,9 +57,9 @@ STREAM_CUTS: tuple[type[BaseException], ...] = (
 """What a stream cut off mid-answer raises, on either transport."""
 _RESPONSES = tuple(library.Response for library in _HTTP_LIBRARIES)
 _UNREADABLE: tuple[type[BaseException], ...] = (*STREAM_CUTS, ValueError)
+"""What a whole message sent in place of a stream raises when it is cut or no JSON."""
 _MALFORMED = (KeyError, IndexError, TypeError, ValueError)
 """What reading a stream's events raises when the server sent no valid one."""
-"""What a whole message sent in place of a stream raises when it is cut or no JSON."""
 MAX_WHOLE_MESSAGE_BYTES = 4 * MAX_ANSWER_CHARS
 """The largest JSON message read when a server ignored `stream: true`: an answer at the
 streamed bound (`MAX_ANSWER_CHARS`), escaped, with room for its tool inputs."""
