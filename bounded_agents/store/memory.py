@@ -24,6 +24,7 @@ from bounded_agents.core.ports import (
     AgentStore,
     ArchivedPart,
     ErasedThreadPruner,
+    ErasedThreadReader,
     ErasingStore,
     FoldHealth,
     FoldHealthStore,
@@ -217,6 +218,9 @@ class MemoryStore:
             self._erased[thread_id] = time.time()  # dated by the latest erasure
             return True
 
+    async def thread_erased(self, thread_id: str) -> bool:
+        return thread_id in self._erased
+
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
         """As the SQL store's (`erase.prune_erased`), by this process's clock."""
         cutoff = time.time() - older_than_seconds
@@ -299,5 +303,6 @@ if TYPE_CHECKING:  # mypy holds the store to every port the loop probes it for a
     _AS_LISTER: ThreadLister = MemoryStore()
     _AS_ERASING: ErasingStore = MemoryStore()
     _AS_ERASED_PRUNER: ErasedThreadPruner = MemoryStore()
+    _AS_ERASED_READER: ErasedThreadReader = MemoryStore()
     _AS_ARCHIVE: SummaryArchive = MemoryStore()
     _AS_FOLD_HEALTH: FoldHealthStore = MemoryStore()

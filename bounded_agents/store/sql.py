@@ -549,6 +549,11 @@ class SqlAgentStore:
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
         return await erase.prune_erased(self._engine, older_than_seconds, limit)
 
+    async def thread_erased(self, thread_id: str) -> bool:
+        """`ErasedThreadReader`: one read of `erased_threads` by its key."""
+        async with wrap_db_errors("thread_erased"), self._reader.connect() as conn:
+            return (await conn.execute(ERASED_THREAD, {"tid": thread_id})).first() is not None
+
     # --- transcript paging (HTTP) ----------------------------------------------------------
 
     async def list_messages(

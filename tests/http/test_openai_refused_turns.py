@@ -61,3 +61,32 @@ async def test_a_keyed_v1_response_over_quota_makes_no_conversation_but_repeats_
     assert again.status_code == 200 and again.json()["id"] == spent.json()["id"], again.text
     assert fresh.status_code == 429 and fresh.json()["error"]["code"] == "quota_exceeded"
     assert len(await sql_store.list_threads("alice", limit=100)) == len(threads_before)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_keyed_v1_retry_over_quota_after_its_conversation_was_deleted_is_410_not_429(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore, stream: bool
+) -> None:
+    """The key's turn ran and its conversation was deleted: its retry is owed 410
+    `answer_erased` (no retry can answer it) whether or not the actor is over quota. It was a
+    429 `quota_exceeded` over quota, which tells a client to wait for a quota that would never
+    bring the answer back. Nothing is made either way."""
+    client = await open_client(stack, openai_app(make_module(quota=10)))
+    body = {"model": "helper", "input": "spend the quota"}
+    key = {**ALICE, "Idempotency-Key": "deleted-key"}
+    spent = await client.post("/v1/responses", headers=key, json=body)
+    assert spent.status_code == 200, spent.text
+    conversation = spent.json()["conversation"]["id"]
+    deleted = await client.delete(f"/v1/conversations/{conversation}", headers=ALICE)
+    assert deleted.status_code == 200, deleted.text
+
+    again = await client.post("/v1/responses", headers=key, json={**body, "stream": stream})
+    fresh = await client.post(
+        "/v1/responses", headers={**ALICE, "Idempotency-Key": "never-used"}, json=body
+    )
+
+    assert again.status_code == 410, again.text
+    assert again.json()["error"]["code"] == "answer_erased"
+    assert again.headers["x-should-retry"] == "false"
+    assert fresh.status_code == 429 and fresh.json()["error"]["code"] == "quota_exceeded"
+    assert await sql_store.list_threads("alice", limit=100) == []

@@ -241,6 +241,22 @@ def supports_erased_pruning(store: object) -> TypeGuard[ErasedThreadPruner]:
 
 
 @runtime_checkable
+class ErasedThreadReader(Protocol):
+    """Optional: a store that keeps erased threads' ids answers whether one was erased, without
+    making it. A keyed `/v1` request over quota must not create its thread, yet its retry after
+    the conversation was deleted is owed the same answer as under quota (410 `answer_erased`,
+    the key's turn ran), not a 429 that invites a retry that can never succeed."""
+
+    async def thread_erased(self, thread_id: str) -> bool:
+        """Whether `thread_id` was erased whole and its id is still kept."""
+        ...
+
+
+def supports_erased_reads(store: object) -> TypeGuard[ErasedThreadReader]:
+    return isinstance(store, ErasedThreadReader)
+
+
+@runtime_checkable
 class HistorySearcher(Protocol):
     """Optional: a store with a full-text index over what its threads' models saw (message
     text, tool results but the search tool's own, archived summary parts), so the history
@@ -389,6 +405,7 @@ POWERS: tuple[Power, ...] = (
     Power("store", MigratingStore, supports_migrations),
     Power("store", DisposableStore, supports_disposal),
     Power("store", ErasedThreadPruner, supports_erased_pruning),
+    Power("store", ErasedThreadReader, supports_erased_reads),
     Power("runtime", KeyedRunFinder, supports_keyed_runs),
     Power("runtime", RunExecutor, supports_run_executor),
     Power("runtime", RunTimelineReader, supports_run_timeline),
@@ -409,6 +426,7 @@ __all__ = [
     "ClosingModelProvider",
     "DisposableStore",
     "ErasedThreadPruner",
+    "ErasedThreadReader",
     "FoldHealthStore",
     "HistorySearcher",
     "IntactSummarySaver",
@@ -436,6 +454,7 @@ __all__ = [
     "supports_closing",
     "supports_disposal",
     "supports_erased_pruning",
+    "supports_erased_reads",
     "supports_erasure",
     "supports_fold_health",
     "supports_history_search",

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from bounded_agents.actors import Actor
 from bounded_agents.core.loop import AgentDefinition
-from bounded_agents.core.ports import Idempotency, Thread
+from bounded_agents.core.ports import Idempotency, Thread, supports_erased_reads
 from bounded_agents.core.report import RunReport
 from bounded_agents.errors import (
     AnswerErased,
@@ -239,12 +239,17 @@ async def _keyed_thread(
     A thread of that id erased whole (its conversation deleted) is not made again: the key's
     turn ran, and what it answered is gone (410 `answer_erased`, the model not called).
     Over quota, a key that names no thread yet makes none (429): a retry of a key that does is
-    still answered with the key's turn."""
+    still answered with the key's turn, and one whose thread was erased is the 410 it would be
+    under quota (found by attack: it was a 429, so a client waited for a quota that would
+    never answer it)."""
     thread_id = keyed_thread_id(actor.id, keyed.key)
     try:
         await module.loop.check_quota(actor.id)
     except QuotaExceeded:
         if await module.store.get_thread_info(thread_id) is None:
+            store = module.store
+            if supports_erased_reads(store) and await store.thread_erased(thread_id):
+                raise AnswerErased(None) from None
             raise
     try:
         thread = await module.store.create_named_thread(
