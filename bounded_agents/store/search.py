@@ -121,13 +121,13 @@ _PG_ARCHIVE = sa.text(
 
 
 async def _pg_hits(
-    conn: AsyncConnection, thread_id: str, query: str, limit: int
+    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int
 ) -> list[SearchHit]:
     params = {
         "q": query,
         "tid": thread_id,
         "limit": limit,
-        "terms": search_terms(query),
+        "terms": terms,
         "half": float(RECENCY_HALF_LIFE),
     }
     hits: list[SearchHit] = []
@@ -221,11 +221,8 @@ def _fts5_string(term: str) -> str:
 
 
 async def _sqlite_hits(
-    conn: AsyncConnection, thread_id: str, query: str, limit: int
+    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int
 ) -> list[SearchHit]:
-    terms = search_terms(query)
-    if not terms:
-        return []
     hits: list[SearchHit] = []
     for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
         words = index.words(terms)
@@ -331,9 +328,10 @@ async def search_history(
     as a separator (`query_text`): PostgreSQL's driver cannot send either, and the store's
     caller is not always the tool, which cleans its query the same way."""
     query = query_text(query)
-    if limit < 1 or not search_terms(query):
+    terms = search_terms(query)
+    if limit < 1 or not terms:
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
-    hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, limit)
+    hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, terms, limit)
     hits.sort(key=lambda h: (h.relevance, h.seq), reverse=True)
     return hits[:limit]
 
