@@ -10,6 +10,7 @@ default wording of the summary in the prompt.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -389,6 +390,21 @@ def summarize_with_model(
     return summarize
 
 
+def chunk_digest(rows: Sequence[tuple[int, str, str]]) -> str:
+    """What a fold's chunk was made of, as (seq, role, content) rows in seq order: the check a
+    store makes before it saves a summary made outside a run (`IntactSummarySaver`). A count of
+    the chunk's seqs cannot tell a thread from one erased and made again under the same id,
+    whose seqs start at 1 again (found by attack: a session cleared while its fold's summarizer
+    ran, then started again, got the erased conversation's summary, across actors too). The
+    content is what a summarizer reads; whatever else a row holds never reaches the summary."""
+    digest = hashlib.sha256()
+    for seq, role, content in rows:
+        digest.update(f"{seq}\x1f{role}\x1f".encode())
+        digest.update(content.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
 __all__ = [
     "APPEND_SUMMARY_INSTRUCTION",
     "ARCHIVED_UNSEARCHABLE_NOTE",
@@ -398,6 +414,7 @@ __all__ = [
     "DEFAULT_FOLD_MAX_TOKENS",
     "DEFAULT_HISTORY_SUMMARY_INSTRUCTION",
     "PROSE_SUMMARY_INSTRUCTION",
+    "chunk_digest",
     "clip_summary",
     "fold_input",
     "fold_rejection",

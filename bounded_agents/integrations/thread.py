@@ -52,6 +52,7 @@ from bounded_agents.core.ports import (
 )
 from bounded_agents.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
+    chunk_digest,
     clip_summary,
     fold_rejection,
     render_history_summary,
@@ -442,7 +443,8 @@ class ThreadHistory:
                 run_id=None,
             )
             folded_seqs = [m.seq for m in chunk if m.seq is not None]
-            if not await self._save(summary, folded_seqs, base=boundary or None):
+            digest = chunk_digest([(m.seq or 0, m.role, m.content) for m in chunk])
+            if not await self._save(summary, folded_seqs, base=boundary or None, digest=digest):
                 # An erasure landed while the summarizer ran: the summary holds its message.
                 # The erasure may have taken earlier summaries too: report what is stored.
                 left = await self._summaries.latest_summary(self.thread_id)
@@ -451,14 +453,19 @@ class ThreadHistory:
             boundary = summary.covers_through_seq
         return FoldOutcome(summary=summary, folded=folded)
 
-    async def _save(self, summary: ThreadSummary, folded: list[int], *, base: int | None) -> bool:
+    async def _save(
+        self, summary: ThreadSummary, folded: list[int], *, base: int | None, digest: str
+    ) -> bool:
         """The summary stored, unless a message it was made from, or one the summary it was
-        written on (ending at `base`) covers, was erased since it was read: this fold holds
-        no run an erasure would wait for (`IntactSummarySaver`; a store without that power
-        saves it as it is)."""
+        written on (ending at `base`) covers, was erased since it was read, or the rows it was
+        made from (`digest`) are no longer there (the thread erased and made again): this fold
+        holds no run an erasure would wait for (`IntactSummarySaver`; a store without that
+        power saves it as it is)."""
         store = self.store
         if supports_intact_summaries(store):
-            return await store.save_summary_if_intact(self.thread_id, summary, folded, base)
+            return await store.save_summary_if_intact(
+                self.thread_id, summary, folded, base, digest=digest
+            )
         await self._summaries.save_summary(self.thread_id, summary)
         return True
 

@@ -39,6 +39,7 @@ from bounded_agents.core.ports import (
     ThreadSummary,
     Transaction,
 )
+from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import DuplicateMessage, ThreadErased, ThreadNotFound
 
 
@@ -173,6 +174,8 @@ class MemoryStore:
         summary: ThreadSummary,
         folded: Sequence[int],
         base: int | None = None,
+        *,
+        digest: str | None = None,
     ) -> bool:
         """`IntactSummarySaver`: under the lock `delete_message` takes."""
         async with self._lock:
@@ -180,6 +183,11 @@ class MemoryStore:
             stored = {m.seq for m in thread.messages} if thread is not None else set()
             if not set(folded) <= stored:
                 return False
+            if digest is not None and thread is not None:
+                lo, hi = min(folded), max(folded)
+                rows = [(m.seq or 0, m.role, m.content) for m in thread.messages]
+                if chunk_digest([r for r in rows if lo <= r[0] <= hi]) != digest:
+                    return False
             if base is not None and base not in self._summaries.get(thread_id, {}):
                 return False
             await self.save_summary(thread_id, summary)

@@ -28,6 +28,7 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
     Transaction,
 )
+from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import (
     DuplicateMessage,
     InvalidContent,
@@ -465,6 +466,8 @@ class SqlAgentStore:
         summary: ThreadSummary,
         folded: Sequence[int],
         base: int | None = None,
+        *,
+        digest: str | None = None,
     ) -> bool:
         """`IntactSummarySaver`. On PostgreSQL the thread row is locked FOR KEY SHARE first,
         which waits for an erasure's FOR UPDATE (`store.erase`) and makes it wait: the count
@@ -474,7 +477,9 @@ class SqlAgentStore:
         write that changes nothing, as an erasure's is, so the transaction holds the write lock
         before it counts (a deferred BEGIN that read first would count in a snapshot). The
         count is of the range `folded` spans (one index range), against how many seqs it
-        holds; the summary it was written on (`base`) is one primary-key probe."""
+        holds; with `digest`, that range's rows are read and compared instead (the chunk's
+        size, bounded by the fold's budget); the summary it was written on (`base`) is one
+        primary-key probe."""
         if not folded:
             return False
         values = {"thread_id": thread_id, **summary.model_dump(include=set(SUMMARY_COLS))}
@@ -490,11 +495,16 @@ class SqlAgentStore:
                     .where(threads.c.id == thread_id)
                     .values(updated_at=threads.c.updated_at)
                 )
-            count = sa.select(sa.func.count()).where(
-                messages.c.thread_id == thread_id, messages.c.seq.between(lo, hi)
-            )
-            if (await conn.execute(count)).scalar_one() != len(set(folded)):
-                return False
+            span = (messages.c.thread_id == thread_id, messages.c.seq.between(lo, hi))
+            if digest is None:
+                count = sa.select(sa.func.count()).where(*span)
+                if (await conn.execute(count)).scalar_one() != len(set(folded)):
+                    return False
+            else:  # the rows themselves, not their number: a thread made again has the seqs
+                rows = sa.select(messages.c.seq, messages.c.role, messages.c.content).where(*span)
+                found = (await conn.execute(rows.order_by(messages.c.seq))).all()
+                if chunk_digest([(r.seq, r.role, r.content) for r in found]) != digest:
+                    return False
             if base is not None:  # the notes it carries on: erased with any message they cover
                 kept = sa.select(thread_summaries.c.thread_id).where(
                     thread_summaries.c.thread_id == thread_id,

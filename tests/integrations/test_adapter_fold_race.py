@@ -89,3 +89,75 @@ async def test_an_erasure_of_an_earlier_chunk_during_a_later_one_leaves_no_summa
     assert len(calls) == 2 and outcome.refused == "erased"
     quoting = [s for s, text in await summary_rows(sql_store, history.thread_id) if SECRET in text]
     assert quoting == []
+
+
+async def _cleared_and_made_again(
+    store: SqlAgentStore, session: str, *, restarted_by: str
+) -> tuple[ThreadHistory, object]:
+    """A fold of `session` (alice's) while, inside the summarizer's call, the session is
+    cleared and started again by `restarted_by` with two runs of its own: the same seqs."""
+    history = ThreadHistory(store, session, actor_id="alice", keep_runs=1)
+    await history.append(run(0, f"my {SECRET} for the films booking"))
+    for n in range(1, 3):
+        await history.append(run(n, f"question {n} about the films booking"))
+
+    async def slow_notes(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        await ThreadHistory(store, session, actor_id="alice").clear()
+        again = ThreadHistory(store, session, actor_id=restarted_by)
+        for n in range(3):
+            await again.append(run(n, f"fresh question {n} about the trains"))
+        return notes(messages)
+
+    return history, await history.compact(slow_notes)
+
+
+async def test_a_session_cleared_and_started_again_during_a_fold_gets_no_summary_of_the_old(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: the new conversation has the old one's seqs, so the count of the
+    chunk's rows matched, and the erased conversation's summary was stored on the new one (its
+    view then led with the erased text and hid its own first messages)."""
+    history, outcome = await _cleared_and_made_again(sql_store, "restart", restarted_by="alice")
+
+    assert getattr(outcome, "refused", None) == "erased"
+    assert await summary_rows(sql_store, history.thread_id) == []
+    view = await ThreadHistory(sql_store, "restart", actor_id="alice", keep_runs=3).bounded()
+    assert view.summary is None
+    assert view.entries[0].message.content == "fresh question 0 about the trains"
+    assert all(SECRET not in e.message.content for e in view.entries)
+
+
+async def test_another_actors_session_of_the_same_id_gets_no_summary_of_the_erased_one(
+    sql_store: SqlAgentStore,
+) -> None:
+    history, outcome = await _cleared_and_made_again(sql_store, "shared-id", restarted_by="bob")
+
+    assert getattr(outcome, "refused", None) == "erased"
+    assert await summary_rows(sql_store, history.thread_id) == []
+    bobs = await ThreadHistory(sql_store, "shared-id", actor_id="bob", keep_runs=3).bounded()
+    assert bobs.summary is None and all(SECRET not in e.message.content for e in bobs.entries)
+
+
+async def test_the_memory_store_saves_a_summary_only_over_the_rows_it_was_made_from() -> None:
+    """The same check in `MemoryStore` (which backs no adapter, but holds to the port)."""
+    from bounded_agents.core.ports import ThreadSummary
+    from bounded_agents.core.summary import chunk_digest
+    from bounded_agents.store.memory import MemoryStore
+
+    store = MemoryStore()
+    thread = await store.create_named_thread("mem", actor_id="alice", agent="a")
+    stored = await store.append_messages(
+        thread.id,
+        [Message(role="user", content=f"my {SECRET}"), Message(role="assistant", content="ok")],
+    )
+    made = chunk_digest([(m.seq or 0, m.role, m.content) for m in stored])
+    summary = ThreadSummary(text="notes", covers_through_seq=2, model="notes")
+    await store.delete_thread(thread.id)
+    await store.create_named_thread("mem", actor_id="alice", agent="a")
+    await store.append_messages(
+        thread.id, [Message(role="user", content="fresh"), Message(role="assistant", content="4")]
+    )
+
+    assert not await store.save_summary_if_intact(thread.id, summary, [1, 2], digest=made)
+    assert await store.latest_summary(thread.id) is None
+    assert await store.save_summary_if_intact(thread.id, summary, [1, 2])  # seqs alone: held

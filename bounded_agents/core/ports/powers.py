@@ -343,11 +343,15 @@ class IntactSummarySaver(Protocol):
         summary: ThreadSummary,
         folded: Sequence[int],
         base: int | None = None,
+        *,
+        digest: str | None = None,
     ) -> bool:
         """Save `summary` (as `save_summary`) if the messages at `folded` (the seqs it was made
         from) are all still stored and, when it was written on top of the summary ending at
         `base`, that summary is still stored (an erasure of any message it covers deletes it);
-        False, and nothing saved, otherwise."""
+        False, and nothing saved, otherwise. With `digest` (`core.summary.chunk_digest` of the
+        chunk's rows), the rows from the first to the last of `folded` must be those very rows:
+        a thread erased and made again under its id has the same seqs."""
         ...
 
 
