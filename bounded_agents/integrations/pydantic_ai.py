@@ -93,10 +93,20 @@ def project_message(message: Any, index: int) -> Projection:
     raise InvalidInput(f"{label(message, index)} is not a ModelRequest or ModelResponse")
 
 
+def _projected(message: Any, index: int) -> Projection:
+    """`project_message`, a message Pydantic AI itself cannot serialize (a tool call's
+    arguments nested past its serializer's depth: found by attack, it raised
+    PydanticSerializationError raw) refused in one line as `_dumped` refuses it."""
+    try:
+        return project_message(message, index)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidInput(f"{label(message, index)} cannot be serialized: {exc}") from None
+
+
 def _dumped(message: ModelMessage, index: int) -> str:
     try:
         data = ModelMessagesTypeAdapter.dump_python([message], mode="json")[0]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"{label(message, index)} cannot be serialized: {exc}") from None
     return item_json(data, label=label(message, index))
 
@@ -213,7 +223,7 @@ class BoundedMessageStore:
         )
         if cid is None:
             raise InvalidInput("save needs a conversation_id: the messages carry none")
-        batch = [(project_message(m, i), _dumped(m, i)) for i, m in enumerate(new_messages)]
+        batch = [(_projected(m, i), _dumped(m, i)) for i, m in enumerate(new_messages)]
         run_id = _run_key(new_messages, [text for _, text in batch])
         thread = self.thread(cid)
         stored = await thread.append(batch, run_id=run_id)

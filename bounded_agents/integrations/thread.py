@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import reprlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from bounded_agents.core.ports import (
     AgentStore,
     ErasingStore,
     HistoryPolicyContext,
+    HistorySummary,
     NamedThreadCreator,
     Summarizer,
     SummaryStore,
@@ -155,6 +157,8 @@ def item_json(item: Any, *, label: str) -> str:
         text = json.dumps(item, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{label} is not JSON-serializable: {exc}") from None
+    except RecursionError:  # found by attack: a list nested 2,000 deep raised it raw
+        raise InvalidInput(f"{label} is nested too deeply to store") from None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -428,6 +432,13 @@ class ThreadHistory:
                 summary_max_tokens=cap,
             )
             made = await summarizer(chunk, ctx)
+            if not isinstance(made, HistorySummary):
+                raise TypeError(
+                    f"the summarizer returned {type(made).__name__}, not a HistorySummary"
+                )
+            # As the loop's folds (`fold_chunk`): a NUL or a lone surrogate no store holds is
+            # replaced (found by attack: PostgreSQL refused every such summary, SQLite kept it).
+            made = made.model_copy(update={"text": storable_text(made.text)})
             refused = fold_rejection(made)
             if refused is None:  # as the loop's folds: a summary that does not stand for them
                 refused = unrelated_fold(made.text, chunk, summary.text if summary else None)
@@ -546,10 +557,21 @@ class ThreadHistory:
         return out
 
 
+_LABEL_REPR = reprlib.Repr()
+_LABEL_REPR.maxlevel, _LABEL_REPR.maxstring, _LABEL_REPR.maxother = 3, 80, 80
+"""A repr bounded in depth and size: `label` is built for every item a write is given, some
+of them 10 MB or nested thousands deep (found by attack: the plain repr raised
+RecursionError where the item deserved a one-line refusal)."""
+
+
 def label(item: Any, index: int) -> str:
     """How an error names item `index`: its type when it has one, and a clipped repr."""
     kind = (item.get("type") or item.get("kind")) if isinstance(item, dict) else type(item).__name__
-    return f"item {index} ({kind or 'no type'}: {clipped(repr(item), 80)})"
+    try:
+        shown = _LABEL_REPR.repr(item)
+    except RecursionError:
+        shown = "..."
+    return f"item {index} ({kind or 'no type'}: {clipped(shown, 80)})"
 
 
 __all__ = [

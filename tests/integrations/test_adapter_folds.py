@@ -125,3 +125,52 @@ async def test_a_due_fold_after_a_write_reads_the_bounded_view_once(
         outcome = await history.history.compact_if_due(notes, fold_items=2)
     assert outcome is not None and outcome.folded == 2 and notes.calls == 1, outcome
     assert [name for name, _ in reads].count("load_thread_for_turn") == 1, reads
+
+
+class Answers:
+    """A summarizer answering `text` (the facts folded first, so it stands for its chunk)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return HistorySummary(
+            text="\n".join(m.content for m in messages) + self.text, model="notes"
+        )
+
+
+async def test_a_summary_with_a_nul_or_a_lone_surrogate_is_stored_cleaned_on_every_database(
+    sql_store: SqlAgentStore,
+) -> None:
+    """As the loop's folds (`storable_text`). Found by attack: PostgreSQL refused every such
+    summary (39 summarizer calls in 40 writes, no summary stored, no backoff), SQLite stored
+    the NUL, and a lone surrogate made `compact` raise a raw UnicodeEncodeError."""
+    session = BoundedSession("dirty", sql_store, keep_runs=1, summarizer=Answers(" a\x00b \ud800"))
+    for n in range(4):
+        await session.add_items(facts(n))  # type: ignore[arg-type]
+
+    outcome = await session.compact(force=True)
+
+    assert outcome is not None and outcome.refused is None and outcome.folded > 0
+    assert outcome.summary is not None and outcome.summary.text.endswith(" a\ufffdb \ufffd")
+    stored = await sql_store.latest_summary(session.history.thread_id)
+    assert stored is not None and stored.text == outcome.summary.text
+
+
+async def test_a_summarizer_that_answers_no_summary_is_named_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    async def wrong(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        return "just text"  # type: ignore[return-value]
+
+    session = BoundedSession("wrong", sql_store, keep_runs=1, summarizer=wrong)
+    for n in range(4):
+        await session.add_items(facts(n))  # type: ignore[arg-type]
+
+    try:
+        await session.compact(force=True)
+    except TypeError as exc:
+        assert str(exc) == "the summarizer returned str, not a HistorySummary"
+    else:
+        raise AssertionError("a summarizer answering a str was taken for a summary")
+    assert await sql_store.latest_summary(session.history.thread_id) is None

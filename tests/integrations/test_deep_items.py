@@ -1,0 +1,66 @@
+"""An item nested deeper than Python's recursion (or Pydantic AI's serializer) can follow is
+refused in one line (`InvalidInput`, naming the item), with nothing stored, by each adapter.
+Found by attack: the SDK and LangChain raised RecursionError from the error's own label (a
+plain repr of the item) or from `json.dumps`, and Pydantic AI raised
+PydanticSerializationError from a tool call's arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from langchain_core.messages import AIMessage
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.langchain import BoundedChatMessageHistory
+from bounded_agents.integrations.openai_agents import BoundedSession
+from bounded_agents.integrations.pydantic_ai import BoundedMessageStore
+from bounded_agents.integrations.thread import label
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.store.schema import messages
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def _stored(store: SqlAgentStore) -> int:
+    async with store.engine.connect() as conn:
+        return int(await conn.scalar(sa.select(sa.func.count()).select_from(messages)) or 0)
+
+
+async def test_an_sdk_item_nested_2000_deep_is_refused_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    with pytest.raises(InvalidInput, match=r"^item 0 \(x: .*\) is nested too deeply to store$"):
+        await BoundedSession("deep", sql_store).add_items([{"type": "x", "v": nested(2000)}])  # type: ignore[list-item]
+    assert await _stored(sql_store) == 0
+
+
+async def test_a_langchain_message_nested_2000_deep_is_refused_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    message = AIMessage("", additional_kwargs={"v": nested(2000)})
+    with pytest.raises(InvalidInput, match=r"^item 0 \(AIMessage: .*\) is nested too deeply"):
+        await BoundedChatMessageHistory("deep", sql_store).aadd_messages([message])
+    assert await _stored(sql_store) == 0
+
+
+async def test_a_pydantic_ai_tool_call_nested_past_its_serializer_is_refused_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    call = ModelResponse(parts=[ToolCallPart("f", {"v": nested(300)}, tool_call_id="c")])
+    with pytest.raises(InvalidInput, match=r"^item 0 \(ModelResponse: .*\) cannot be serialized"):
+        await BoundedMessageStore(sql_store).save([call], conversation_id="deep")
+    assert await _stored(sql_store) == 0
+
+
+def test_an_items_label_is_bounded_whatever_its_size_or_depth() -> None:
+    huge = {"type": "message", "content": "x" * 10_000_000, "deep": nested(5000)}
+    shown = label(huge, 3)
+    assert shown.startswith("item 3 (message: ") and len(shown) < 120
