@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import TypeVar
 
 from bounded_agents.core.ports import (
@@ -17,6 +18,7 @@ from bounded_agents.core.ports import (
     PrunedStatus,
     RunResumer,
     RunTrace,
+    supports_erased_run_sweep,
     supports_keyed_runs,
     supports_launch,
     supports_pruning,
@@ -107,6 +109,13 @@ class EraserDelegate(PowerDelegate):
         await inner.erase_runs(run_ids)
 
 
+class SweeperDelegate(PowerDelegate):
+    async def sweep_erased(self, *, since: datetime | None = None) -> int:
+        inner = self.inner
+        assert supports_erased_run_sweep(inner)
+        return await inner.sweep_erased(since=since)
+
+
 class ForgetterDelegate(PowerDelegate):
     async def forget_runs(self, run_ids: Sequence[str]) -> None:
         inner = self.inner
@@ -128,6 +137,7 @@ DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_pruning, PrunerDelegate),
     (supports_launch, LauncherDelegate),
     (supports_run_erasure, EraserDelegate),
+    (supports_erased_run_sweep, SweeperDelegate),
     (supports_run_forgetting, ForgetterDelegate),
     (supports_thread_holding, HolderDelegate),
 )
@@ -144,5 +154,6 @@ __all__ = [
     "LauncherDelegate",
     "PowerDelegate",
     "PrunerDelegate",
+    "SweeperDelegate",
     "TimelineDelegate",
 ]

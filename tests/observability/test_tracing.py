@@ -3,6 +3,7 @@ against the run reports (the same figures, measured once)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from opentelemetry.trace import StatusCode
 from bounded_agents.core.checkpoints import PERSIST_USER
 from bounded_agents.core.ports import (
     POWERS,
+    supports_erased_run_sweep,
     supports_journal_figures,
     supports_launch,
     supports_pruning,
@@ -30,6 +32,7 @@ from tests.observability.conftest import ModuleFactory, spans_of
 
 NS = "bounded_agents."
 RUNTIME_POWERS = [p for p in POWERS if p.on == "runtime"]
+SINCE = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 async def turns(module: AgentModule, thread_id: str, contents: list[str]) -> list[RunResult]:
@@ -248,6 +251,10 @@ class _EveryPower(InlineRuntime):
     async def forget_runs(self, run_ids: Any) -> None:
         self.calls.append(("forget_runs", list(run_ids)))
 
+    async def sweep_erased(self, *, since: Any = None) -> int:
+        self.calls.append(("sweep_erased", since))
+        return 3
+
 
 async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() -> None:
     inner = _EveryPower()
@@ -271,6 +278,8 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
     await runtime.erase_runs(["r1"])
     assert supports_run_forgetting(runtime)
     await runtime.forget_runs(["r1"])
+    assert supports_erased_run_sweep(runtime)
+    assert await runtime.sweep_erased(since=SINCE) == 3
     assert inner.calls == [
         ("register_resumer", resume),
         ("execute", "r1"),
@@ -281,4 +290,5 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
         ("thread_run_ids", "t1"),
         ("erase_runs", ["r1"]),
         ("forget_runs", ["r1"]),
+        ("sweep_erased", SINCE),
     ]

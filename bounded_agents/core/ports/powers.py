@@ -30,6 +30,7 @@ from bounded_agents.core.messages import Message
 from bounded_agents.core.ports.durable import Transaction
 from bounded_agents.core.ports.model import ModelRequest, ModelResponse, TextDelta
 from bounded_agents.core.ports.runtime_powers import (
+    ErasedRunSweeper,
     JournalFigures,
     JournalPruner,
     KeyedRunFinder,
@@ -42,6 +43,7 @@ from bounded_agents.core.ports.runtime_powers import (
     ThreadHolder,
     TransactionalLedger,
     ledger_supports_transactions,
+    supports_erased_run_sweep,
     supports_journal_figures,
     supports_keyed_runs,
     supports_launch,
@@ -415,6 +417,7 @@ POWERS: tuple[Power, ...] = (
     Power("runtime", RunTimelineReader, supports_run_timeline),
     Power("runtime", JournalPruner, supports_pruning),
     Power("runtime", RunEraser, supports_run_erasure),
+    Power("runtime", ErasedRunSweeper, supports_erased_run_sweep),
     Power("runtime", RunForgetter, supports_run_forgetting),
     Power("runtime", RuntimeLauncher, supports_launch),
     Power("runtime", ThreadHolder, supports_thread_holding),
@@ -429,6 +432,7 @@ __all__ = [
     "POWERS",
     "ClosingModelProvider",
     "DisposableStore",
+    "ErasedRunSweeper",
     "ErasedThreadPruner",
     "ErasedThreadReader",
     "FoldHealthStore",
@@ -459,6 +463,7 @@ __all__ = [
     "supports_disposal",
     "supports_erased_pruning",
     "supports_erased_reads",
+    "supports_erased_run_sweep",
     "supports_erasure",
     "supports_fold_health",
     "supports_history_search",

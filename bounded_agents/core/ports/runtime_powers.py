@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from bounded_agents.core.ports.durable import PrunedStatus, RunResumer, RunTrace, Transaction
@@ -106,6 +107,25 @@ class RunEraser(Protocol):
 
 def supports_run_erasure(runtime: object) -> TypeGuard[RunEraser]:
     return isinstance(runtime, RunEraser)
+
+
+@runtime_checkable
+class ErasedRunSweeper(Protocol):
+    """Optional: a `RunEraser` whose records of a run can outlive the run's `runs` row, where
+    nothing names them any more (`DbosRuntime`: its erasure of a thread's workflows failed
+    after the store's erasure committed, or a run began and ended in the erasure's window).
+    The sweep finds such records by the rows they lack and deletes them; the module runs it
+    after each thread erasure and in its periodic sweep."""
+
+    async def sweep_erased(self, *, since: datetime | None = None) -> int:
+        """One bounded pass: delete the records of ended runs that have no `runs` row; how many
+        were deleted. `since`: only those begun about then or later (a thread erasure's first
+        read), else all in turn. Never raises: a failure is logged, and a later pass retries."""
+        ...
+
+
+def supports_erased_run_sweep(runtime: object) -> TypeGuard[ErasedRunSweeper]:
+    return isinstance(runtime, ErasedRunSweeper)
 
 
 @runtime_checkable
