@@ -22,6 +22,7 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -45,6 +46,7 @@ from bounded_agents.core.ports import (
     Thread,
     supports_closing,
     supports_erased_pruning,
+    supports_erased_run_sweep,
     supports_keyed_runs,
     supports_pruning,
     supports_run_erasure,
@@ -189,12 +191,19 @@ class AgentModule:
         erasure was erased by a concurrent call: the outcome asked for, so no error."""
         owned = await self._owned(thread_id, actor_id, thread)
         async with self._holding(owned.id):
+            first_read = datetime.now(UTC)
             held = await self._runs_held_elsewhere(owned.id)
             await self.store.delete_thread(owned.id)
             await self._erase_runs(held)
             runtime = self.loop.runtime
             if held and supports_run_forgetting(runtime):
                 await runtime.forget_runs(held)
+            if supports_erased_run_sweep(runtime):
+                # A run begun after `held` was read and ended before the store's erasure was
+                # never live to refuse it, and its `runs` row is gone with the thread, so no
+                # second read finds it (as `_runs_ended_since` does for a message): its records
+                # began since the first read, with no row. A later sweep pays what this misses.
+                await runtime.sweep_erased(since=first_read)
 
     async def erase_message(
         self,
@@ -231,7 +240,8 @@ class AgentModule:
         """The thread's runs a runtime keeps records of outside the store (DBOS's workflows),
         read before the store's erasure deletes the `runs` rows that name them. The store erases
         every run's journal of the thread (`bounded_agents.store.erase`), so all of them go there
-        too; a run begun in between would be live, and the store refuses the erasure then."""
+        too; a run begun in between and still live makes the store refuse the erasure, and one
+        already ended is the runtime's sweep's (`ErasedRunSweeper`, in `erase_thread`)."""
         runtime = self.loop.runtime
         return await runtime.thread_run_ids(thread_id) if supports_run_erasure(runtime) else []
 
@@ -463,9 +473,17 @@ class AgentModule:
             log.info("forgot the ids of %d erased threads (retention ended)", pruned)
         return pruned
 
+    async def sweep_erased_runs(self) -> int:
+        """One bounded pass of the runtime's sweep for records of runs whose `runs` row is gone
+        (`ErasedRunSweeper`: DBOS's workflows an erasure owed and could not delete); how many
+        it deleted. The runtime logs its own failures; this never raises for one."""
+        runtime = self.loop.runtime
+        return await runtime.sweep_erased() if supports_erased_run_sweep(runtime) else 0
+
     async def _sweep_forever(self) -> None:
         """Resume runs whose lease expires while this process is up (another replica died),
-        prune finished runs' journals, and forget erased threads' ids past their retention."""
+        prune finished runs' journals, forget erased threads' ids past their retention, and
+        delete what a runtime keeps of erased threads' runs that an erasure could not."""
         while True:
             await asyncio.sleep(self.settings.sweep_seconds or self.settings.run_lease_seconds)
             try:
@@ -480,6 +498,7 @@ class AgentModule:
                 await self.prune_erased()
             except Exception:
                 log.exception("pruning erased threads' ids failed; retrying next period")
+            await self.sweep_erased_runs()
 
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI | None = None) -> AsyncIterator[None]:

@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -63,6 +64,7 @@ from bounded_agents.durable.dbos_setup import (
     destroy_dbos,
     launch_dbos,
 )
+from bounded_agents.durable.dbos_sweep import ErasedRunSweep, outside_workflow
 from bounded_agents.durable.journal import SqlJournal
 from bounded_agents.durable.journal_history import timeline_payloads
 from bounded_agents.errors import RunFailed, ThreadBusy
@@ -227,6 +229,9 @@ class DbosRuntime(SqlJournal):
         self._resumer: RunResumer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._launched = False
+        self._sweep = ErasedRunSweep(
+            engine, workflow_name=WORKFLOW_NAME, later_attempt=_LATER_ATTEMPT, forget=self._forget
+        )
 
     # --- SqlJournal, with DBOS checkpoints -----------------------------------------------------
 
@@ -312,7 +317,7 @@ class DbosRuntime(SqlJournal):
         ids = list(run_ids)
         for start in range(0, len(ids), FORGET_BATCH):
             batch = ids[start : start + FORGET_BATCH]
-            later = await _outside(
+            later = await outside_workflow(
                 functools.partial(
                     DBOS.list_workflows,
                     workflow_id_prefix=[f"{run_id}{_LATER_ATTEMPT}" for run_id in batch],
@@ -320,7 +325,7 @@ class DbosRuntime(SqlJournal):
                     load_output=False,
                 )
             )
-            await _outside(DBOS.delete_workflows, [*batch, *(w.workflow_id for w in later)])
+            await outside_workflow(DBOS.delete_workflows, [*batch, *(w.workflow_id for w in later)])
 
     # --- RunEraser -----------------------------------------------------------------------------
 
@@ -335,6 +340,12 @@ class DbosRuntime(SqlJournal):
         outputs (the selections, model answers and tool results the message may be in)."""
         if run_ids:
             await self._forget(run_ids)
+
+    async def sweep_erased(self, *, since: datetime | None = None) -> int:
+        """`ErasedRunSweeper`: delete the ended workflows whose run has no `runs` row any more
+        (an erased thread's, whose DBOS deletion failed or whose run raced the erasure), in one
+        bounded pass; how many. Never raises (`bounded_agents.durable.dbos_sweep`)."""
+        return await self._sweep.sweep(since)
 
     # --- RunExecutor ---------------------------------------------------------------------------
 
@@ -415,7 +426,9 @@ class DbosRuntime(SqlJournal):
 
     async def _attempts(self, run_id: str) -> int:
         number = 0
-        while await _outside(DBOS.get_workflow_status, attempt_workflow_id(run_id, number + 1)):
+        while await outside_workflow(
+            DBOS.get_workflow_status, attempt_workflow_id(run_id, number + 1)
+        ):
             number += 1
         return number
 
@@ -426,18 +439,20 @@ class DbosRuntime(SqlJournal):
         number = 1
         while True:
             workflow_id = attempt_workflow_id(run_id, number)
-            status = await _outside(DBOS.get_workflow_status, workflow_id)
+            status = await outside_workflow(DBOS.get_workflow_status, workflow_id)
             if status is None:
                 return number
             if status.status in ("PENDING", "ENQUEUED"):
-                await _outside(DBOS.cancel_workflow, workflow_id)
+                await outside_workflow(DBOS.cancel_workflow, workflow_id)
             number += 1
 
     async def _carried(self, run_id: str, attempt: int) -> list[_Step]:
         """The successful checkpoints of attempts 1..attempt-1, in order."""
         carried: list[_Step] = []
         for number in range(1, attempt):
-            steps = await _outside(DBOS.list_workflow_steps, attempt_workflow_id(run_id, number))
+            steps = await outside_workflow(
+                DBOS.list_workflow_steps, attempt_workflow_id(run_id, number)
+            )
             for step in steps:
                 name = step["function_name"]
                 if step["error"] is not None:
@@ -458,7 +473,9 @@ class DbosRuntime(SqlJournal):
         application_version: str | None = None,
     ) -> None:
         """Launch DBOS for this process (unless something launched it already) and take its
-        recoveries: they run on the event loop this is called on."""
+        recoveries: they run on the event loop this is called on. Then one pass of the sweep
+        for erased runs' workflows: what an erasure owed DBOS when this process (or DBOS's
+        system database) went down is paid at the restart, not left for good."""
         global _ACTIVE
         self._loop = asyncio.get_running_loop()
         _ACTIVE = self
@@ -468,6 +485,7 @@ class DbosRuntime(SqlJournal):
             application_version=application_version,
         )
         self._launched = await asyncio.to_thread(launch_dbos, config)
+        await self.sweep_erased()
 
     async def shutdown(self) -> None:
         """Destroy DBOS if `launch` launched it (not one a test session launched)."""
@@ -481,12 +499,6 @@ class DbosRuntime(SqlJournal):
 
 def _ids(recovery: _Recovery) -> tuple[str, int]:
     return recovery.run_id, recovery.attempt
-
-
-async def _outside(fn: Callable[..., _T], *args: Any) -> _T:
-    """A DBOS call made as from outside any workflow (DBOS records such calls as steps of the
-    calling workflow): on a worker thread, in an empty context."""
-    return await asyncio.to_thread(contextvars.Context().run, fn, *args)
 
 
 __all__ = [
