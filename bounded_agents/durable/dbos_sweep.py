@@ -59,6 +59,10 @@ refuses an expression deeper than 1,000: see `FORGET_BATCH` of `dbos_runtime`)."
 SWEEP_PAGES = 50
 """Pages one pass reads at most, so a pass stays short however many workflows DBOS keeps; the
 next pass goes on from where this one stopped."""
+SINCE_PAGES = 5
+"""Pages the sweep after an erasure reads at most, newest first: it runs in the erasure's
+request, and a run that raced the erasure is among the newest workflows; on a deployment busy
+enough to start more than `SINCE_PAGES * SWEEP_PAGE` in the window, a periodic pass finds it."""
 SINCE_MARGIN = timedelta(seconds=60)
 """How far before an erasure's first read its sweep looks: a workflow's start is dated by the
 clock of the process that started it, and another process's clock may be behind this one's."""
@@ -99,7 +103,8 @@ class ErasedRunSweep:
             if since is None:
                 self._resume_at = await self._pass(self._resume_at, tally)
             else:
-                await self._pass(_epoch_ms(since - SINCE_MARGIN), tally)
+                start = _epoch_ms(since - SINCE_MARGIN)
+                await self._pass(start, tally, newest_first=True, pages=SINCE_PAGES)
         except Exception as exc:
             log.warning(
                 "DBOS: the sweep for erased runs' workflows failed after deleting %d "
@@ -113,9 +118,17 @@ class ErasedRunSweep:
             log.info("DBOS: deleted %d workflows of runs erased with their thread", tally.deleted)
         return tally.deleted
 
-    async def _pass(self, start_ms: int | None, tally: _Tally) -> int | None:
-        """Up to `SWEEP_PAGES` pages, oldest first from `start_ms`. Where the next pass starts:
-        None when this one reached the newest workflow.
+    async def _pass(
+        self,
+        start_ms: int | None,
+        tally: _Tally,
+        *,
+        newest_first: bool = False,
+        pages: int = SWEEP_PAGES,
+    ) -> int | None:
+        """Up to `pages` pages of the workflows begun at `start_ms` or later, oldest first
+        unless `newest_first`. Where the next pass starts (oldest first): None when this one
+        reached the end.
 
         Pages by offset, less what each page deleted, so a deletion shifts no workflow past
         the next page. A workflow deleted meanwhile by someone else can still shift one past
@@ -124,7 +137,7 @@ class ErasedRunSweep:
         start = _iso(start_ms) if start_ms is not None else None
         offset = 0
         last = start_ms
-        for _ in range(SWEEP_PAGES):
+        for _ in range(pages):
             page = await outside_workflow(
                 functools.partial(
                     DBOS.list_workflows,
@@ -132,7 +145,7 @@ class ErasedRunSweep:
                     start_time=start,
                     limit=SWEEP_PAGE,
                     offset=offset,
-                    sort_desc=False,
+                    sort_desc=newest_first,
                     load_input=False,
                     load_output=False,
                 )
@@ -203,6 +216,7 @@ def _iso(epoch_ms: int) -> str:
 __all__ = [
     "LIVE",
     "SINCE_MARGIN",
+    "SINCE_PAGES",
     "SWEEP_PAGE",
     "SWEEP_PAGES",
     "ErasedRunSweep",

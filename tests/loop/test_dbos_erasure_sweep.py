@@ -30,6 +30,7 @@ from tests.http.erasure import marker_hits
 
 dbos = pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
+from bounded_agents.durable import dbos_sweep  # noqa: E402
 from tests.loop.test_dbos_erasure import _module, _system_hits  # noqa: E402
 
 DBOS = dbos.DBOS
@@ -117,16 +118,24 @@ async def test_a_dbos_deletion_an_erasure_owed_is_made_by_a_later_sweep(
     assert _system_hits(dbos_launched, marker) == []
 
 
+@pytest.mark.parametrize("busy", [False, True])
 async def test_a_run_that_ended_as_a_thread_erasure_began_is_erased_from_dbos_too(
-    sql_store: SqlAgentStore, dbos_launched: Path
+    sql_store: SqlAgentStore, dbos_launched: Path, monkeypatch: pytest.MonkeyPatch, busy: bool
 ) -> None:
     """Another process's turn begins after the erasure read the thread's run ids and ends
     before the store's erasure takes the thread: never live (nothing refused the erasure),
     never read (its workflow was not in the ids to delete), its `runs` row deleted with the
-    thread. Its `load:thread` checkpoint holds the thread's messages."""
+    thread. Its `load:thread` checkpoint holds the thread's messages. `busy`: more workflows
+    began in the window than the erasure's sweep reads (pages of 2, one page): it reads the
+    newest first, and the raced run's is the newest."""
     module = _module(sql_store)
     runtime: Any = module.persistence.journal
     marker = f"MARK{uuid.uuid4().hex}"
+    if busy:
+        monkeypatch.setattr(dbos_sweep, "SWEEP_PAGE", 2)
+        monkeypatch.setattr(dbos_sweep, "SINCE_PAGES", 1)
+        await _thread_of_two_runs(module, "busy")
+        await _thread_of_two_runs(module, "busier")
     thread = await module.create_thread("helper", actor_id="alice")
     await module.run_turn(
         agent="helper", thread_id=thread.id, actor_id="alice", content=f"my secret is {marker}"
@@ -155,13 +164,16 @@ async def test_a_run_that_ended_as_a_thread_erasure_began_is_erased_from_dbos_to
     assert await marker_hits(sql_store, marker) == []
 
 
+@pytest.mark.parametrize("page", [dbos_sweep.SWEEP_PAGE, 1])
 async def test_the_sweep_deletes_nothing_but_workflows_of_runs_that_are_gone(
-    sql_store: SqlAgentStore, dbos_launched: Path
+    sql_store: SqlAgentStore, dbos_launched: Path, monkeypatch: pytest.MonkeyPatch, page: int
 ) -> None:
     """Another thread's workflows stay, a pruned run keeps its `runs` row (its workflows went
-    with its journal), and a workflow of another name, under an id no run has, stays too."""
+    with its journal), and a workflow of another name, under an id no run has, stays too.
+    `page` 1: a workflow per page, so a pass pages past its own deletions."""
     module = _module(sql_store)
     runtime = await _runtime_swept(module)
+    monkeypatch.setattr(dbos_sweep, "SWEEP_PAGE", page)
     kept, kept_runs = await _thread_of_two_runs(module, "kept")
     assert await runtime.prune_steps(0.0, 1) == 1  # the oldest completed run: kept's first
     erased, erased_runs = await _thread_of_two_runs(module, f"MARK{uuid.uuid4().hex}")
