@@ -130,9 +130,9 @@ def context_actor(wrapper: RunContextWrapper[Any] | None) -> str | None:
 class BoundedSession:
     """A `Session` over `store` (a `SqlAgentStore`): one line hands the runner our store.
 
-    `session_id` names the thread (see `thread_id_for`); `actor_id` owns it (another actor's
-    thread of the same id is refused as not found), unless the run's context names its own
-    (`context={"actor_id": ...}` or an object with an `actor_id`), which the runner hands
+    `session_id` names the thread with `actor_id`, who owns it (`thread_id_for`: another actor
+    naming the same session has a thread of its own), unless the run's context names its own
+    actor (`context={"actor_id": ...}` or an object with an `actor_id`), which the runner hands
     every call; `keep_runs` is the bound `get_items()`
     reads; `summarizer` is what `run_compaction` folds with, every `fold_items` items past the
     kept runs (or at once with `force`).

@@ -80,10 +80,10 @@ DEFAULT_FOLD_ITEMS = 200
 """Unsummarized items past the kept runs that make `compact_if_due` fold."""
 
 THREAD_ID_CHARS = 36
-"""The store's thread ids are at most 36 characters (a UUID); a longer session id is mapped to
-a UUID5 of itself, the same one every time."""
+"""The store's thread ids are at most 36 characters (a UUID)."""
 
 _NAMESPACE = uuid.UUID("5b0d4a8e-3f0c-4c52-9a45-7d1c2b8e6f10")
+_OWNED_NAMESPACE = uuid.UUID("9c1e6f3a-2b7d-4e85-a0c4-6d2f8b1e5a37")
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,26 @@ class FoldOutcome:
     folds what is left)."""
 
 
-def thread_id_for(session_id: str) -> str:
-    """The store's thread id for a framework's session or conversation id."""
+def thread_id_for(session_id: str, *, actor_id: str, agent: str) -> str:
+    """The store's thread id for a framework's session or conversation id, of one actor and
+    one adapter (`agent`): a UUID5 of the three, so two actors (or two adapters) naming the
+    same session have two threads, and no session id names another's.
+
+    A thread id was the session id itself before (`legacy_thread_id_for`), so a session id was
+    one namespace for every actor: the first to use one owned it, the next was refused, and
+    the owner check (one read) and the read, write or erasure after it were two statements.
+    Found by attack: after a session was cleared, another actor starting the same id between
+    the two had his items read, popped or cleared by the first (2 of 1,374 reads with no hook
+    at all), or got hers appended to his thread."""
+    if not session_id:
+        raise InvalidInput("a session id may not be empty")
+    return str(uuid.uuid5(_OWNED_NAMESPACE, "\x1f".join((agent, actor_id, session_id))))
+
+
+def legacy_thread_id_for(session_id: str) -> str:
+    """The thread id a session had before ids named their actor: the session id itself, or a
+    UUID5 of a longer one. A session stored then is still read there (`ThreadHistory`), by its
+    own actor and adapter only; no new thread is made under such an id."""
     if not session_id:
         raise InvalidInput("a session id may not be empty")
     if len(session_id) <= THREAD_ID_CHARS and session_id.isprintable():
@@ -214,11 +232,15 @@ class ThreadHistory:
     agent: str = "integration"
     keep_runs: int = DEFAULT_KEEP_RUNS
     thread_id: str = field(init=False)
+    """The session's thread: `thread_id_for`'s, or its legacy id while a session stored before
+    this release is found there (`_resolve`, on every call)."""
 
     def __post_init__(self) -> None:
         if self.keep_runs < 1:
             raise ConfigError(f"keep_runs must be at least 1, got {self.keep_runs!r}")
-        self.thread_id = thread_id_for(self.session_id)
+        self._own_id = thread_id_for(self.session_id, actor_id=self.actor_id, agent=self.agent)
+        self._legacy_id = legacy_thread_id_for(self.session_id)
+        self.thread_id = self._own_id
         missing = [
             name
             for name, probe in (
@@ -268,22 +290,34 @@ class ThreadHistory:
         assert supports_thread_info(self.store)
         return self.store
 
+    async def _resolve(self) -> Thread | None:
+        """The session's thread, its id in `thread_id`: the one `thread_id_for` names (one
+        primary-key read), else, when there is none, the thread this session was stored in
+        before ids named their actor, if it is this actor's and this adapter's (one more read;
+        no new thread is made there). Asked on every call, never cached: a legacy thread
+        cleared since is left for the session's own id."""
+        thread = await self._info.get_thread_info(self._own_id)
+        if thread is None and self._legacy_id != self._own_id:
+            legacy = await self._info.get_thread_info(self._legacy_id)
+            if legacy is not None and self._mine(legacy):
+                self.thread_id = self._legacy_id
+                return legacy
+        self.thread_id = self._own_id
+        return thread
+
     async def check_owner(self) -> None:
-        """Refuse, as not found, a thread another actor owns or another agent's (another
-        adapter's items, which this one cannot parse): before EVERY read and erasure, one
-        primary-key read. Not once per object: a long-lived object's thread may have been
-        erased and made again by another actor since it last looked (found by attack: a cached
-        object read, and appended to, the other actor's thread). A thread not created yet is
-        nobody's: reads find it empty."""
-        thread = await self._info.get_thread_info(self.thread_id)
+        """Refuse, as not found, a thread that is not this actor's and this adapter's: before
+        EVERY read and erasure (`_resolve`). Its id names both, so no other actor's session
+        can hold it; the check stays for a thread made under that id by other means. A
+        thread not created yet is nobody's: reads find it empty."""
+        thread = await self._resolve()
         if thread is not None and not self._mine(thread):
             raise ThreadNotFound(self.thread_id)
 
     async def ensure_thread(self) -> None:
-        """Before every write: the thread checked as `check_owner` does (one primary-key read),
-        and created when there is none yet; another actor's or another agent's is refused (as
-        not found), also when another created it first."""
-        thread = await self._info.get_thread_info(self.thread_id)
+        """Before every write: the thread resolved and checked as `check_owner` does, and
+        created (under `thread_id_for`'s id) when there is none yet."""
+        thread = await self._resolve()
         if thread is None:
             thread = await self._creator.create_named_thread(
                 self.thread_id, actor_id=self.actor_id, agent=self.agent
@@ -587,6 +621,7 @@ __all__ = [
     "for_summary",
     "item_json",
     "label",
+    "legacy_thread_id_for",
     "stored_message",
     "thread_id_for",
     "verbatim",

@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
 )
 
 from bounded_agents.errors import ThreadNotFound
+from bounded_agents.integrations import Projection
 from bounded_agents.integrations.openai_agents import BoundedSession
 from bounded_agents.integrations.pydantic_ai import BoundedMessageStore
 from bounded_agents.store import SqlAgentStore
@@ -116,54 +117,98 @@ async def test_a_long_lived_agents_sdk_session_never_reads_another_actors_thread
 
 
 @pytest.mark.parametrize("first", ["agents", "pydantic"])
-async def test_a_second_adapter_on_the_same_id_is_refused_and_the_first_keeps_its_thread(
+async def test_two_adapters_on_the_same_session_id_keep_a_thread_each(
     sql_store: SqlAgentStore, first: str
 ) -> None:
     """An app keyed by the user's id ("user-42") uses the Agents SDK for one agent and
     Pydantic AI for another. Found by attack: both wrote into one thread, and Pydantic AI's
-    `load` then failed on the SDK's items. The thread is its first adapter's (its agent): the
-    other's reads and writes are refused as not found, and the first reads its own items."""
+    `load` then failed on the SDK's items; then the second adapter was refused as not found.
+    A thread id now names its adapter: each has its own thread, and reads its own items."""
     session = BoundedSession("user-42", sql_store)
     history = BoundedMessageStore(sql_store)
     run = [
         ModelRequest(parts=[UserPromptPart("pydantic question")]),
         ModelResponse(parts=[TextPart("pydantic answer")]),
     ]
-    if first == "agents":
-        await session.add_items([{"role": "user", "content": "sdk question"}])
-        with pytest.raises(ThreadNotFound):
-            await history.save(run, conversation_id="user-42")
-        with pytest.raises(ThreadNotFound):
-            await history.load("user-42")
-        assert await session.get_items() == [{"role": "user", "content": "sdk question"}]
-    else:
-        await history.save(run, conversation_id="user-42")
-        with pytest.raises(ThreadNotFound):
-            await session.add_items([{"role": "user", "content": "sdk question"}])
-        with pytest.raises(ThreadNotFound):
-            await session.get_items()
-        assert _texts(await history.load("user-42")) == ["pydantic question", "pydantic answer"]
+    writes = [
+        session.add_items([{"role": "user", "content": "sdk question"}]),
+        history.save(run, conversation_id="user-42"),
+    ]
+    for write in writes if first == "agents" else writes[::-1]:
+        await write
+
+    assert await session.get_items() == [{"role": "user", "content": "sdk question"}]
+    assert _texts(await history.load("user-42")) == ["pydantic question", "pydantic answer"]
+    assert session.history.thread_id != history.thread("user-42").thread_id
 
 
-async def test_two_actors_starting_one_session_id_at_once_leave_it_to_one(
+async def test_two_actors_writing_one_session_id_at_once_each_keep_every_item_of_their_own(
     sql_store: SqlAgentStore,
 ) -> None:
-    """Attack on the per-call check: two actors' sessions of one id write at once, before the
-    thread exists. The store's insert decides the race; the loser's writes are all refused
-    (`ThreadNotFound`) and none of its items lands in the winner's thread."""
+    """Two actors' sessions of one id write at once, before either thread exists. Each has a
+    thread of its own (the id names the actor): no write is refused, none lands in the other's.
+    Before, the first to create the id owned it and the other's every write was refused."""
     sessions = {
         actor: BoundedSession("race", sql_store, actor_id=actor) for actor in ("alice", "bob")
     }
     writes = [
-        (actor, sessions[actor].add_items([{"role": "user", "content": f"{actor} {n}"}]))
+        sessions[actor].add_items([{"role": "user", "content": f"{actor} {n}"}])
         for n in range(5)
         for actor in sessions
     ]
-    outcomes = await asyncio.gather(*(w for _, w in writes), return_exceptions=True)
+    assert await asyncio.gather(*writes) == [None] * 10
+    for actor, session in sessions.items():
+        items = await session.get_items()
+        assert sorted(str(i["content"]) for i in items) == sorted(f"{actor} {n}" for n in range(5))
 
-    refused = {actor for (actor, _), o in zip(writes, outcomes, strict=True) if o is not None}
-    assert all(isinstance(o, ThreadNotFound) for o in outcomes if o is not None), outcomes
-    assert len(refused) == 1, refused  # one actor lost every write, the other none
-    [winner] = set(sessions) - refused
-    items = await sessions[winner].get_items()
-    assert sorted(str(i["content"]) for i in items) == sorted(f"{winner} {n}" for n in range(5))
+
+async def test_one_actor_clearing_or_popping_a_session_id_never_touches_anothers(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: the owner check and the read, pop or clear after it were two
+    statements, so another actor who started the same session id between them had his items
+    read, popped or his thread cleared. The two actors' threads now have different ids."""
+    alice = BoundedSession("support", sql_store, actor_id="alice")
+    bob = BoundedSession("support", sql_store, actor_id="bob")
+    await bob.add_items(
+        [{"role": "user", "content": "bob 1"}, {"role": "user", "content": "bob 2"}]
+    )
+    await alice.add_items([{"role": "user", "content": "alice 1"}])
+
+    assert await alice.pop_item() == {"role": "user", "content": "alice 1"}
+    assert await alice.pop_item() is None
+    await alice.clear_session()
+
+    assert [i["content"] for i in await bob.get_items()] == ["bob 1", "bob 2"]
+
+
+async def test_a_session_stored_before_ids_named_their_actor_is_still_its_owners_alone(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A session stored by the previous release is at its legacy id (the session id itself):
+    its actor and adapter read it, write to it and clear it there; another actor naming the
+    same session gets a thread of his own and never sees it; once cleared, the session
+    starts again under its own id."""
+    from bounded_agents.integrations.thread import item_json, stored_message
+
+    legacy = await sql_store.create_named_thread("support", actor_id="alice", agent="openai-agents")
+    old = {"role": "user", "content": "alice's old question"}
+    text = item_json(old, label="item 0")
+    await sql_store.append_messages(legacy.id, [stored_message(Projection("user", "q"), text)])
+
+    alice = BoundedSession("support", sql_store, actor_id="alice")
+    bob = BoundedSession("support", sql_store, actor_id="bob")
+    assert await alice.get_items() == [old]
+    assert await bob.get_items() == []
+    await alice.add_items([{"role": "user", "content": "alice again"}])
+    assert alice.history.thread_id == "support"
+    assert [i["content"] for i in await alice.get_items()] == [
+        "alice's old question",
+        "alice again",
+    ]
+
+    await alice.clear_session()
+    await alice.add_items([{"role": "user", "content": "fresh"}])
+    assert alice.history.thread_id != "support"
+    assert await sql_store.get_thread_info("support") is None
+    assert await alice.get_items() == [{"role": "user", "content": "fresh"}]

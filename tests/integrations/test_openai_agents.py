@@ -21,7 +21,8 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from bounded_agents.errors import InvalidInput, ThreadNotFound
+from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations import thread_id_for
 from bounded_agents.integrations.openai_agents import BoundedSession
 from bounded_agents.store import SqlAgentStore
 from tests.conftest import emptied_store
@@ -295,16 +296,17 @@ async def test_two_processes_adding_to_one_session_lose_nothing_and_keep_each_ba
             assert order == list(range(25))
 
 
-async def test_another_actors_session_of_the_same_id_is_not_found(sql_store: SqlAgentStore) -> None:
+async def test_another_actors_session_of_the_same_id_is_a_thread_of_its_own(
+    sql_store: SqlAgentStore,
+) -> None:
     alice = BoundedSession("shared-id", sql_store, actor_id="alice")
     await alice.add_items(run_items(0, "MARKALICE"))
     bob = BoundedSession("shared-id", sql_store, actor_id="bob")
-    calls = (bob.get_items, lambda: bob.get_items(5), bob.pop_item, bob.clear_session)
-    for call in calls:
-        with pytest.raises(ThreadNotFound):
-            await call()
-    with pytest.raises(ThreadNotFound):
-        await bob.add_items(run_items(1))
+    assert await bob.get_items() == [] and await bob.get_items(5) == []
+    assert await bob.pop_item() is None
+    await bob.clear_session()
+    await bob.add_items(run_items(1))
+    assert not any("MARKALICE" in str(item) for item in await bob.get_items())
     assert len(await alice.get_items()) == 4
 
 
@@ -314,13 +316,15 @@ async def test_the_runs_context_names_the_actor(sql_store: SqlAgentStore) -> Non
     await Runner.run(
         agent, "hi", session=session, context={"actor_id": "alice"}, run_config=NO_TRACING
     )
-    info = await sql_store.get_thread_info("ctx-thread")
+    alices = thread_id_for("ctx-thread", actor_id="alice", agent=session.history.agent)
+    info = await sql_store.get_thread_info(alices)
     assert info is not None and info.actor_id == "alice"
-    with pytest.raises(ThreadNotFound):
-        await Runner.run(
-            agent, "me too", session=session, context={"actor_id": "bob"}, run_config=NO_TRACING
-        )
+    await Runner.run(
+        agent, "me too", session=session, context={"actor_id": "bob"}, run_config=NO_TRACING
+    )
     assert len(await BoundedSession("ctx-thread", sql_store, actor_id="alice").get_items()) == 4
+    bobs = await BoundedSession("ctx-thread", sql_store, actor_id="bob").get_items()
+    assert len(bobs) == 4 and "hi" not in [i.get("content") for i in bobs]
 
 
 async def test_nul_and_lone_surrogates_round_trip_verbatim(sql_store: SqlAgentStore) -> None:

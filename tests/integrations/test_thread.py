@@ -6,6 +6,7 @@ import pytest
 
 from bounded_agents.errors import ConfigError, InvalidInput
 from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
+from bounded_agents.integrations.thread import legacy_thread_id_for
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import summary_rows
 from tests.integrations.helpers import NotesSummarizer
@@ -20,13 +21,24 @@ def run(n: int, size: int) -> list[tuple[Projection, str]]:
     ]
 
 
-def test_session_ids_map_to_thread_ids_the_store_can_hold() -> None:
-    assert thread_id_for("user-42") == "user-42"
-    long = "x" * 37
-    assert thread_id_for(long) == thread_id_for(long) and len(thread_id_for(long)) == 36
-    assert thread_id_for("tab\there") != "tab\there"
+def test_session_ids_map_to_thread_ids_the_store_can_hold_one_per_actor_and_adapter() -> None:
+    ids = {
+        thread_id_for(session, actor_id=actor, agent=agent)
+        for session in ("user-42", "x" * 37, "tab\there")
+        for actor in ("alice", "bob")
+        for agent in ("openai-agents", "pydantic-ai")
+    }
+    assert len(ids) == 12 and all(len(i) == 36 for i in ids)
+    assert thread_id_for("s", actor_id="a", agent="g") == thread_id_for(
+        "s", actor_id="a", agent="g"
+    )
+    # A session id that is itself a thread id names no other session's thread.
+    made = thread_id_for("s", actor_id="a", agent="g")
+    assert thread_id_for(made, actor_id="a", agent="g") != made
+    assert legacy_thread_id_for("user-42") == "user-42"
+    assert len(legacy_thread_id_for("x" * 37)) == 36
     with pytest.raises(InvalidInput, match="may not be empty"):
-        thread_id_for("")
+        thread_id_for("", actor_id="a", agent="g")
 
 
 def test_a_store_without_the_powers_is_refused_naming_what_it_lacks() -> None:
