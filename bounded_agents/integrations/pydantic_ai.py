@@ -41,7 +41,6 @@ from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
-    THREAD_ID_CHARS,
     BoundedView,
     Entry,
     FoldOutcome,
@@ -248,12 +247,16 @@ class BoundedMessageStore:
 
 
 def _run_key(messages: Sequence[ModelMessage], texts: Sequence[str]) -> str:
-    """The batch's idempotency key: Pydantic AI's run id when it fits the store's column,
-    else a UUID5 of it (or, with none, of the batch's own JSON)."""
+    """The batch's idempotency key: a UUID5 of Pydantic AI's run id and the batch's first
+    message (or, with no run id, of the batch's own JSON). The same batch saved again is
+    stored once, and so is the whole run saved after its parts (it starts as its first part
+    did). Keyed by the run id alone, a run saved in parts (after each node of `agent.iter`,
+    so a crash loses nothing) lost every part after the second that began with a message of
+    the same role, silently (found by attack: its tool return and answer were never stored,
+    and `load` ended on a tool call with no return)."""
     run_id = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
-    if run_id is not None and len(run_id) <= THREAD_ID_CHARS:
-        return run_id
-    return str(uuid.uuid5(_NAMESPACE, run_id or json.dumps(list(texts))))
+    basis = f"{run_id}\x1f{texts[0]}" if run_id else json.dumps(list(texts))
+    return str(uuid.uuid5(_NAMESPACE, basis))
 
 
 def history_processor(

@@ -187,3 +187,42 @@ async def test_pydantic_ai_agents_system_prompt_is_still_sent_once_its_first_run
             if isinstance(p, SystemPromptPart)
         ]
         assert "You are Bob. Always answer in French." in sent, (question, sent)
+
+
+async def test_a_run_saved_in_parts_keeps_every_part_and_a_second_save_stores_nothing(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Saved after each node of `agent.iter` (so a crash loses nothing): found by attack, the
+    parts after the second that began with a message of the same role were dropped, silently
+    (save returned 0): the tool return and the answer were lost."""
+
+    def two_rounds(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+        if returns >= 2:
+            return ModelResponse(parts=[TextPart("sunny in both")])
+        city = ["Paris", "Lyon"][returns]
+        return ModelResponse(parts=[ToolCallPart("weather", {"city": city})])
+
+    agent: Agent[None, str] = Agent(FunctionModel(two_rounds), instructions="You help.")
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    history = BoundedMessageStore(sql_store)
+    saved: list[int] = []
+    async with agent.iter("Weather in Paris and Lyon?") as run:
+        done = 0
+        async for _node in run:
+            new = run.new_messages()
+            if len(new) > done:
+                saved.append(await history.save(new[done:], conversation_id="parts"))
+                done = len(new)
+    whole = run.new_messages()
+
+    assert sum(saved) == len(whole) == 6 and 0 not in saved
+    loaded = await history.load("parts")
+    assert [m.kind for m in loaded] == [m.kind for m in whole] and calls_paired(loaded)
+    assert await history.save(whole, conversation_id="parts") == 0  # the whole run again
+    assert await history.save(whole[2:4], conversation_id="parts") == 0  # a part again
+    assert len(await history.load("parts")) == 6
