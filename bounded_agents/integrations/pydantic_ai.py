@@ -223,12 +223,27 @@ class BoundedMessageStore:
         if cid is None:
             raise InvalidInput("save needs a conversation_id: the messages carry none")
         batch = [(_projected(m, i), _dumped(m, i)) for i, m in enumerate(new_messages)]
-        run_id = _run_key(new_messages, [text for _, text in batch])
+        messages = list(new_messages)
         thread = self.thread(cid)
-        stored = await thread.append(batch, run_id=run_id)
+        stored = 0
+        while batch:
+            key = _run_key(messages, [text for _, text in batch])
+            added = await thread.append(batch, run_id=key)
+            if added:
+                stored += len(added)
+                break
+            # A batch that starts as a stored one did (a retried part, a part retried with
+            # the next, the whole run after its parts): the rest of it after what is stored.
+            known = await thread.stored_texts(key, len(batch))
+            same = 0
+            while same < min(len(known), len(batch)) and known[same] == batch[same][1]:
+                same += 1
+            if same == 0:
+                break  # the key's batch is no longer there to compare with: nothing is added
+            batch, messages = batch[same:], messages[same:]
         if compact and self.summarizer is not None:
             await thread.compact_if_due(self.summarizer, fold_items=self.fold_items)
-        return len(stored)
+        return stored
 
     async def compact(self, conversation_id: str) -> FoldOutcome | None:
         """Fold every unsummarized run older than the kept ones into the summary now."""
@@ -248,12 +263,13 @@ class BoundedMessageStore:
 
 def _run_key(messages: Sequence[ModelMessage], texts: Sequence[str]) -> str:
     """The batch's idempotency key: a UUID5 of Pydantic AI's run id and the batch's first
-    message (or, with no run id, of the batch's own JSON). The same batch saved again is
-    stored once, and so is the whole run saved after its parts (it starts as its first part
-    did). Keyed by the run id alone, a run saved in parts (after each node of `agent.iter`,
-    so a crash loses nothing) lost every part after the second that began with a message of
-    the same role, silently (found by attack: its tool return and answer were never stored,
-    and `load` ended on a tool call with no return)."""
+    message (or, with no run id, of the batch's own JSON). A batch that meets a stored one of
+    its key stores only what follows what they share (`BoundedMessageStore.save`), so a part
+    saved again, a part retried with the next, and the whole run saved after its parts each
+    store every message once. Keyed by the run id alone, a run saved in parts (after each
+    node of `agent.iter`, so a crash loses nothing) lost every part after the second that
+    began with a message of the same role, silently (found by attack: its tool return and
+    answer were never stored, and `load` ended on a tool call with no return)."""
     run_id = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
     basis = f"{run_id}\x1f{texts[0]}" if run_id else json.dumps(list(texts))
     return str(uuid.uuid5(_NAMESPACE, basis))

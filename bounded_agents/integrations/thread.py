@@ -151,7 +151,10 @@ def thread_id_for(session_id: str, *, actor_id: str, agent: str) -> str:
     at all), or got hers appended to his thread."""
     if not session_id:
         raise InvalidInput("a session id may not be empty")
-    return str(uuid.uuid5(_OWNED_NAMESPACE, "\x1f".join((agent, actor_id, session_id))))
+    # JSON, not a separator: a separator inside one part would make two triples one id (a
+    # review found "s\x1fchat" of alice and "chat" of "alice\x1fs" naming one thread).
+    named = json.dumps([agent, actor_id, session_id], ensure_ascii=True)
+    return str(uuid.uuid5(_OWNED_NAMESPACE, named))
 
 
 def legacy_thread_id_for(session_id: str) -> str:
@@ -203,6 +206,14 @@ def verbatim(message: Message) -> Any:
     for attachment in message.attachments:
         if attachment.media_type == ITEM_MEDIA_TYPE and attachment.data is not None:
             return json.loads(attachment.data)
+    return None
+
+
+def _item_text(message: Message) -> str | None:
+    """The JSON text of the item an adapter stored in `message`, as stored; None for none."""
+    for attachment in message.attachments:
+        if attachment.media_type == ITEM_MEDIA_TYPE:
+            return attachment.data
     return None
 
 
@@ -359,6 +370,19 @@ class ThreadHistory:
         except DuplicateMessage:
             return []
         return [m.seq or 0 for m in stored]
+
+    async def stored_texts(self, run_id: str, limit: int) -> list[str | None]:
+        """The JSON texts of the items stored from the one an `append` keyed `run_id` on, up
+        to `limit`, in seq order (None for a row no adapter wrote): what a batch that met a
+        stored one of its key (`append` returned []) compares itself with, to store only what
+        it adds. Two reads: the keyed item, then the rows from it."""
+        await self.check_owner()
+        keyed = await self.store.run_messages(self.thread_id, run_id)
+        if not keyed:
+            return []
+        start = (keyed[0].seq or 1) - 1
+        rows = await self._summaries.messages_after(self.thread_id, start, limit)
+        return [_item_text(m) for m in rows]
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -226,3 +226,14 @@ async def test_a_run_saved_in_parts_keeps_every_part_and_a_second_save_stores_no
     assert await history.save(whole, conversation_id="parts") == 0  # the whole run again
     assert await history.save(whole[2:4], conversation_id="parts") == 0  # a part again
     assert len(await history.load("parts")) == 6
+
+    # Found by review: a batch that starts as a stored one and goes on (a part whose save
+    # committed but whose reply was lost, retried with the next; or the whole run after only
+    # some parts) lost what it added. It stores exactly what it adds.
+    other = BoundedMessageStore(sql_store)
+    assert await other.save(whole[:2], conversation_id="retried") == 2
+    assert await other.save(whole[:4], conversation_id="retried") == 2  # retried with the next
+    assert await other.save(whole, conversation_id="retried") == 2  # the whole run after parts
+    assert await other.save(whole, conversation_id="retried") == 0
+    again = await other.load("retried")
+    assert [m.kind for m in again] == [m.kind for m in whole] and calls_paired(again)

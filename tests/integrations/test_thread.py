@@ -32,6 +32,10 @@ def test_session_ids_map_to_thread_ids_the_store_can_hold_one_per_actor_and_adap
     assert thread_id_for("s", actor_id="a", agent="g") == thread_id_for(
         "s", actor_id="a", agent="g"
     )
+    # A part holding what could separate parts makes no other triple's id (found by review).
+    assert thread_id_for("s\x1fchat", actor_id="alice", agent="g") != thread_id_for(
+        "chat", actor_id="alice\x1fs", agent="g"
+    )
     # A session id that is itself a thread id names no other session's thread.
     made = thread_id_for("s", actor_id="a", agent="g")
     assert thread_id_for(made, actor_id="a", agent="g") != made
