@@ -26,9 +26,10 @@ It runs after every thread erasure, over the workflows begun since that erasure'
 (a window of seconds: the second case), and at launch and in the module's periodic sweep over
 all of them, a bounded pass at a time (the first case, and any second one the window missed).
 
-It assumes DBOS's system database serves this app database alone (the default: the system
-tables are in the app's database). Two deployments on different app databases sharing one
-system database would each take the other's workflows for orphans.
+DBOS lists only the workflows of this application's name, so the sweep assumes no other
+deployment of that name, on another app database, shares the system database (the default
+keeps the system tables in the app's database): one that did would take the other's ended
+workflows for orphans. Workflows recorded under another application name are never looked at.
 """
 
 from __future__ import annotations

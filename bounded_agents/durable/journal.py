@@ -433,7 +433,9 @@ class SqlJournal(JournalHistory):
             "lease_expires_at": None,
         }
         try:
-            await with_retries(functools.partial(self._insert_ended_run, values))
+            await with_retries(
+                functools.partial(self._insert_ended_run, values), after_timeouts=True
+            )
         except sa_exc.IntegrityError:
             log.warning("run %s: its row was stored after all; ending it", request.run_id)
             return False

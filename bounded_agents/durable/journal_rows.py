@@ -10,7 +10,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from bounded_agents.core.ports import (
     RunRequest,
@@ -134,7 +140,9 @@ def worth_retrying(exc: BaseException) -> bool:
     has already waited a whole statement timeout (30 s by default) for a database that did not
     answer, as in a network partition; three more tries held a failing turn for three more of
     them (found by attack: 9.7 s of a 1 s timeout, 3.7 s of it in these retries). The end is
-    not lost: the journal keeps it and records it at the thread's next turn."""
+    kept in the process (`SqlJournal._unended`) and recorded at the thread's next turn there;
+    if that process stops, or the next turn lands on another, the run holds its thread until
+    its lease lapses and the sweep takes it (ended as `lease_expired`)."""
     if not isinstance(exc, StoreError):
         return False
     cause = exc.__cause__
@@ -145,13 +153,18 @@ def worth_retrying(exc: BaseException) -> bool:
     return True
 
 
-async def with_retries(write: Callable[[], Awaitable[None]]) -> None:
+async def with_retries(
+    write: Callable[[], Awaitable[None]], *, after_timeouts: bool = False
+) -> None:
     """`write` (a run's end), tried `END_ATTEMPTS` times, 0.1-1 s apart, while the database
-    fails (`worth_retrying`); the last failure is raised."""
+    fails: every failure with `after_timeouts` (a write nothing else keeps for later: the row
+    of a run whose first unit never committed), else those `worth_retrying`. The last failure
+    is raised."""
+    retry = retry_if_exception_type(StoreError) if after_timeouts else None
     async for attempt in AsyncRetrying(
         stop=stop_after_attempt(END_ATTEMPTS),
         wait=wait_exponential(multiplier=0.1, max=1.0),
-        retry=retry_if_exception(worth_retrying),
+        retry=retry or retry_if_exception(worth_retrying),
         reraise=True,
     ):
         with attempt:

@@ -51,3 +51,12 @@ async def test_a_runs_end_that_succeeds_on_a_later_try_is_recorded_once() -> Non
 
     await with_retries(write)
     assert len(calls) == 3
+
+
+async def test_the_row_of_a_run_whose_first_unit_never_committed_is_tried_after_timeouts() -> None:
+    """Nothing keeps that row for later (a review found it would be given up after one
+    timeout, and the failed run never written): it is still tried `END_ATTEMPTS` times."""
+    calls, write = _failing(TimeoutError())
+    with pytest.raises(StoreError):
+        await with_retries(write, after_timeouts=True)  # type: ignore[arg-type]
+    assert len(calls) == END_ATTEMPTS
