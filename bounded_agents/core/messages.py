@@ -24,7 +24,7 @@ class _Frozen(BaseModel):
 class Attachment(_Frozen):
     """A file that rides on a message: by reference (`url`) or inline (`data`). Inline binary
     data is base64; a text media type may keep its text as is (the framework adapters store an
-    item's JSON so, `integrations.thread.ITEM_MEDIA_TYPE`, where an erasure scan can read it)."""
+    item's JSON so, `integrations.items.ITEM_MEDIA_TYPE`, where an erasure scan can read it)."""
 
     name: str
     media_type: str

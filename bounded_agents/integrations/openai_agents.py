@@ -27,15 +27,13 @@ from agents.memory.session_settings import SessionSettings
 
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
     Entry,
     FoldOutcome,
-    Projection,
     ThreadHistory,
-    item_json,
-    label,
 )
 
 if TYPE_CHECKING:

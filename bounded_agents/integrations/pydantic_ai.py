@@ -38,16 +38,14 @@ from pydantic_ai.messages import (
 
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
     BoundedView,
     Entry,
     FoldOutcome,
-    Projection,
     ThreadHistory,
-    item_json,
-    label,
 )
 
 THREADS_KEPT = 1024

@@ -11,9 +11,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
+from bounded_agents.integrations.items import Projection
 from bounded_agents.integrations.langchain import BoundedChatMessageHistory
 from bounded_agents.integrations.openai_agents import BoundedSession
-from bounded_agents.integrations.thread import Projection
 from bounded_agents.store import SqlAgentStore
 from tests.integrations.helpers import NotesSummarizer, rows_read
 

@@ -189,7 +189,7 @@ async def test_a_session_stored_before_ids_named_their_actor_is_still_its_owners
     its actor and adapter read it, write to it and clear it there; another actor naming the
     same session gets a thread of his own and never sees it; once cleared, the session
     starts again under its own id."""
-    from bounded_agents.integrations.thread import item_json, stored_message
+    from bounded_agents.integrations.items import item_json, stored_message
 
     legacy = await sql_store.create_named_thread("support", actor_id="alice", agent="openai-agents")
     old = {"role": "user", "content": "alice's old question"}

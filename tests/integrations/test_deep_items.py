@@ -14,10 +14,10 @@ from langchain_core.messages import AIMessage
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.items import label
 from bounded_agents.integrations.langchain import BoundedChatMessageHistory
 from bounded_agents.integrations.openai_agents import BoundedSession
 from bounded_agents.integrations.pydantic_ai import BoundedMessageStore
-from bounded_agents.integrations.thread import label
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.schema import messages
 
