@@ -26,7 +26,7 @@ from bounded_agents.errors import (
     StoreError,
 )
 from bounded_agents.store import SqlTransaction, db_now, direct, run_steps, runs, wrap_db_errors
-from bounded_agents.store.engine import is_dead_connection
+from bounded_agents.store.engine import is_dead_connection, is_timeout
 
 log = logging.getLogger(__name__)
 
@@ -143,14 +143,7 @@ def worth_retrying(exc: BaseException) -> bool:
     kept in the process (`SqlJournal._unended`) and recorded at the thread's next turn there;
     if that process stops, or the next turn lands on another, the run holds its thread until
     its lease lapses and the sweep takes it (ended as `lease_expired`)."""
-    if not isinstance(exc, StoreError):
-        return False
-    cause = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, TimeoutError):
-            return False
-        cause = cause.__cause__
-    return True
+    return isinstance(exc, StoreError) and not is_timeout(exc)
 
 
 async def with_retries(

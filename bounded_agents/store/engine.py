@@ -250,6 +250,17 @@ def is_dead_connection(error: BaseException | None) -> bool:
     return False
 
 
+def is_timeout(error: BaseException | None) -> bool:
+    """Whether `error` (or what it was raised from) is a statement or a connection that waited
+    out `statement_timeout` (asyncpg's `TimeoutError`, which `wrap_db_errors` and the driver
+    path make a `StoreError` from): trying again waits as long again, as in a partition."""
+    while error is not None:
+        if isinstance(error, TimeoutError):
+            return True
+        error = error.__cause__
+    return False
+
+
 async def read_retrying(
     engine: AsyncEngine, read: Callable[[AsyncConnection], Awaitable[_T]]
 ) -> _T:
