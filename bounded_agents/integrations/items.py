@@ -107,14 +107,6 @@ def verbatim(message: Message) -> Any:
     return None
 
 
-def item_text(message: Message) -> str | None:
-    """The JSON text of the item an adapter stored in `message`, as stored; None for none."""
-    for attachment in message.attachments:
-        if attachment.media_type == ITEM_MEDIA_TYPE:
-            return attachment.data
-    return None
-
-
 def for_summary(message: Message) -> Message:
     """`message` without the verbatim copy: the summarizer reads the projection, not JSON."""
     kept = [a for a in message.attachments if a.media_type != ITEM_MEDIA_TYPE]
@@ -144,7 +136,6 @@ __all__ = [
     "Projection",
     "for_summary",
     "item_json",
-    "item_text",
     "label",
     "legacy_thread_id_for",
     "stored_message",

@@ -18,7 +18,6 @@ Importing this module imports `pydantic_ai` (`pip install "bounded-agents[pydant
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -209,9 +208,10 @@ class BoundedMessageStore:
         conversation_id: str | None = None,
         compact: bool = False,
     ) -> int:
-        """Append a run's `new_messages`, all or none, in order; returns how many were stored
-        (0 when this run was saved already). The conversation is `conversation_id`, else the
-        one the messages carry (Pydantic AI sets it on every message of a run)."""
+        """Append a run's `new_messages` in order, each message once (all or none while none
+        of them is stored; one by one past those stored otherwise: `_item_keys`); returns how
+        many were stored (0 when all were already). The conversation is `conversation_id`,
+        else the one the messages carry (Pydantic AI sets it on every message of a run)."""
         if not new_messages:
             return 0
         cid = conversation_id or next(
@@ -221,24 +221,9 @@ class BoundedMessageStore:
         if cid is None:
             raise InvalidInput("save needs a conversation_id: the messages carry none")
         batch = [(_projected(m, i), _dumped(m, i)) for i, m in enumerate(new_messages)]
-        messages = list(new_messages)
         thread = self.thread(cid)
-        stored = 0
-        while batch:
-            key = _run_key(messages, [text for _, text in batch])
-            added = await thread.append(batch, run_id=key)
-            if added:
-                stored += len(added)
-                break
-            # A batch that starts as a stored one did (a retried part, a part retried with
-            # the next, the whole run after its parts): the rest of it after what is stored.
-            known = await thread.stored_texts(key, len(batch))
-            same = 0
-            while same < min(len(known), len(batch)) and known[same] == batch[same][1]:
-                same += 1
-            if same == 0:
-                break  # the key's batch is no longer there to compare with: nothing is added
-            batch, messages = batch[same:], messages[same:]
+        keys = _item_keys(new_messages, [text for _, text in batch])
+        stored = len(await thread.append(batch, keys=keys))
         if compact and self.summarizer is not None:
             await thread.compact_if_due(self.summarizer, fold_items=self.fold_items)
         return stored
@@ -259,18 +244,18 @@ class BoundedMessageStore:
         await self.thread(conversation_id).clear()
 
 
-def _run_key(messages: Sequence[ModelMessage], texts: Sequence[str]) -> str:
-    """The batch's idempotency key: a UUID5 of Pydantic AI's run id and the batch's first
-    message (or, with no run id, of the batch's own JSON). A batch that meets a stored one of
-    its key stores only what follows what they share (`BoundedMessageStore.save`), so a part
-    saved again, a part retried with the next, and the whole run saved after its parts each
-    store every message once. Keyed by the run id alone, a run saved in parts (after each
-    node of `agent.iter`, so a crash loses nothing) lost every part after the second that
-    began with a message of the same role, silently (found by attack: its tool return and
-    answer were never stored, and `load` ended on a tool call with no return)."""
+def _item_keys(messages: Sequence[ModelMessage], texts: Sequence[str]) -> list[str]:
+    """Each message's idempotency key: a UUID5 of Pydantic AI's run id and the message's own
+    JSON (of the JSON alone for a message without a run id), so each message of a run is
+    stored once whatever batches it is saved in (`ThreadHistory.append`'s `keys`): a retried
+    save, a run saved in parts (after each node of `agent.iter`), a part retried with the
+    next, the whole run after its parts, and all of them at once. Keyed by the run id alone,
+    a run saved in parts lost every part after the second that began with a message of the
+    same role, silently (found by attack: its tool return and answer were never stored, and
+    `load` ended on a tool call with no return); keyed by each batch's first message,
+    overlapping saves made at once stored messages twice (found by a later attack)."""
     run_id = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
-    basis = f"{run_id}\x1f{texts[0]}" if run_id else json.dumps(list(texts))
-    return str(uuid.uuid5(_NAMESPACE, basis))
+    return [str(uuid.uuid5(_NAMESPACE, f"{run_id or ''}\x1f{text}")) for text in texts]
 
 
 def history_processor(

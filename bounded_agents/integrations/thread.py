@@ -69,7 +69,6 @@ from bounded_agents.errors import (
 from bounded_agents.integrations.items import (
     Projection,
     for_summary,
-    item_text,
     legacy_thread_id_for,
     stored_message,
     thread_id_for,
@@ -246,18 +245,26 @@ class ThreadHistory:
     # --- writes ----------------------------------------------------------------------------
 
     async def append(
-        self, items: Sequence[tuple[Projection, str]], *, run_id: str | None = None
+        self,
+        items: Sequence[tuple[Projection, str]],
+        *,
+        run_id: str | None = None,
+        keys: Sequence[str] | None = None,
     ) -> list[int]:
         """Store `items` (projection, JSON text) at the end of the thread, all or none, in
         order, and return their seqs. `run_id` marks the FIRST item, so the same batch saved
         twice under one run id is stored once: the second call returns [] (`DuplicateMessage`
-        from the store's unique (thread, run, role) key). Every item is checked before any is
-        written: one the store cannot hold fails the call naming its index, with nothing
-        written."""
+        from the store's unique (thread, run, role) key). `keys` instead marks EVERY item with
+        its own key, so each item is stored once whatever batches it comes in: a batch that
+        meets a stored item is stored item by item, in order, each one already stored
+        skipped (an item is skipped only once it is stored, so concurrent savers keep the
+        order). Every item is checked before any is written: one the store cannot hold fails
+        the call naming its index, with nothing written."""
         if not items:
             return []
+        marks = list(keys) if keys is not None else [run_id] + [None] * (len(items) - 1)
         built = [
-            stored_message(p, text, run_id if i == 0 else None) for i, (p, text) in enumerate(items)
+            stored_message(p, text, mark) for (p, text), mark in zip(items, marks, strict=True)
         ]
         for i, message in enumerate(built):
             reason = unstorable_text(message)
@@ -265,28 +272,26 @@ class ThreadHistory:
                 raise InvalidInput(f"item {i} cannot be stored: {reason}")
         await self.ensure_thread()
         try:
-            try:
-                stored = await self.store.append_messages(self.thread_id, built)
-            except ThreadNotFound:
-                # Cleared by another session object (or process) since: start it again.
-                await self.ensure_thread()
-                stored = await self.store.append_messages(self.thread_id, built)
+            return await self._append_built(built)
         except DuplicateMessage:
-            return []
-        return [m.seq or 0 for m in stored]
+            if keys is None or len(built) == 1:
+                return []
+        seqs: list[int] = []
+        for message in built:
+            try:
+                seqs += await self._append_built([message])
+            except DuplicateMessage:
+                continue
+        return seqs
 
-    async def stored_texts(self, run_id: str, limit: int) -> list[str | None]:
-        """The JSON texts of the items stored from the one an `append` keyed `run_id` on, up
-        to `limit`, in seq order (None for a row no adapter wrote): what a batch that met a
-        stored one of its key (`append` returned []) compares itself with, to store only what
-        it adds. Two reads: the keyed item, then the rows from it."""
-        await self.check_owner()
-        keyed = await self.store.run_messages(self.thread_id, run_id)
-        if not keyed:
-            return []
-        start = (keyed[0].seq or 1) - 1
-        rows = await self._summaries.messages_after(self.thread_id, start, limit)
-        return [item_text(m) for m in rows]
+    async def _append_built(self, built: list[Message]) -> list[int]:
+        try:
+            stored = await self.store.append_messages(self.thread_id, built)
+        except ThreadNotFound:
+            # Cleared by another session object (or process) since: start it again.
+            await self.ensure_thread()
+            stored = await self.store.append_messages(self.thread_id, built)
+        return [m.seq or 0 for m in stored]
 
     # --- reads -----------------------------------------------------------------------------
 

@@ -3,11 +3,14 @@ with a `FunctionModel` and a tool."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -237,3 +240,20 @@ async def test_a_run_saved_in_parts_keeps_every_part_and_a_second_save_stores_no
     assert await other.save(whole, conversation_id="retried") == 0
     again = await other.load("retried")
     assert [m.kind for m in again] == [m.kind for m in whole] and calls_paired(again)
+
+
+async def test_overlapping_saves_of_one_run_at_once_store_each_message_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Parts, a part retried with the next, and the whole run, all saved at once on one
+    store object. Found by attack: keyed by each batch's first message, 24 of 30 such rounds
+    stored messages twice. Each message now has its own key."""
+    history = BoundedMessageStore(sql_store, keep_runs=100)
+    whole = run_messages(0)
+    saves = [whole[:2], whole[2:], whole[:3], whole, whole[1:], whole]
+    results = await asyncio.gather(*(history.save(b, conversation_id="at-once") for b in saves))
+
+    loaded = await history.load("at-once")
+    dumped = sorted(ModelMessagesTypeAdapter.dump_json([m]).decode() for m in loaded)
+    assert sum(results) == len(whole) == len(loaded)
+    assert dumped == sorted(ModelMessagesTypeAdapter.dump_json([m]).decode() for m in whole)
