@@ -42,6 +42,7 @@ from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
+    DEFAULT_MAX_ITEMS,
     Entry,
     FoldOutcome,
     ThreadHistory,
@@ -72,6 +73,13 @@ def project_message(message: Any, index: int) -> Projection:
         calls = "".join(f"\n[tool call {c['name']}] {c['args']}" for c in message.tool_calls)
         return Projection("assistant", _text(message) + calls)
     return Projection("assistant", _text(message))  # chat, function, a custom type: verbatim
+
+
+def may_begin_view(item: Any) -> bool:
+    """Whether a bounded view cut inside a run may begin at `item` (a stored message's
+    `message_to_dict` JSON, `ThreadHistory`): not at a tool message whose AI message (its tool
+    call) it would leave out; chat models refuse a tool result with no call before it."""
+    return not (isinstance(item, dict) and item.get("type") == "tool")
 
 
 _LOADABLE = frozenset({"human", "ai", "system", "tool", "chat", "function"})
@@ -119,10 +127,17 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
         keep_runs: int = DEFAULT_KEEP_RUNS,
         summarizer: Summarizer | None = None,
         fold_items: int = DEFAULT_FOLD_ITEMS,
+        max_items: int = DEFAULT_MAX_ITEMS,
     ) -> None:
         self.session_id = session_id
         self.history = ThreadHistory(
-            store, session_id, actor_id=actor_id, agent=agent, keep_runs=keep_runs
+            store,
+            session_id,
+            actor_id=actor_id,
+            agent=agent,
+            keep_runs=keep_runs,
+            max_items=max_items,
+            starts_cleanly=may_begin_view,
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
@@ -194,6 +209,7 @@ class BoundedHistoryMiddleware(AgentMiddleware):
         keep_runs: int = DEFAULT_KEEP_RUNS,
         summarizer: Summarizer | None = None,
         fold_items: int = DEFAULT_FOLD_ITEMS,
+        max_items: int = DEFAULT_MAX_ITEMS,
     ) -> None:
         super().__init__()
         self.store = store
@@ -201,6 +217,7 @@ class BoundedHistoryMiddleware(AgentMiddleware):
         self.actor_id = actor_id
         self.agent = agent
         self.keep_runs = keep_runs
+        self.max_items = max_items
         self.summarizer = summarizer
         self.fold_items = fold_items
         self.last_rows_read = 0
@@ -227,6 +244,7 @@ class BoundedHistoryMiddleware(AgentMiddleware):
                 actor_id=self.actor_id,
                 agent=self.agent,
                 keep_runs=self.keep_runs,
+                max_items=self.max_items,
                 summarizer=self.summarizer,
                 fold_items=self.fold_items,
             )
@@ -287,4 +305,9 @@ async def _stored_prefix(
     return []
 
 
-__all__ = ["BoundedChatMessageHistory", "BoundedHistoryMiddleware", "project_message"]
+__all__ = [
+    "BoundedChatMessageHistory",
+    "BoundedHistoryMiddleware",
+    "may_begin_view",
+    "project_message",
+]

@@ -31,6 +31,7 @@ from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
+    DEFAULT_MAX_ITEMS,
     Entry,
     FoldOutcome,
     ThreadHistory,
@@ -91,6 +92,15 @@ def project_item(item: Any, index: int) -> Projection:
     return Projection("assistant", "")
 
 
+def may_begin_view(item: Any) -> bool:
+    """Whether a bounded view cut inside a run may begin at `item` (`ThreadHistory`): not at
+    the output of a call it would leave out (`function_call_output`, and every `*_output` type
+    the SDK pairs with a call); the Responses API refuses an output whose call it was not
+    sent."""
+    kind = item.get("type") if isinstance(item, Mapping) else None
+    return not (isinstance(kind, str) and kind.endswith("_output"))
+
+
 def _item_of(entry: Entry) -> list[TResponseInputItem]:
     """The SDK items of one stored row: the verbatim item, or, for a row written outside the
     SDK (the project's own loop, its HTTP API), its messages and tool exchange."""
@@ -146,12 +156,19 @@ class BoundedSession:
         keep_runs: int = DEFAULT_KEEP_RUNS,
         summarizer: Summarizer | None = None,
         fold_items: int = DEFAULT_FOLD_ITEMS,
+        max_items: int = DEFAULT_MAX_ITEMS,
         session_settings: SessionSettings | None = None,
     ) -> None:
         self.session_id = session_id
         self.session_settings = session_settings
         self.history = ThreadHistory(
-            store, session_id, actor_id=actor_id, agent=agent, keep_runs=keep_runs
+            store,
+            session_id,
+            actor_id=actor_id,
+            agent=agent,
+            keep_runs=keep_runs,
+            max_items=max_items,
+            starts_cleanly=may_begin_view,
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
@@ -240,8 +257,10 @@ class BoundedSession:
                 actor_id=actor,
                 agent=self.history.agent,
                 keep_runs=self.history.keep_runs,
+                max_items=self.history.max_items,
+                starts_cleanly=may_begin_view,
             )
         return found
 
 
-__all__ = ["BoundedSession", "context_actor", "project_item"]
+__all__ = ["BoundedSession", "context_actor", "may_begin_view", "project_item"]

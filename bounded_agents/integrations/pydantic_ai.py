@@ -41,6 +41,7 @@ from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
+    DEFAULT_MAX_ITEMS,
     BoundedView,
     Entry,
     FoldOutcome,
@@ -63,6 +64,18 @@ def starts_run(message: ModelMessage) -> bool:
     """A request carrying the user's prompt starts a run; tool returns and retries do not."""
     return isinstance(message, ModelRequest) and any(
         isinstance(p, UserPromptPart) for p in message.parts
+    )
+
+
+def may_begin_view(item: Any) -> bool:
+    """Whether a bounded view cut inside a run may begin at `item` (a stored message's JSON,
+    `ThreadHistory`): not at a request answering a tool call it would leave out (a tool return
+    or a retry of one); a provider refuses a tool result whose call it was not sent."""
+    if not isinstance(item, dict) or item.get("kind") != "request":
+        return True
+    parts = item.get("parts")
+    return not isinstance(parts, list) or not any(
+        isinstance(p, dict) and p.get("part_kind") in ("tool-return", "retry-prompt") for p in parts
     )
 
 
@@ -158,11 +171,13 @@ class BoundedMessageStore:
         keep_runs: int = DEFAULT_KEEP_RUNS,
         summarizer: Summarizer | None = None,
         fold_items: int = DEFAULT_FOLD_ITEMS,
+        max_items: int = DEFAULT_MAX_ITEMS,
     ) -> None:
         self.store = store
         self.actor_id = actor_id
         self.agent = agent
         self.keep_runs = keep_runs
+        self.max_items = max_items
         self.summarizer = summarizer
         self.fold_items = fold_items
         self.last_rows_read = 0
@@ -183,6 +198,8 @@ class BoundedMessageStore:
                 actor_id=self.actor_id,
                 agent=self.agent,
                 keep_runs=self.keep_runs,
+                max_items=self.max_items,
+                starts_cleanly=may_begin_view,
             )
         return found
 

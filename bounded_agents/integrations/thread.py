@@ -21,7 +21,7 @@ a tool call from its output, whatever lies between them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,10 @@ DEFAULT_KEEP_RUNS = 10
 
 DEFAULT_FOLD_ITEMS = 200
 """Unsummarized items past the kept runs that make `compact_if_due` fold."""
+
+DEFAULT_MAX_ITEMS = 500
+"""Items the bounded view reads at most, whatever its runs hold: the bound of a thread whose
+runs never end (no item starts one) or whose kept runs are longer than this."""
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +149,11 @@ class ThreadHistory:
     actor_id: str = "local"
     agent: str = "integration"
     keep_runs: int = DEFAULT_KEEP_RUNS
+    max_items: int = DEFAULT_MAX_ITEMS
+    """The most items a bounded view reads, however many its `keep_runs` runs hold."""
+    starts_cleanly: Callable[[Any], bool] | None = None
+    """The adapter's word on whether a view may begin at an item (its stored JSON): not a tool
+    output whose call would be left out. Asked only when `max_items` cut a run; None: any."""
     thread_id: str = field(init=False)
     """The session's thread: `thread_id_for`'s, or its legacy id while a session stored before
     this release is found there (`_resolve`, on every call)."""
@@ -152,6 +161,8 @@ class ThreadHistory:
     def __post_init__(self) -> None:
         if self.keep_runs < 1:
             raise ConfigError(f"keep_runs must be at least 1, got {self.keep_runs!r}")
+        if self.max_items < 1:
+            raise ConfigError(f"max_items must be at least 1, got {self.max_items!r}")
         self._own_id = thread_id_for(self.session_id, actor_id=self.actor_id, agent=self.agent)
         self._legacy_id = legacy_thread_id_for(self.session_id)
         self.thread_id = self._own_id
@@ -296,20 +307,47 @@ class ThreadHistory:
     # --- reads -----------------------------------------------------------------------------
 
     async def bounded(self, keep_runs: int | None = None) -> BoundedView:
-        """The summary and the newest `keep_runs` runs after it, in ONE bounded read: the rows
-        read are those runs' items whatever the thread's length."""
+        """The summary and the newest `keep_runs` runs after it, at most `max_items` items, in
+        ONE bounded read: the rows read are those items whatever the thread's length.
+
+        A run starts at a `user` item, so a thread where no item does (an agent saving its own
+        steps only) is one run, and the runs bound alone read all of it: found by attack, 1,000
+        rows read after 1,000 appends. The item cap bounds that read too. When it cuts a run,
+        the view begins at the first item the adapter says may begin one (`starts_cleanly`):
+        the items before it are skipped with the rest, so the next fold takes a tool call and
+        its output together, as it takes whole runs."""
         await self.check_owner()
         runs = self.keep_runs if keep_runs is None else keep_runs
-        query = ThreadTurnQuery(thread_id=self.thread_id, run_limit=runs, after_summary=True)
+        query = ThreadTurnQuery(
+            thread_id=self.thread_id,
+            run_limit=runs,
+            message_limit=self.max_items,
+            after_summary=True,
+        )
         page = await self._reader.load_thread_for_turn(query)
         if page is None:
             return BoundedView(summary=None, entries=[])
+        entries = [_entry(m) for m in page.messages]
+        cut = 0
+        if len(entries) == self.max_items and page.skipped and entries[0].message.role != "user":
+            cut = self._clean_start(entries)
         return BoundedView(
             summary=page.summary,
-            entries=[_entry(m) for m in page.messages],
-            skipped=page.skipped,
+            entries=entries[cut:],
+            skipped=page.skipped + cut,
             rows_read=len(page.messages),
         )
+
+    def _clean_start(self, entries: list[Entry]) -> int:
+        """Where a view cut inside a run may begin: the first entry the adapter accepts (an
+        entry no adapter wrote always may); 0 when none does, so a view is never emptied."""
+        accepts = self.starts_cleanly
+        if accepts is None:
+            return 0
+        for i, entry in enumerate(entries):
+            if entry.item is None or accepts(entry.item):
+                return i
+        return 0
 
     async def opening(self, view: BoundedView) -> Entry | None:
         """The thread's first item when `view` no longer holds it (folded or skipped), else
@@ -527,6 +565,7 @@ class ThreadHistory:
 __all__ = [
     "DEFAULT_FOLD_ITEMS",
     "DEFAULT_KEEP_RUNS",
+    "DEFAULT_MAX_ITEMS",
     "BoundedView",
     "Entry",
     "FoldOutcome",

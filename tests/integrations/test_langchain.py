@@ -256,3 +256,22 @@ async def test_every_message_type_round_trips_and_an_unloadable_one_is_refused(
     with pytest.raises(InvalidInput, match=r"item 1 \(NoteMessage.*cannot load back"):
         await history.aadd_messages([HumanMessage("x"), NoteMessage("a note")])
     assert len(await history.aget_messages()) == len(messages)
+
+
+async def test_a_history_of_tool_steps_alone_reads_max_items_and_begins_on_a_call(
+    sql_store: SqlAgentStore,
+) -> None:
+    """No human message starts a run, so the runs bound alone read the whole history: the
+    item cap bounds it, and the view never begins on a tool message whose call it left out."""
+    history = BoundedChatMessageHistory("steps-only", sql_store, max_items=5)
+    steps: list[BaseMessage] = []
+    for n in range(10):
+        call = {"name": "weather", "args": {"n": n}, "id": f"c{n}", "type": "tool_call"}
+        steps += [
+            AIMessage("", tool_calls=[call]),
+            ToolMessage(f"out {n}", tool_call_id=f"c{n}", name="weather"),
+        ]
+    await history.aadd_messages(steps)
+    loaded = await history.aget_messages()
+    assert history.last_rows_read == 5
+    assert loaded == steps[-4:] and calls_paired(loaded)

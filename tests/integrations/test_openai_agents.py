@@ -376,3 +376,26 @@ async def test_the_runner_compacts_the_session_through_the_summarizer(
     assert sent[0]["role"] == "developer" and "question 0" in sent[0]["content"]
     assert sent[-1]["content"] == "question 3"
     assert len(await session.get_items(100)) == 8  # the raw thread is whole
+
+
+async def test_a_session_of_tool_steps_alone_reads_max_items_and_begins_on_a_call(
+    sql_store: SqlAgentStore,
+) -> None:
+    """No item starts a run (no user message), so the runs bound alone read the whole session:
+    the item cap bounds it, and the view never begins on an output whose call it left out."""
+    session = BoundedSession("steps-only", sql_store, max_items=5)
+    for n in range(10):
+        await session.add_items(
+            [
+                {"type": "function_call", "call_id": f"c{n}", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": f"c{n}", "output": f"out {n}"},
+            ]
+        )
+    items = await session.get_items()
+    assert session.last_rows_read == 5
+    assert [(i.get("type"), i.get("call_id")) for i in items] == [
+        ("function_call", "c8"),
+        ("function_call_output", "c8"),
+        ("function_call", "c9"),
+        ("function_call_output", "c9"),
+    ]

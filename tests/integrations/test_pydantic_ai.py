@@ -257,3 +257,29 @@ async def test_overlapping_saves_of_one_run_at_once_store_each_message_once(
     dumped = sorted(ModelMessagesTypeAdapter.dump_json([m]).decode() for m in loaded)
     assert sum(results) == len(whole) == len(loaded)
     assert dumped == sorted(ModelMessagesTypeAdapter.dump_json([m]).decode() for m in whole)
+
+
+async def test_a_conversation_of_tool_steps_alone_reads_max_items_and_begins_on_a_call(
+    sql_store: SqlAgentStore,
+) -> None:
+    """No request carries a user prompt, so the runs bound alone read the whole conversation:
+    the item cap bounds it, and `load` never begins on a tool return whose call it left out."""
+    history = BoundedMessageStore(sql_store, max_items=5)
+    steps: list[ModelMessage] = []
+    for n in range(10):
+        steps += [
+            ModelResponse(parts=[ToolCallPart("f", {"n": n}, tool_call_id=f"c{n}")]),
+            ModelRequest(parts=[ToolReturnPart("f", f"out {n}", tool_call_id=f"c{n}")]),
+        ]
+    await history.save(steps, conversation_id="steps-only")
+    loaded = await history.load("steps-only")
+    assert history.last_rows_read == 6  # the view's 5, and the opening request's system prompts
+    assert [type(m).__name__ for m in loaded] == [
+        "ModelResponse",
+        "ModelRequest",
+        "ModelResponse",
+        "ModelRequest",
+    ]
+    first = loaded[0]
+    assert isinstance(first, ModelResponse) and isinstance(first.parts[0], ToolCallPart)
+    assert first.parts[0].tool_call_id == "c8"

@@ -9,7 +9,7 @@ from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
 from bounded_agents.integrations.items import legacy_thread_id_for
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import summary_rows
-from tests.integrations.helpers import NotesSummarizer
+from tests.integrations.helpers import NotesSummarizer, rows_read
 
 
 def run(n: int, size: int) -> list[tuple[Projection, str]]:
@@ -73,3 +73,71 @@ async def test_a_run_larger_than_the_fold_budget_is_folded_whole(sql_store: SqlA
     assert done.folded == 8
     boundaries = [seq for seq, _ in await summary_rows(sql_store, history.thread_id)]
     assert boundaries == [4, 8]
+
+
+async def test_a_thread_where_no_item_starts_a_run_is_read_within_max_items(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a thread whose items are all the agent's own (no `user` item, so one
+    run) was read whole by the runs bound, 1,000 rows after 1,000 appends. The item cap bounds
+    the read, and the items past it are owed to the next fold, which keeps the read bounded."""
+    history = ThreadHistory(sql_store, "no-user", max_items=50)
+    steps = [(Projection("assistant", f"step {n}"), f'{{"step": {n}}}') for n in range(1000)]
+    for start in range(0, 1000, 100):
+        await history.append(steps[start : start + 100])
+    with rows_read(sql_store) as reads:
+        view = await history.bounded()
+    assert reads == [("load_thread_for_turn", 50)]
+    assert view.skipped == 950 and [e.seq for e in view.entries] == list(range(951, 1001))
+    summarizer = NotesSummarizer()
+    done = await history.compact_if_due(summarizer, fold_items=100)
+    assert done is not None and done.refused is None and done.folded == 950
+    await history.append([(Projection("assistant", "step 1000"), '{"step": 1000}')])
+    with rows_read(sql_store) as reads:
+        view = await history.bounded()
+    assert reads == [("load_thread_for_turn", 50)]
+    assert view.summary is not None and view.summary.covers_through_seq == 950
+    assert view.skipped == 1 and view.entries[-1].item == {"step": 1000}
+
+
+async def test_a_view_cut_inside_a_run_begins_where_the_adapter_allows(
+    sql_store: SqlAgentStore,
+) -> None:
+    """When the item cap cuts a run, the view does not begin on a tool output whose call it
+    leaves out (a provider refuses one): it begins at the first item the adapter accepts, and
+    the next fold takes the call and its output together."""
+    history = ThreadHistory(
+        sql_store,
+        "cut",
+        max_items=5,
+        starts_cleanly=lambda item: "output" not in item,
+    )
+    pairs = [
+        item
+        for n in range(10)
+        for item in (
+            (Projection("assistant", f"call {n}"), f'{{"call": {n}}}'),
+            (Projection("assistant", f"output {n}"), f'{{"output": {n}}}'),
+        )
+    ]
+    await history.append(pairs)
+    view = await history.bounded()  # the newest 5 rows are seqs 16-20: 16 is an output
+    assert [e.item for e in view.entries] == [
+        {"call": 8},
+        {"output": 8},
+        {"call": 9},
+        {"output": 9},
+    ]
+    assert view.skipped == 16 and view.rows_read == 5
+    done = await history.compact(NotesSummarizer())
+    assert done.folded == 16 and done.summary is not None
+    assert done.summary.covers_through_seq == 16  # call 7 (seq 15) folded with its output
+    # A view the cap did not cut (fewer items than the cap) is not trimmed.
+    short = ThreadHistory(sql_store, "short", max_items=5, starts_cleanly=lambda item: False)
+    await short.append(pairs[1:3])
+    assert [e.item for e in (await short.bounded()).entries] == [{"output": 0}, {"call": 1}]
+
+
+def test_max_items_below_one_is_refused(sql_store: SqlAgentStore) -> None:
+    with pytest.raises(ConfigError, match="max_items must be at least 1"):
+        ThreadHistory(sql_store, "s", max_items=0)
