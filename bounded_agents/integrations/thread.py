@@ -377,12 +377,18 @@ class ThreadHistory:
 
     async def pop(self) -> Entry | None:
         """Erase the newest item (and every summary covering it) and return it; None when the
-        thread is empty. Two pops racing never return the same item."""
+        thread is empty. Two pops racing never return the same item, and a pop never erases
+        an item it did not read: the erasure names the row read (its digest), so a thread
+        cleared and started again between the read and the erasure, whose seqs start at 1
+        again, loses nothing (found by attack: the new thread's item at that seq was erased
+        and the old one returned)."""
         for _ in range(8):
             newest = await self.newest(1)
             if not newest:
                 return None
-            if await self._eraser.delete_message(self.thread_id, newest[0].seq):
+            m = newest[0].message
+            digest = chunk_digest([(newest[0].seq, m.role, m.content)])
+            if await self._eraser.delete_message(self.thread_id, newest[0].seq, digest=digest):
                 return newest[0]
         raise ThreadNotFound(self.thread_id)  # emptied under us eight times over: give up
 

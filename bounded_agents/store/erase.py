@@ -84,6 +84,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from bounded_agents.core.erasure import redact_error, redact_search_results
 from bounded_agents.core.messages import decode_tool_calls, decode_tool_results, encode_json_list
 from bounded_agents.core.search import SEARCH_TOOL_NAME
+from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.dialect import dialect_of
@@ -122,7 +123,7 @@ _LIVE_RUN = (
     )
     .limit(1)
 )
-_MESSAGE = sa.select(messages.c.role, messages.c.run_id).where(
+_MESSAGE = sa.select(messages.c.role, messages.c.run_id, messages.c.content).where(
     messages.c.thread_id == _TID, messages.c.seq == _SEQ
 )
 _DELETE_MESSAGE = messages.delete().where(messages.c.thread_id == _TID, messages.c.seq == _SEQ)
@@ -255,15 +256,20 @@ async def prune_erased(engine: AsyncEngine, older_than_seconds: float, limit: in
             return (await conn.execute(delete)).rowcount
 
 
-async def delete_message(engine: AsyncEngine, thread_id: str, seq: int) -> bool:
+async def delete_message(
+    engine: AsyncEngine, thread_id: str, seq: int, *, digest: str | None = None
+) -> bool:
     """The message `seq` and every trace of it (see the module docstring), in one transaction;
-    False when the thread has no such message (nothing is changed then)."""
+    False when the thread has no such message, or (with `digest`) when the row there is not
+    the one the caller read (nothing is changed then)."""
     params: dict[str, Any] = {"tid": thread_id, "seq": seq}
     async with wrap_db_errors("delete_message"), write_transaction(engine) as conn:
         if not await _take(conn, params):
             return False
         found = (await conn.execute(_MESSAGE, params)).one_or_none()
         if found is None:
+            return False
+        if digest is not None and chunk_digest([(seq, found.role, found.content)]) != digest:
             return False
         await conn.execute(_DELETE_MESSAGE, params)
         await conn.execute(_DELETE_COVERING, params)

@@ -237,12 +237,19 @@ class MemoryStore:
             del self._erased[thread_id]
         return len(old)
 
-    async def delete_message(self, thread_id: str, seq: int) -> bool:
+    async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes
-        in later `search_history` results (`bounded_agents.core.erasure`)."""
+        in later `search_history` results (`bounded_agents.core.erasure`); with `digest`, only
+        if the message at `seq` is still the one it names."""
         async with self._lock:
             thread = self._threads.get(thread_id)
-            if thread is None or all(m.seq != seq for m in thread.messages):
+            found = [m for m in thread.messages if m.seq == seq] if thread is not None else []
+            if thread is None or not found:
+                return False
+            if (
+                digest is not None
+                and chunk_digest([(seq, found[0].role, found[0].content)]) != digest
+            ):
                 return False
             kept = [_unquoted(m, seq) for m in thread.messages if m.seq != seq]
             self._threads[thread_id] = thread.model_copy(update={"messages": kept})

@@ -550,9 +550,9 @@ class SqlAgentStore:
         self.message_cache.forget(thread_id)
         return erased
 
-    async def delete_message(self, thread_id: str, seq: int) -> bool:
+    async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
         """The cache is dropped for the thread too: it holds the message's text in memory."""
-        erased = await erase.delete_message(self._engine, thread_id, seq)
+        erased = await erase.delete_message(self._engine, thread_id, seq, digest=digest)
         self.message_cache.forget(thread_id)
         return erased
 

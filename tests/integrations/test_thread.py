@@ -6,6 +6,7 @@ import pytest
 
 from bounded_agents.errors import ConfigError, InvalidInput
 from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
+from bounded_agents.integrations.thread import Entry
 from bounded_agents.integrations.items import legacy_thread_id_for
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import summary_rows
@@ -141,3 +142,30 @@ async def test_a_view_cut_inside_a_run_begins_where_the_adapter_allows(
 def test_max_items_below_one_is_refused(sql_store: SqlAgentStore) -> None:
     with pytest.raises(ConfigError, match="max_items must be at least 1"):
         ThreadHistory(sql_store, "s", max_items=0)
+
+
+async def test_a_pop_raced_by_a_clear_and_a_restart_erases_nothing_it_did_not_read(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a pop reads the newest item, then erases its seq. A clear and a new
+    first write between the two (the same session, its seqs from 1 again) put another item at
+    that seq, which the pop erased while returning the one it had read."""
+    history = ThreadHistory(sql_store, "raced")
+    await history.append([(Projection("user", "old secret"), '{"old": 1}')])
+    read_newest = history.newest
+
+    async def newest_then_restarted(n: int) -> list[Entry]:
+        found = await read_newest(n)
+        if found and found[0].item == {"old": 1}:
+            await ThreadHistory(sql_store, "raced").clear()
+            await ThreadHistory(sql_store, "raced").append(
+                [(Projection("user", "new question"), '{"new": 1}')]
+            )
+        return found
+
+    history.newest = newest_then_restarted  # type: ignore[method-assign]
+    popped = await history.pop()
+    del history.newest
+    # The pop read the old item, found its row gone, and popped the newest item it then read.
+    assert popped is not None and popped.item == {"new": 1}
+    assert await history.newest(10) == []

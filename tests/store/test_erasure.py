@@ -16,6 +16,7 @@ from bounded_agents.core.ports import (
     supports_erasure,
     supports_summaries,
 )
+from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import ThreadBusy, ThreadErased
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.clock import db_now
@@ -59,6 +60,25 @@ async def test_erasing_a_message_removes_it_and_exactly_the_summaries_that_cover
     assert await store.delete_message(thread_id, 4) is False
     assert await store.delete_message(thread_id, 99) is False
     assert await store.delete_message("no-such-thread", 1) is False
+
+
+async def test_a_message_erased_by_digest_is_erased_only_while_it_is_the_row_read(
+    store: ContractStore,
+) -> None:
+    """`delete_message(..., digest=)`: the row at that seq must still be the one the caller
+    read; another (the thread erased and made again since, seqs from 1 again) is left alone."""
+    assert supports_erasure(store)
+    thread_id = await _thread_of_six(store)
+    other = chunk_digest([(4, "assistant", "not a1")])
+    assert await store.delete_message(thread_id, 4, digest=other) is False
+    thread = await store.get_thread(thread_id)
+    assert thread is not None and [m.seq for m in thread.messages] == [1, 2, 3, 4, 5, 6]
+    latest = await store.latest_summary(thread_id)
+    assert latest is not None and latest.covers_through_seq == 6  # no summary taken either
+    read = chunk_digest([(4, "assistant", "a1")])
+    assert await store.delete_message(thread_id, 4, digest=read) is True
+    thread = await store.get_thread(thread_id)
+    assert thread is not None and [m.seq for m in thread.messages] == [1, 2, 3, 5, 6]
 
 
 async def test_an_erased_seq_is_never_handed_out_again(store: ContractStore) -> None:

@@ -307,9 +307,13 @@ class ErasingStore(Protocol):
         False if there was none."""
         ...
 
-    async def delete_message(self, thread_id: str, seq: int) -> bool:
+    async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
         """Erase one message and every summary covering it (the next turns fold that span
-        again from what is left); False if the thread has no message `seq`."""
+        again from what is left); False if the thread has no message `seq`.
+
+        With `digest` (`core.summary.chunk_digest` of the one row's seq, role and content, as
+        the caller read it), only that message: False, and nothing erased, when the row at
+        `seq` is another (the thread erased and made again under its id since the read)."""
         ...
 
 
