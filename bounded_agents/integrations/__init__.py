@@ -11,13 +11,13 @@ bounded_agents.integrations` works on the plain install: import the adapter you 
 
 from __future__ import annotations
 
+from bounded_agents.integrations.folds import FoldOutcome
 from bounded_agents.integrations.items import ITEM_MEDIA_TYPE, Projection, thread_id_for
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
     BoundedView,
     Entry,
-    FoldOutcome,
     ThreadHistory,
 )
 

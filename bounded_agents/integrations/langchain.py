@@ -38,13 +38,13 @@ from langgraph.runtime import Runtime
 
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.folds import FoldOutcome
 from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
     DEFAULT_MAX_ITEMS,
     Entry,
-    FoldOutcome,
     ThreadHistory,
 )
 

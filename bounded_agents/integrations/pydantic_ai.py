@@ -37,6 +37,7 @@ from pydantic_ai.messages import (
 
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
+from bounded_agents.integrations.folds import FoldOutcome
 from bounded_agents.integrations.items import Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
@@ -44,7 +45,6 @@ from bounded_agents.integrations.thread import (
     DEFAULT_MAX_ITEMS,
     BoundedView,
     Entry,
-    FoldOutcome,
     ThreadHistory,
 )
 

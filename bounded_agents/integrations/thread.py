@@ -10,7 +10,7 @@ The verbatim JSON rides on the message as one attachment of media type `ITEM_MED
 `data` is the item's JSON text (not base64: it is text already, and an erasure scan must find
 it): `integrations.items`, with the thread ids. No provider is ever sent an attachment's data,
 and the summarizer is handed the projection only (`for_summary`), so nothing here changes what
-the project's own loop sends.
+the project's own loop sends. A fold itself is `integrations.folds`; this module decides when.
 
 Runs: the store cuts a thread at its user messages (`split_runs`), so an adapter projects to
 `user` only the item that STARTS a run (the human's turn); tool calls, tool outputs and
@@ -25,13 +25,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bounded_agents.core.fold_health import backoff_after, may_fold, same_health, unrelated_fold
-from bounded_agents.core.messages import Message, storable_text, unstorable_text
+from bounded_agents.core.fold_health import backoff_after, may_fold, same_health
+from bounded_agents.core.messages import Message, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
     ErasingStore,
-    HistoryPolicyContext,
-    HistorySummary,
     NamedThreadCreator,
     Summarizer,
     SummaryStore,
@@ -44,7 +42,6 @@ from bounded_agents.core.ports import (
     supports_bounded_read,
     supports_erasure,
     supports_fold_health,
-    supports_intact_summaries,
     supports_named_threads,
     supports_summaries,
     supports_thread_info,
@@ -53,12 +50,8 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
     chunk_digest,
-    clip_summary,
-    fold_rejection,
     render_history_summary,
-    summary_token_cap,
 )
-from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.errors import (
     ConfigError,
     DuplicateMessage,
@@ -66,9 +59,9 @@ from bounded_agents.errors import (
     StoreError,
     ThreadNotFound,
 )
+from bounded_agents.integrations.folds import FoldOutcome, FoldTarget, fold_backlog
 from bounded_agents.integrations.items import (
     Projection,
-    for_summary,
     legacy_thread_id_for,
     stored_message,
     thread_id_for,
@@ -113,21 +106,6 @@ class BoundedView:
     def summary_text(self) -> str | None:
         """The summary worded for the prompt (`render_history_summary`), or None."""
         return None if self.summary is None else render_history_summary(self.summary.text)
-
-
-@dataclass(frozen=True)
-class FoldOutcome:
-    summary: ThreadSummary | None
-    """The thread's summary after the fold (the old one when nothing was folded)."""
-    folded: int = 0
-    """Items folded into it by this call."""
-    refused: str | None = None
-    """Why the summarizer's last answer was refused (`fold_rejection`, or `unrelated`), if it
-    was: the summary and its boundary stay as they were, nothing is lost. From
-    `compact_if_due` also `failed:<error>` (the summarizer raised) or `backoff` (not attempted:
-    the thread waits after a refused or failed fold). `erased`: a message of the chunk was
-    erased while the summarizer ran, so its summary was not stored (no backoff: the next fold
-    folds what is left)."""
 
 
 def _entry(message: Message) -> Entry:
@@ -418,78 +396,11 @@ class ThreadHistory:
         self, view: BoundedView, summarizer: Summarizer, fold_max_tokens: int
     ) -> FoldOutcome:
         """`compact` over a view already read (`compact_if_due` read it to decide)."""
-        summary = view.summary
         if not view.entries or view.skipped == 0:
-            return FoldOutcome(summary=summary)
-        stop = view.entries[0].seq - 1  # the last item older than the kept runs
-        boundary = summary.covers_through_seq if summary is not None else 0
-        cap = summary_token_cap(fold_max_tokens)
-        folded = 0
-        while boundary < stop:
-            budget = fold_max_tokens - (
-                estimate_message_tokens(Message(role="system", content=summary.text))
-                if summary is not None
-                else 0
-            )
-            chunk = await self._chunk(boundary, stop, max(1, budget))
-            if not chunk:
-                break
-            ctx = HistoryPolicyContext(
-                thread_id=self.thread_id,
-                agent=self.agent,
-                actor_id=self.actor_id,
-                run_id="compaction",
-                summary=summary,
-                summary_max_tokens=cap,
-            )
-            made = await summarizer(chunk, ctx)
-            if not isinstance(made, HistorySummary):
-                raise TypeError(
-                    f"the summarizer returned {type(made).__name__}, not a HistorySummary"
-                )
-            # As the loop's folds (`fold_chunk`): a NUL or a lone surrogate no store holds is
-            # replaced (found by attack: PostgreSQL refused every such summary, SQLite kept it).
-            made = made.model_copy(update={"text": storable_text(made.text)})
-            refused = fold_rejection(made)
-            if refused is None:  # as the loop's folds: a summary that does not stand for them
-                refused = unrelated_fold(made.text, chunk, summary.text if summary else None)
-            if refused is not None:
-                return FoldOutcome(summary=summary, folded=folded, refused=refused)
-            usage = made.usage
-            summary = ThreadSummary(
-                text=clip_summary(made.text, cap),
-                covers_through_seq=chunk[-1].seq or boundary,
-                model=made.model or "",
-                prompt_tokens=usage.prompt_tokens if usage is not None else 0,
-                completion_tokens=usage.completion_tokens if usage is not None else 0,
-                run_id=None,
-            )
-            folded_seqs = [m.seq for m in chunk if m.seq is not None]
-            digest = chunk_digest([(m.seq or 0, m.role, m.content) for m in chunk])
-            if not await self._save(summary, folded_seqs, base=boundary or None, digest=digest):
-                # An erasure landed while the summarizer ran: the summary holds its message.
-                # The erasure may have taken earlier summaries too: report what is stored.
-                left = await self._summaries.latest_summary(self.thread_id)
-                return FoldOutcome(summary=left, folded=folded, refused="erased")
-            folded += len(chunk)
-            boundary = summary.covers_through_seq
-        return FoldOutcome(summary=summary, folded=folded)
-
-    async def _save(
-        self, summary: ThreadSummary, folded: list[int], *, base: int | None, digest: str
-    ) -> bool:
-        """The summary stored, unless a message it was made from, or one the summary it was
-        written on (ending at `base`) covers, was erased since it was read, or the rows it was
-        made from (`digest`) are no longer there (the thread erased and made again): this fold
-        holds no run an erasure would wait for (`IntactSummarySaver`; a store without that
-        power saves it as it is)."""
-        store = self.store
-        if supports_intact_summaries(store):
-            return await store.save_summary_if_intact(
-                self.thread_id, summary, folded, base, digest=digest
-            )
-        await self._summaries.save_summary(self.thread_id, summary)
-        return True
+            return FoldOutcome(summary=view.summary)
+        target = FoldTarget(self.store, self.thread_id, agent=self.agent, actor_id=self.actor_id)
+        stop = view.entries[0].seq - 1  # the last item older than the kept view
+        return await fold_backlog(target, view.summary, stop, summarizer, fold_max_tokens)
 
     async def compact_if_due(
         self,
@@ -536,37 +447,6 @@ class ThreadHistory:
                     log.warning("thread %s: fold health not kept (%s)", self.thread_id, exc)
         return outcome
 
-    async def _chunk(self, after: int, stop: int, budget: int) -> list[Message]:
-        """The next fold's messages: seq in (after, stop], oldest first, read a page at a
-        time: whole runs, as many as fit `budget` estimated tokens. A fold never ends inside
-        a run (the view after its boundary would start on a tool output whose call it
-        folded): a run that crosses the budget is left to the next fold, and a single run
-        larger than the budget is folded whole."""
-        summaries = self._summaries
-        out: list[Message] = []
-        spent = 0
-        over = False
-        while after < stop:
-            page = await summaries.messages_after(self.thread_id, after, min(100, stop - after))
-            if not page:
-                break
-            for m in page:
-                if (m.seq or 0) > stop or (over and m.role == "user"):
-                    return out
-                plain = for_summary(m)
-                cost = estimate_message_tokens(plain)
-                if out and not over and spent + cost > budget:
-                    if m.role == "user":
-                        return out  # the budget ran out at a run's end
-                    starts = [i for i, x in enumerate(out) if i > 0 and x.role == "user"]
-                    if starts:
-                        return out[: starts[-1]]  # the run in progress goes to the next fold
-                    over = True  # one run larger than the budget: fold it whole
-                out.append(plain)
-                spent += cost
-            after = page[-1].seq or stop
-        return out
-
 
 __all__ = [
     "DEFAULT_FOLD_ITEMS",
@@ -574,6 +454,5 @@ __all__ = [
     "DEFAULT_MAX_ITEMS",
     "BoundedView",
     "Entry",
-    "FoldOutcome",
     "ThreadHistory",
 ]

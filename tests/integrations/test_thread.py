@@ -6,8 +6,8 @@ import pytest
 
 from bounded_agents.errors import ConfigError, InvalidInput
 from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
-from bounded_agents.integrations.thread import Entry
 from bounded_agents.integrations.items import legacy_thread_id_for
+from bounded_agents.integrations.thread import Entry
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import summary_rows
 from tests.integrations.helpers import NotesSummarizer, rows_read
