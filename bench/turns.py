@@ -104,7 +104,7 @@ def search_probe_settings(searches: int, fold_calls_per_turn: int = 2) -> Settin
     turn (what each search returns is what is measured), past the tool budget's default caps
     (4 searches a step, 12 a turn, 64 KiB of results a step): room for all of them, at most
     8 KiB each."""
-    from bounded_agents.core.search import MAX_RESULT_BYTES
+    from bounded_agents.core.search_results import MAX_RESULT_BYTES
 
     room = max(1, searches) * MAX_RESULT_BYTES
     return bench_settings(fold_calls_per_turn).model_copy(

@@ -8,7 +8,7 @@ what the model saw: user and assistant text, tool results (all but this tool's o
 result quotes earlier messages, and would answer every later search; `core.search_text`), and
 the archived parts of the thread's summary (notes a summary could not keep under its cap).
 
-The result is JSON, `{"results": [...], "omitted": n}`, each row:
+The result is JSON, `{"results": [...], "omitted": n}` (`core.search_results`), each row:
 
 - `seq`: the message's position; for an archived summary part, the last seq it covers
   (`to_seq`), with `from_seq` and `to_seq` beside it. Erasure (helper code that redacts stored
@@ -47,11 +47,9 @@ words without stemming.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import Callable, Sequence
-from datetime import UTC
+from collections.abc import Sequence
 from typing import Any
 
 from bounded_agents.core.messages import ChatMessage, Message, ToolResult
@@ -66,7 +64,24 @@ from bounded_agents.core.ports import (
     supports_transcripts,
 )
 from bounded_agents.core.search_forms import same_form_hits
-from bounded_agents.core.search_text import SEARCH_TOOL_NAME, TOOL_TEXT_SEPARATOR, search_text
+from bounded_agents.core.search_results import (
+    MAX_RESULT_BYTES,
+    MESSAGE_CLIP_CHARS,
+    QUESTION_MARKS,
+    SNIPPET_CHARS,
+    asks,
+    distinct,
+    newer_seqs,
+    render_hits,
+    reply_hits,
+    snippet,
+)
+from bounded_agents.core.search_text import (
+    SEARCH_TOOL_NAME,
+    TOOL_TEXT_SEPARATOR,
+    fold_case,
+    search_text,
+)
 from bounded_agents.core.turn.public import ToolContext
 
 DEFAULT_SEARCH_RESULTS = 5
@@ -76,29 +91,14 @@ correction, few enough to leave the prompt's bound meaningful."""
 MAX_SEARCH_RESULTS = 20
 """The most a model may ask for (a larger `k` is lowered to it, not refused)."""
 
-MESSAGE_CLIP_CHARS = 1_000
-"""No row's content is longer than this many characters (a snippet is shorter still)."""
-
-SNIPPET_CHARS = 360
-"""A row's content: the window of about this many characters holding the most matches, cut at
-word boundaries. A message this short or shorter comes back whole."""
-
 RECENCY_HALF_LIFE = 200
 """Messages back at which recency's weight on relevance is half gone: the score is relevance
 times `1 + H / (H + age)`, 2 for the newest message, 1.5 at H messages back, toward 1."""
-
-MAX_RESULT_BYTES = 8_192
-"""The whole result at most, in UTF-8 bytes: messages past it are left out, and the result says
-how many (`omitted`)."""
 
 MAX_SKIPPED_ROWS = 200
 """Rows the store is asked for beyond `k` at most, to make up for hits the prompt already
 shows: a prompt holding more messages than this (a whole-thread history) may get fewer than
 `k` results, which is right, since it already shows nearly everything."""
-
-QUESTION_MARKS = ("?", "\uff1f", "\u061f")
-"""What makes an assistant message a question whose reply a search returns with it (`asks`):
-the ASCII, full-width and Arabic question marks."""
 
 MAX_QUERY_CHARS = 500
 """A query is clipped to this before it reaches the store: a search is a few words."""
@@ -114,20 +114,7 @@ these rows is out of its reach."""
 log = logging.getLogger("bounded_agents.core.search")
 
 _SCAN_PAGE = 500
-_ENVELOPE_BYTES = 64
-"""Room left for `{"results": [], "omitted": n}` around the rows."""
 _WORD = re.compile(r"[^\W_]+")
-_MARKED = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.DOTALL)
-_MAX_SPANS = 200
-
-
-def fold_case(text: str) -> str:
-    """`text` lowercased as the indexes fold it. Python lowers U+0130 ("İ", the Turkish dotted
-    capital I, the one character whose lowercase is two) to "i" and a combining dot, which
-    the word pattern then splits off: "İstanbul" became the words "i" and "stanbul", while
-    SQLite's tokenizer indexes "istanbul" (and PostgreSQL's lowercasing agrees), so the query
-    found nothing."""
-    return text.lower().replace("i\u0307", "i")
 
 
 def query_text(query: str) -> str:
@@ -190,10 +177,10 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     `FALLBACK_SCAN_ROWS` parts), best first as the index's are."""
     terms = search_terms(query)
     hits: list[SearchHit] = []
-    for m, (distinct, count, seq, held) in _scan(await _newest(store, thread_id), terms, limit):
+    for m, (terms_held, count, seq, held) in _scan(await _newest(store, thread_id), terms, limit):
         in_tools = not any(_WORD_IN(t, m.content) for t in (terms[i] for i in held))
         text = (search_text(m) or "") if in_tools else m.content
-        relevance = distinct + count / (count + 1)
+        relevance = terms_held + count / (count + 1)
         hits.append(
             SearchHit(
                 seq=seq,
@@ -370,163 +357,6 @@ class _Shown:
 
     def is_question(self, hit: SearchHit) -> bool:
         return hit.role == "user" and hit.from_seq is None and hit.content == self.question
-
-
-def distinct(hits: Sequence[SearchHit]) -> list[SearchHit]:
-    """`hits` without repeats: a text said twice ("Can the team see our notes?") is shown
-    once, at its best-ranked place, so it does not take two of the `k` places a fact needs."""
-    seen: set[tuple[str, str]] = set()
-    out: list[SearchHit] = []
-    for hit in hits:
-        key = (hit.role if hit.from_seq is None else "summary", hit.marked)
-        if key not in seen:
-            seen.add(key)
-            out.append(hit)
-    return out
-
-
-def asks(hit: SearchHit) -> bool:
-    """Whether a hit is the assistant asking the user something: its reply (the next message)
-    is where the user's answer is, and an answer ("It is ORD-41234.") rarely repeats the words
-    of the question a search finds."""
-    return (
-        hit.role == "assistant"
-        and hit.from_seq is None
-        and not hit.in_tools
-        and any(mark in hit.content for mark in QUESTION_MARKS)
-    )
-
-
-async def reply_hits(
-    store: AgentStore,
-    thread_id: str,
-    hits: Sequence[SearchHit],
-    shown: Callable[[SearchHit], bool] = lambda hit: False,
-) -> dict[int, SearchHit]:
-    """For each hit that `asks` (by its index in `hits`), the user's reply to it: the message
-    right after it (`seq + 1`: an erased reply leaves a gap, and the next message is not its
-    answer), when that is a user message neither among `hits` nor `shown` by the prompt. A
-    store with a search index reads them all at once (`messages_at`); any other, a bounded read
-    (a row) per asking hit, so at most `MAX_SEARCH_RESULTS` rows a search."""
-    asking = [i for i, hit in enumerate(hits) if asks(hit)]
-    if not asking:
-        return {}
-    wanted = [hits[i].seq + 1 for i in asking]
-    if supports_history_search(store):
-        read = await store.messages_at(thread_id, wanted)
-    else:
-        read = [m for seq in wanted for m in await store.messages_after(thread_id, seq - 1, 1)]
-    by_seq = {m.seq: m for m in read}
-    seqs = {h.seq for h in hits if h.from_seq is None}
-    out: dict[int, SearchHit] = {}
-    for i in asking:
-        reply = by_seq.get(hits[i].seq + 1)
-        if reply is None or reply.role != "user":
-            continue  # no reply, or it was erased: a later message is not its answer
-        row = SearchHit(
-            seq=hits[i].seq + 1,
-            role="user",
-            content=reply.content,
-            marked=reply.content,
-            relevance=0.0,
-        )
-        if row.seq not in seqs and not shown(row):
-            out[i] = row
-    return out
-
-
-def newer_seqs(hits: Sequence[SearchHit], candidates: Sequence[SearchHit]) -> dict[int, int]:
-    """For each hit (by its index in `hits`), the seq of the newest message among `candidates`
-    that comes after it and holds every query term it holds: the hit's value may have been
-    superseded. Archived parts are notes about messages, not statements: never a newer one."""
-    out: dict[int, int] = {}
-    for i, hit in enumerate(hits):
-        if not hit.terms:
-            continue
-        later = [
-            c.seq
-            for c in candidates
-            if c.from_seq is None and c.seq > hit.seq and hit.terms <= c.terms
-        ]
-        if later:
-            out[i] = max(later)
-    return out
-
-
-def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
-    """The window of `marked` (matches between `MARK_START` and `MARK_END`) of about `size`
-    characters holding the most distinct matches, cut inward to word boundaries, the marks
-    removed, `…` where the text is cut. A text no longer than `size` comes back whole."""
-    text = marked.replace(MARK_START, "").replace(MARK_END, "")
-    if len(text) <= size:
-        return text
-    spans: list[tuple[int, str]] = []  # (position in `text`, matched word)
-    removed = 0
-    for m in _MARKED.finditer(marked):
-        spans.append((m.start() - removed, fold_case(m.group(1))))
-        removed += len(MARK_START) + len(MARK_END)
-        if len(spans) >= _MAX_SPANS:
-            break
-    start = 0
-    if spans:
-        lead = size // 4
-        best = max(
-            (len({w for q, w in spans if p - lead <= q < p - lead + size}), -p) for p, _ in spans
-        )
-        start = max(0, -best[1] - lead)
-    start = min(start, len(text) - size)
-    end = start + size
-    if start > 0:  # inward to a word boundary, never past the size
-        cut = text.find(" ", start)
-        start = cut + 1 if 0 <= cut < start + 40 else start
-    if end < len(text):
-        cut = text.rfind(" ", start, end)
-        end = cut if cut > end - 40 else end
-    body = text[start:end].strip()
-    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
-
-
-def render_hits(
-    found: Sequence[SearchHit],
-    newer: dict[int, int] | None = None,
-    replies: dict[int, SearchHit] | None = None,
-    alike: dict[int, list[tuple[int, SearchHit]]] | None = None,
-) -> str:
-    """The result as JSON (see the module docstring for each key), within `MAX_RESULT_BYTES`:
-    rows past it are left out and counted in `omitted`. A hit's reply (`reply_hits`) follows
-    it as a row of its own, with `reply_to`, then the messages holding a value of the form it
-    holds (`core.search_forms`), with `same_form_as`; erasure finds each by its `seq`."""
-    rows: list[dict[str, Any]] = []
-    used = 0
-    kept = 0
-    for i, hit in enumerate(found):
-        group = [_row(hit, newer.get(i) if newer else None)]
-        reply = replies.get(i) if replies else None
-        if reply is not None:
-            group.append(_row(reply, None) | {"reply_to": hit.seq})
-        for source, row in alike.get(i, []) if alike else []:
-            group.append(_row(row, None) | {"same_form_as": source})
-        size = sum(len(json.dumps(r, ensure_ascii=False).encode()) + 2 for r in group)  # ", "
-        if used + size > MAX_RESULT_BYTES - _ENVELOPE_BYTES:
-            break
-        rows.extend(group)
-        used += size
-        kept += 1
-    out = {"results": rows, "omitted": len(found) - kept}
-    return json.dumps(out, ensure_ascii=False)
-
-
-def _row(hit: SearchHit, newer: int | None) -> dict[str, Any]:
-    content = snippet(hit.marked)[:MESSAGE_CLIP_CHARS]
-    role = "tool" if hit.in_tools else hit.role
-    row: dict[str, Any] = {"seq": hit.seq, "role": role, "content": content}
-    if hit.at is not None:
-        row["at"] = hit.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if hit.from_seq is not None:
-        row["from_seq"], row["to_seq"] = hit.from_seq, hit.seq
-    if newer is not None:
-        row["newer"] = newer
-    return row
 
 
 def _error(text: str) -> ToolResult:

@@ -6,6 +6,9 @@ quotes earlier messages, so indexing it would make every later search find the q
 (or instead of) the original, and an old search's output would answer every new one. This
 module has no dependency beyond the message types, so a store's codec and the migration that
 backfills the index compute the same text.
+
+And `fold_case`, the lowercasing the indexes apply: the search and its results' snippets
+match words as the index does.
 """
 
 from __future__ import annotations
@@ -34,4 +37,19 @@ def search_text(message: Message) -> str | None:
     return indexable_tool_text(message.tool_calls, message.tool_results)
 
 
-__all__ = ["SEARCH_TOOL_NAME", "TOOL_TEXT_SEPARATOR", "indexable_tool_text", "search_text"]
+def fold_case(text: str) -> str:
+    """`text` lowercased as the indexes fold it. Python lowers U+0130 ("İ", the Turkish dotted
+    capital I, the one character whose lowercase is two) to "i" and a combining dot, which
+    the word pattern then splits off: "İstanbul" became the words "i" and "stanbul", while
+    SQLite's tokenizer indexes "istanbul" (and PostgreSQL's lowercasing agrees), so the query
+    found nothing."""
+    return text.lower().replace("i\u0307", "i")
+
+
+__all__ = [
+    "SEARCH_TOOL_NAME",
+    "TOOL_TEXT_SEPARATOR",
+    "fold_case",
+    "indexable_tool_text",
+    "search_text",
+]

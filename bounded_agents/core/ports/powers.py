@@ -275,7 +275,7 @@ class HistorySearcher(Protocol):
 
     async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
         """The messages of `thread_id` at `seqs` (those that exist), oldest first, in one read:
-        the users' replies to the questions a search found (`core.search.reply_hits`)."""
+        the users' replies to the questions a search found (`core.search_results.reply_hits`)."""
         ...
 
 
