@@ -7,7 +7,7 @@ types, which is how a circle first gets written.
     core                                    the turn, its types and ports (no framework)
     store, providers, observability,        implement the ports / read settings / describe
       actors, settings, registry, outcome,    agents, each on core alone
-      testing
+      testing, settings_checks
     durable                                 the run journal, on the store's public surface
     persistence, wiring                     choose store, journal and ledger; make the rest
     module                                  the composition root (`AgentModule`)
@@ -39,7 +39,17 @@ HTTP_MODULES = sorted(
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "redact", "startup"),
     ("core",),
-    ("store", "providers", "observability", "actors", "settings", "registry", "outcome", "testing"),
+    (
+        "store",
+        "providers",
+        "observability",
+        "actors",
+        "settings",
+        "settings_checks",
+        "registry",
+        "outcome",
+        "testing",
+    ),
     ("durable", "integrations"),
     ("persistence", "wiring"),
     ("module",),
