@@ -32,11 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -45,18 +43,14 @@ import sqlalchemy as sa
 from dbos import DBOS, SetWorkflowID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bounded_agents.core.checkpoints import encode_payload, patch_step
-from bounded_agents.core.messages import storable_json
+from bounded_agents.core.checkpoints import patch_step
 from bounded_agents.core.ports import (
     DurableContext,
-    JsonValue,
     RunRequest,
     RunResumer,
     RunTrace,
-    StepFn,
-    StepRecorder,
 )
-from bounded_agents.durable.context import Replay
+from bounded_agents.durable.dbos_context import DbosContext, DbosStep, StepFailed
 from bounded_agents.durable.dbos_setup import (
     APPLICATION_VERSION,
     dbos_config,
@@ -90,11 +84,6 @@ def attempt_workflow_id(run_id: str, attempt: int) -> str:
     return run_id if attempt == 1 else f"{run_id}{_LATER_ATTEMPT}{attempt}"
 
 
-class StepFailed(Exception):
-    """What DBOS records for a step that raised (the original exception is re-raised in the
-    process that ran it; this one is replayed if DBOS recovers the attempt after a crash)."""
-
-
 @dataclass(frozen=True)
 class _Recovery:
     run_id: str
@@ -126,96 +115,6 @@ async def _run_attempt(run_id: str, thread_id: str, attempt: int, token: str) ->
     if runtime is None:
         raise RuntimeError(f"run {run_id}: DBOS recovered it, but no DbosRuntime is active here")
     return await runtime.recover(_Recovery(run_id, thread_id, attempt, token))
-
-
-@dataclass(frozen=True)
-class _Step:
-    name: str
-    payload: str
-
-
-class DbosContext(Replay):
-    """`DurableContext` over DBOS steps: earlier attempts' steps replay first (by position,
-    names checked, as `JournaledContext` does), then every step is a DBOS step of this attempt
-    (DBOS replays them itself when it recovers the attempt)."""
-
-    def __init__(
-        self,
-        run_id: str,
-        history: Sequence[Any],
-        hold: Callable[[], Awaitable[None]],
-    ) -> None:
-        self.run_id = run_id
-        self._history: list[Any] = list(history)
-        self._hold = hold
-        self._position = 0
-        self.journal_bytes: dict[str, int] = {}
-        self.replayed: list[str] = []
-
-    def carry(self, steps: Sequence[_Step]) -> None:
-        """Append earlier attempts' steps to what this attempt replays first."""
-        self._history.extend(steps)
-
-    async def step(
-        self,
-        name: str,
-        fn: StepFn,
-        *,
-        writes: bool = False,
-        record: StepRecorder | None = None,
-    ) -> JsonValue:
-        """DBOS commits its checkpoint on its own connection: no transaction is shared, so
-        `fn` and `record` are handed None and both run inside the one DBOS step."""
-        if self.replaying:
-            return self._read_back(name)
-        ran: list[JsonValue] = []
-        failed: list[Exception] = []
-
-        async def checkpoint() -> str:
-            try:
-                await self._hold()  # the lease: a run taken over runs nothing more here
-                value = await fn(None)
-                if record is not None:
-                    await record(value, None)
-            except Exception as exc:
-                failed.append(exc)
-                raise StepFailed(f"{name}: {type(exc).__name__}") from None
-            ran.append(value)
-            return encode_payload(value)
-
-        try:
-            payload = await DBOS.run_step_async({"name": name}, checkpoint)
-        except StepFailed:
-            if failed:
-                raise failed[0] from None
-            raise  # a failure DBOS recorded before a crash, replayed by its recovery
-        self.journal_bytes[name] = len(payload.encode())
-        if ran:
-            return ran[0]
-        self.replayed.append(name)
-        return storable_json(json.loads(payload))
-
-    async def patched(self, marker: str) -> bool:
-        if self.replaying:
-            record = self._history[self._position]
-            if record.name != patch_step(marker):
-                return False  # journaled before the marker existed: the old path
-            self._position += 1
-            self.journal_bytes[record.name] = len(record.payload.encode())
-            return True
-        patched = await DBOS.patch_async(marker)
-        if patched:
-            self.journal_bytes[patch_step(marker)] = 4
-        return patched
-
-    def unit_of_work(self) -> AbstractAsyncContextManager[None]:
-        return _no_unit()
-
-
-@asynccontextmanager
-async def _no_unit() -> Any:
-    """Each DBOS step is its own checkpoint: a unit of work groups nothing."""
-    yield
 
 
 class DbosRuntime(SqlJournal):
@@ -446,9 +345,9 @@ class DbosRuntime(SqlJournal):
                 await outside_workflow(DBOS.cancel_workflow, workflow_id)
             number += 1
 
-    async def _carried(self, run_id: str, attempt: int) -> list[_Step]:
+    async def _carried(self, run_id: str, attempt: int) -> list[DbosStep]:
         """The successful checkpoints of attempts 1..attempt-1, in order."""
-        carried: list[_Step] = []
+        carried: list[DbosStep] = []
         for number in range(1, attempt):
             steps = await outside_workflow(
                 DBOS.list_workflow_steps, attempt_workflow_id(run_id, number)
@@ -458,9 +357,9 @@ class DbosRuntime(SqlJournal):
                 if step["error"] is not None:
                     continue
                 if name.startswith(_DBOS_PATCH):
-                    carried.append(_Step(patch_step(name[len(_DBOS_PATCH) :]), "true"))
+                    carried.append(DbosStep(patch_step(name[len(_DBOS_PATCH) :]), "true"))
                 elif not name.startswith("DBOS.") and isinstance(step["output"], str):
-                    carried.append(_Step(name, step["output"]))
+                    carried.append(DbosStep(name, step["output"]))
         return carried
 
     # --- the process's DBOS ------------------------------------------------------------------
