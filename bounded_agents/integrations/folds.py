@@ -10,7 +10,9 @@ the session's reads and writes read on their own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import Message, storable_text
@@ -31,7 +33,7 @@ from bounded_agents.core.summary import (
     summary_token_cap,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
-from bounded_agents.integrations.items import for_summary
+from bounded_agents.integrations.items import for_summary, verbatim
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class FoldTarget:
     thread_id: str
     agent: str
     actor_id: str
+    starts_cleanly: Callable[[Any], bool] | None = None
+    """The adapter's word on where a view may begin (`ThreadHistory.starts_cleanly`)."""
 
 
 def _summaries(target: FoldTarget) -> SummaryStore:
@@ -153,10 +157,16 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
     """The next fold's messages: seq in (after, stop], oldest first, read a page at a
     time: whole runs, as many as fit `budget` estimated tokens. A fold never ends inside
     a run (the view after its boundary would start on a tool output whose call it
-    folded): a run that crosses the budget is left to the next fold, and a single run
-    larger than the budget is folded whole."""
+    folded): a run that crosses the budget is left to the next fold.
+
+    A single run larger than the budget is cut where the adapter says a view may begin
+    (`FoldTarget.starts_cleanly`: before a tool call, never between it and its output), the
+    last such place within the budget, or else the first past it; with no such place, or no
+    adapter's word, it is folded whole. Found by attack: a thread where no item starts a run
+    is one run, and its first fold handed the summarizer every item in one call."""
     summaries = _summaries(target)
     out: list[Message] = []
+    clean: list[int] = []  # indices in `out` where a view may begin (past the first)
     spent = 0
     over = False
     while after < stop:
@@ -164,7 +174,8 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
         if not page:
             break
         for m in page:
-            if (m.seq or 0) > stop or (over and m.role == "user"):
+            begins = _may_begin(target, m)
+            if (m.seq or 0) > stop or (over and (m.role == "user" or begins)):
                 return out
             plain = for_summary(m)
             cost = estimate_message_tokens(plain)
@@ -174,11 +185,27 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
                 starts = [i for i, x in enumerate(out) if i > 0 and x.role == "user"]
                 if starts:
                     return out[: starts[-1]]  # the run in progress goes to the next fold
-                over = True  # one run larger than the budget: fold it whole
+                if begins:
+                    return out  # one run larger than the budget, cut where a view may begin
+                if clean:
+                    return out[: clean[-1]]
+                over = True  # no such place yet: fold on to the next one, or the run's end
+            if begins and out:
+                clean.append(len(out))
             out.append(plain)
             spent += cost
         after = page[-1].seq or stop
     return out
+
+
+def _may_begin(target: FoldTarget, message: Message) -> bool:
+    """Whether a view may begin at `message` inside a run: only with the adapter's word
+    (`starts_cleanly` on its stored item; a row no adapter wrote may)."""
+    accepts = target.starts_cleanly
+    if accepts is None or message.role == "user":
+        return False
+    item = verbatim(message)
+    return item is None or accepts(item)
 
 
 __all__ = ["FoldOutcome", "FoldTarget", "fold_backlog"]

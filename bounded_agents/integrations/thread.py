@@ -398,7 +398,13 @@ class ThreadHistory:
         """`compact` over a view already read (`compact_if_due` read it to decide)."""
         if not view.entries or view.skipped == 0:
             return FoldOutcome(summary=view.summary)
-        target = FoldTarget(self.store, self.thread_id, agent=self.agent, actor_id=self.actor_id)
+        target = FoldTarget(
+            self.store,
+            self.thread_id,
+            agent=self.agent,
+            actor_id=self.actor_id,
+            starts_cleanly=self.starts_cleanly,
+        )
         stop = view.entries[0].seq - 1  # the last item older than the kept view
         return await fold_backlog(target, view.summary, stop, summarizer, fold_max_tokens)
 

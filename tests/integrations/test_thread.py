@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bounded_agents.core.messages import Message
+from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
 from bounded_agents.errors import ConfigError, InvalidInput
 from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
 from bounded_agents.integrations.items import legacy_thread_id_for
@@ -169,3 +171,45 @@ async def test_a_pop_raced_by_a_clear_and_a_restart_erases_nothing_it_did_not_re
     # The pop read the old item, found its row gone, and popped the newest item it then read.
     assert popped is not None and popped.item == {"new": 1}
     assert await history.newest(10) == []
+
+
+class ChunkRecorder:
+    """A summarizer that keeps the first words of every message it is handed (so the fold is
+    related to its chunk) and records each call's chunk."""
+
+    def __init__(self) -> None:
+        self.chunks: list[list[int]] = []
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.chunks.append([m.seq or 0 for m in messages])
+        return HistorySummary(text="\n".join(" ".join(m.content.split()[:4]) for m in messages))
+
+
+async def test_a_run_larger_than_the_fold_budget_is_cut_where_the_adapter_allows(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a thread where no item starts a run is one run, and its first fold
+    handed the summarizer every item in one call (folded whole). With the adapter's word, a
+    run over the budget is cut before a call, never between the call and its output."""
+    history = ThreadHistory(
+        sql_store, "big-steps", max_items=10, starts_cleanly=lambda item: "output" not in item
+    )
+    words = " ".join(f"word{j}" for j in range(60))
+    await history.append(
+        [
+            item
+            for n in range(100)
+            for item in (
+                (Projection("assistant", f"call{n} {words}"), f'{{"call": {n}}}'),
+                (Projection("assistant", f"output{n} {words}"), f'{{"output": {n}}}'),
+            )
+        ]
+    )
+    recorder = ChunkRecorder()
+    done = await history.compact(recorder, fold_max_tokens=2000)
+    assert done.refused is None and done.folded == 190
+    assert len(recorder.chunks) > 5  # not one call for the whole backlog
+    assert max(len(c) for c in recorder.chunks) <= 20
+    assert all(c[0] % 2 == 1 and c[-1] % 2 == 0 for c in recorder.chunks)  # call ... output
+    view = await history.bounded()
+    assert view.entries[0].item == {"call": 95}
