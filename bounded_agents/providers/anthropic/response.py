@@ -18,7 +18,7 @@ from bounded_agents.core.tokens import estimate_usage
 from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import ProviderBadResponse
 from bounded_agents.providers.openai.failures import excerpt
-from bounded_agents.providers.openai.response import tool_call
+from bounded_agents.providers.openai.response import oversized_answer, tool_call
 
 STOP_REASONS = {
     "end_turn": "stop",
@@ -107,6 +107,11 @@ def message_response(
 ) -> ModelResponse:
     text = [str(b.get("text") or "") for b in content if b.get("type") == "text"]
     answer = "".join(text)
+    too_long = oversized_answer(
+        answer, [b.get("input") for b in content if b.get("type") == "tool_use"]
+    )
+    if too_long is not None:
+        raise ProviderBadResponse(too_long, paid=_counted(request, raw_usage, "", []))
     calls: list[ToolCall] = []
     for block in content:
         if block.get("type") == "tool_use":

@@ -12,6 +12,7 @@ from typing import Any
 from bounded_agents.core.messages import ToolCall
 from bounded_agents.core.ports import MAX_CALL_TOKENS, ModelRequest, ModelResponse, Usage
 from bounded_agents.core.tokens import estimate_usage
+from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import ProviderBadResponse
 from bounded_agents.providers.openai.failures import excerpt
 
@@ -24,6 +25,11 @@ def parse_completion(data: Any, request: ModelRequest, default_model: str) -> Mo
         if not isinstance(content, str) or not isinstance(raw_calls, list):
             raise TypeError("content must be a string and tool_calls a list")
         counted = usage(data.get("usage"), data.get("timings"))
+        too_long = oversized_answer(
+            content, [(c.get("function") or {}).get("arguments") for c in raw_calls]
+        )
+        if too_long is not None:
+            raise ProviderBadResponse(too_long, paid=counted or estimate_usage(request, "", []))
         try:
             calls = [
                 tool_call(c["id"], c["function"]["name"], c["function"].get("arguments"))
@@ -46,6 +52,20 @@ def parse_completion(data: Any, request: ModelRequest, default_model: str) -> Mo
         model=str(model),
         finish_reason=finish_reason(data["choices"][0]),
     )
+
+
+def oversized_answer(content: str, arguments: list[Any]) -> str | None:
+    """Why an answer read whole is larger than a streamed one may be (`MAX_ANSWER_CHARS` of
+    text, and as many of tool arguments), else None. The streamed paths refuse past it as
+    they read; an unstreamed answer is bounded only by its body's bytes, so the same answer
+    unstreamed was stored and resent with every later prompt (found by attack: 5 MB of
+    arguments to one call, a 5 MB prompt on each turn after)."""
+    if len(content) > MAX_ANSWER_CHARS:
+        return f"the answer passed {MAX_ANSWER_CHARS:,} characters"
+    chars = sum(len(a) if isinstance(a, str) else len(json.dumps(a)) for a in arguments if a)
+    if chars > MAX_ANSWER_CHARS:
+        return f"the tool arguments passed {MAX_ANSWER_CHARS:,} characters"
+    return None
 
 
 def tool_call(call_id: Any, name: Any, arguments: Any) -> ToolCall:
