@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 
 import pytest
 
+from bounded_agents.http.openai import responses
 from bounded_agents.store.sql import SqlAgentStore
 from tests.http.conftest import ALICE, ModuleFactory, open_client
 from tests.http.test_openai_sdk import openai_app
@@ -90,3 +91,37 @@ async def test_a_keyed_v1_retry_over_quota_after_its_conversation_was_deleted_is
     assert again.headers["x-should-retry"] == "false"
     assert fresh.status_code == 429 and fresh.json()["error"]["code"] == "quota_exceeded"
     assert await sql_store.list_threads("alice", limit=100) == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_keyed_v1_retry_whose_conversation_is_deleted_before_its_turn_is_410(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    monkeypatch: pytest.MonkeyPatch,
+    stream: bool,
+) -> None:
+    """Found by attack (3 of 15 rounds): a keyed retry that found its conversation, which was
+    deleted before its turn began, got 404 `thread_not_found` naming a `conversation` it
+    never sent; a retry after the deletion gets 410 `answer_erased`, and so does this one."""
+    client = await open_client(stack, openai_app(make_module()))
+    body = {"model": "helper", "input": "hello", "stream": stream}
+    key = {**ALICE, "Idempotency-Key": "raced-key"}
+    first = await client.post("/v1/responses", headers=key, json={**body, "stream": False})
+    assert first.status_code == 200, first.text
+    conversation = first.json()["conversation"]["id"]
+    found = responses._keyed_thread
+
+    async def found_then_deleted(*args: object, **kwargs: object) -> object:
+        thread = await found(*args, **kwargs)  # type: ignore[arg-type]
+        deleted = await client.delete(f"/v1/conversations/{conversation}", headers=ALICE)
+        assert deleted.status_code == 200, deleted.text
+        return thread
+
+    monkeypatch.setattr(responses, "_keyed_thread", found_then_deleted)
+    again = await client.post("/v1/responses", headers=key, json=body)
+
+    assert again.status_code == 410, again.text
+    assert again.json()["error"]["code"] == "answer_erased"
+    assert again.headers.get("x-should-retry") == "false"
+    assert await sql_store.get_thread_info(conversation) is None  # nothing made again

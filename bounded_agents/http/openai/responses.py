@@ -26,6 +26,7 @@ from bounded_agents.errors import (
     RunNotFound,
     StoreError,
     ThreadErased,
+    ThreadNotFound,
     echoed,
 )
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
@@ -77,19 +78,28 @@ async def create_response(
     definition = module.loop.definition(thread.agent)
     run_id = str(uuid.uuid4())
     created_at = time.time()
-    turn = await start_turn(
-        module,
-        agent=definition.name,
-        thread=thread,
-        actor_id=actor.id,
-        content=content,
-        stream=bool(body.stream),
-        run_id=run_id,
-        idempotency=keyed,
-        follows_run=canonical_uuid(body.previous_response_id or "") or None,
-    )
-    if turn.queue is None or turn.first is None:
-        return await _answered(module, turn, run_id, created_at, body, thread, definition)
+    try:
+        turn = await start_turn(
+            module,
+            agent=definition.name,
+            thread=thread,
+            actor_id=actor.id,
+            content=content,
+            stream=bool(body.stream),
+            run_id=run_id,
+            idempotency=keyed,
+            follows_run=canonical_uuid(body.previous_response_id or "") or None,
+        )
+        if turn.queue is None or turn.first is None:
+            return await _answered(module, turn, run_id, created_at, body, thread, definition)
+    except ThreadNotFound:
+        # A keyed request's own conversation (`_keyed_thread`), deleted after it was found
+        # and before its turn began: the 410 a retry after the deletion gets, not a 404 of a
+        # `conversation` the client never named (found by attack: 3 retries of 15 raced one).
+        if keyed is not None and body.conversation is None and body.previous_response_id is None:
+            if await _erased(module, thread.id):
+                raise AnswerErased(None) from None
+        raise
     run_id = turn.run_id  # the key's earlier turn's, on a repeat
     created_at = await _run_created_at(module, run_id, created_at)
     start = response_out(
@@ -247,8 +257,7 @@ async def _keyed_thread(
         await module.loop.check_quota(actor.id)
     except QuotaExceeded:
         if await module.store.get_thread_info(thread_id) is None:
-            store = module.store
-            if supports_erased_reads(store) and await store.thread_erased(thread_id):
+            if await _erased(module, thread_id):
                 raise AnswerErased(None) from None
             raise
     try:
@@ -260,6 +269,12 @@ async def _keyed_thread(
     if thread.actor_id != actor.id or thread.agent != agent:
         raise IdempotencyKeyReused(None)  # the key first started a thread of another agent
     return thread
+
+
+async def _erased(module: AgentModule, thread_id: str) -> bool:
+    """Whether the thread was erased whole (its conversation deleted), as the store recorded."""
+    store = module.store
+    return supports_erased_reads(store) and await store.thread_erased(thread_id)
 
 
 async def _thread_of_response(module: AgentModule, response_id: str, actor: Actor) -> Thread:
