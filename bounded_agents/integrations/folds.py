@@ -33,7 +33,7 @@ from bounded_agents.core.summary import (
     summary_token_cap,
 )
 from bounded_agents.core.tokens import estimate_message_tokens
-from bounded_agents.integrations.items import for_summary, verbatim
+from bounded_agents.integrations.items import NO_LINKS, Links, for_summary, verbatim
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,9 @@ class FoldTarget:
     thread_id: str
     agent: str
     actor_id: str
-    starts_cleanly: Callable[[Any], bool] | None = None
-    """The adapter's word on where a view may begin (`ThreadHistory.starts_cleanly`)."""
+    links: Callable[[Any], Links] | None = None
+    """The adapter's reading of an item's ties (`ThreadHistory.links`): where a fold may end
+    inside a run."""
 
 
 def _summaries(target: FoldTarget) -> SummaryStore:
@@ -159,14 +160,16 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
     a run (the view after its boundary would start on a tool output whose call it
     folded): a run that crosses the budget is left to the next fold.
 
-    A single run larger than the budget is cut where the adapter says a view may begin
-    (`FoldTarget.starts_cleanly`: before a tool call, never between it and its output), the
-    last such place within the budget, or else the first past it; with no such place, or no
-    adapter's word, it is folded whole. Found by attack: a thread where no item starts a run
-    is one run, and its first fold handed the summarizer every item in one call."""
+    A single run larger than the budget is cut where the adapter's `links` allow: no call of
+    the chunk left open (parallel calls included) and no reasoning item parted from the call
+    after it; at the last such place within the budget, else the first past it. With no such
+    place, or no `links`, it is folded whole. Found by attack: a thread where no item starts a
+    run is one run, and its first fold handed the summarizer every item in one call."""
     summaries = _summaries(target)
     out: list[Message] = []
-    clean: list[int] = []  # indices in `out` where a view may begin (past the first)
+    clean: list[int] = []  # indices in `out` where the chunk may end (past the first)
+    open_calls: set[str] = set()
+    leads = False
     spent = 0
     over = False
     while after < stop:
@@ -174,7 +177,8 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
         if not page:
             break
         for m in page:
-            begins = _may_begin(target, m)
+            # May the chunk end before `m`? Only with the adapter's word, nothing left open.
+            begins = target.links is not None and m.role != "user" and not open_calls and not leads
             if (m.seq or 0) > stop or (over and (m.role == "user" or begins)):
                 return out
             plain = for_summary(m)
@@ -186,7 +190,7 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
                 if starts:
                     return out[: starts[-1]]  # the run in progress goes to the next fold
                 if begins:
-                    return out  # one run larger than the budget, cut where a view may begin
+                    return out  # one run larger than the budget, cut where it may be
                 if clean:
                     return out[: clean[-1]]
                 over = True  # no such place yet: fold on to the next one, or the run's end
@@ -194,18 +198,18 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
                 clean.append(len(out))
             out.append(plain)
             spent += cost
+            tie = _links(target, m)
+            open_calls -= tie.closes
+            open_calls |= tie.opens
+            leads = tie.leads
         after = page[-1].seq or stop
     return out
 
 
-def _may_begin(target: FoldTarget, message: Message) -> bool:
-    """Whether a view may begin at `message` inside a run: only with the adapter's word
-    (`starts_cleanly` on its stored item; a row no adapter wrote may)."""
-    accepts = target.starts_cleanly
-    if accepts is None or message.role == "user":
-        return False
-    item = verbatim(message)
-    return item is None or accepts(item)
+def _links(target: FoldTarget, message: Message) -> Links:
+    """The adapter's reading of `message`'s item (nothing, for a row no adapter wrote)."""
+    item = verbatim(message) if target.links is not None else None
+    return NO_LINKS if item is None or target.links is None else target.links(item)
 
 
 __all__ = ["FoldOutcome", "FoldTarget", "fold_backlog"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import reprlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +35,43 @@ class Projection:
 
     role: Literal["system", "user", "assistant"]
     text: str
+
+
+@dataclass(frozen=True)
+class Links:
+    """How an item is tied to its neighbours, as its adapter reads it: the tool calls it makes
+    (`opens`, by call id), the calls it answers (`closes`), and whether the item after it
+    belongs with it (`leads`: a reasoning item goes with the call it reasoned about). A view
+    or a fold cut inside a run must leave no answer without its call, and no call without the
+    item that leads to it: providers refuse either (`view_start`, `integrations.folds`)."""
+
+    opens: frozenset[str] = frozenset()
+    closes: frozenset[str] = frozenset()
+    leads: bool = False
+
+
+NO_LINKS = Links()
+"""An item tied to nothing: a plain message, or a row no adapter wrote."""
+
+
+def view_start(links: Sequence[Links], *, first_trusted: bool) -> int | None:
+    """Where a view of these items (oldest first) may begin: the first index from which every
+    answer has its call in the view, and whose item no left-out item leads to; None when there
+    is no such place. The item before the first is not known (the read did not reach it), so
+    index 0 is taken only when `first_trusted` (nothing unsummarized lies before it).
+
+    Per index, not per item: a call is a fine start, but not the second of two parallel calls
+    whose outputs follow both (found by review: the view began on `call b`, then `output a`)."""
+    unmatched: set[str] = set()  # answers in links[i:] whose call is not in links[i:]
+    clean = [False] * len(links)
+    for i in range(len(links) - 1, -1, -1):
+        unmatched -= links[i].opens
+        unmatched |= links[i].closes
+        clean[i] = not unmatched
+    for i, ok in enumerate(clean):
+        if ok and (first_trusted if i == 0 else not links[i - 1].leads):
+            return i
+    return None
 
 
 def thread_id_for(session_id: str, *, actor_id: str, agent: str) -> str:
@@ -132,7 +170,9 @@ def label(item: Any, index: int) -> str:
 
 __all__ = [
     "ITEM_MEDIA_TYPE",
+    "NO_LINKS",
     "THREAD_ID_CHARS",
+    "Links",
     "Projection",
     "for_summary",
     "item_json",
@@ -141,4 +181,5 @@ __all__ = [
     "stored_message",
     "thread_id_for",
     "verbatim",
+    "view_start",
 ]

@@ -39,7 +39,7 @@ from langgraph.runtime import Runtime
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.folds import FoldOutcome
-from bounded_agents.integrations.items import Projection, item_json, label
+from bounded_agents.integrations.items import NO_LINKS, Links, Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
@@ -75,11 +75,20 @@ def project_message(message: Any, index: int) -> Projection:
     return Projection("assistant", _text(message))  # chat, function, a custom type: verbatim
 
 
-def may_begin_view(item: Any) -> bool:
-    """Whether a bounded view cut inside a run may begin at `item` (a stored message's
-    `message_to_dict` JSON, `ThreadHistory`): not at a tool message whose AI message (its tool
-    call) it would leave out; chat models refuse a tool result with no call before it."""
-    return not (isinstance(item, dict) and item.get("type") == "tool")
+def item_links(item: Any) -> Links:
+    """How a stored message (`message_to_dict` JSON) ties to its neighbours
+    (`ThreadHistory.links`): an AI message opens its tool calls' ids, a tool message closes
+    its `tool_call_id`; chat models refuse a tool result with no call before it."""
+    data = item.get("data") if isinstance(item, dict) else None
+    if not isinstance(data, dict):
+        return NO_LINKS
+    if item.get("type") == "tool":
+        call_id = data.get("tool_call_id")
+        return Links(closes=frozenset({call_id if isinstance(call_id, str) else ""}))
+    calls = data.get("tool_calls")
+    if item.get("type") == "ai" and isinstance(calls, list):
+        return Links(opens=frozenset(str(c.get("id") or "") for c in calls if isinstance(c, dict)))
+    return NO_LINKS
 
 
 _LOADABLE = frozenset({"human", "ai", "system", "tool", "chat", "function"})
@@ -137,7 +146,7 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
             agent=agent,
             keep_runs=keep_runs,
             max_items=max_items,
-            starts_cleanly=may_begin_view,
+            links=item_links,
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
@@ -308,6 +317,6 @@ async def _stored_prefix(
 __all__ = [
     "BoundedChatMessageHistory",
     "BoundedHistoryMiddleware",
-    "may_begin_view",
+    "item_links",
     "project_message",
 ]

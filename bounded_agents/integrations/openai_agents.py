@@ -28,7 +28,7 @@ from agents.memory.session_settings import SessionSettings
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.folds import FoldOutcome
-from bounded_agents.integrations.items import Projection, item_json, label
+from bounded_agents.integrations.items import NO_LINKS, Links, Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
@@ -92,13 +92,31 @@ def project_item(item: Any, index: int) -> Projection:
     return Projection("assistant", "")
 
 
-def may_begin_view(item: Any) -> bool:
-    """Whether a bounded view cut inside a run may begin at `item` (`ThreadHistory`): not at
-    the output of a call it would leave out (`function_call_output`, and every `*_output` type
-    the SDK pairs with a call); the Responses API refuses an output whose call it was not
-    sent."""
+def item_links(item: Any) -> Links:
+    """How an SDK item ties to its neighbours (`ThreadHistory.links`): a `*_call` opens its
+    `call_id` and a `*_output` closes it (an output with no id closes one no call opens, so no
+    view begins before it), an MCP approval request and its response likewise, and a
+    `reasoning` item leads to the call after it: the Responses API refuses an output without
+    its call, and a call without its reasoning item."""
     kind = item.get("type") if isinstance(item, Mapping) else None
-    return not (isinstance(kind, str) and kind.endswith("_output"))
+    if not isinstance(kind, str):
+        return NO_LINKS
+    if kind == "reasoning":
+        return Links(leads=True)
+    if kind == "mcp_approval_request":
+        return Links(opens=_ids(item.get("id")))
+    if kind == "mcp_approval_response":
+        return Links(closes=_ids(item.get("approval_request_id")))
+    if kind.endswith("_output"):
+        return Links(closes=_ids(item.get("call_id")))
+    if kind.endswith("_call"):
+        return Links(opens=_ids(item.get("call_id")))
+    return NO_LINKS
+
+
+def _ids(value: Any) -> frozenset[str]:
+    """A call id as a set; an id that is missing is one no call opens ("")."""
+    return frozenset({value if isinstance(value, str) else ""})
 
 
 def _item_of(entry: Entry) -> list[TResponseInputItem]:
@@ -168,7 +186,7 @@ class BoundedSession:
             agent=agent,
             keep_runs=keep_runs,
             max_items=max_items,
-            starts_cleanly=may_begin_view,
+            links=item_links,
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
@@ -258,9 +276,9 @@ class BoundedSession:
                 agent=self.history.agent,
                 keep_runs=self.history.keep_runs,
                 max_items=self.history.max_items,
-                starts_cleanly=may_begin_view,
+                links=item_links,
             )
         return found
 
 
-__all__ = ["BoundedSession", "context_actor", "may_begin_view", "project_item"]
+__all__ = ["BoundedSession", "context_actor", "item_links", "project_item"]

@@ -19,7 +19,7 @@ Importing this module imports `pydantic_ai` (`pip install "bounded-agents[pydant
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -38,7 +38,7 @@ from pydantic_ai.messages import (
 from bounded_agents.core.ports import AgentStore, Summarizer
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.folds import FoldOutcome
-from bounded_agents.integrations.items import Projection, item_json, label
+from bounded_agents.integrations.items import NO_LINKS, Links, Projection, item_json, label
 from bounded_agents.integrations.thread import (
     DEFAULT_FOLD_ITEMS,
     DEFAULT_KEEP_RUNS,
@@ -67,16 +67,27 @@ def starts_run(message: ModelMessage) -> bool:
     )
 
 
-def may_begin_view(item: Any) -> bool:
-    """Whether a bounded view cut inside a run may begin at `item` (a stored message's JSON,
-    `ThreadHistory`): not at a request answering a tool call it would leave out (a tool return
-    or a retry of one); a provider refuses a tool result whose call it was not sent."""
-    if not isinstance(item, dict) or item.get("kind") != "request":
-        return True
-    parts = item.get("parts")
-    return not isinstance(parts, list) or not any(
-        isinstance(p, dict) and p.get("part_kind") in ("tool-return", "retry-prompt") for p in parts
+def item_links(item: Any) -> Links:
+    """How a stored message (its JSON) ties to its neighbours (`ThreadHistory.links`): a
+    response opens its tool calls' ids, a request closes those its tool returns (and retries
+    of a tool) answer; a provider refuses a tool result whose call it was not sent."""
+    parts = item.get("parts") if isinstance(item, dict) else None
+    if not isinstance(parts, list):
+        return NO_LINKS
+    parts = [p for p in parts if isinstance(p, dict)]
+    if item.get("kind") == "response":
+        return Links(opens=_call_ids(p for p in parts if p.get("part_kind") == "tool-call"))
+    answers = (
+        p
+        for p in parts
+        if p.get("part_kind") == "tool-return"
+        or (p.get("part_kind") == "retry-prompt" and p.get("tool_name"))
     )
+    return Links(closes=_call_ids(answers))
+
+
+def _call_ids(parts: Iterable[dict[str, Any]]) -> frozenset[str]:
+    return frozenset(str(p.get("tool_call_id") or "") for p in parts)
 
 
 def project_message(message: Any, index: int) -> Projection:
@@ -199,7 +210,7 @@ class BoundedMessageStore:
                 agent=self.agent,
                 keep_runs=self.keep_runs,
                 max_items=self.max_items,
-                starts_cleanly=may_begin_view,
+                links=item_links,
             )
         return found
 
@@ -306,6 +317,7 @@ __all__ = [
     "THREADS_KEPT",
     "BoundedMessageStore",
     "history_processor",
+    "item_links",
     "project_message",
     "starts_run",
 ]

@@ -15,7 +15,9 @@ the project's own loop sends. A fold itself is `integrations.folds`; this module
 Runs: the store cuts a thread at its user messages (`split_runs`), so an adapter projects to
 `user` only the item that STARTS a run (the human's turn); tool calls, tool outputs and
 everything else the agent did is `assistant`. A bounded read by runs therefore never separates
-a tool call from its output, whatever lies between them.
+a tool call from its output, whatever lies between them. A view that begins inside a run (the
+item cap cut it: a thread where no item starts a run) begins where the adapter's `links` say no
+answer is left without its call (`items.view_start`).
 """
 
 from __future__ import annotations
@@ -61,11 +63,14 @@ from bounded_agents.errors import (
 )
 from bounded_agents.integrations.folds import FoldOutcome, FoldTarget, fold_backlog
 from bounded_agents.integrations.items import (
+    NO_LINKS,
+    Links,
     Projection,
     legacy_thread_id_for,
     stored_message,
     thread_id_for,
     verbatim,
+    view_start,
 )
 
 DEFAULT_KEEP_RUNS = 10
@@ -129,9 +134,10 @@ class ThreadHistory:
     keep_runs: int = DEFAULT_KEEP_RUNS
     max_items: int = DEFAULT_MAX_ITEMS
     """The most items a bounded view reads, however many its `keep_runs` runs hold."""
-    starts_cleanly: Callable[[Any], bool] | None = None
-    """The adapter's word on whether a view may begin at an item (its stored JSON): not a tool
-    output whose call would be left out. Asked only when `max_items` cut a run; None: any."""
+    links: Callable[[Any], Links] | None = None
+    """The adapter's reading of how an item (its stored JSON) ties to its neighbours: the calls
+    it makes and answers, and whether the next item goes with it (`items.Links`). Where a view
+    or a fold may cut inside a run depends on it; None: nowhere but at a run's start."""
     thread_id: str = field(init=False)
     """The session's thread: `thread_id_for`'s, or its legacy id while a session stored before
     this release is found there (`_resolve`, on every call)."""
@@ -290,10 +296,10 @@ class ThreadHistory:
 
         A run starts at a `user` item, so a thread where no item does (an agent saving its own
         steps only) is one run, and the runs bound alone read all of it: found by attack, 1,000
-        rows read after 1,000 appends. The item cap bounds that read too. When it cuts a run,
-        the view begins at the first item the adapter says may begin one (`starts_cleanly`):
-        the items before it are skipped with the rest, so the next fold takes a tool call and
-        its output together, as it takes whole runs."""
+        rows read after 1,000 appends. The item cap bounds that read too. When the view begins
+        inside a run, it begins where the adapter's `links` leave no answer without its call
+        and no call without its reasoning (`items.view_start`): the items before are skipped
+        with the rest, so the next fold takes a call and its output together."""
         await self.check_owner()
         runs = self.keep_runs if keep_runs is None else keep_runs
         query = ThreadTurnQuery(
@@ -307,25 +313,19 @@ class ThreadHistory:
             return BoundedView(summary=None, entries=[])
         entries = [_entry(m) for m in page.messages]
         cut = 0
-        if len(entries) == self.max_items and page.skipped and entries[0].message.role != "user":
-            cut = self._clean_start(entries)
+        if entries and entries[0].message.role != "user" and self.links is not None:
+            # The view begins inside a run (the cap cut it, a fold ended inside it, or an item
+            # was erased): from the first place no answer lacks its call (found by review: an
+            # erased seq left the page one row short of the cap, and the view began on an
+            # output). With nothing clean, the view is kept whole rather than emptied.
+            links = [NO_LINKS if e.item is None else self.links(e.item) for e in entries]
+            cut = view_start(links, first_trusted=page.skipped == 0) or 0
         return BoundedView(
             summary=page.summary,
             entries=entries[cut:],
             skipped=page.skipped + cut,
             rows_read=len(page.messages),
         )
-
-    def _clean_start(self, entries: list[Entry]) -> int:
-        """Where a view cut inside a run may begin: the first entry the adapter accepts (an
-        entry no adapter wrote always may); 0 when none does, so a view is never emptied."""
-        accepts = self.starts_cleanly
-        if accepts is None:
-            return 0
-        for i, entry in enumerate(entries):
-            if entry.item is None or accepts(entry.item):
-                return i
-        return 0
 
     async def opening(self, view: BoundedView) -> Entry | None:
         """The thread's first item when `view` no longer holds it (folded or skipped), else
@@ -403,7 +403,7 @@ class ThreadHistory:
             self.thread_id,
             agent=self.agent,
             actor_id=self.actor_id,
-            starts_cleanly=self.starts_cleanly,
+            links=self.links,
         )
         stop = view.entries[0].seq - 1  # the last item older than the kept view
         return await fold_backlog(target, view.summary, stop, summarizer, fold_max_tokens)
@@ -460,5 +460,6 @@ __all__ = [
     "DEFAULT_MAX_ITEMS",
     "BoundedView",
     "Entry",
+    "FoldOutcome",
     "ThreadHistory",
 ]

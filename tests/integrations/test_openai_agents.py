@@ -21,6 +21,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from bounded_agents.core.ports import HistorySummary
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations import thread_id_for
 from bounded_agents.integrations.openai_agents import BoundedSession
@@ -399,3 +400,85 @@ async def test_a_session_of_tool_steps_alone_reads_max_items_and_begins_on_a_cal
         ("function_call", "c9"),
         ("function_call_output", "c9"),
     ]
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call", "call_id": call_id, "name": "f", "arguments": "{}"}
+
+
+def _output(call_id: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": f"out {call_id}"}
+
+
+def _paired(items: list[Any]) -> bool:
+    calls = [i.get("call_id") for i in items if i.get("type") == "function_call"]
+    outputs = [i.get("call_id") for i in items if i.get("type") == "function_call_output"]
+    return sorted(calls) == sorted(outputs)
+
+
+async def test_parallel_calls_and_reasoning_are_never_parted_in_a_capped_view(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: a view cut inside a run began on the second of two parallel calls (the
+    first's output then had no call), or on a call without its reasoning item (the Responses
+    API refuses both)."""
+    parallel = BoundedSession("parallel", sql_store, max_items=7)
+    for n in range(4):
+        await parallel.add_items(
+            [_call(f"a{n}"), _call(f"b{n}"), _output(f"a{n}"), _output(f"b{n}")]
+        )
+    items = await parallel.get_items()
+    assert [i["call_id"] for i in items] == ["a3", "b3", "a3", "b3"] and _paired(items)
+
+    reasoned = BoundedSession("reasoned", sql_store, max_items=5)
+    for n in range(4):
+        reasoning = {"type": "reasoning", "id": f"rs{n}", "summary": []}
+        await reasoned.add_items([reasoning, _call(f"c{n}"), _output(f"c{n}")])
+    items = await reasoned.get_items()
+    assert [i.get("id") or i["call_id"] for i in items] == ["rs3", "c3", "c3"]
+
+
+async def test_a_pop_leaves_no_capped_view_beginning_on_an_output(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: an erased seq is never handed out again, so after a pop the capped
+    page held one row fewer than the cap, and the view began on an output."""
+    session = BoundedSession("popped", sql_store, max_items=6)
+    for n in range(6):
+        await session.add_items([_call(f"c{n}"), _output(f"c{n}")])
+    await session.add_items([{"role": "assistant", "content": "done"}])
+    assert await session.pop_item() is not None
+    items = await session.get_items()
+    assert items[0]["type"] == "function_call" and _paired(items)
+
+
+async def test_a_fold_over_parallel_calls_never_ends_with_a_call_open(
+    sql_store: SqlAgentStore,
+) -> None:
+    session = BoundedSession("parallel-fold", sql_store, max_items=8)
+    words = " ".join(f"w{j}" for j in range(60))
+    for n in range(12):
+        await session.add_items(
+            [
+                {**_call(f"a{n}"), "arguments": json.dumps({"q": words})},
+                {**_call(f"b{n}"), "arguments": json.dumps({"q": words})},
+                {**_output(f"a{n}"), "output": words},
+                {**_output(f"b{n}"), "output": words},
+            ]
+        )
+    chunks: list[list[str]] = []
+
+    async def recorder(messages: list[Any], ctx: Any) -> HistorySummary:
+        chunks.append(
+            [
+                m.content.split()[1] if m.content.startswith("[tool call") else "out"
+                for m in messages
+            ]
+        )
+        return HistorySummary(text="\n".join(" ".join(m.content.split()[:4]) for m in messages))
+
+    done = await session.history.compact(recorder, fold_max_tokens=1500)
+    assert done.refused is None and len(chunks) > 2
+    assert all(len(c) % 4 == 0 for c in chunks), chunks  # whole rounds: two calls, two outputs
+    items = await session.get_items()
+    assert _paired(items) and items[1]["type"] == "function_call"

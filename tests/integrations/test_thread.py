@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
 from bounded_agents.errors import ConfigError, InvalidInput
 from bounded_agents.integrations import Projection, ThreadHistory, thread_id_for
-from bounded_agents.integrations.items import legacy_thread_id_for
+from bounded_agents.integrations.items import NO_LINKS, Links, legacy_thread_id_for, view_start
 from bounded_agents.integrations.thread import Entry
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import summary_rows
 from tests.integrations.helpers import NotesSummarizer, rows_read
+
+
+def pair_links(item: Any) -> Links:
+    """`{"call": n}` opens call n, `{"output": n}` answers it."""
+    if "call" in item:
+        return Links(opens=frozenset({str(item["call"])}))
+    return Links(closes=frozenset({str(item["output"])})) if "output" in item else NO_LINKS
 
 
 def run(n: int, size: int) -> list[tuple[Projection, str]]:
@@ -113,7 +122,7 @@ async def test_a_view_cut_inside_a_run_begins_where_the_adapter_allows(
         sql_store,
         "cut",
         max_items=5,
-        starts_cleanly=lambda item: "output" not in item,
+        links=pair_links,
     )
     pairs = [
         item
@@ -135,10 +144,12 @@ async def test_a_view_cut_inside_a_run_begins_where_the_adapter_allows(
     done = await history.compact(NotesSummarizer())
     assert done.folded == 16 and done.summary is not None
     assert done.summary.covers_through_seq == 16  # call 7 (seq 15) folded with its output
-    # A view the cap did not cut (fewer items than the cap) is not trimmed.
-    short = ThreadHistory(sql_store, "short", max_items=5, starts_cleanly=lambda item: False)
-    await short.append(pairs[1:3])
-    assert [e.item for e in (await short.bounded()).entries] == [{"output": 0}, {"call": 1}]
+    # Below the cap too (found by review: an erasure leaves the page a row short): an output
+    # whose call is not there is never where a view begins; it is owed to the next fold.
+    short = ThreadHistory(sql_store, "short", max_items=5, links=pair_links)
+    await short.append(pairs[1:4])
+    view = await short.bounded()
+    assert [e.item for e in view.entries] == [{"call": 1}, {"output": 1}] and view.skipped == 1
 
 
 def test_max_items_below_one_is_refused(sql_store: SqlAgentStore) -> None:
@@ -191,9 +202,7 @@ async def test_a_run_larger_than_the_fold_budget_is_cut_where_the_adapter_allows
     """Found by attack: a thread where no item starts a run is one run, and its first fold
     handed the summarizer every item in one call (folded whole). With the adapter's word, a
     run over the budget is cut before a call, never between the call and its output."""
-    history = ThreadHistory(
-        sql_store, "big-steps", max_items=10, starts_cleanly=lambda item: "output" not in item
-    )
+    history = ThreadHistory(sql_store, "big-steps", max_items=10, links=pair_links)
     words = " ".join(f"word{j}" for j in range(60))
     await history.append(
         [
@@ -207,9 +216,23 @@ async def test_a_run_larger_than_the_fold_budget_is_cut_where_the_adapter_allows
     )
     recorder = ChunkRecorder()
     done = await history.compact(recorder, fold_max_tokens=2000)
-    assert done.refused is None and done.folded == 190
+    # The view's first row (seq 191, call 95) is not taken: what came before it was not read.
+    assert done.refused is None and done.folded == 192
     assert len(recorder.chunks) > 5  # not one call for the whole backlog
     assert max(len(c) for c in recorder.chunks) <= 20
     assert all(c[0] % 2 == 1 and c[-1] % 2 == 0 for c in recorder.chunks)  # call ... output
     view = await history.bounded()
-    assert view.entries[0].item == {"call": 95}
+    assert view.entries[0].item == {"call": 96}
+
+
+def test_a_view_begins_where_no_answer_lacks_its_call() -> None:
+    """Per index, not per item (found by review): with parallel calls, the second call is no
+    place to begin (the first's output follows it), and a call is none after its reasoning."""
+    a, b = Links(opens=frozenset({"a"})), Links(opens=frozenset({"b"}))
+    out_a, out_b = Links(closes=frozenset({"a"})), Links(closes=frozenset({"b"}))
+    reasoning = Links(leads=True)
+    assert view_start([b, out_a, out_b, a, b, out_a, out_b], first_trusted=False) == 3
+    assert view_start([out_b, reasoning, a, out_a], first_trusted=False) == 1
+    assert view_start([a, out_a], first_trusted=True) == 0
+    assert view_start([a, out_a], first_trusted=False) is None  # index 0 only when trusted
+    assert view_start([out_a, out_b], first_trusted=False) is None
