@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bounded_agents.core.fold_health import backoff_after, may_fold, same_health
-from bounded_agents.core.messages import Message, unstorable_text
+from bounded_agents.core.messages import Message, message_digest, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
     ErasingStore,
@@ -51,7 +51,6 @@ from bounded_agents.core.ports import (
 )
 from bounded_agents.core.summary import (
     DEFAULT_FOLD_MAX_TOKENS,
-    chunk_digest,
     render_history_summary,
 )
 from bounded_agents.errors import (
@@ -359,13 +358,13 @@ class ThreadHistory:
         an item it did not read: the erasure names the row read (its digest), so a thread
         cleared and started again between the read and the erasure, whose seqs start at 1
         again, loses nothing (found by attack: the new thread's item at that seq was erased
-        and the old one returned)."""
+        and the old one returned). The digest holds the item's JSON, not only its projection:
+        two items can project to the same text (found by review)."""
         for _ in range(8):
             newest = await self.newest(1)
             if not newest:
                 return None
-            m = newest[0].message
-            digest = chunk_digest([(newest[0].seq, m.role, m.content)])
+            digest = message_digest(newest[0].message)
             if await self._eraser.delete_message(self.thread_id, newest[0].seq, digest=digest):
                 return newest[0]
         raise ThreadNotFound(self.thread_id)  # emptied under us eight times over: give up

@@ -82,9 +82,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.core.erasure import redact_error, redact_search_results
-from bounded_agents.core.messages import decode_tool_calls, decode_tool_results, encode_json_list
+from bounded_agents.core.messages import (
+    decode_tool_calls,
+    decode_tool_results,
+    encode_json_list,
+    row_digest,
+)
 from bounded_agents.core.search import SEARCH_TOOL_NAME
-from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import ThreadBusy
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.dialect import dialect_of
@@ -123,9 +127,9 @@ _LIVE_RUN = (
     )
     .limit(1)
 )
-_MESSAGE = sa.select(messages.c.role, messages.c.run_id, messages.c.content).where(
-    messages.c.thread_id == _TID, messages.c.seq == _SEQ
-)
+_MESSAGE = sa.select(
+    messages.c.role, messages.c.run_id, messages.c.content, messages.c.attachments
+).where(messages.c.thread_id == _TID, messages.c.seq == _SEQ)
 _DELETE_MESSAGE = messages.delete().where(messages.c.thread_id == _TID, messages.c.seq == _SEQ)
 _DELETE_COVERING = thread_summaries.delete().where(
     thread_summaries.c.thread_id == _TID, thread_summaries.c.covers_through_seq >= _SEQ
@@ -269,7 +273,9 @@ async def delete_message(
         found = (await conn.execute(_MESSAGE, params)).one_or_none()
         if found is None:
             return False
-        if digest is not None and chunk_digest([(seq, found.role, found.content)]) != digest:
+        if digest is not None and digest != row_digest(
+            seq, found.role, found.content, found.attachments
+        ):
             return False
         await conn.execute(_DELETE_MESSAGE, params)
         await conn.execute(_DELETE_COVERING, params)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from bounded_agents.core.erasure import redact_search_results
-from bounded_agents.core.messages import Message
+from bounded_agents.core.messages import Message, message_digest
 from bounded_agents.core.ports import (
     AgentStore,
     ArchivedPart,
@@ -246,10 +246,7 @@ class MemoryStore:
             found = [m for m in thread.messages if m.seq == seq] if thread is not None else []
             if thread is None or not found:
                 return False
-            if (
-                digest is not None
-                and chunk_digest([(seq, found[0].role, found[0].content)]) != digest
-            ):
+            if digest is not None and digest != message_digest(found[0]):
                 return False
             kept = [_unquoted(m, seq) for m in thread.messages if m.seq != seq]
             self._threads[thread_id] = thread.model_copy(update={"messages": kept})

@@ -236,3 +236,26 @@ def test_a_view_begins_where_no_answer_lacks_its_call() -> None:
     assert view_start([a, out_a], first_trusted=True) == 0
     assert view_start([a, out_a], first_trusted=False) is None  # index 0 only when trusted
     assert view_start([out_a, out_b], first_trusted=False) is None
+
+
+async def test_a_raced_pop_tells_apart_two_items_of_the_same_text(sql_store: SqlAgentStore) -> None:
+    """Found by review: the pop's digest named the projection alone, and every unknown SDK item
+    projects to "" (a repeated "hi" to itself): the raced pop erased the new thread's item."""
+    history = ThreadHistory(sql_store, "same-text")
+    await history.append([(Projection("assistant", ""), '{"secret": "OLD"}')])
+    read_newest = history.newest
+
+    async def newest_then_restarted(n: int) -> list[Entry]:
+        found = await read_newest(n)
+        if found and found[0].item == {"secret": "OLD"}:
+            await ThreadHistory(sql_store, "same-text").clear()
+            await ThreadHistory(sql_store, "same-text").append(
+                [(Projection("assistant", ""), '{"secret": "NEW"}')]
+            )
+        return found
+
+    history.newest = newest_then_restarted  # type: ignore[method-assign]
+    popped = await history.pop()
+    del history.newest
+    assert popped is not None and popped.item == {"secret": "NEW"}
+    assert await history.newest(10) == []

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 import sqlalchemy as sa
 
+from bounded_agents.core.messages import row_digest
 from bounded_agents.core.ports import (
     ThreadSummary,
     ThreadTurnQuery,
@@ -16,7 +17,6 @@ from bounded_agents.core.ports import (
     supports_erasure,
     supports_summaries,
 )
-from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import ThreadBusy, ThreadErased
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.clock import db_now
@@ -69,13 +69,13 @@ async def test_a_message_erased_by_digest_is_erased_only_while_it_is_the_row_rea
     read; another (the thread erased and made again since, seqs from 1 again) is left alone."""
     assert supports_erasure(store)
     thread_id = await _thread_of_six(store)
-    other = chunk_digest([(4, "assistant", "not a1")])
+    other = row_digest(4, "assistant", "a1", '[{"name":"x"}]')  # the same text, not the row
     assert await store.delete_message(thread_id, 4, digest=other) is False
     thread = await store.get_thread(thread_id)
     assert thread is not None and [m.seq for m in thread.messages] == [1, 2, 3, 4, 5, 6]
     latest = await store.latest_summary(thread_id)
     assert latest is not None and latest.covers_through_seq == 6  # no summary taken either
-    read = chunk_digest([(4, "assistant", "a1")])
+    read = row_digest(4, "assistant", "a1", None)
     assert await store.delete_message(thread_id, 4, digest=read) is True
     thread = await store.get_thread(thread_id)
     assert thread is not None and [m.seq for m in thread.messages] == [1, 2, 3, 5, 6]

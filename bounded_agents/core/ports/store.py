@@ -311,9 +311,9 @@ class ErasingStore(Protocol):
         """Erase one message and every summary covering it (the next turns fold that span
         again from what is left); False if the thread has no message `seq`.
 
-        With `digest` (`core.summary.chunk_digest` of the one row's seq, role and content, as
-        the caller read it), only that message: False, and nothing erased, when the row at
-        `seq` is another (the thread erased and made again under its id since the read)."""
+        With `digest` (`core.messages.message_digest` of the message as the caller read it:
+        seq, role, text and attachments), only that message: False, and nothing erased, when
+        the row at `seq` is another (the thread erased and made again under its id since)."""
         ...
 
 
