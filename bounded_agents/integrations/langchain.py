@@ -6,11 +6,11 @@
     config = {"configurable": {"session_id": "u42"}}
     await chain.ainvoke({"question": "What changed?"}, config=config)
 
-`aget_messages` gives the BOUNDED history (the thread's summary first, as a system message,
-then its newest `keep_runs` runs whole, read in one range scan), so a chain's prompt costs the
-same at message 100 and 100,000 and an AI message's tool calls never lose their tool messages.
-Messages are stored with LangChain's own `message_to_dict` and come back as they were.
-`aclear` goes through the store's erasure. The store is async: use the chain's async methods
+`aget_messages` gives the BOUNDED history (the thread's summary first, as a system message, then its
+newest `keep_runs` runs whole, at most `max_items` items, read in one range scan), so a chain's
+prompt costs the same at message 100 and 100,000 and an AI message's tool calls never lose their
+tool messages. Messages are stored with LangChain's own `message_to_dict` and come back as they
+were. `aclear` goes through the store's erasure. The store is async: use the chain's async methods
 (`ainvoke`, `astream`); the sync ones raise a clear error instead of blocking an event loop.
 
 Importing this module imports `langchain_core` (`pip install "bounded-agents[langchain]"`).
@@ -160,7 +160,8 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
         )
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """The summary (a system message) and the newest runs, whole."""
+        """The summary (a system message) and the newest runs, whole (at most `max_items`
+        items: a view that begins inside a run leaves no tool message without its call)."""
         view = await self.history.bounded()
         self.last_rows_read = view.rows_read
         lead: list[BaseMessage] = []

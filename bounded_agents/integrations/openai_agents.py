@@ -4,10 +4,11 @@
     await Runner.run(agent, "What changed?", session=session)
 
 The runner calls `get_items()` with no limit before every run: this session answers with the
-BOUNDED view (the thread's summary as a leading developer item, then its newest `keep_runs`
-runs, whole), read in one range scan, so a turn costs the same at item 100 and 100,000 and a
-tool call is never cut from its output. `get_items(n)` keeps the protocol's meaning, the raw
-newest n items (the runner's retry path compares them with what it wrote). Items are stored
+BOUNDED view (the thread's summary as a leading developer item, then its newest `keep_runs` runs,
+whole, at most `max_items` items), read in one range scan, so a turn costs the same at item 100 and
+100,000, and a tool call is never cut from its output (`item_links`). `get_items(n)` keeps the
+protocol's meaning, the raw newest n items (the runner's retry path compares them with what it
+wrote). Items are stored
 verbatim: every item type comes back exactly as it was added, one this module does not know
 included. `pop_item` and `clear_session` go through the store's erasure (summaries and search
 index included). `run_compaction` folds older runs into the summary with the summarizer given

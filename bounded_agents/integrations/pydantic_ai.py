@@ -6,12 +6,12 @@
     await history.save(result.new_messages(), conversation_id="user-42")
 
 Pydantic AI leaves persistence to its caller: `message_history=` in, `new_messages()` out.
-`load` gives the BOUNDED history (the thread's summary first, as a system prompt, then its
-newest `keep_runs` runs whole, read in one range scan); `save` appends a run's new messages,
-once: the run's id (Pydantic AI's `run_id`) keys the batch, so saving the same run twice stores
-it once. Messages are serialized with Pydantic AI's own `ModelMessagesTypeAdapter` and come back
-exactly as they were. `history_processor` bounds a long run's history in flight the same way
-(cut at runs, the summary kept first).
+`load` gives the BOUNDED history (the thread's summary first, as a system prompt, then its newest
+`keep_runs` runs whole, at most `max_items` items, read in one range scan); `save` appends a run's
+new messages, once: the run's id (Pydantic AI's `run_id`) keys the batch, so saving the same run
+twice stores it once. Messages are serialized with Pydantic AI's own `ModelMessagesTypeAdapter`
+and come back exactly as they were. `history_processor` bounds a long run's history in flight the
+same way (cut at runs, the summary kept first).
 
 Importing this module imports `pydantic_ai` (`pip install "bounded-agents[pydantic-ai]"`).
 """
@@ -216,7 +216,7 @@ class BoundedMessageStore:
 
     async def load(self, conversation_id: str) -> list[ModelMessage]:
         """The bounded history: the agent's system prompts and the summary first (one request
-        of system prompts), then the newest runs.
+        of system prompts), then the newest runs (at most `max_items` items).
 
         Pydantic AI adds an agent's `system_prompt` to a run's request only when the history
         is EMPTY, so only the conversation's first request holds it. Once that request has

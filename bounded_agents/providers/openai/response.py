@@ -62,7 +62,11 @@ def oversized_answer(content: str, arguments: list[Any]) -> str | None:
     arguments to one call, a 5 MB prompt on each turn after)."""
     if len(content) > MAX_ANSWER_CHARS:
         return f"the answer passed {MAX_ANSWER_CHARS:,} characters"
-    chars = sum(len(a) if isinstance(a, str) else len(json.dumps(a)) for a in arguments if a)
+    chars = sum(  # an object (Claude's input) as characters, not ASCII escapes (by review)
+        len(a) if isinstance(a, str) else len(json.dumps(a, ensure_ascii=False))
+        for a in arguments
+        if a
+    )
     if chars > MAX_ANSWER_CHARS:
         return f"the tool arguments passed {MAX_ANSWER_CHARS:,} characters"
     return None
