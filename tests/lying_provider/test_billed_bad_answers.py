@@ -17,6 +17,7 @@ from bounded_agents.core.turn.constants import MAX_ANSWER_CHARS
 from bounded_agents.errors import RunFailed
 from bounded_agents.providers import OpenAICompatibleProvider
 from bounded_agents.providers.anthropic import AnthropicProvider
+from bounded_agents.providers.openai.response import oversized_answer
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 from tests.providers.fake_anthropic import FakeAnthropic, message, stream
 from tests.providers.fake_openai import FakeOpenAI, Reply, completion, wire_tool_call
@@ -149,3 +150,11 @@ async def test_claude_unstreamed_tool_input_past_the_stream_cap_is_refused_and_b
     assert "the tool arguments passed 2,000,000 characters" in failures[0]
     assert len(await env.ledger.entries_for_run(run_id)) == 1
     assert await env.ledger.tokens_used("alice") == 5300
+
+
+def test_the_unstreamed_bound_counts_characters_not_ascii_escapes() -> None:
+    """Found by review: an object's arguments were measured as ASCII-escaped JSON, so 400,000
+    non-ASCII characters (2.4 million escaped) were refused unstreamed and passed streamed."""
+    assert oversized_answer("", [{"q": "\u6f22" * 400_000}]) is None
+    assert oversized_answer("", [{"q": "\u6f22" * MAX_ANSWER_CHARS}]) is not None
+    assert oversized_answer("x" * (MAX_ANSWER_CHARS + 1), []) is not None
