@@ -120,16 +120,24 @@ def encode_json_list(items: Sequence[BaseModel]) -> str | None:
     return "[" + ",".join(i.model_dump_json() for i in items) + "]"
 
 
+def digest_rows(rows: Iterable[tuple[int, str, str]]) -> str:
+    """One SHA-256 over (seq, role, text) rows, each field and row delimited: what a store
+    compares to tell the rows a caller read from rows put there since (`row_digest`, and a
+    fold's chunk: `core.summary.chunk_digest`)."""
+    digest = hashlib.sha256()
+    for seq, role, content in rows:
+        digest.update(f"{seq}\x1f{role}\x1f".encode())
+        digest.update(content.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x1e")
+    return digest.hexdigest()
+
+
 def row_digest(seq: int, role: str, content: str, attachments: str | None) -> str:
     """One stored message as an erasure by digest names it (`ErasingStore.delete_message`): its
     seq, role, text and attachments as stored (`encode_json_list`'s text). The attachments
     count: an adapter's item rides there verbatim, and two items can project to the same
     text (found by review: every unknown SDK item projects to "", a repeated "hi" to itself)."""
-    digest = hashlib.sha256(f"{seq}\x1f{role}\x1f".encode())
-    digest.update(content.encode("utf-8", "surrogatepass"))
-    digest.update(b"\x1e")
-    digest.update((attachments or "").encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    return digest_rows([(seq, role, f"{content}\x1e{attachments or ''}")])
 
 
 def message_digest(message: Message) -> str:

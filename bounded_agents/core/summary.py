@@ -10,13 +10,12 @@ default wording of the summary in the prompt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
 from typing import Literal
 
-from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.messages import ChatMessage, Message, digest_rows
 from bounded_agents.core.ports import (
     HistoryPolicyContext,
     HistorySummary,
@@ -397,12 +396,7 @@ def chunk_digest(rows: Sequence[tuple[int, str, str]]) -> str:
     whose seqs start at 1 again (found by attack: a session cleared while its fold's summarizer
     ran, then started again, got the erased conversation's summary, across actors too). The
     content is what a summarizer reads; whatever else a row holds never reaches the summary."""
-    digest = hashlib.sha256()
-    for seq, role, content in rows:
-        digest.update(f"{seq}\x1f{role}\x1f".encode())
-        digest.update(content.encode("utf-8", "surrogatepass"))
-        digest.update(b"\x1e")
-    return digest.hexdigest()
+    return digest_rows(rows)
 
 
 __all__ = [

@@ -208,8 +208,10 @@ async def _chunk(target: FoldTarget, after: int, stop: int, budget: int) -> list
 
 def _links(target: FoldTarget, message: Message) -> Links:
     """The adapter's reading of `message`'s item (nothing, for a row no adapter wrote)."""
-    item = verbatim(message) if target.links is not None else None
-    return NO_LINKS if item is None or target.links is None else target.links(item)
+    if target.links is None:
+        return NO_LINKS
+    item = verbatim(message)
+    return NO_LINKS if item is None else target.links(item)
 
 
 __all__ = ["FoldOutcome", "FoldTarget", "fold_backlog"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -157,31 +158,45 @@ def test_max_items_below_one_is_refused(sql_store: SqlAgentStore) -> None:
         ThreadHistory(sql_store, "s", max_items=0)
 
 
+async def pop_raced_by_a_restart(
+    store: SqlAgentStore, session: str, old: tuple[Projection, str], new: tuple[Projection, str]
+) -> tuple[Entry | None, list[Entry]]:
+    """Pop `session` holding `old`, with a clear and a first write of `new` (another session
+    object of the same id) between the pop's read and its erasure; the popped entry and what
+    the session holds after."""
+    history = ThreadHistory(store, session)
+    await history.append([old])
+    read_newest = history.newest
+    old_item = json.loads(old[1])
+
+    async def newest_then_restarted(n: int) -> list[Entry]:
+        found = await read_newest(n)
+        if found and found[0].item == old_item:
+            await ThreadHistory(store, session).clear()
+            await ThreadHistory(store, session).append([new])
+        return found
+
+    history.newest = newest_then_restarted  # type: ignore[method-assign]
+    popped = await history.pop()
+    del history.newest
+    return popped, await history.newest(10)
+
+
 async def test_a_pop_raced_by_a_clear_and_a_restart_erases_nothing_it_did_not_read(
     sql_store: SqlAgentStore,
 ) -> None:
     """Found by attack: a pop reads the newest item, then erases its seq. A clear and a new
     first write between the two (the same session, its seqs from 1 again) put another item at
     that seq, which the pop erased while returning the one it had read."""
-    history = ThreadHistory(sql_store, "raced")
-    await history.append([(Projection("user", "old secret"), '{"old": 1}')])
-    read_newest = history.newest
-
-    async def newest_then_restarted(n: int) -> list[Entry]:
-        found = await read_newest(n)
-        if found and found[0].item == {"old": 1}:
-            await ThreadHistory(sql_store, "raced").clear()
-            await ThreadHistory(sql_store, "raced").append(
-                [(Projection("user", "new question"), '{"new": 1}')]
-            )
-        return found
-
-    history.newest = newest_then_restarted  # type: ignore[method-assign]
-    popped = await history.pop()
-    del history.newest
+    popped, left = await pop_raced_by_a_restart(
+        sql_store,
+        "raced",
+        (Projection("user", "old secret"), '{"old": 1}'),
+        (Projection("user", "new question"), '{"new": 1}'),
+    )
     # The pop read the old item, found its row gone, and popped the newest item it then read.
     assert popped is not None and popped.item == {"new": 1}
-    assert await history.newest(10) == []
+    assert left == []
 
 
 class ChunkRecorder:
@@ -241,21 +256,11 @@ def test_a_view_begins_where_no_answer_lacks_its_call() -> None:
 async def test_a_raced_pop_tells_apart_two_items_of_the_same_text(sql_store: SqlAgentStore) -> None:
     """Found by review: the pop's digest named the projection alone, and every unknown SDK item
     projects to "" (a repeated "hi" to itself): the raced pop erased the new thread's item."""
-    history = ThreadHistory(sql_store, "same-text")
-    await history.append([(Projection("assistant", ""), '{"secret": "OLD"}')])
-    read_newest = history.newest
-
-    async def newest_then_restarted(n: int) -> list[Entry]:
-        found = await read_newest(n)
-        if found and found[0].item == {"secret": "OLD"}:
-            await ThreadHistory(sql_store, "same-text").clear()
-            await ThreadHistory(sql_store, "same-text").append(
-                [(Projection("assistant", ""), '{"secret": "NEW"}')]
-            )
-        return found
-
-    history.newest = newest_then_restarted  # type: ignore[method-assign]
-    popped = await history.pop()
-    del history.newest
+    popped, left = await pop_raced_by_a_restart(
+        sql_store,
+        "same-text",
+        (Projection("assistant", ""), '{"secret": "OLD"}'),
+        (Projection("assistant", ""), '{"secret": "NEW"}'),
+    )
     assert popped is not None and popped.item == {"secret": "NEW"}
-    assert await history.newest(10) == []
+    assert left == []
