@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
     RetryPromptPart,
     SystemPromptPart,
@@ -97,10 +99,8 @@ def project_message(message: Any, index: int) -> Projection:
         for part in message.parts:
             if isinstance(part, UserPromptPart):
                 lines.append(_prompt_text(part.content))
-            elif isinstance(part, ToolReturnPart):
-                lines.append(f"[tool output {part.tool_name}] {part.model_response_str()}")
-            elif isinstance(part, RetryPromptPart):
-                lines.append(f"[retry] {part.model_response()}")
+            elif isinstance(part, (ToolReturnPart, RetryPromptPart)):
+                lines.append(_answer_text(part))
         return Projection("user" if starts_run(message) else "assistant", "\n".join(lines))
     if isinstance(message, ModelResponse):
         lines = []
@@ -111,6 +111,41 @@ def project_message(message: Any, index: int) -> Projection:
                 lines.append(f"[tool call {rpart.tool_name}] {rpart.args_as_json_str()}")
         return Projection("assistant", "\n".join(lines))
     raise InvalidInput(f"{label(message, index)} is not a ModelRequest or ModelResponse")
+
+
+def _answer_text(part: ToolReturnPart | RetryPromptPart) -> str:
+    if isinstance(part, ToolReturnPart):
+        return f"[tool output {part.tool_name}] {part.model_response_str()}"
+    return f"[retry] {part.model_response()}"
+
+
+def returns_as_text(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """`messages` with every tool return (or tool retry) whose call is not among them turned
+    into a user-prompt part of the same text, in its place: a provider refuses a return whose
+    call it was not sent, and dropping it would lose what the tool said.
+
+    A bounded view never begins on a return alone (`items.view_start`), but Pydantic AI builds
+    ONE request holding the return of a call it paused on (`deferred_tool_results`) AND the
+    user's next prompt, and that request starts a run: found by review, the view of the newest
+    run began on it and left its call, in the run before, out."""
+    calls: set[str] = set()
+    kept: list[ModelMessage] = []
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            calls.update(p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart))
+            kept.append(message)
+            continue
+        parts = [_as_text_if_orphan(p, calls) for p in message.parts]
+        kept.append(message if parts == message.parts else replace(message, parts=parts))
+    return kept
+
+
+def _as_text_if_orphan(part: ModelRequestPart, calls: set[str]) -> ModelRequestPart:
+    if isinstance(part, RetryPromptPart) and part.tool_name is None:
+        return part  # a retry of the output, answering no call
+    if isinstance(part, (ToolReturnPart, RetryPromptPart)) and part.tool_call_id not in calls:
+        return UserPromptPart(_answer_text(part))
+    return part
 
 
 def _projected(message: Any, index: int) -> Projection:
@@ -227,7 +262,7 @@ class BoundedMessageStore:
         view = await thread.bounded()
         opening = await thread.opening(view)
         self.last_rows_read = view.rows_read + (opening is not None)
-        return _lead(opening, view) + _loaded(view.entries)
+        return _lead(opening, view) + returns_as_text(_loaded(view.entries))
 
     async def save(
         self,
@@ -301,14 +336,14 @@ def history_processor(
         cut = starts[-keep_runs]
         first = messages[0]
         if not isinstance(first, ModelRequest):
-            return messages[cut:]
+            return returns_as_text(messages[cut:])
         system = [p for p in first.parts if isinstance(p, SystemPromptPart)]
         if not system:
-            return messages[cut:]
+            return returns_as_text(messages[cut:])
         # The system prompts (the summary among them) stay first. In a run Pydantic AI has
         # merged them into the oldest run's request: that request is cut, they are not.
         lead = first if len(system) == len(first.parts) else ModelRequest(parts=system)
-        return [lead, *messages[cut:]]
+        return returns_as_text([lead, *messages[cut:]])
 
     return bound
 
@@ -319,5 +354,6 @@ __all__ = [
     "history_processor",
     "item_links",
     "project_message",
+    "returns_as_text",
     "starts_run",
 ]

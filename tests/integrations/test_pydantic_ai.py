@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
@@ -287,3 +287,68 @@ async def test_a_conversation_of_tool_steps_alone_reads_max_items_and_begins_on_
     first = loaded[0]
     assert isinstance(first, ModelResponse) and isinstance(first.parts[0], ToolCallPart)
     assert first.parts[0].tool_call_id == "c8"
+
+
+def approval_agent() -> Agent[None, str | DeferredToolRequests]:
+    """An agent whose tool needs approval: its first run pauses on the call, and the run that
+    resumes it with the user's next prompt stores ONE request holding the tool's return and
+    that prompt (what Pydantic AI builds for `deferred_tool_results` with a `user_prompt`)."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="d1")])
+
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(respond), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"deleted {path}"
+
+    return agent
+
+
+def returns_have_calls(messages: list[ModelMessage]) -> bool:
+    """Every tool return answers a call sent before it (a provider refuses one that does not)."""
+    calls: set[str] = set()
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, ToolCallPart):
+                calls.add(p.tool_call_id)
+            elif isinstance(p, ToolReturnPart) and p.tool_call_id not in calls:
+                return False
+    return True
+
+
+async def test_a_resumed_run_whose_request_holds_a_return_and_a_prompt_never_loads_an_orphan(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: the request resuming a paused call with the user's next prompt starts
+    a run, so a view of the newest run began on it and left out the call its return answers.
+    The return is now shown as text in that request (the call is in the older run), and the
+    user's prompt stays."""
+    agent = approval_agent()
+    history = BoundedMessageStore(sql_store, keep_runs=1)
+    first = await agent.run("delete a", message_history=await history.load("approve"))
+    assert isinstance(first.output, DeferredToolRequests)
+    await history.save(first.new_messages(), conversation_id="approve")
+    second = await agent.run(
+        "and tell me when done",
+        message_history=await history.load("approve"),
+        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
+    )
+    await history.save(second.new_messages(), conversation_id="approve")
+    loaded = await history.load("approve")
+    assert returns_have_calls(loaded)
+    text = [p.content for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
+    assert "and tell me when done" in text
+    assert any("deleted a" in str(t) for t in text)  # the return's content, kept as text
+    in_flight = history_processor(1)(second.all_messages())
+    assert returns_have_calls(in_flight)
+    assert "and tell me when done" in [
+        p.content for m in in_flight for p in m.parts if isinstance(p, UserPromptPart)
+    ]
+    third = await agent.run("thanks", message_history=loaded)  # the agent takes the history
+    assert isinstance(third.output, DeferredToolRequests)
