@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,7 +115,20 @@ these rows is out of its reach."""
 log = logging.getLogger("bounded_agents.core.search")
 
 _SCAN_PAGE = 500
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"(?:[^\W_]|[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff])+")
+"""A word: letters and digits, with the combining marks a decomposed (NFD) word carries, so
+"cafe\u0301" is one word, which `fold_case` composes to "café" (without the marks it was
+"cafe" and a separator)."""
+
+
+def both_forms(text: str) -> str:
+    """`text` composed (NFC) and, when it differs, decomposed (NFD) after it: what a parser
+    that indexes code points as given (PostgreSQL's) needs to find either form's words."""
+    if text.isascii():
+        return text
+    composed = unicodedata.normalize("NFC", text)
+    decomposed = unicodedata.normalize("NFD", text)
+    return composed if composed == decomposed else f"{composed}\n{decomposed}"
 
 
 def query_text(query: str) -> str:
@@ -378,6 +392,7 @@ __all__ = [
     "SNIPPET_CHARS",
     "HistorySearchTool",
     "asks",
+    "both_forms",
     "distinct",
     "newer_seqs",
     "query_text",

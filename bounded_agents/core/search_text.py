@@ -13,6 +13,8 @@ match words as the index does.
 
 from __future__ import annotations
 
+import unicodedata
+
 from bounded_agents.core.messages import Message, ToolCall, ToolResult
 
 SEARCH_TOOL_NAME = "search_history"
@@ -42,8 +44,12 @@ def fold_case(text: str) -> str:
     capital I, the one character whose lowercase is two) to "i" and a combining dot, which
     the word pattern then splits off: "İstanbul" became the words "i" and "stanbul", while
     SQLite's tokenizer indexes "istanbul" (and PostgreSQL's lowercasing agrees), so the query
-    found nothing."""
-    return text.lower().replace("i\u0307", "i")
+    found nothing.
+
+    And composed (NFC): "é" written as "e" and a combining accent (NFD, as macOS file names
+    and some keyboards write it) is the same word to the search (found by attack: one form
+    never found the other)."""
+    return unicodedata.normalize("NFC", text.lower().replace("i\u0307", "i"))
 
 
 __all__ = [

@@ -41,6 +41,7 @@ one place (`_dialect`).
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,7 +52,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
-from bounded_agents.core.search import RECENCY_HALF_LIFE, query_text, search_terms
+from bounded_agents.core.search import RECENCY_HALF_LIFE, both_forms, query_text, search_terms
 from bounded_agents.store.dialect import dialect_of
 
 SEARCH_COLUMN = "search_vector"
@@ -82,9 +83,13 @@ _PG_QUERY = """
     t AS (SELECT last_seq FROM threads WHERE id = :tid)
 """
 _PG_TERMS = """
-    ARRAY(SELECT (w.o - 1)::int FROM unnest(CAST(:terms AS text[])) WITH ORDINALITY AS w(term, o)
-          WHERE {vector} @@ plainto_tsquery(bounded_search_config(), w.term))
+    ARRAY(SELECT (w.o - 1)::int
+          FROM unnest(CAST(:terms AS text[]), CAST(:alts AS text[])) WITH ORDINALITY
+              AS w(term, alt, o)
+          WHERE {vector} @@ plainto_tsquery(bounded_search_config(), w.term)
+              OR {vector} @@ plainto_tsquery(bounded_search_config(), w.alt))
 """
+"""Which terms (by position) a row holds, each in either Unicode form (`both_forms`)."""
 _PG_RECENCY = "(1.0 + :half / (:half + greatest(t.last_seq - {seq}, 0)))"
 _PG_MARK = f"'HighlightAll=true, StartSel={MARK_START}, StopSel={MARK_END}'"
 _PG_MESSAGES = sa.text(
@@ -102,7 +107,10 @@ _PG_MESSAGES = sa.text(
     ORDER BY score DESC, m.seq DESC
     LIMIT :limit
     """
-).bindparams(sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)))
+).bindparams(
+    sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)),
+    sa.bindparam("alts", type_=postgresql.ARRAY(sa.Text)),
+)
 _PG_ARCHIVE = sa.text(
     f"""
     WITH {_PG_QUERY}
@@ -117,17 +125,21 @@ _PG_ARCHIVE = sa.text(
     ORDER BY score DESC, a.to_seq DESC
     LIMIT :limit
     """
-).bindparams(sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)))
+).bindparams(
+    sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)),
+    sa.bindparam("alts", type_=postgresql.ARRAY(sa.Text)),
+)
 
 
 async def _pg_hits(
     conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int
 ) -> list[SearchHit]:
     params = {
-        "q": query,
+        "q": both_forms(query),
         "tid": thread_id,
         "limit": limit,
         "terms": terms,
+        "alts": [unicodedata.normalize("NFD", t) for t in terms],
         "half": float(RECENCY_HALF_LIFE),
     }
     hits: list[SearchHit] = []

@@ -7,6 +7,7 @@ cover. Memory takes the fallback scan (whole words, no stemming); SQLite (FTS5) 
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import pytest
@@ -173,6 +174,36 @@ async def test_a_superseded_value_is_labelled_with_the_newer_seq(store: Contract
     assert set(by_seq) == {1, 12}  # the question is in the prompt: skipped
     assert by_seq[1]["newer"] == 12
     assert "newer" not in by_seq[12]  # the question repeats the terms but is no newer value
+
+
+@pytest.mark.parametrize(("stored", "asked"), [("NFD", "NFC"), ("NFC", "NFD"), ("NFD", "NFD")])
+async def test_a_word_with_an_accent_is_found_whichever_unicode_form_each_side_wrote(
+    store: ContractStore, stored: str, asked: str
+) -> None:
+    """Found by attack: text written decomposed (NFD: "e" and a combining accent, as macOS
+    file names and some keyboards write it) was out of reach on PostgreSQL of a query
+    written composed, and the other way round (the parser indexes the code points it is
+    given); the fallback scan cut the word at the accent. Each hit also says which of the
+    query's words it holds (the `newer` label reads them), so an older composed value is
+    labelled with a newer decomposed one."""
+    older = "The venue is the café Lumière."
+    newer = "Update: the venue is now the café Crémieux."
+    tid = await _thread(
+        store,
+        [
+            user(unicodedata.normalize("NFC", older)),  # 1
+            *chatter(3),  # 2..7
+            user(unicodedata.normalize(stored, newer)),  # 8
+            *chatter(3),
+        ],
+    )
+
+    found = await _search(store, tid, unicodedata.normalize(asked, "café"))
+
+    by_seq = {r["seq"]: r for r in found}
+    assert set(by_seq) == {1, 8}
+    assert unicodedata.normalize("NFC", by_seq[8]["content"]) == newer
+    assert by_seq[1]["newer"] == 8
 
 
 async def test_results_are_snippets_around_the_match_not_whole_messages(
