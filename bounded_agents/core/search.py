@@ -115,10 +115,20 @@ these rows is out of its reach."""
 log = logging.getLogger("bounded_agents.core.search")
 
 _SCAN_PAGE = 500
-_WORD = re.compile(r"(?:[^\W_]|[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff])+")
+_WORD = re.compile(
+    r"(?:[^\W_]|[\u0300-\u036f\u0e00-\u0e7f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff])+"
+)
 """A word: letters and digits, with the combining marks a decomposed (NFD) word carries, so
 "cafe\u0301" is one word, which `fold_case` composes to "café" (without the marks it was
-"cafe" and a separator)."""
+"cafe" and a separator); Thai's vowel signs and tone marks too, which are marks as well."""
+
+_UNSPACED = re.compile(
+    "[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+)
+"""Letters of scripts written without spaces between words (Thai, Japanese kana, Han) or with
+particles attached to them (Hangul syllables). A word tokenizer, the indexes' and `_WORD`,
+takes a run of them as ONE word, so a word inside the run is found as a substring only
+(`_count`)."""
 
 
 def both_forms(text: str) -> str:
@@ -171,8 +181,9 @@ def _scan(
         return []
     scored: list[tuple[Message, tuple[int, int, int, frozenset[int]]]] = []
     for m in found:
-        words = _WORD.findall(fold_case(_searchable(m)))
-        hits = [words.count(t) for t in terms]
+        text = fold_case(_searchable(m))
+        words = _WORD.findall(text)
+        hits = [_count(t, words, text) for t in terms]
         held = frozenset(i for i, h in enumerate(hits) if h)
         if held:
             scored.append((m, (len(held), sum(hits), m.seq or 0, held)))
@@ -209,10 +220,12 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     if supports_summary_archive(store):
         parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
         for p in parts:
-            words = _WORD.findall(fold_case(p.content))
-            held = frozenset(i for i, t in enumerate(terms) if t in words)
+            text = fold_case(p.content)
+            words = _WORD.findall(text)
+            counts = [_count(t, words, text) for t in terms]
+            held = frozenset(i for i, c in enumerate(counts) if c)
             if held:
-                count = sum(words.count(terms[i]) for i in held)
+                count = sum(counts)
                 hits.append(
                     SearchHit(
                         seq=p.to_seq,
@@ -246,20 +259,33 @@ async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
     return out
 
 
+def _count(term: str, words: Sequence[str], text: str) -> int:
+    """How often `term` occurs in `text` (folded) as a word, or, for a term of unspaced
+    letters (`_UNSPACED`), as a substring of it."""
+    return text.count(term) if _UNSPACED.search(term) else words.count(term)
+
+
 def _WORD_IN(term: str, text: str) -> bool:
-    return term in _WORD.findall(fold_case(text))
+    folded = fold_case(text)
+    return _count(term, _WORD.findall(folded), folded) > 0
 
 
 def _mark(text: str, terms: Sequence[str]) -> str:
-    """`text` with each whole-word occurrence of `terms` between the marks (the fallback's
-    stand-in for the index's own highlighting)."""
+    """`text` with each whole-word occurrence of `terms` between the marks, and each
+    occurrence of a term of unspaced letters inside a word (the fallback's stand-in for the
+    index's own highlighting)."""
     wanted = set(terms)
-    return _WORD.sub(
-        lambda w: (
-            MARK_START + w.group(0) + MARK_END if fold_case(w.group(0)) in wanted else w.group(0)
-        ),
-        text,
-    )
+    inner = [re.escape(t) for t in terms if _UNSPACED.search(t)]
+    within = re.compile("|".join(inner)) if inner else None
+
+    def word(w: re.Match[str]) -> str:
+        if fold_case(w.group(0)) in wanted:
+            return MARK_START + w.group(0) + MARK_END
+        if within is None:
+            return w.group(0)
+        return within.sub(lambda m: MARK_START + m.group(0) + MARK_END, w.group(0))
+
+    return _WORD.sub(word, text)
 
 
 _SPEC = ToolSpec(
@@ -346,9 +372,19 @@ class HistorySearchTool:
         return ToolResult(call_id="", content=render_hits(fresh, newer, replies, alike))
 
     async def _search(self, thread_id: str, query: str, limit: int) -> list[SearchHit]:
-        if supports_history_search(self._store):
-            return await self._store.search_history(thread_id, query, limit=limit)
-        return await scan_hits(self._store, thread_id, query, limit)
+        """The store's index, or the scan without one. A query holding unspaced letters
+        (`_UNSPACED`) is answered by the scan first (its substrings; the newest
+        `FALLBACK_SCAN_ROWS` messages, without dates), then by the index's hits the scan did
+        not find (a whole run of such letters, older than the scan reached)."""
+        store = self._store
+        if not supports_history_search(store):
+            return await scan_hits(store, thread_id, query, limit)
+        indexed = await store.search_history(thread_id, query, limit=limit)
+        if not _UNSPACED.search(query):
+            return indexed
+        scanned = await scan_hits(self._store, thread_id, query, limit)
+        seen = {(h.seq, h.role) for h in scanned}
+        return [*scanned, *(h for h in indexed if (h.seq, h.role) not in seen)][:limit]
 
 
 class _Shown:

@@ -206,6 +206,51 @@ async def test_a_word_with_an_accent_is_found_whichever_unicode_form_each_side_w
     assert by_seq[1]["newer"] == 8
 
 
+@pytest.mark.parametrize(
+    ("stated", "asked"),
+    [
+        ("我的订单号是 A-12345\uff0c请帮我查一下。", "订单号"),
+        ("注文番号は 12345 です。", "注文番号"),
+        ("배송 주소는 서울역 근처입니다.", "주소"),
+        ("พัสดุของฉันติดอยู่ที่ศุลกากร", "ศุลกากร"),
+    ],
+)
+async def test_a_word_inside_text_written_without_spaces_is_found(
+    store: ContractStore, stated: str, asked: str
+) -> None:
+    """Found by attack: Chinese, Japanese and Thai are written without spaces (Korean attaches
+    its particles), and both indexes take a run of such letters as ONE word, so a search for a
+    word inside it found nothing, on every store. Such a query also scans the newest messages
+    for its words as substrings (`FALLBACK_SCAN_ROWS`), and marks them."""
+    tid = await _thread(store, [user(stated), *chatter(3), user("另外\uff0c谢谢。")])
+
+    found = await _search(store, tid, asked)
+
+    assert [(r["seq"], r["content"]) for r in found] == [(1, stated)]
+
+
+async def test_a_query_in_spaced_words_reads_no_transcript(
+    store: ContractStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The substring scan is paid by a query holding unspaced letters only: an indexed store
+    answers any other query from its index, without reading the thread's newest rows."""
+    tid = await _thread(store, [user("The parcel is stuck at customs."), *chatter(3)])
+    reads: list[str] = []
+    listing = store.list_messages
+
+    async def counted(*args: Any, **kwargs: Any) -> list[Message]:
+        reads.append("list")
+        return await listing(*args, **kwargs)
+
+    monkeypatch.setattr(store, "list_messages", counted)
+    assert [r["seq"] for r in await _search(store, tid, "customs")] == [1]
+    english = len(reads)
+    assert [r["seq"] for r in await _search(store, tid, "海关")] == []
+    assert len(reads) > english
+    if isinstance(store, SqlAgentStore):
+        assert english == 0
+
+
 async def test_results_are_snippets_around_the_match_not_whole_messages(
     store: ContractStore,
 ) -> None:
