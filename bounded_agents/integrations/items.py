@@ -74,6 +74,20 @@ def view_start(links: Sequence[Links], *, first_trusted: bool) -> int | None:
     return None
 
 
+def orphan_answers(links: Sequence[Links]) -> frozenset[int]:
+    """Indices of the items (oldest first) that answer calls and none made before them in
+    `links`: a provider refuses an output whose call it was not sent. An item answering some
+    calls made before it and some not is not among them (dropping it would leave those calls
+    without their outputs); its adapter mends it (Pydantic AI's `returns_as_text`)."""
+    opened: set[str] = set()
+    out: set[int] = set()
+    for i, tie in enumerate(links):
+        if tie.closes and tie.closes.isdisjoint(opened):
+            out.add(i)
+        opened |= tie.opens
+    return frozenset(out)
+
+
 def thread_id_for(session_id: str, *, actor_id: str, agent: str) -> str:
     """The store's thread id for a framework's session or conversation id, of one actor and
     one adapter (`agent`): a UUID5 of the three, so two actors (or two adapters) naming the
@@ -178,6 +192,7 @@ __all__ = [
     "item_json",
     "label",
     "legacy_thread_id_for",
+    "orphan_answers",
     "stored_message",
     "thread_id_for",
     "verbatim",

@@ -79,6 +79,11 @@ def item_links(item: Any) -> Links:
     parts = [p for p in parts if isinstance(p, dict)]
     if item.get("kind") == "response":
         return Links(opens=_call_ids(p for p in parts if p.get("part_kind") == "tool-call"))
+    if any(p.get("part_kind") == "user-prompt" for p in parts):
+        # A run's start closes nothing for the view: a return it holds (of a paused call
+        # resumed with the next prompt) is sent as text when its call is not in the view
+        # (`returns_as_text`). Found by attack: the view skipped the request, prompt and all.
+        return NO_LINKS
     answers = (
         p
         for p in parts

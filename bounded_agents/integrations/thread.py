@@ -66,6 +66,7 @@ from bounded_agents.integrations.items import (
     Links,
     Projection,
     legacy_thread_id_for,
+    orphan_answers,
     stored_message,
     thread_id_for,
     verbatim,
@@ -311,18 +312,29 @@ class ThreadHistory:
         if page is None:
             return BoundedView(summary=None, entries=[])
         entries = [_entry(m) for m in page.messages]
-        cut = 0
-        if entries and entries[0].message.role != "user" and self.links is not None:
-            # The view begins inside a run (the cap cut it, a fold ended inside it, or an item
-            # was erased): from the first place no answer lacks its call (found by review: an
-            # erased seq left the page one row short of the cap, and the view began on an
-            # output). With nothing clean, the view is kept whole rather than emptied.
+        skipped = page.skipped
+        if entries and self.links is not None:
             links = [NO_LINKS if e.item is None else self.links(e.item) for e in entries]
-            cut = view_start(links, first_trusted=page.skipped == 0) or 0
+            cut = 0
+            if entries[0].message.role != "user":
+                # The view begins inside a run (the cap cut it, a fold ended inside it, or an
+                # item was erased): from the first place no answer lacks its call (found by
+                # review: an erased seq left the page one row short of the cap, and the view
+                # began on an output). With nothing clean, the view is kept whole rather than
+                # emptied, less the answers below.
+                cut = view_start(links, first_trusted=page.skipped == 0) or 0
+            # An answer whose call is older than the view, in the view still: a call approved
+            # after the user's next message (the Agents SDK's `RunState`, LangGraph's resume)
+            # stores its output in a later run than its call, and found by attack, a view
+            # beginning at that run's user item sent the output alone. It is left out of the
+            # view (not the thread: it folds, and is found by search, with its run).
+            orphans = orphan_answers(links[cut:])
+            entries = [e for i, e in enumerate(entries[cut:]) if i not in orphans]
+            skipped += cut
         return BoundedView(
             summary=page.summary,
-            entries=entries[cut:],
-            skipped=page.skipped + cut,
+            entries=entries,
+            skipped=skipped,
             rows_read=len(page.messages),
         )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -21,6 +22,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.langchain import (
@@ -275,3 +277,50 @@ async def test_a_history_of_tool_steps_alone_reads_max_items_and_begins_on_a_cal
     loaded = await history.aget_messages()
     assert history.last_rows_read == 5
     assert loaded == steps[-4:] and calls_paired(loaded)
+
+
+def returns_have_calls(messages: Sequence[BaseMessage]) -> bool:
+    made: set[str] = set()
+    for m in messages:
+        if isinstance(m, AIMessage):
+            made |= {str(c["id"]) for c in m.tool_calls}
+        elif isinstance(m, ToolMessage) and m.tool_call_id not in made:
+            return False
+    return True
+
+
+async def test_a_resume_that_adds_a_human_message_never_sends_a_tool_result_alone(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a human-in-the-loop resume with a human message added
+    (`Command(resume=..., update=...)`) stores the tool's result after that message, in a
+    later run than its call, and the next model call of a `keep_runs=1` middleware was sent
+    the result without its call. It is left out of the view."""
+    call = {"name": "weather", "args": {"city": "Paris"}, "id": "call_1", "type": "tool_call"}
+    model = ToolingFakeModel(
+        messages=iter([AIMessage("", tool_calls=[call]), AIMessage("answer 1"), AIMessage("2")])
+    )
+    model.seen = []
+    agent = create_agent(
+        model,
+        tools=[weather],
+        middleware=[
+            HumanInTheLoopMiddleware(interrupt_on={"weather": True}),
+            BoundedHistoryMiddleware(sql_store, keep_runs=1),
+        ],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "lc-resume"}}
+    paused = await agent.ainvoke({"messages": [HumanMessage("weather?")]}, config=config)
+    assert paused.get("__interrupt__")
+    resume = Command(
+        resume={"decisions": [{"type": "approve"}]},
+        update={"messages": [HumanMessage("also, hurry")]},
+    )
+    await agent.ainvoke(resume, config=config)
+
+    await agent.ainvoke({"messages": [HumanMessage("next")]}, config=config)
+
+    last = model.seen[-1]
+    assert returns_have_calls(last)
+    assert [m.content for m in last if isinstance(m, HumanMessage)] == ["also, hurry", "next"]

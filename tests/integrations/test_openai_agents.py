@@ -333,6 +333,7 @@ async def test_nul_and_lone_surrogates_round_trip_verbatim(sql_store: SqlAgentSt
     item comes back exactly, and the run is not failed for it."""
     items: list[Any] = [
         {"role": "user", "content": "a\x00b \ud800 c"},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c", "output": "\x00\udfff"},
     ]
     session = BoundedSession("odd-text", sql_store)
@@ -482,3 +483,102 @@ async def test_a_fold_over_parallel_calls_never_ends_with_a_call_open(
     assert all(len(c) % 4 == 0 for c in chunks), chunks  # whole rounds: two calls, two outputs
     items = await session.get_items()
     assert _paired(items) and items[1]["type"] == "function_call"
+
+
+def _answers_have_calls(items: list[Any]) -> bool:
+    made: set[str] = set()
+    for i in items:
+        if i.get("type") == "function_call":
+            made.add(i["call_id"])
+        elif i.get("type") == "function_call_output" and i["call_id"] not in made:
+            return False
+    return True
+
+
+class ApprovalModel(Model):
+    """Calls `delete_file` when asked to delete, answers "done" after its output, else "sure"."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        items = input if isinstance(input, list) else [{"role": "user", "content": input}]
+        self.inputs.append(list(items))
+        last = items[-1]
+        if last.get("role") == "user" and "delete" in str(last.get("content")):
+            call = ResponseFunctionToolCall(
+                type="function_call",
+                id="fc_1",
+                call_id="call_1",
+                name="delete_file",
+                arguments=json.dumps({"path": "a"}),
+                status="completed",
+            )
+            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+        text = "done" if last.get("type") == "function_call_output" else "sure"
+        message = ResponseOutputMessage(
+            id=f"msg_{len(self.inputs)}",
+            type="message",
+            role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+
+@function_tool(needs_approval=True)
+def delete_file(path: str) -> str:
+    """Delete `path` (asks for approval first)."""
+    return f"deleted {path}"
+
+
+async def test_a_call_approved_after_the_next_message_never_sends_its_output_alone(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a run paused on a call needing approval, the user's next message
+    answered meanwhile, then the call approved (`RunState`): its output is stored in the
+    later run, and a view beginning at that run's user item sent the output without its
+    call, with the default bounds ten runs later too. The output is left out of the view."""
+    model = ApprovalModel()
+    agent = Agent(name="files", model=model, tools=[delete_file])
+    session = BoundedSession("late", sql_store, keep_runs=1)
+    paused = await Runner.run(agent, "delete a", session=session, run_config=NO_TRACING)
+    state = paused.to_state()
+    await Runner.run(agent, "what's the time?", session=session, run_config=NO_TRACING)
+    state.approve(paused.interruptions[0])
+    await Runner.run(agent, state, session=session, run_config=NO_TRACING)
+    stored = await BoundedSession("late", sql_store, keep_runs=99).get_items()
+    assert [i.get("type") or i.get("role") for i in stored][:5] == [
+        "user",
+        "function_call",
+        "user",
+        "message",
+        "function_call_output",
+    ]
+
+    view = await session.get_items()
+    await Runner.run(agent, "thanks", session=session, run_config=NO_TRACING)
+
+    assert _answers_have_calls(view)
+    assert "what's the time?" in [i.get("content") for i in view]
+    assert all(_answers_have_calls(sent) for sent in model.inputs)
+
+
+async def test_a_capped_view_with_no_clean_start_sends_no_output_without_its_call(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: when no place of a capped page leaves every output with its call (two
+    parallel calls, a cap of two), the page was kept whole: two outputs and no call."""
+    session = BoundedSession("no-clean", sql_store, keep_runs=1, max_items=2)
+    await session.add_items([{"role": "user", "content": "look up a and b"}])  # type: ignore[list-item]
+    await session.add_items([_call("a"), _call("b"), _output("a"), _output("b")])  # type: ignore[list-item]
+
+    view = await session.get_items()
+
+    assert view == []
+    assert _answers_have_calls(await BoundedSession("no-clean", sql_store).get_items())

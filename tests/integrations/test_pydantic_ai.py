@@ -352,3 +352,26 @@ async def test_a_resumed_run_whose_request_holds_a_return_and_a_prompt_never_loa
     ]
     third = await agent.run("thanks", message_history=loaded)  # the agent takes the history
     assert isinstance(third.output, DeferredToolRequests)
+
+
+async def test_a_capped_view_keeps_a_resumed_runs_prompt(sql_store: SqlAgentStore) -> None:
+    """Found by attack: with the newest run fitting the cap, the view skipped the request
+    resuming a paused call with the user's next prompt (it answered a call the page did not
+    hold), so the model lost the prompt and the tool's result. Its return is sent as text."""
+    agent = approval_agent()
+    history = BoundedMessageStore(sql_store, keep_runs=2, max_items=3)
+    first = await agent.run("delete a", message_history=await history.load("capped"))
+    await history.save(first.new_messages(), conversation_id="capped")
+    second = await agent.run(
+        "and tell me when done",
+        message_history=await history.load("capped"),
+        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
+    )
+    await history.save(second.new_messages(), conversation_id="capped")
+
+    loaded = await history.load("capped")
+
+    assert returns_have_calls(loaded)
+    text = [str(p.content) for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
+    assert "and tell me when done" in text
+    assert any("deleted a" in t for t in text)
