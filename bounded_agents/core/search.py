@@ -47,6 +47,7 @@ words without stemming.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import unicodedata
@@ -115,18 +116,41 @@ these rows is out of its reach."""
 log = logging.getLogger("bounded_agents.core.search")
 
 _SCAN_PAGE = 500
-_WORD = re.compile(
-    r"(?:[^\W_]|[\u0300-\u036f\u0e00-\u0e7f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff])+"
-)
-"""A word: letters and digits, with the combining marks a decomposed (NFD) word carries, so
-"cafe\u0301" is one word, which `fold_case` composes to "café" (without the marks it was
-"cafe" and a separator); Thai's vowel signs and tone marks too, which are marks as well."""
+
+
+def _mark_ranges(spans: Sequence[tuple[int, int]]) -> str:
+    """The combining marks (Unicode's M* categories) in `spans`, as a regex character class's
+    ranges."""
+    out: list[str] = []
+    for first, end in spans:
+        start: int | None = None
+        for cp in range(first, end + 1):
+            if unicodedata.category(chr(cp)).startswith("M"):
+                start = cp if start is None else start
+            elif start is not None:
+                out.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
+                start = None
+        if start is not None:
+            out.append(f"\\U{start:08x}-\\U{end:08x}")
+    return "".join(out)
+
+
+@functools.cache
+def _word() -> re.Pattern[str]:
+    """A word: a letter or digit, then letters, digits and combining marks: an accent written
+    apart (NFD, "cafe\u0301", which `fold_case` composes to "café"), Thai and Devanagari vowel
+    signs, Japanese voicing marks. Without the marks a word was cut at each of them (and a
+    lone mark was a word). Built on first use (the marks are read from `unicodedata`: the
+    planes holding any, and the variation selectors)."""
+    marks = _mark_ranges([(0, 0x2FFFF), (0xE0100, 0xE01EF)])
+    return re.compile(f"[^\\W_](?:[^\\W_]|[{marks}])*")
+
 
 _UNSPACED = re.compile(
     "[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
 )
 """Letters of scripts written without spaces between words (Thai, Japanese kana, Han) or with
-particles attached to them (Hangul syllables). A word tokenizer, the indexes' and `_WORD`,
+particles attached to them (Hangul syllables). A word tokenizer, the indexes' and `_word`,
 takes a run of them as ONE word, so a word inside the run is found as a substring only
 (`_count`)."""
 
@@ -160,7 +184,7 @@ def search_terms(query: str) -> list[str]:
     """The query's distinct words, lowercased, in order: letters and digits only, so nothing
     a model writes (quotes, `*`, `NEAR(`, `-`) is ever syntax to a store."""
     out: list[str] = []
-    for word in _WORD.findall(fold_case(query[:MAX_QUERY_CHARS])):
+    for word in _word().findall(fold_case(query[:MAX_QUERY_CHARS])):
         if word not in out:
             out.append(word)
     return out[:MAX_QUERY_TERMS]
@@ -182,7 +206,7 @@ def _scan(
     scored: list[tuple[Message, tuple[int, int, int, frozenset[int]]]] = []
     for m in found:
         text = fold_case(_searchable(m))
-        words = _WORD.findall(text)
+        words = _word().findall(text)
         hits = [_count(t, words, text) for t in terms]
         held = frozenset(i for i, h in enumerate(hits) if h)
         if held:
@@ -221,7 +245,7 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
         parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
         for p in parts:
             text = fold_case(p.content)
-            words = _WORD.findall(text)
+            words = _word().findall(text)
             counts = [_count(t, words, text) for t in terms]
             held = frozenset(i for i, c in enumerate(counts) if c)
             if held:
@@ -267,7 +291,7 @@ def _count(term: str, words: Sequence[str], text: str) -> int:
 
 def _WORD_IN(term: str, text: str) -> bool:
     folded = fold_case(text)
-    return _count(term, _WORD.findall(folded), folded) > 0
+    return _count(term, _word().findall(folded), folded) > 0
 
 
 def _mark(text: str, terms: Sequence[str]) -> str:
@@ -285,7 +309,7 @@ def _mark(text: str, terms: Sequence[str]) -> str:
             return w.group(0)
         return within.sub(lambda m: MARK_START + m.group(0) + MARK_END, w.group(0))
 
-    return _WORD.sub(word, text)
+    return _word().sub(word, unicodedata.normalize("NFC", text))
 
 
 _SPEC = ToolSpec(
