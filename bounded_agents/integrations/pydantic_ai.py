@@ -124,6 +124,22 @@ def _answer_text(part: ToolReturnPart | RetryPromptPart) -> str:
     return f"[retry] {part.model_response()}"
 
 
+def _call_before(messages: list[ModelMessage], cut: int) -> int:
+    """`cut`, moved back to the response making the calls that the request at `cut` answers
+    when they precede it (a run resumed with `deferred_tool_results` and a new prompt)."""
+    request = messages[cut]
+    answered = {
+        p.tool_call_id for p in request.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))
+    }
+    for i in range(cut - 1, -1, -1):
+        made = messages[i]
+        if isinstance(made, ModelResponse) and any(
+            isinstance(p, ToolCallPart) and p.tool_call_id in answered for p in made.parts
+        ):
+            return i
+    return cut
+
+
 def returns_as_text(messages: list[ModelMessage]) -> list[ModelMessage]:
     """`messages` with every tool return (or tool retry) whose call is not among them turned
     into a user-prompt part of the same text, in its place: a provider refuses a return whose
@@ -148,8 +164,14 @@ def returns_as_text(messages: list[ModelMessage]) -> list[ModelMessage]:
 def _as_text_if_orphan(part: ModelRequestPart, calls: set[str]) -> ModelRequestPart:
     if isinstance(part, RetryPromptPart) and part.tool_name is None:
         return part  # a retry of the output, answering no call
-    if isinstance(part, (ToolReturnPart, RetryPromptPart)) and part.tool_call_id not in calls:
-        return UserPromptPart(_answer_text(part))
+    if isinstance(part, RetryPromptPart) and part.tool_call_id not in calls:
+        return UserPromptPart(_answer_text(part), timestamp=part.timestamp)
+    if isinstance(part, ToolReturnPart) and part.tool_call_id not in calls:
+        # The tool's files and images too (found by review: the text alone lost them), and
+        # its time, so two loads of one history are equal.
+        text, files = part.model_response_str_and_user_content()
+        content = [f"[tool output {part.tool_name}] {text}", *files]
+        return UserPromptPart(content, timestamp=part.timestamp)
     return part
 
 
@@ -338,17 +360,21 @@ def history_processor(
         starts = [i for i, m in enumerate(messages) if starts_run(m)]
         if len(starts) <= keep_runs:
             return messages
-        cut = starts[-keep_runs]
+        # A run resumed with a paused call's return and the next prompt begins in the run
+        # before: the response making that call is kept too. Not `returns_as_text`: Pydantic
+        # AI stores what its processors return, and found by review, the converted request
+        # replaced the tool's return in `new_messages()`.
+        cut = _call_before(messages, starts[-keep_runs])
         first = messages[0]
-        if not isinstance(first, ModelRequest):
-            return returns_as_text(messages[cut:])
+        if not isinstance(first, ModelRequest) or cut == 0:
+            return messages[cut:]
         system = [p for p in first.parts if isinstance(p, SystemPromptPart)]
         if not system:
-            return returns_as_text(messages[cut:])
+            return messages[cut:]
         # The system prompts (the summary among them) stay first. In a run Pydantic AI has
         # merged them into the oldest run's request: that request is cut, they are not.
         lead = first if len(system) == len(first.parts) else ModelRequest(parts=system)
-        return returns_as_text([lead, *messages[cut:]])
+        return [lead, *messages[cut:]]
 
     return bound
 

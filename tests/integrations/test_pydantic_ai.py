@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, BinaryContent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
@@ -23,7 +23,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bounded_agents.errors import InvalidInput
-from bounded_agents.integrations.pydantic_ai import BoundedMessageStore, history_processor
+from bounded_agents.integrations.pydantic_ai import (
+    BoundedMessageStore,
+    history_processor,
+    returns_as_text,
+)
 from bounded_agents.store import SqlAgentStore
 from tests.http.erasure import marker_hits
 from tests.integrations.helpers import NotesSummarizer, rows_read
@@ -375,3 +379,68 @@ async def test_a_capped_view_keeps_a_resumed_runs_prompt(sql_store: SqlAgentStor
     text = [str(p.content) for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
     assert "and tell me when done" in text
     assert any("deleted a" in t for t in text)
+
+
+async def test_the_history_processor_never_rewrites_a_resumed_runs_stored_return(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: Pydantic AI stores what its history processors return, so a
+    processor that sent a resumed run's return as text replaced the return in
+    `new_messages()`: the stored call had no return, and the model was later told the
+    deletion was interrupted. The processor keeps the call's response instead."""
+    seen: list[list[ModelMessage]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(list(messages))
+        if any(
+            isinstance(p, UserPromptPart) and p.content == "delete a" for p in messages[-1].parts
+        ):
+            return ModelResponse(
+                parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="d1")]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(respond),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[ProcessHistory(history_processor(1))],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"deleted {path}"
+
+    history = BoundedMessageStore(sql_store, keep_runs=5)
+    first = await agent.run("delete a", message_history=await history.load("kept"))
+    await history.save(first.new_messages(), conversation_id="kept")
+    second = await agent.run(
+        "and tell me when done",
+        message_history=await history.load("kept"),
+        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
+    )
+    await history.save(second.new_messages(), conversation_id="kept")
+
+    stored = await history.load("kept")
+    returns = [p for m in stored for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert [(p.tool_call_id, p.content) for p in returns] == [("d1", "deleted a")]
+    assert returns_have_calls(seen[-1])  # the model saw the call with its return
+
+
+def test_a_return_sent_as_text_keeps_its_files_and_its_time() -> None:
+    """Found by review: the text alone lost a tool's images, and a fresh timestamp made two
+    loads of one history unequal."""
+    image = BinaryContent(data=b"\x89PNG", media_type="image/png")
+    orphan = ModelRequest(
+        parts=[
+            ToolReturnPart("snap", image, tool_call_id="gone"),
+            UserPromptPart("what is in it?"),
+        ]
+    )
+
+    once = returns_as_text([orphan])
+    again = returns_as_text([orphan])
+
+    assert once == again
+    part = once[0].parts[0]
+    assert isinstance(part, UserPromptPart) and image in list(part.content)
+    assert part.timestamp == orphan.parts[0].timestamp
