@@ -320,9 +320,16 @@ class ThreadHistory:
                 # The view begins inside a run (the cap cut it, a fold ended inside it, or an
                 # item was erased): from the first place no answer lacks its call (found by
                 # review: an erased seq left the page one row short of the cap, and the view
-                # began on an output). With nothing clean, the view is kept whole rather than
-                # emptied, less the answers below.
-                cut = view_start(links, first_trusted=page.skipped == 0) or 0
+                # began on an output). With no clean place (a cap smaller than one call round,
+                # or a page a pop left short), the page is skipped whole, so the next fold takes
+                # it: found by attack, the page kept whole began on a call without its
+                # reasoning item, which the Responses API refuses on every turn until then.
+                # The row before the page is not read: the first row is trusted when nothing
+                # unsummarized lies before it, or when it leads (a reasoning item: nothing
+                # leads to one).
+                trusted = page.skipped == 0 or links[0].leads
+                found = view_start(links, first_trusted=trusted)
+                cut = len(entries) if found is None else found
             # An answer whose call is older than the view, in the view still: a call approved
             # after the user's next message (the Agents SDK's `RunState`, LangGraph's resume)
             # stores its output in a later run than its call, and found by attack, a view

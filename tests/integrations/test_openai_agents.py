@@ -582,3 +582,18 @@ async def test_a_capped_view_with_no_clean_start_sends_no_output_without_its_cal
 
     assert view == []
     assert _answers_have_calls(await BoundedSession("no-clean", sql_store).get_items())
+
+
+async def test_a_capped_view_never_sends_a_call_without_its_reasoning_item(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: with no clean place in the page, the page was kept whole and began on
+    a call whose reasoning item the cap left out (the Responses API refuses it on every turn).
+    The page is skipped whole, and the next fold takes it."""
+    session = BoundedSession("reasoned", sql_store, keep_runs=1, max_items=2)
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    await session.add_items([{"role": "user", "content": "q"}, reasoning, _call("a"), _output("a")])  # type: ignore[list-item]
+
+    assert await session.get_items() == []
+    wider = await BoundedSession("reasoned", sql_store, keep_runs=1, max_items=3).get_items()
+    assert [i.get("type") for i in wider] == ["reasoning", "function_call", "function_call_output"]
