@@ -81,7 +81,9 @@ from bounded_agents.core.search_results import (
 from bounded_agents.core.search_text import (
     SEARCH_TOOL_NAME,
     TOOL_TEXT_SEPARATOR,
+    composed,
     fold_case,
+    mark_ranges,
     search_text,
 )
 from bounded_agents.core.turn.public import ToolContext
@@ -118,41 +120,24 @@ log = logging.getLogger("bounded_agents.core.search")
 _SCAN_PAGE = 500
 
 
-def _mark_ranges(spans: Sequence[tuple[int, int]]) -> str:
-    """The combining marks (Unicode's M* categories) in `spans`, as a regex character class's
-    ranges."""
-    out: list[str] = []
-    for first, end in spans:
-        start: int | None = None
-        for cp in range(first, end + 1):
-            if unicodedata.category(chr(cp)).startswith("M"):
-                start = cp if start is None else start
-            elif start is not None:
-                out.append(f"\\U{start:08x}-\\U{cp - 1:08x}")
-                start = None
-        if start is not None:
-            out.append(f"\\U{start:08x}-\\U{end:08x}")
-    return "".join(out)
-
-
 @functools.cache
 def _word() -> re.Pattern[str]:
     """A word: a letter or digit, then letters, digits and combining marks: an accent written
     apart (NFD, "cafe\u0301", which `fold_case` composes to "café"), Thai and Devanagari vowel
     signs, Japanese voicing marks. Without the marks a word was cut at each of them (and a
-    lone mark was a word). Built on first use (the marks are read from `unicodedata`: the
-    planes holding any, and the variation selectors)."""
-    marks = _mark_ranges([(0, 0x2FFFF), (0xE0100, 0xE01EF)])
-    return re.compile(f"[^\\W_](?:[^\\W_]|[{marks}])*")
+    lone mark was a word). Built on first use (`mark_ranges`)."""
+    return re.compile(f"[^\\W_](?:[^\\W_]|[{mark_ranges()}])*")
 
 
 _UNSPACED = re.compile(
-    "[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]"
+    "[\u0e00-\u0eff\u1000-\u109f\u1100-\u11ff\u1780-\u17ff\u3040-\u30ff\u3130-\u318f"
+    "\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff65-\uff9f"
+    "\U00020000-\U0003134f]"
 )
-"""Letters of scripts written without spaces between words (Thai, Japanese kana, Han) or with
-particles attached to them (Hangul syllables). A word tokenizer, the indexes' and `_word`,
-takes a run of them as ONE word, so a word inside the run is found as a substring only
-(`_count`)."""
+"""Letters of scripts written without spaces between words (Thai, Lao, Myanmar, Khmer,
+Japanese kana, Han) or with particles attached to them (Hangul, its syllables and jamo). A word
+tokenizer, the indexes' and `_word`, takes a run of them as ONE word, so a word inside the run
+is found as a substring only (`_count`)."""
 
 
 def both_forms(text: str) -> str:
@@ -300,7 +285,7 @@ def _mark(text: str, terms: Sequence[str]) -> str:
     index's own highlighting)."""
     wanted = set(terms)
     inner = [re.escape(t) for t in terms if _UNSPACED.search(t)]
-    within = re.compile("|".join(inner)) if inner else None
+    within = re.compile("|".join(inner), re.IGNORECASE) if inner else None
 
     def word(w: re.Match[str]) -> str:
         if fold_case(w.group(0)) in wanted:
@@ -309,7 +294,7 @@ def _mark(text: str, terms: Sequence[str]) -> str:
             return w.group(0)
         return within.sub(lambda m: MARK_START + m.group(0) + MARK_END, w.group(0))
 
-    return _word().sub(word, unicodedata.normalize("NFC", text))
+    return _word().sub(word, composed(text))
 
 
 _SPEC = ToolSpec(
@@ -404,11 +389,26 @@ class HistorySearchTool:
         if not supports_history_search(store):
             return await scan_hits(store, thread_id, query, limit)
         indexed = await store.search_history(thread_id, query, limit=limit)
-        if not _UNSPACED.search(query):
+        if not any(_UNSPACED.search(t) for t in search_terms(query)):
             return indexed
-        scanned = await scan_hits(self._store, thread_id, query, limit)
-        seen = {(h.seq, h.role) for h in scanned}
-        return [*scanned, *(h for h in indexed if (h.seq, h.role) not in seen)][:limit]
+        return _merged(await scan_hits(self._store, thread_id, query, limit), indexed)[:limit]
+
+
+def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[SearchHit]:
+    """The scan's hits and the index's, one per row: a row both found holds the terms either
+    found (the index's stemmed matches, the scan's substrings) and the index's date; the
+    most terms held first, then the newest (found by attack: the scan's hits first, whatever
+    they held, put a row holding every term last, labelled as superseded)."""
+    rows: dict[tuple[int, str], SearchHit] = {(h.seq, h.role): h for h in indexed}
+    for h in scanned:
+        known = rows.get((h.seq, h.role))
+        if known is not None:
+            marked = h.marked if MARK_START in h.marked else known.marked
+            h = h.model_copy(
+                update={"terms": h.terms | known.terms, "at": known.at, "marked": marked}
+            )
+        rows[(h.seq, h.role)] = h
+    return sorted(rows.values(), key=lambda h: (len(h.terms), h.seq), reverse=True)
 
 
 class _Shown:
@@ -417,7 +417,7 @@ class _Shown:
 
     def __init__(self, prompt: Sequence[ChatMessage]) -> None:
         self.messages = {(m.role, m.content) for m in prompt if m.role != "tool"}
-        self.tools = {m.content for m in prompt if m.role == "tool"}
+        self.tools = [composed(m.content) for m in prompt if m.role == "tool"]
         users = [m.content for m in prompt if m.role == "user"]
         self.question = users[-1] if users else None
 
@@ -426,8 +426,11 @@ class _Shown:
             return False
         if not hit.in_tools:
             return True
-        text = hit.marked.replace(MARK_START, "").replace(MARK_END, "")
-        return all(part in self.tools for part in text.split(TOOL_TEXT_SEPARATOR))
+        # Composed on both sides (the fallback marks composed text), and each part within a
+        # shown result, since a result holding a blank line is split on it (found by attack).
+        text = composed(hit.marked.replace(MARK_START, "").replace(MARK_END, ""))
+        parts = text.split(TOOL_TEXT_SEPARATOR)
+        return all(any(part in shown for shown in self.tools) for part in parts)
 
     def is_question(self, hit: SearchHit) -> bool:
         return hit.role == "user" and hit.from_seq is None and hit.content == self.question

@@ -7,6 +7,7 @@ cover. Memory takes the fallback scan (whole words, no stemming); SQLite (FTS5) 
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from typing import Any
 
@@ -29,6 +30,7 @@ from bounded_agents.core.ports import (
     supports_summary_archive,
 )
 from bounded_agents.core.search import SNIPPET_CHARS, HistorySearchTool, snippet
+from bounded_agents.core.search_text import MAX_MARKS_IN_A_ROW, fold_case
 from bounded_agents.core.turn.public import ToolContext
 from bounded_agents.store import MemoryStore, SqlAgentStore
 from tests.factories import assistant, user
@@ -275,6 +277,74 @@ async def test_a_query_in_spaced_words_reads_no_transcript(
     assert len(reads) > english
     if isinstance(store, SqlAgentStore):
         assert english == 0
+
+
+async def test_a_row_holding_every_term_of_a_mixed_query_comes_first_and_unsuperseded(
+    store: ContractStore,
+) -> None:
+    """Found by attack: the scan's hits (a query holding unspaced letters) came before the
+    index's whatever they held, so the one message holding both terms came last, labelled
+    as superseded by a message holding one."""
+    tid = await _thread(
+        store,
+        [
+            user("We deployed the build to the 東京 server v2.3"),  # 1
+            *(m for i in range(3) for m in (user(f"東京 chatter {i}"), assistant("ok"))),
+        ],
+    )
+
+    found = await _search(store, tid, "東京 deployed", k=10)
+
+    assert found[0]["seq"] == 1
+    assert "newer" not in found[0]
+    assert [r["seq"] for r in found[1:]] == [6, 4, 2]
+    if isinstance(store, SqlAgentStore):
+        assert all("at" in r for r in found)  # the index's date, for rows the scan found too
+
+
+@pytest.mark.parametrize("shown_text", ["Café au lait", "Line one of the lait log\n\nline two"])
+async def test_a_tool_result_the_prompt_shows_is_skipped_in_any_form(
+    store: ContractStore, shown_text: str
+) -> None:
+    """Found by attack: a shown tool result written decomposed (NFD) came back (the fallback
+    marks composed text), and one holding a blank line always did (it was split on it)."""
+    exchange = tool_exchange({"c1": ("notes", unicodedata.normalize("NFD", shown_text))})
+    tid = await _thread(store, [user("Read my notes."), exchange, *chatter(3)])
+    shown = tuple(to_chat_messages([exchange]))
+
+    assert [r["seq"] for r in await _search(store, tid, "lait")] == [2]
+    assert await _search(store, tid, "lait", shown) == []
+
+
+async def test_a_decomposed_korean_query_and_a_mixed_case_term_are_found_and_marked(
+    store: ContractStore,
+) -> None:
+    """Found by attack: a Hangul query written as jamo (NFD) took no scan, and a term mixing
+    Latin and unspaced letters was matched case-folded but marked case-sensitively, so a
+    long text's snippet missed it."""
+    filler = "あ" * 600
+    tid = await _thread(
+        store,
+        [user("배송 주소는 서울역 근처입니다."), user(f"{filler} ABC東京 {filler}"), *chatter(2)],
+    )
+
+    korean = await _search(store, tid, unicodedata.normalize("NFD", "주소"))
+    mixed = await _search(store, tid, "abc東京")
+
+    assert [r["seq"] for r in korean] == [1]
+    assert [r["seq"] for r in mixed] == [2] and "ABC東京" in mixed[0]["content"]
+
+
+def test_a_run_of_combining_marks_is_cut_before_it_is_composed() -> None:
+    """Found by attack: CPython orders a run of combining marks by insertion sort, so one
+    128 KiB message of out-of-order marks made every search of its thread take 20 s. Runs
+    longer than Unicode's stream-safe 30 are cut first."""
+    hostile = "a" + "\u0301" * 5000 + "\u0316" * 5000 + " end"
+
+    folded = fold_case(hostile)
+
+    assert folded.endswith(" end")
+    assert max(len(run) for run in re.findall("[\u0300-\u036f]+", folded)) <= MAX_MARKS_IN_A_ROW
 
 
 async def test_results_are_snippets_around_the_match_not_whole_messages(
