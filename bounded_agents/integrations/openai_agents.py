@@ -188,6 +188,7 @@ class BoundedSession:
             keep_runs=keep_runs,
             max_items=max_items,
             links=item_links,
+            items_lead=True,
         )
         self.summarizer = summarizer
         self.fold_items = fold_items
@@ -278,6 +279,7 @@ class BoundedSession:
                 keep_runs=self.history.keep_runs,
                 max_items=self.history.max_items,
                 links=item_links,
+                items_lead=True,
             )
         return found
 

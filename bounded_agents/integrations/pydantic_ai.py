@@ -125,18 +125,22 @@ def _answer_text(part: ToolReturnPart | RetryPromptPart) -> str:
 
 
 def _call_before(messages: list[ModelMessage], cut: int) -> int:
-    """`cut`, moved back to the response making the calls that the request at `cut` answers
-    when they precede it (a run resumed with `deferred_tool_results` and a new prompt)."""
+    """`cut`, moved back to the oldest response making a call that the request at `cut`
+    answers, when such calls precede it (a run resumed with `deferred_tool_results` and a new
+    prompt; found by review, a request answering calls of two responses kept only the newer)."""
     request = messages[cut]
-    answered = {
+    wanted = {
         p.tool_call_id for p in request.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))
     }
     for i in range(cut - 1, -1, -1):
+        if not wanted:
+            break
         made = messages[i]
-        if isinstance(made, ModelResponse) and any(
-            isinstance(p, ToolCallPart) and p.tool_call_id in answered for p in made.parts
-        ):
-            return i
+        if isinstance(made, ModelResponse):
+            calls = {p.tool_call_id for p in made.parts if isinstance(p, ToolCallPart)}
+            if calls & wanted:
+                wanted -= calls
+                cut = i
     return cut
 
 

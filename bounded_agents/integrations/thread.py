@@ -106,6 +106,10 @@ class BoundedView:
     skipped: int = 0
     """Unsummarized items older than the kept runs (what the next fold takes)."""
     rows_read: int = 0
+    fold_through: int = 0
+    """The newest seq the next fold may take: the row before the view's first, or, when the
+    view kept none of the page, the page's last (found by review: a page skipped whole was
+    folded by nothing, so it was in neither the view nor the summary)."""
 
     @property
     def summary_text(self) -> str | None:
@@ -138,6 +142,11 @@ class ThreadHistory:
     """The adapter's reading of how an item (its stored JSON) ties to its neighbours: the calls
     it makes and answers, and whether the next item goes with it (`items.Links`). Where a view
     or a fold may cut inside a run depends on it; None: nowhere but at a run's start."""
+    items_lead: bool = False
+    """Whether an item may lead the next (`Links.leads`: the Agents SDK's reasoning items). A
+    page's first row, whose predecessor is not read, may then be led by a left-out item, so it
+    is taken only when nothing unsummarized lies before it. Found by review: trusting no first
+    row for adapters whose items never lead skipped valid pages whole."""
     thread_id: str = field(init=False)
     """The session's thread: `thread_id_for`'s, or its legacy id while a session stored before
     this release is found there (`_resolve`, on every call)."""
@@ -318,31 +327,39 @@ class ThreadHistory:
             cut = 0
             if entries[0].message.role != "user":
                 # The view begins inside a run (the cap cut it, a fold ended inside it, or an
-                # item was erased): from the first place no answer lacks its call (found by
-                # review: an erased seq left the page one row short of the cap, and the view
-                # began on an output). With no clean place (a cap smaller than one call round,
-                # or a page a pop left short), the page is skipped whole, so the next fold takes
-                # it: found by attack, the page kept whole began on a call without its
-                # reasoning item, which the Responses API refuses on every turn until then.
-                # The row before the page is not read: the first row is trusted when nothing
-                # unsummarized lies before it, or when it leads (a reasoning item: nothing
-                # leads to one).
-                trusted = page.skipped == 0 or links[0].leads
+                # item was erased): from the first place no answer lacks its call and no call
+                # its reasoning (found by review: an erased seq left the page one row short
+                # of the cap, and the view began on an output), or the page's first user item,
+                # whichever comes first (a run's start, once the answers below are dropped).
+                # With neither, the page is skipped whole and folded next: found by attack, a
+                # page kept whole began on a call without its reasoning item, which the
+                # Responses API refuses on every turn.
+                trusted = page.skipped == 0 or not self.items_lead or links[0].leads
                 found = view_start(links, first_trusted=trusted)
-                cut = len(entries) if found is None else found
+                first_user = next(
+                    (i for i, e in enumerate(entries) if e.message.role == "user"), len(entries)
+                )
+                cut = min(first_user, len(entries) if found is None else found)
             # An answer whose call is older than the view, in the view still: a call approved
             # after the user's next message (the Agents SDK's `RunState`, LangGraph's resume)
             # stores its output in a later run than its call, and found by attack, a view
             # beginning at that run's user item sent the output alone. It is left out of the
             # view (not the thread: it folds, and is found by search, with its run).
             orphans = orphan_answers(links[cut:])
-            entries = [e for i, e in enumerate(entries[cut:]) if i not in orphans]
+            kept = [e for i, e in enumerate(entries[cut:]) if i not in orphans]
             skipped += cut
+        else:
+            kept = entries
+        if kept:
+            fold_through = kept[0].seq - 1
+        else:
+            fold_through = entries[-1].seq if entries else 0
         return BoundedView(
             summary=page.summary,
-            entries=entries,
+            entries=kept,
             skipped=skipped,
             rows_read=len(page.messages),
+            fold_through=fold_through,
         )
 
     async def opening(self, view: BoundedView) -> Entry | None:
@@ -414,7 +431,7 @@ class ThreadHistory:
         self, view: BoundedView, summarizer: Summarizer, fold_max_tokens: int
     ) -> FoldOutcome:
         """`compact` over a view already read (`compact_if_due` read it to decide)."""
-        if not view.entries or view.skipped == 0:
+        if view.skipped == 0 or view.fold_through < 1:
             return FoldOutcome(summary=view.summary)
         target = FoldTarget(
             self.store,
@@ -423,8 +440,9 @@ class ThreadHistory:
             actor_id=self.actor_id,
             links=self.links,
         )
-        stop = view.entries[0].seq - 1  # the last item older than the kept view
-        return await fold_backlog(target, view.summary, stop, summarizer, fold_max_tokens)
+        return await fold_backlog(
+            target, view.summary, view.fold_through, summarizer, fold_max_tokens
+        )
 
     async def compact_if_due(
         self,
@@ -447,7 +465,7 @@ class ThreadHistory:
         view = await self.bounded()
         if view.skipped < fold_items:
             return None
-        newest = view.entries[-1].seq if view.entries else 0
+        newest = view.entries[-1].seq if view.entries else view.fold_through
         keeper = self.store if supports_fold_health(self.store) else None
         health = await keeper.fold_health(self.thread_id) if keeper is not None else None
         if not may_fold(health, newest):

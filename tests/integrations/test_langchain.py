@@ -324,3 +324,28 @@ async def test_a_resume_that_adds_a_human_message_never_sends_a_tool_result_alon
     last = model.seen[-1]
     assert returns_have_calls(last)
     assert [m.content for m in last if isinstance(m, HumanMessage)] == ["also, hurry", "next"]
+
+
+async def test_a_capped_page_beginning_on_a_call_is_kept_for_adapters_whose_items_never_lead(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: the page's first row was never trusted (its predecessor is unread),
+    so a LangChain page [calls, outputs] under a cap of 3 was skipped whole; nothing leads a
+    LangChain message, so the page is a valid view."""
+    calls = [
+        {"name": "weather", "args": {}, "id": f"call_{i}", "type": "tool_call"} for i in (1, 2)
+    ]
+    history = BoundedChatMessageHistory("lc-capped", sql_store, keep_runs=1, max_items=3)
+    await history.aadd_messages(
+        [
+            HumanMessage("PROMPT"),
+            AIMessage("", tool_calls=calls),
+            ToolMessage("RESULT-1", tool_call_id="call_1"),
+            ToolMessage("RESULT-2", tool_call_id="call_2"),
+        ]
+    )
+
+    view = await history.aget_messages()
+
+    assert [type(m).__name__ for m in view] == ["AIMessage", "ToolMessage", "ToolMessage"]
+    assert returns_have_calls(view)

@@ -597,3 +597,44 @@ async def test_a_capped_view_never_sends_a_call_without_its_reasoning_item(
     assert await session.get_items() == []
     wider = await BoundedSession("reasoned", sql_store, keep_runs=1, max_items=3).get_items()
     assert [i.get("type") for i in wider] == ["reasoning", "function_call", "function_call_output"]
+
+
+def _said(text: str, role: str = "user") -> dict[str, Any]:
+    if role == "user":
+        return {"role": "user", "content": text}
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "role": "assistant", "content": content}
+
+
+async def test_a_page_skipped_whole_is_folded_by_the_next_compact(sql_store: SqlAgentStore) -> None:
+    """Found by review: a page with no clean start was skipped from the view, and the fold
+    took its boundary from the view's first entry, so with none it folded nothing: the page
+    was in neither the view nor the summary."""
+    notes = NotesSummarizer()
+    session = BoundedSession("skipped", sql_store, keep_runs=1, max_items=2, summarizer=notes)
+    reasoning = {"type": "reasoning", "id": "rs_1", "summary": []}
+    await session.add_items([_said("remember PLUM-7"), reasoning, _call("a"), _call("b")])  # type: ignore[list-item]
+    await session.add_items([_output("a"), _output("b")])  # type: ignore[list-item]
+    assert await session.get_items() == []
+
+    done = await session.history.compact(notes)
+
+    assert done.summary is not None and "PLUM-7" in done.summary.text
+    assert done.folded == 6
+
+
+async def test_an_output_older_than_its_call_never_costs_the_view_its_runs_prompt(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by review: an output dropped from the view (its call older than it) still made
+    every place before it unclean, so a capped view began after the user's prompt of the run
+    it sits in. A run's start is always a place to begin once such outputs are dropped."""
+    session = BoundedSession("prompt-kept", sql_store, keep_runs=2, max_items=5)
+    await session.add_items([_said("delete a"), _call("c1")])  # type: ignore[list-item]
+    await session.add_items([_said("PROMPT-2 what's the time?"), _said("sure", "assistant")])  # type: ignore[list-item]
+    await session.add_items([_output("c1"), _said("done", "assistant")])  # type: ignore[list-item]
+
+    view = await session.get_items()
+
+    assert view[0] == _said("PROMPT-2 what's the time?")
+    assert _answers_have_calls(view) and len(view) == 3

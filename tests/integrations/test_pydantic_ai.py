@@ -377,8 +377,9 @@ async def test_a_capped_view_keeps_a_resumed_runs_prompt(sql_store: SqlAgentStor
 
     assert returns_have_calls(loaded)
     text = [str(p.content) for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
+    returned = [p.content for m in loaded for p in m.parts if isinstance(p, ToolReturnPart)]
     assert "and tell me when done" in text
-    assert any("deleted a" in t for t in text)
+    assert returned == ["deleted a"]  # with its call: the page's first row is that response
 
 
 async def test_the_history_processor_never_rewrites_a_resumed_runs_stored_return(
@@ -444,3 +445,26 @@ def test_a_return_sent_as_text_keeps_its_files_and_its_time() -> None:
     part = once[0].parts[0]
     assert isinstance(part, UserPromptPart) and image in list(part.content)
     assert part.timestamp == orphan.parts[0].timestamp
+
+
+def test_the_history_processor_keeps_every_response_whose_call_a_kept_request_answers() -> None:
+    """Found by review: a request answering calls of two earlier responses kept the newer
+    response only, and sent the older call's return alone."""
+    messages: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("first")]),
+        ModelResponse(parts=[ToolCallPart("f", {}, tool_call_id="a")]),
+        ModelRequest(parts=[UserPromptPart("second")]),
+        ModelResponse(parts=[ToolCallPart("f", {}, tool_call_id="b")]),
+        ModelRequest(
+            parts=[
+                ToolReturnPart("f", "A", tool_call_id="a"),
+                ToolReturnPart("f", "B", tool_call_id="b"),
+                UserPromptPart("third"),
+            ]
+        ),
+    ]
+
+    kept = history_processor(1)(messages)
+
+    assert kept == messages[1:]
+    assert returns_have_calls(kept)

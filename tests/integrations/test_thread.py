@@ -231,13 +231,14 @@ async def test_a_run_larger_than_the_fold_budget_is_cut_where_the_adapter_allows
     )
     recorder = ChunkRecorder()
     done = await history.compact(recorder, fold_max_tokens=2000)
-    # The view's first row (seq 191, call 95) is not taken: what came before it was not read.
-    assert done.refused is None and done.folded == 192
+    # The view's first row (seq 191, call 95) is taken: no item of these links leads another,
+    # so the unread row before it cannot lead into it (`items_lead`).
+    assert done.refused is None and done.folded == 190
     assert len(recorder.chunks) > 5  # not one call for the whole backlog
     assert max(len(c) for c in recorder.chunks) <= 20
     assert all(c[0] % 2 == 1 and c[-1] % 2 == 0 for c in recorder.chunks)  # call ... output
     view = await history.bounded()
-    assert view.entries[0].item == {"call": 96}
+    assert view.entries[0].item == {"call": 95}
 
 
 def test_a_view_begins_where_no_answer_lacks_its_call() -> None:
