@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
+from typing import Any
 
 import pytest
-from pydantic_ai import Agent, BinaryContent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import (
+    Agent,
+    AgentRunResult,
+    BinaryContent,
+    DeferredToolRequests,
+    DeferredToolResults,
+)
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
@@ -293,18 +301,27 @@ async def test_a_conversation_of_tool_steps_alone_reads_max_items_and_begins_on_
     assert first.parts[0].tool_call_id == "c8"
 
 
-def approval_agent() -> Agent[None, str | DeferredToolRequests]:
+def approval_agent(
+    seen: list[list[ModelMessage]] | None = None, capabilities: Sequence[Any] = ()
+) -> Agent[None, str | DeferredToolRequests]:
     """An agent whose tool needs approval: its first run pauses on the call, and the run that
     resumes it with the user's next prompt stores ONE request holding the tool's return and
-    that prompt (what Pydantic AI builds for `deferred_tool_results` with a `user_prompt`)."""
+    that prompt (what Pydantic AI builds for `deferred_tool_results` with a `user_prompt`).
+    What the model is sent goes to `seen`."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
-            return ModelResponse(parts=[TextPart("done")])
-        return ModelResponse(parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="d1")])
+        if seen is not None:
+            seen.append(list(messages))
+        last = messages[-1].parts
+        if any(isinstance(p, UserPromptPart) and p.content == "delete a" for p in last):
+            call = ToolCallPart("delete_file", {"path": "a"}, tool_call_id="d1")
+            return ModelResponse(parts=[call])
+        return ModelResponse(parts=[TextPart("done")])
 
     agent: Agent[None, str | DeferredToolRequests] = Agent(
-        FunctionModel(respond), output_type=[str, DeferredToolRequests]
+        FunctionModel(respond),
+        output_type=[str, DeferredToolRequests],
+        capabilities=list(capabilities),
     )
 
     @agent.tool_plain(requires_approval=True)
@@ -312,6 +329,23 @@ def approval_agent() -> Agent[None, str | DeferredToolRequests]:
         return f"deleted {path}"
 
     return agent
+
+
+async def pause_then_resume(
+    agent: Agent[None, str | DeferredToolRequests], history: BoundedMessageStore, cid: str
+) -> AgentRunResult[str | DeferredToolRequests]:
+    """The approval agent's two runs, each loaded from and saved to `history`: the first
+    pauses on its call, the second approves it with the user's next prompt."""
+    first = await agent.run("delete a", message_history=await history.load(cid))
+    assert isinstance(first.output, DeferredToolRequests)
+    await history.save(first.new_messages(), conversation_id=cid)
+    second = await agent.run(
+        "and tell me when done",
+        message_history=await history.load(cid),
+        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
+    )
+    await history.save(second.new_messages(), conversation_id=cid)
+    return second
 
 
 def returns_have_calls(messages: list[ModelMessage]) -> bool:
@@ -335,15 +369,7 @@ async def test_a_resumed_run_whose_request_holds_a_return_and_a_prompt_never_loa
     user's prompt stays."""
     agent = approval_agent()
     history = BoundedMessageStore(sql_store, keep_runs=1)
-    first = await agent.run("delete a", message_history=await history.load("approve"))
-    assert isinstance(first.output, DeferredToolRequests)
-    await history.save(first.new_messages(), conversation_id="approve")
-    second = await agent.run(
-        "and tell me when done",
-        message_history=await history.load("approve"),
-        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
-    )
-    await history.save(second.new_messages(), conversation_id="approve")
+    second = await pause_then_resume(agent, history, "approve")
     loaded = await history.load("approve")
     assert returns_have_calls(loaded)
     text = [p.content for m in loaded for p in m.parts if isinstance(p, UserPromptPart)]
@@ -355,23 +381,15 @@ async def test_a_resumed_run_whose_request_holds_a_return_and_a_prompt_never_loa
         p.content for m in in_flight for p in m.parts if isinstance(p, UserPromptPart)
     ]
     third = await agent.run("thanks", message_history=loaded)  # the agent takes the history
-    assert isinstance(third.output, DeferredToolRequests)
+    assert third.output == "done"
 
 
 async def test_a_capped_view_keeps_a_resumed_runs_prompt(sql_store: SqlAgentStore) -> None:
     """Found by attack: with the newest run fitting the cap, the view skipped the request
     resuming a paused call with the user's next prompt (it answered a call the page did not
     hold), so the model lost the prompt and the tool's result. Its return is sent as text."""
-    agent = approval_agent()
     history = BoundedMessageStore(sql_store, keep_runs=2, max_items=3)
-    first = await agent.run("delete a", message_history=await history.load("capped"))
-    await history.save(first.new_messages(), conversation_id="capped")
-    second = await agent.run(
-        "and tell me when done",
-        message_history=await history.load("capped"),
-        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
-    )
-    await history.save(second.new_messages(), conversation_id="capped")
+    await pause_then_resume(approval_agent(), history, "capped")
 
     loaded = await history.load("capped")
 
@@ -390,36 +408,9 @@ async def test_the_history_processor_never_rewrites_a_resumed_runs_stored_return
     `new_messages()`: the stored call had no return, and the model was later told the
     deletion was interrupted. The processor keeps the call's response instead."""
     seen: list[list[ModelMessage]] = []
-
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        seen.append(list(messages))
-        if any(
-            isinstance(p, UserPromptPart) and p.content == "delete a" for p in messages[-1].parts
-        ):
-            return ModelResponse(
-                parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="d1")]
-            )
-        return ModelResponse(parts=[TextPart("done")])
-
-    agent: Agent[None, str | DeferredToolRequests] = Agent(
-        FunctionModel(respond),
-        output_type=[str, DeferredToolRequests],
-        capabilities=[ProcessHistory(history_processor(1))],
-    )
-
-    @agent.tool_plain(requires_approval=True)
-    def delete_file(path: str) -> str:
-        return f"deleted {path}"
-
+    agent = approval_agent(seen, [ProcessHistory(history_processor(1))])
     history = BoundedMessageStore(sql_store, keep_runs=5)
-    first = await agent.run("delete a", message_history=await history.load("kept"))
-    await history.save(first.new_messages(), conversation_id="kept")
-    second = await agent.run(
-        "and tell me when done",
-        message_history=await history.load("kept"),
-        deferred_tool_results=DeferredToolResults(approvals={"d1": True}),
-    )
-    await history.save(second.new_messages(), conversation_id="kept")
+    await pause_then_resume(agent, history, "kept")
 
     stored = await history.load("kept")
     returns = [p for m in stored for p in m.parts if isinstance(p, ToolReturnPart)]
