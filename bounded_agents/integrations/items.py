@@ -68,8 +68,15 @@ def view_start(links: Sequence[Links], *, first_trusted: bool) -> int | None:
         unmatched -= links[i].opens
         unmatched |= links[i].closes
         clean[i] = not unmatched
+    # Whether an item goes with the one before it: led by it, or a call beside a led call
+    # (found by review: the second of two parallel calls of one reasoning item was a place
+    # to begin when the first had no output yet, and the view sent it without the reasoning).
+    led = [not first_trusted] + [False] * (len(links) - 1)
+    for i in range(1, len(links)):
+        beside = bool(links[i].opens) and bool(links[i - 1].opens) and led[i - 1]
+        led[i] = links[i - 1].leads or beside
     for i, ok in enumerate(clean):
-        if ok and (first_trusted if i == 0 else not links[i - 1].leads):
+        if ok and not led[i]:
             return i
     return None
 

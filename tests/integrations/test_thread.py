@@ -265,3 +265,15 @@ async def test_a_raced_pop_tells_apart_two_items_of_the_same_text(sql_store: Sql
     )
     assert popped is not None and popped.item == {"secret": "NEW"}
     assert left == []
+
+
+def test_a_view_never_begins_on_a_call_beside_a_call_its_reasoning_led() -> None:
+    """Found by review: the first of two parallel calls without its output yet (awaiting
+    approval), the page cut before the reasoning item: the second call was a place to begin,
+    and the view sent it without the reasoning item that made both."""
+    a, b = Links(opens=frozenset({"a"})), Links(opens=frozenset({"b"}))
+    out_b = Links(closes=frozenset({"b"}))
+    reasoning = Links(leads=True)
+    assert view_start([a, b, out_b], first_trusted=False) is None
+    assert view_start([reasoning, a, b, out_b], first_trusted=True) == 0
+    assert view_start([a, b, out_b], first_trusted=True) == 0  # nothing left out leads
