@@ -399,16 +399,16 @@ def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[
     found (the index's stemmed matches, the scan's substrings) and the index's date; the
     most terms held first, then the newest (found by attack: the scan's hits first, whatever
     they held, put a row holding every term last, labelled as superseded)."""
-    rows: dict[tuple[int, str], SearchHit] = {(h.seq, h.role): h for h in indexed}
+    rows = {(h.seq, h.role, h.from_seq): h for h in indexed}  # two archived parts may share a seq
     for h in scanned:
-        known = rows.get((h.seq, h.role))
+        known = rows.get((h.seq, h.role, h.from_seq))
         if known is not None:
             marked = h.marked if MARK_START in h.marked else known.marked
             h = h.model_copy(
                 update={"terms": h.terms | known.terms, "at": known.at, "marked": marked}
             )
-        rows[(h.seq, h.role)] = h
-    return sorted(rows.values(), key=lambda h: (len(h.terms), h.seq), reverse=True)
+        rows[(h.seq, h.role, h.from_seq)] = h
+    return sorted(rows.values(), key=lambda h: (len(h.terms), h.seq, h.from_seq or 0), reverse=True)
 
 
 class _Shown:
@@ -426,14 +426,34 @@ class _Shown:
             return False
         if not hit.in_tools:
             return True
-        # Composed on both sides (the fallback marks composed text), and each part within a
-        # shown result, since a result holding a blank line is split on it (found by attack).
+        # Composed on both sides (the fallback marks composed text; found by attack, a shown
+        # result written NFD came back), and whole results, not parts split at a blank line
+        # (one holding a blank line always came back) nor substrings (found by review: an old
+        # result "4411" inside a shown "order 44110 shipped" was hidden).
         text = composed(hit.marked.replace(MARK_START, "").replace(MARK_END, ""))
-        parts = text.split(TOOL_TEXT_SEPARATOR)
-        return all(any(part in shown for shown in self.tools) for part in parts)
+        return _joined_from(text, self.tools)
 
     def is_question(self, hit: SearchHit) -> bool:
         return hit.role == "user" and hit.from_seq is None and hit.content == self.question
+
+
+def _joined_from(text: str, pieces: Sequence[str]) -> bool:
+    """Whether `text` is whole `pieces` joined by `TOOL_TEXT_SEPARATOR` (a message's indexed
+    tool text, its results but the search tool's own, each shown in the prompt)."""
+    starts, seen = [0], {0}
+    while starts:
+        at = starts.pop()
+        for piece in pieces:
+            if not text.startswith(piece, at):
+                continue
+            end = at + len(piece)
+            if end == len(text):
+                return True
+            after = end + len(TOOL_TEXT_SEPARATOR)
+            if text.startswith(TOOL_TEXT_SEPARATOR, end) and after not in seen:
+                seen.add(after)
+                starts.append(after)
+    return False
 
 
 def _error(text: str) -> ToolResult:

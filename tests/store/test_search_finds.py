@@ -316,6 +316,51 @@ async def test_a_tool_result_the_prompt_shows_is_skipped_in_any_form(
     assert await _search(store, tid, "lait", shown) == []
 
 
+@pytest.mark.parametrize(
+    ("older", "shown_text", "query"),
+    [
+        ("4411", "order 44110 shipped, 4411 boxes", "4411"),
+        ("東京", "東京倉庫は閉鎖", "東京"),
+        ("PIN accepted ok", "PIN accepted okay? no: PIN accepted ok was a lie", "accepted"),
+    ],
+)
+async def test_an_older_tool_result_inside_a_shown_one_is_still_found(
+    store: ContractStore, older: str, shown_text: str, query: str
+) -> None:
+    """Found by review: a shown result was matched as a substring, so an older result whose
+    text sat inside a shown one was treated as shown and hidden (a fact out of reach)."""
+    shown_exchange = tool_exchange({"c2": ("lookup", shown_text)})
+    tid = await _thread(
+        store,
+        [
+            user("Look it up."),
+            tool_exchange({"c1": ("lookup", older)}),  # 2
+            assistant("noted"),
+            user("And now?"),
+            shown_exchange,  # 5
+        ],
+    )
+    shown = tuple(to_chat_messages([shown_exchange]))
+
+    assert [r["seq"] for r in await _search(store, tid, query, shown)] == [2]
+
+
+async def test_two_archived_parts_ending_at_one_seq_are_both_found_by_a_mixed_query(
+    store: ContractStore,
+) -> None:
+    """Found by review: merging the scan's hits with the index's keyed rows by seq and role,
+    so of two archived parts ending at one seq, the newer (a correction) was dropped."""
+    tid = await _thread(store, chatter(5))
+    archive = _archive(store)
+    await archive.archive_summary_part(tid, 1, 9, "東京 warehouse: 10 pallets")
+    await archive.archive_summary_part(tid, 5, 9, "東京 warehouse: 12 pallets")
+
+    found = await _search(store, tid, "東京 pallets", k=10)
+
+    parts = sorted(r["content"] for r in found if r["role"] == "summary")
+    assert parts == ["東京 warehouse: 10 pallets", "東京 warehouse: 12 pallets"]
+
+
 async def test_a_decomposed_korean_query_and_a_mixed_case_term_are_found_and_marked(
     store: ContractStore,
 ) -> None:
