@@ -212,7 +212,7 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     terms = search_terms(query)
     hits: list[SearchHit] = []
     for m, (terms_held, count, seq, held) in _scan(await _newest(store, thread_id), terms, limit):
-        in_tools = not any(_WORD_IN(t, m.content) for t in (terms[i] for i in held))
+        in_tools = not _holds_any([terms[i] for i in held], m.content)
         text = (search_text(m) or "") if in_tools else m.content
         relevance = terms_held + count / (count + 1)
         hits.append(
@@ -274,9 +274,11 @@ def _count(term: str, words: Sequence[str], text: str) -> int:
     return text.count(term) if _UNSPACED.search(term) else words.count(term)
 
 
-def _WORD_IN(term: str, text: str) -> bool:
+def _holds_any(terms: Sequence[str], text: str) -> bool:
+    """Whether `text` holds any of `terms` (folded and split once, not once per term)."""
     folded = fold_case(text)
-    return _count(term, _word().findall(folded), folded) > 0
+    words = _word().findall(folded)
+    return any(_count(t, words, folded) for t in terms)
 
 
 def _mark(text: str, terms: Sequence[str]) -> str:
@@ -385,10 +387,10 @@ class HistorySearchTool:
         (`_UNSPACED`) is answered by the scan first (its substrings; the newest
         `FALLBACK_SCAN_ROWS` messages, without dates), then by the index's hits the scan did
         not find (a whole run of such letters, older than the scan reached)."""
-        store = self._store
-        if not supports_history_search(store):
-            return await scan_hits(store, thread_id, query, limit)
-        indexed = await store.search_history(thread_id, query, limit=limit)
+        searcher = self._store  # narrowed to a `HistorySearcher` below; `self._store` is not
+        if not supports_history_search(searcher):
+            return await scan_hits(self._store, thread_id, query, limit)
+        indexed = await searcher.search_history(thread_id, query, limit=limit)
         if not any(_UNSPACED.search(t) for t in search_terms(query)):
             return indexed
         return _merged(await scan_hits(self._store, thread_id, query, limit), indexed)[:limit]
