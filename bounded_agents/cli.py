@@ -132,6 +132,7 @@ def _serve(target: str, host: str | None, port: int | None) -> int:
         application,
         host=host or settings.host,
         port=port or settings.port,
+        timeout_keep_alive=settings.keep_alive_seconds,
         log_config=_log_config(settings.log_level),
     )
     return 0

@@ -291,6 +291,11 @@ class Settings(BaseSettings):
     """Port `python -m app serve` listens on, 1-65535: one past it stopped `serve` with
     uvicorn's traceback after the app had started, and 0 (any free port) is one no client
     would know, `chat` included."""
+    keep_alive_seconds: int = Field(default=5, ge=1, le=3600)
+    """Seconds `python -m app serve` keeps an idle HTTP connection open (uvicorn's
+    `timeout_keep_alive`, default 5). Behind a load balancer or proxy that reuses connections,
+    set it above that proxy's idle timeout: a proxy that sends on a connection in the instant
+    the server closes it gets a reset, and a client a 502 for a request the app never saw."""
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         """The settings as `repr` shows them (and so any log line holding them): URLs with

@@ -114,6 +114,14 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+SERVER_KEEP_ALIVE = 60
+"""Seconds uvicorn keeps an idle connection open. Its default (5 s) equals httpx's
+`keepalive_expiry`, so a client could send on a connection in the instant the server closed
+it, and get `httpx.ReadError` on a POST it never retries (CI saw it once in 250 turns). The
+side that reuses connections must give them up first; a proxy in front of the app should be
+set the same way (docs/deploy.md)."""
+
+
 async def serve_live(stack: AsyncExitStack, app: FastAPI, *, access_log: bool = False) -> str:
     """Serve `app` with uvicorn on a free loopback port in this event loop; returns its URL.
     The server (and the app's lifespan) stops when the stack closes."""
@@ -128,6 +136,7 @@ async def serve_live(stack: AsyncExitStack, app: FastAPI, *, access_log: bool = 
         ws="none",
         lifespan="on",
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=SERVER_KEEP_ALIVE,
     )
     server = _QuietServer(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
