@@ -22,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def app_env(database_url: str, **settings: str) -> dict[str, str]:
     """An app process's environment: this one's without any AGENT_ variable (so the caller's
-    shell cannot leak settings in), then the database and `settings` (AGENT_* names)."""
+    shell cannot leak settings in), then the database and `settings` (AGENT_* names). Idle
+    connections are kept longer than httpx keeps them (5 s), so a test's client never sends
+    on one the server is closing (`tests/http/conftest.py` `SERVER_KEEP_ALIVE`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    env.update(AGENT_DATABASE_URL=database_url, **settings)
+    env.update(AGENT_DATABASE_URL=database_url, AGENT_KEEP_ALIVE_SECONDS="60")
+    env.update(settings)
     return env
 
 
