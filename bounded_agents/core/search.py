@@ -190,9 +190,7 @@ def _scan(
         return []
     scored: list[tuple[Message, tuple[int, int, int, frozenset[int]]]] = []
     for m in found:
-        text = fold_case(_searchable(m))
-        words = _word().findall(text)
-        hits = [_count(t, words, text) for t in terms]
+        hits = _counts(terms, fold_case(_searchable(m)))
         held = frozenset(i for i, h in enumerate(hits) if h)
         if held:
             scored.append((m, (len(held), sum(hits), m.seq or 0, held)))
@@ -229,9 +227,7 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     if supports_summary_archive(store):
         parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
         for p in parts:
-            text = fold_case(p.content)
-            words = _word().findall(text)
-            counts = [_count(t, words, text) for t in terms]
+            counts = _counts(terms, fold_case(p.content))
             held = frozenset(i for i, c in enumerate(counts) if c)
             if held:
                 count = sum(counts)
@@ -268,17 +264,29 @@ async def _newest(store: AgentStore, thread_id: str) -> list[Message]:
     return out
 
 
-def _count(term: str, words: Sequence[str], text: str) -> int:
-    """How often `term` occurs in `text` (folded) as a word, or, for a term of unspaced
-    letters (`_UNSPACED`), as a substring of it."""
-    return text.count(term) if _UNSPACED.search(term) else words.count(term)
+def _counts(terms: Sequence[str], text: str) -> list[int]:
+    """How often each term occurs in `text` (folded) as a word, or, for a term of unspaced
+    letters (`_UNSPACED`), as a substring of it. The text is split into words only when a
+    spaced term is in it as a substring (a word of it always is): splitting was 97% of a
+    scan's time (1.7 s of 1.8 over 2,000 messages of 19 KB tool results), and most messages
+    hold none of the terms."""
+    out: list[int] = []
+    words: list[str] | None = None
+    for term in terms:
+        if term not in text:
+            out.append(0)
+        elif _UNSPACED.search(term):
+            out.append(text.count(term))
+        else:
+            if words is None:
+                words = _word().findall(text)
+            out.append(words.count(term))
+    return out
 
 
 def _holds_any(terms: Sequence[str], text: str) -> bool:
     """Whether `text` holds any of `terms` (folded and split once, not once per term)."""
-    folded = fold_case(text)
-    words = _word().findall(folded)
-    return any(_count(t, words, folded) for t in terms)
+    return any(_counts(terms, fold_case(text)))
 
 
 def _mark(text: str, terms: Sequence[str]) -> str:
