@@ -118,3 +118,12 @@ async def summary_rows(store: SqlAgentStore, thread_id: str) -> list[tuple[int, 
             .order_by(thread_summaries.c.covers_through_seq)
         )
         return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def toy_summary(prefix: str, messages: list[Message]) -> str:
+    """`{prefix} {seq}` of the chunk's last message, then what it said (its first 40
+    characters): a toy summary for tests of the fold's mechanics that still shares a term with
+    what it folds, as the fold guard asks once notes exist (`core/fold_health.py`)."""
+    last = messages[-1]
+    said = " ".join(last.content.split())[:40] or " ".join(c.name for c in last.tool_calls)
+    return f"{prefix} {last.seq}: {said}"

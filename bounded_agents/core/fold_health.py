@@ -12,9 +12,13 @@ and content words (stop words and the vocabulary every summary uses, such as "us
 "delivery"). The measure is SUPPORT: the share of the new summary's distinct terms found in what
 it stands for (the chunk and the previous summary). A summary restates, so most of its terms come
 from its source, whatever its style; junk and chat replies bring their own. The threshold is
-measured on a corpus of good and junk summaries (tests/core/test_fold_health.py, docs/history.md),
-and a summary or source too small to judge by (`MIN_SUMMARY_TERMS`, `MIN_SOURCE_TERMS`) is
-accepted: a refusal needs evidence.
+measured on a corpus of good and junk summaries (tests/core/test_fold_health.py, docs/history.md).
+A refusal needs evidence: a summary too small to judge by support (`MIN_SUMMARY_TERMS`) is
+accepted, and one of a source too small (`MIN_SOURCE_TERMS`) is refused only when it shares no
+term with it. Two checks need no threshold of support: an answer sharing no term with a large
+source, once there are notes it would replace (or made of chat words only), and a new part
+whose identifiers are mostly not in its source (`invented_identifiers`). Each was found by an
+outside attack that got junk stored at every fold (docs/history.md, "Refused folds").
 
 `backoff_after` and `may_fold` are the backoff. After a refused or failed fold the thread waits
 `backoff_turns(failures)` turns (1, 2, 4, ... up to `BACKOFF_MAX_TURNS`) before the next
@@ -49,12 +53,24 @@ deliberately loose paraphrases 0.28 to 0.47, junk and chat replies 0.19 at most.
 sits between the junk and the loosest paraphrase."""
 
 MIN_SUMMARY_TERMS = 4
-"""A summary (or, for an appending summarizer, its new part) with fewer distinct terms is not
-judged: "- nothing noted yet" says too little to call unrelated."""
+"""A summary's new part with fewer distinct terms is not judged by support: "- nothing noted
+yet" says too little to call unrelated. It is still refused when it shares no term with a
+large source it would replace notes for (`judge_relatedness`)."""
 
 MIN_SOURCE_TERMS = 20
-"""A chunk and previous summary with fewer distinct terms together are not judged: a fold of
-"hi" and "thanks" can be summarized in words of its own."""
+"""A chunk and previous summary with fewer distinct terms together are not judged by support:
+a fold of "hi" and "thanks" can be summarized in words of its own. A summary sharing no term
+at all with such a source is refused, and one whose identifiers are invented."""
+
+MIN_IDENTIFIERS = 3
+"""Identifiers and numbers a summary's new part needs before `invented_identifiers` judges
+them: one or two may be a date or a sum written anew."""
+
+INVENTED_BELOW = 0.34
+"""A new part whose identifiers and numbers are under this share found in its source is
+`unrelated`, whatever its words' support. On the corpus (tests/core/fold_corpus.py) good
+summaries kept 0.57 of them at least (a terse note that wrote "10,000" as "10000" and "429s"),
+most all of them; invented or another thread's, none."""
 
 BACKOFF_MAX_TURNS = 32
 """The longest wait between two fold attempts of a thread whose folds keep failing, in turns.
@@ -172,8 +188,8 @@ class Relatedness:
     """What `judge_relatedness` found."""
 
     related: bool
-    """False only when the summary was judged (`judged`) and its support is under
-    `UNRELATED_BELOW`."""
+    """False only when the summary was judged (`judged`) and refused by one of the checks of
+    `judge_relatedness`."""
     judged: bool
     """False when the summary or its source had too few terms to judge by: accepted."""
     support: float
@@ -183,14 +199,77 @@ class Relatedness:
 
 
 def new_part(summary: str, previous: str | None) -> str:
-    """The part of `summary` the summarizer wrote this fold: all of it, or what follows the
-    previous summary when it starts with it (an appending summarizer, `carry="append"`). An
-    appended junk line must be judged alone, not vouched for by the notes it follows."""
-    before = (previous or "").strip()
+    """The part of `summary` the summarizer wrote this fold: its lines that are not lines of
+    the previous summary (compared without surrounding blanks), in order. An appended junk
+    line must be judged alone, not vouched for by the notes it follows; so must one put before
+    them, between them, or after notes re-spaced with blank lines (found by attack: each of
+    those was judged with the notes and stored, support 0.66 to 0.85)."""
     text = summary.strip()
-    if before and text.startswith(before):
-        return text[len(before) :].strip()
-    return text
+    if not previous or not previous.strip():
+        return text
+    kept = {line.strip() for line in previous.splitlines()}
+    return "\n".join(
+        line for line in text.splitlines() if line.strip() and line.strip() not in kept
+    )
+
+
+def invented_identifiers(
+    written: frozenset[str], source: frozenset[str], numbers: frozenset[int]
+) -> bool:
+    """Whether the new part holds at least `MIN_IDENTIFIERS` identifiers and under
+    `INVENTED_BELOW` of them occur in its source: another thread's summary (a customer,
+    order, case and amount of its own) was supported 0.72 by the words any support thread
+    shares ("order", "refund", "delivered") and stored; its numbers gave it away.
+
+    An identifier is a code (letters and digits: `ord-77120`, found as written) or a number of
+    three digits or more, found by value among the source's `numbers` (`source_numbers`): a
+    faithful summary writes "1,249.00 USD" as "$1249", "2026-03-03" as "3/3/2026", "09:30" as
+    "9:30am". List numbers, "3 lamps" and "March 3rd" are not identifiers (the review of this
+    check found 7 of 23 faithful summaries refused when they were)."""
+    ids = [term for term in written if _is_code(term) or _digits(term) >= 3]
+    if len(ids) < MIN_IDENTIFIERS:
+        return False
+    found = sum(1 for term in ids if _identifier_found(term, source, numbers))
+    return found < INVENTED_BELOW * len(ids)
+
+
+_NUMBER_WORDS = {
+    word: value
+    for value, word in enumerate(
+        """zero one two three four five six seven eight nine ten eleven twelve thirteen
+        fourteen fifteen sixteen seventeen eighteen nineteen twenty""".split()
+    )
+}
+_DIGIT_RUN = re.compile(r"\d+")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_SUFFIX = re.compile(r"(?:st|nd|rd|th|am|pm|h|k|s|kb|mb|gb|kib|mib|gib|ki|mi|gi)$")
+"""Letters a number carries without being a code: ordinals, times, units."""
+
+
+def source_numbers(texts: Sequence[str]) -> frozenset[int]:
+    """Every number of `texts` by value: "1,249.00" gives 1249 and 0, "09:30" 9 and 30, "five"
+    5 (number words up to twenty)."""
+    out: set[int] = set()
+    for text in texts:
+        folded = _THOUSANDS.sub("", text.casefold())
+        out.update(int(run) for run in _DIGIT_RUN.findall(folded))
+        out.update(_NUMBER_WORDS[w] for w in _PART.findall(folded) if w in _NUMBER_WORDS)
+    return frozenset(out)
+
+
+def _digits(term: str) -> int:
+    return sum(c.isdigit() for c in term)
+
+
+def _is_code(term: str) -> bool:
+    bare = _SUFFIX.sub("", term)
+    return any(c.isdigit() for c in bare) and any(c.isalpha() for c in bare)
+
+
+def _identifier_found(term: str, source: frozenset[str], numbers: frozenset[int]) -> bool:
+    if _supported(term, source):
+        return True
+    return not _is_code(term) and all(int(r) in numbers for r in _DIGIT_RUN.findall(term))
 
 
 def judge_relatedness(
@@ -199,15 +278,46 @@ def judge_relatedness(
     """Whether `summary` stands for `chunk` (the texts of the messages it folds: contents and
     tool results) and `previous` (the summary so far, if any).
 
-    Related unless the summary's new part (`new_part`) has at least `MIN_SUMMARY_TERMS`
-    distinct terms, its source at least `MIN_SOURCE_TERMS`, and under `UNRELATED_BELOW` of
-    the summary's terms occur in the source. Pure and deterministic."""
-    written = text_terms(new_part(summary, previous))
+    Unrelated, in this order: when the source has at least `MIN_SOURCE_TERMS` terms, the
+    summary (all of it) none of them, and there is a previous summary it would replace or it
+    is made of chat words only; else (a new part of `MIN_SUMMARY_TERMS` terms or more) when
+    its identifiers are invented (`invented_identifiers`), or, from a source of at least
+    `MIN_SOURCE_TERMS` terms, under `UNRELATED_BELOW` of its terms occur in the source, or,
+    from a smaller one, none of them do. Pure and deterministic."""
+    # The terms this fold brought: those of lines not in the previous summary, less the
+    # previous summary's own (an old line with junk glued on, or re-punctuated, is new).
+    written = text_terms(new_part(summary, previous)) - text_terms(previous or "")
     source = _source_terms([*chunk, previous or ""])
-    if len(written) < MIN_SUMMARY_TERMS or len(source) < MIN_SOURCE_TERMS:
+    whole = text_terms(summary)
+    if (
+        len(source) >= MIN_SOURCE_TERMS
+        and (whole or summary.isascii())  # a script `text_terms` cannot read is not judged
+        and (bool(previous and previous.strip()) or whole <= _CHAT_STEMS)
+        and not any(_supported(term, source) for term in whole)
+    ):
+        # Nothing of what it stands for is in it, however short: "Sure! Please paste the
+        # conversation.", "N/A", a refusal in another script, each stored at every fold of a
+        # 60-turn chat when under MIN_SUMMARY_TERMS terms meant "too small to judge". A first
+        # fold may note nothing in words of its own ("- nothing noted yet" of small talk);
+        # after one, such an answer would wipe the notes.
+        return Relatedness(False, True, 0.0, len(written), len(source))
+    if len(written) < MIN_SUMMARY_TERMS:
         return Relatedness(True, False, 1.0, len(written), len(source))
     found = sum(1 for term in written if _supported(term, source))
     support = found / len(written)
+    if invented_identifiers(written, source, source_numbers([*chunk, previous or ""])):
+        return Relatedness(False, True, support, len(written), len(source))
+    if len(source) < MIN_SOURCE_TERMS:
+        # Too little to judge a paraphrase by, but a summary sharing NO term with its source
+        # stands for nothing in it. Accepted, it would be the next fold's `previous`, and a
+        # summarizer answering the same junk every fold then adds nothing to judge: junk
+        # after twenty turns of "hi" and "ok" stood for every later fold. A chat word is no
+        # evidence here either: "Thanks! The quick brown fox..." shared "thanks" with the
+        # small talk and passed. A summary of pure small talk can be refused too: that costs
+        # a turn of backoff, and the next fold is judged on more.
+        if not any(_supported(term, source) for term in written):
+            return Relatedness(False, True, 0.0, len(written), len(source))
+        return Relatedness(True, False, 1.0, len(written), len(source))
     return Relatedness(support >= UNRELATED_BELOW, True, support, len(written), len(source))
 
 
@@ -377,6 +487,8 @@ def fold_clock(fold: Mapping[str, Any]) -> int:
 
 __all__ = [
     "BACKOFF_MAX_TURNS",
+    "INVENTED_BELOW",
+    "MIN_IDENTIFIERS",
     "MIN_SOURCE_TERMS",
     "MIN_SUMMARY_TERMS",
     "NOT_FAILURES",
@@ -389,6 +501,7 @@ __all__ = [
     "backoff_after",
     "backoff_turns",
     "fold_clock",
+    "invented_identifiers",
     "is_failure",
     "journaled_health",
     "judge_relatedness",
@@ -398,6 +511,7 @@ __all__ = [
     "new_part",
     "owed_count",
     "same_health",
+    "source_numbers",
     "text_terms",
     "turns_left",
     "unrelated_fold",

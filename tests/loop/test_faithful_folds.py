@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -30,7 +31,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.summary import DEFAULT_HISTORY_SUMMARY_INSTRUCTION
 from bounded_agents.errors import ProviderContextExceeded, ProviderError
 from bounded_agents.providers.echo import EchoModel
-from tests.factories import assistant, summary_rows, user
+from tests.factories import assistant, summary_rows, toy_summary, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 pytestmark = SQL_JOURNAL_ONLY
@@ -70,7 +71,7 @@ class Switchable:
             await asyncio.sleep(3600)
         assert isinstance(answer, HistorySummary)
         if answer is GOOD and messages:
-            return GOOD.model_copy(update={"text": f"- summary through {messages[-1].seq}"})
+            return GOOD.model_copy(update={"text": toy_summary("- summary through", messages)})
         return answer
 
 
@@ -217,7 +218,7 @@ async def test_a_chunk_refused_as_too_long_is_halved_and_never_resent_as_it_was(
         sent.append([m.seq or 0 for m in messages])
         if len(messages) > 5:
             raise ProviderContextExceeded("exceed context window of 2048")
-        return GOOD.model_copy(update={"text": f"- through {messages[-1].seq}"})
+        return GOOD.model_copy(update={"text": toy_summary("- through", messages)})
 
     policy = window_history(max_messages=4, fold_messages=4, summarize=small_context)
     result = await _turn(env.loop(EchoModel(), policy, fold_calls=5), tid)
@@ -360,8 +361,12 @@ async def test_a_summary_larger_than_the_summarizers_context_is_compressed_by_it
         if size > limit:
             raise ProviderContextExceeded("exceed context window of 2048")
         if ctx.fold_task == "compress":
-            return HistorySummary(text="- (older notes, compressed)", usage=Usage())
-        new = "\n".join(f"- note {m.seq}: {m.content}" for m in messages)
+            # Shorter, and still of the notes (the fold guard refuses one sharing nothing).
+            kept = " ".join(re.findall(r"fact \d+", previous))
+            return HistorySummary(text=f"- (older notes, compressed) {kept}", usage=Usage())
+        # The messages' own words: a seq is no word of theirs, and the guard judges the
+        # terms a fold adds against what it folds.
+        new = "\n".join(f"- note: {m.content}" for m in messages)
         return HistorySummary(text=f"{previous}\n{new}".strip(), usage=Usage())
 
     tid = await env.thread()

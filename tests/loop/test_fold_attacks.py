@@ -25,7 +25,7 @@ from bounded_agents.errors import ProviderContextExceeded, ProviderError, RunFai
 from bounded_agents.providers.echo import EchoModel
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.schema import actor_usage
-from tests.factories import assistant, summary_rows, user
+from tests.factories import assistant, summary_rows, toy_summary, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 
@@ -53,7 +53,7 @@ async def _turn(loop: AgentLoop, tid: str, text: str = "next?") -> object:
 
 def _through(messages: list[Message]) -> HistorySummary:
     return HistorySummary(
-        text=f"- through {messages[-1].seq}", usage=Usage(prompt_tokens=9, completion_tokens=5)
+        text=toy_summary("- through", messages), usage=Usage(prompt_tokens=9, completion_tokens=5)
     )
 
 
@@ -440,7 +440,7 @@ async def test_a_summarizer_reporting_no_usage_is_booked_at_its_input_not_its_re
     tid = await env.thread([m for i in range(6) for m in (user(f"q{i}"), assistant(f"a{i}"))])
 
     async def no_usage(messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
-        return HistorySummary(text=f"- through {messages[-1].seq}")
+        return HistorySummary(text=toy_summary("- through", messages))
 
     policy = window_history(max_messages=4, fold_messages=4, summarize=no_usage)
     result = await _turn(env.loop(EchoModel(), policy), tid)

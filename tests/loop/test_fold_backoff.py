@@ -220,6 +220,104 @@ async def test_an_unrelated_summary_is_refused_counted_and_never_stored(env: Loo
     assert len(owing) == 40 - next(i for i, r in enumerate(reports) if r is not None)
 
 
+@SQL_JOURNAL_ONLY
+async def test_junk_after_small_talk_is_refused_so_it_cannot_vouch_for_later_folds(
+    env: LoopEnv,
+) -> None:
+    """Twenty turns of "hi" and "ok" give the first fold a source too small to judge by
+    support. The junk sentence was stored for it, and then for every later fold: the same
+    sentence again adds nothing (`new_part` is empty), so nothing was judged, and 9 folds of
+    orders and tickets were stored as the fox sentence. A summary sharing no term with even a
+    small source is refused."""
+    junk = Junk()
+    tid = await env.thread()
+    loop = env.loop(EchoModel(), window_history(max_messages=WINDOW, summarize=junk))
+    small_talk = ["hi", "ok", "thanks", "yes", "sure"] * 4
+    reports = [(await _turn(loop, tid, text)).report.summary for text in small_talk]
+    reports += [(await _turn(loop, tid, _said(i))).report.summary for i in range(40)]
+    assert await summary_rows(env.store, tid) == [], "the fox sentence is never the summary"
+    reasons = [x for r in reports if r is not None for x in r.rejected_reasons]
+    assert junk.calls >= 2 and reasons == ["unrelated"] * junk.calls
+
+
+class ThanksJunk(Junk):
+    """The attack's variant: a chat word first, shared with the small talk."""
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.calls += 1
+        return HistorySummary(text="Thanks! The quick brown fox jumps over the lazy dog.")
+
+
+@SQL_JOURNAL_ONLY
+async def test_junk_sharing_only_a_chat_word_with_small_talk_is_refused(env: LoopEnv) -> None:
+    junk = ThanksJunk()
+    tid = await env.thread()
+    loop = env.loop(EchoModel(), window_history(max_messages=WINDOW, summarize=junk))
+    for text in ["hi", "ok", "thanks", "yes", "sure"] * 4:
+        await _turn(loop, tid, text)
+    for i in range(40):
+        await _turn(loop, tid, _said(i))
+    assert junk.calls >= 2
+    assert await summary_rows(env.store, tid) == [], "stored 13 of 13 times before"
+
+
+class Fixed:
+    """A summarizer that answers `text` at every fold."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.calls = 0
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.calls += 1
+        return HistorySummary(text=self.text)
+
+
+OTHER_THREAD = (
+    "- Customer Tom Berg: order ORD-77120 placed April 2 has not arrived; tracking says "
+    "delivered, no parcel at door.\n- Refund of 45.99 GBP to Visa ending 1111 requested; "
+    "delivery address change to 9 Baker Street asked.\n- Ticket CAS-9034 closed without an "
+    "answer; reopen requested."
+)
+
+
+NAMES = ["Maria Jensen", "Tom Berg", "Aisha Khan", "Luca Rossi", "Eva Novak", "Sam Lee"]
+
+
+def _support_chat(i: int) -> str:
+    """The attack's support chat: names, orders, dates, amounts, an address, tickets; the
+    words of any support thread, which another thread's summary shares."""
+    name, city, order = NAMES[i % 6], CITIES[i % 6], f"ORD-{58000 + i}"
+    return [
+        f"Hi, this is {name}. Order {order} placed on March {1 + i % 28} hasn't arrived.",
+        f"The tracking for {order} says delivered but there is no parcel at my door.",
+        f"Can I get a refund of {20 + i}.99 GBP to my Visa ending {4000 + i}?",
+        f"Please change the delivery address for {order} to {i} Baker Street, {city}.",
+        f"My ticket CAS-{7000 + i} was closed without an answer, please reopen it.",
+    ][i % 5]
+
+
+@SQL_JOURNAL_ONLY
+@pytest.mark.parametrize(
+    "answer",
+    ["Sure! Please paste the conversation.", "N/A", OTHER_THREAD],
+    ids=["chat-reply", "not-available", "another-thread"],
+)
+async def test_a_short_answer_or_another_threads_summary_is_never_stored(
+    env: LoopEnv, answer: str
+) -> None:
+    """Found by attack, each stored at 9 of 9 folds of 60 turns: an answer under 4 terms was
+    too small to judge; another customer's summary shared the words of any support thread
+    (support 0.72) and, stored once, vouched for itself at every later fold."""
+    fixed = Fixed(answer)
+    tid = await env.thread()
+    loop = env.loop(EchoModel(), window_history(max_messages=WINDOW, summarize=fixed))
+    reports = [(await _turn(loop, tid, _support_chat(i))).report.summary for i in range(60)]
+    assert await summary_rows(env.store, tid) == []
+    reasons = [x for r in reports if r is not None for x in r.rejected_reasons]
+    assert fixed.calls >= 2 and reasons == ["unrelated"] * fixed.calls
+
+
 class JunkCompressor:
     """Folds well (the chunk's own words, over the cap), but answers a compress request with a
     junk sentence: shorter, well-formed, and standing for none of the notes."""

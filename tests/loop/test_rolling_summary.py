@@ -33,7 +33,7 @@ from bounded_agents.store import MemoryStore, SqlAgentStore
 from bounded_agents.store.ledger import MemoryLedger
 from bounded_agents.store.schema import run_steps, runs
 from bounded_agents.testing import ScriptedProvider, reply
-from tests.factories import assistant, summary_rows, user
+from tests.factories import assistant, summary_rows, toy_summary, user
 from tests.loop.conftest import SQL_JOURNAL_ONLY, CountingStore, LoopEnv
 
 
@@ -58,7 +58,7 @@ class RecordingSummarizer:
             Fold(ctx.summary.text if ctx.summary else None, [m.seq or 0 for m in messages])
         )
         return HistorySummary(
-            text=f"summary through {messages[-1].seq}",
+            text=toy_summary("summary through", messages),
             usage=Usage(prompt_tokens=10 * len(messages), completion_tokens=3),
             model="summarizer-1",
         )
@@ -88,7 +88,9 @@ async def test_the_boundary_rolls_forward_and_each_fold_gets_only_new_messages(
     covered = 0
     for fold in summarizer.folds:
         assert fold.seqs == list(range(covered + 1, fold.seqs[-1] + 1)), "contiguous, only new"
-        assert fold.previous == (f"summary through {covered}" if covered else None)
+        assert (fold.previous or "").partition(":")[0] == (
+            f"summary through {covered}" if covered else ""
+        )
         assert len(fold.seqs) <= 4 + 2, "a fold takes a batch, never the thread"
         covered = fold.seqs[-1]
     # A fold every other turn (the window refills by two messages a turn), not every turn.
@@ -211,7 +213,7 @@ async def test_a_failure_between_summarizing_and_storing_loses_nothing_and_repea
         model, window_history(max_messages=2, summarize=again), store=store
     ).resume(run_id)
     assert again.folds == [], "the journaled summary is reused, never made twice"
-    assert await summary_rows(env.store, tid) == [(9, "summary through 9")]
+    assert await summary_rows(env.store, tid) == [(9, "summary through 9: q4")]
     assert "summary through 9" in model.calls[0].messages[1].content
     ledger = [e for e in await env.ledger.entries_for_run(run_id) if e.purpose == "history_summary"]
     assert len(ledger) == 1
