@@ -214,7 +214,7 @@ def new_part(summary: str, previous: str | None) -> str:
 
 
 def invented_identifiers(
-    written: frozenset[str], source: frozenset[str], numbers: frozenset[int]
+    written: frozenset[str], source: frozenset[str], numbers: frozenset[str]
 ) -> bool:
     """Whether the new part holds at least `MIN_IDENTIFIERS` identifiers and under
     `INVENTED_BELOW` of them occur in its source: another thread's summary (a customer,
@@ -234,7 +234,7 @@ def invented_identifiers(
 
 
 _NUMBER_WORDS = {
-    word: value
+    word: str(value)
     for value, word in enumerate(
         """zero one two three four five six seven eight nine ten eleven twelve thirteen
         fourteen fifteen sixteen seventeen eighteen nineteen twenty""".split()
@@ -246,15 +246,22 @@ _SUFFIX = re.compile(r"(?:st|nd|rd|th|am|pm|h|k|s|kb|mb|gb|kib|mib|gib|ki|mi|gi)
 """Letters a number carries without being a code: ordinals, times, units."""
 
 
-def source_numbers(texts: Sequence[str]) -> frozenset[int]:
-    """Every number of `texts` by value: "1,249.00" gives 1249 and 0, "09:30" 9 and 30, "five"
-    5 (number words up to twenty)."""
-    out: set[int] = set()
+def source_numbers(texts: Sequence[str]) -> frozenset[str]:
+    """Every number of `texts` by value (`_value`): "1,249.00" gives 1249 and 0, "09:30" 9
+    and 30, "five" 5 (number words up to twenty)."""
+    out: set[str] = set()
     for text in texts:
         folded = _THOUSANDS.sub("", text.casefold())
-        out.update(int(run) for run in _DIGIT_RUN.findall(folded))
+        out.update(_value(run) for run in _DIGIT_RUN.findall(folded))
         out.update(_NUMBER_WORDS[w] for w in _PART.findall(folded) if w in _NUMBER_WORDS)
     return frozenset(out)
+
+
+def _value(run: str) -> str:
+    """A run of digits by value, as text: "09" is "9". Not `int()`: Python refuses a run of
+    more than 4,300 digits, and found by review, one such run in a pasted blob made the fold
+    raise, and so the user's turn fail."""
+    return run.lstrip("0") or "0"
 
 
 def _digits(term: str) -> int:
@@ -266,10 +273,10 @@ def _is_code(term: str) -> bool:
     return any(c.isdigit() for c in bare) and any(c.isalpha() for c in bare)
 
 
-def _identifier_found(term: str, source: frozenset[str], numbers: frozenset[int]) -> bool:
+def _identifier_found(term: str, source: frozenset[str], numbers: frozenset[str]) -> bool:
     if _supported(term, source):
         return True
-    return not _is_code(term) and all(int(r) in numbers for r in _DIGIT_RUN.findall(term))
+    return not _is_code(term) and all(_value(r) in numbers for r in _DIGIT_RUN.findall(term))
 
 
 def judge_relatedness(
@@ -315,7 +322,7 @@ def judge_relatedness(
         # evidence here either: "Thanks! The quick brown fox..." shared "thanks" with the
         # small talk and passed. A summary of pure small talk can be refused too: that costs
         # a turn of backoff, and the next fold is judged on more.
-        if not any(_supported(term, source) for term in written):
+        if found == 0:
             return Relatedness(False, True, 0.0, len(written), len(source))
         return Relatedness(True, False, 1.0, len(written), len(source))
     return Relatedness(support >= UNRELATED_BELOW, True, support, len(written), len(source))

@@ -196,6 +196,15 @@ def test_a_faithful_summary_that_rewrites_its_numbers_is_not_taken_for_invented(
     assert judge_relatedness(summary, SUPPORT_CHAT).related
 
 
+def test_a_run_of_more_digits_than_python_converts_is_judged_not_raised() -> None:
+    """Found by review: numbers were compared by `int()`, which refuses a run of more than
+    4,300 digits; a pasted blob holding one made the judge raise (and the turn fail)."""
+    blob = "7" * 5000
+    chunk = [*SUPPORT_CHAT, f"the export blob: {blob}"]
+    assert judge_relatedness("- A-20931 delayed; 1249 USD, card 5521, 10000 NOK", chunk).related
+    assert judge_relatedness(f"- blob 0{blob} kept; 5521, 1249, 10000", chunk).related
+
+
 def test_another_threads_summary_is_refused_by_its_identifiers() -> None:
     """Found by attack: a summary of another customer's thread shared the words of any
     support thread (order, refund, delivered: support 0.72) and was stored; none of its

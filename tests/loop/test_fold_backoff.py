@@ -318,6 +318,25 @@ async def test_a_short_answer_or_another_threads_summary_is_never_stored(
     assert fixed.calls >= 2 and reasons == ["unrelated"] * fixed.calls
 
 
+@SQL_JOURNAL_ONLY
+async def test_a_message_holding_a_huge_number_never_fails_a_turn_by_its_fold(
+    env: LoopEnv,
+) -> None:
+    """Found by review: the identifier check compared numbers by `int()`, which refuses a run
+    of more than 4,300 digits, so a pasted blob of digits failed the turn whose fold judged
+    it, with the summarizer's numbers not found as written."""
+    fixed = Fixed("- orders 101, 202 and 303 are pending for the warehouse team")
+    tid = await env.thread()
+    loop = env.loop(EchoModel(), window_history(max_messages=WINDOW, summarize=fixed))
+    blob = " blob " + "7" * 5000
+    reports = [
+        (await _turn(loop, tid, _said(i) + (blob if i == 0 else ""))).report.summary
+        for i in range(30)
+    ]
+    assert fixed.calls >= 1
+    assert any(r is not None and r.outcome == "unrelated" for r in reports)
+
+
 class JunkCompressor:
     """Folds well (the chunk's own words, over the cap), but answers a compress request with a
     junk sentence: shorter, well-formed, and standing for none of the notes."""
