@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sqlite3
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -84,9 +85,7 @@ def make_engine(
         path = _sqlite_file(url)
         if path is not None:
             # One worker-thread call per statement instead of four (`bounded_agents.store.onehop`).
-            kwargs["async_creator"] = functools.partial(
-                onehop.connect, path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000
-            )
+            kwargs["async_creator"] = functools.partial(_connect_sqlite, path)
         else:
             kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     else:
@@ -317,10 +316,42 @@ def _closed_is_dead(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         raise exc.DisconnectionError("closed pooled connection")
 
 
+async def _connect_sqlite(path: str) -> onehop.OneHopConnection:
+    """A connection to the file at `path`, switched to WAL (its readers never wait for its writer).
+
+    The switch is a connection's first statement that touches the file, and SQLite answers it
+    "database is locked" at once, without its busy timeout, while the file is still in rollback-
+    journal mode and another connection writes it (three `migrate` processes started together on
+    a fresh file met that), or while another process's last connection cleans up the WAL as it
+    closes (sqlite.org/wal.html, "Sometimes Queries Return SQLITE_BUSY"). So the switch is retried
+    here, as long as the busy timeout, with sleeps that leave the event loop running."""
+    conn = await onehop.connect(path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            await conn.call(_switch_to_wal)
+            return conn
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or loop.time() + pause > deadline:
+                await conn.close()
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def _switch_to_wal(connection: sqlite3.Connection) -> None:
+    connection.execute("PRAGMA journal_mode=WAL").fetchall()
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """Every connection's settings. A plain file's switch to WAL is `_connect_sqlite`'s; a URL
+    with options (`?mode=ro&uri=true`) or in memory (no WAL there) switches here, unretried."""
     cursor = dbapi_connection.cursor()
     try:
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if not isinstance(dbapi_connection.driver_connection, onehop.OneHopConnection):
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA synchronous=NORMAL")
