@@ -38,7 +38,7 @@ from bounded_agents.core.checkpoints import (
     parse_seq,
 )
 from bounded_agents.core.history.powers import policy_summarizer, read_bound
-from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.messages import ChatMessage, Message, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
     DurableRuntime,
@@ -90,6 +90,7 @@ from bounded_agents.core.turn.store import TurnStore
 from bounded_agents.errors import (
     AgentError,
     ConfigError,
+    InvalidContent,
     QuotaExceeded,
     RunCompleted,
     RunFailed,
@@ -261,7 +262,12 @@ class AgentLoop:
         read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
         records the run under its key; a run already under it raises `TurnInProgress` (the
         module answers that run's outcome instead). `follows_run` is kept with the run
-        (`RunRequest.follows_run`)."""
+        (`RunRequest.follows_run`). Text no store can hold (a NUL, a lone surrogate) is
+        `InvalidContent` before any run begins: begun, the run failed with the refused text
+        kept in its request, out of reach of message erasure (found by attack)."""
+        reason = unstorable_text(Message(role="user", content=content))
+        if reason is not None:
+            raise InvalidContent(reason)
         deps = self.deps
         definition = deps.definition(agent)
         if thread is None or thread.id != thread_id:

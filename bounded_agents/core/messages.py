@@ -230,6 +230,54 @@ def unstorable_text(message: Message) -> str | None:
     return None
 
 
+THREAD_ID_CHARS = 36
+"""A thread's id at most (a UUID's length): the stores' `threads.id` column."""
+NAME_CHARS = 200
+"""An actor id or agent name at most: the stores' `actor_id` and `agent` columns."""
+TITLE_CHARS = 500
+"""A thread's title at most: the stores' `threads.title` column."""
+
+
+def unstorable_thread(
+    *, thread_id: str | None = None, actor_id: str, agent: str, title: str | None = None
+) -> str | None:
+    """Why a thread row cannot hold these values, or None if it can: one longer than its
+    column, or holding a NUL or a lone surrogate. Every store checks it before its write, so
+    each refuses alike: SQLite stored a 1,000-character actor id that PostgreSQL refused as a
+    database error, and a lone surrogate escaped SQLite's driver raw (found by attack)."""
+    fields = (
+        ("thread id", thread_id, THREAD_ID_CHARS),
+        ("actor id", actor_id, NAME_CHARS),
+        ("agent", agent, NAME_CHARS),
+        ("title", title, TITLE_CHARS),
+    )
+    for name, value, limit in fields:
+        if value is not None:
+            reason = _unstorable_value(value, limit)
+            if reason is not None:
+                return f"{name} {reason}"
+    return None
+
+
+def holdable_thread_id(thread_id: str) -> bool:
+    """Whether a store could hold `thread_id`: a read by any other finds no thread (and never
+    sends it, which PostgreSQL would refuse as a database error)."""
+    return _unstorable_value(thread_id, THREAD_ID_CHARS) is None
+
+
+def _unstorable_value(value: str, limit: int) -> str | None:
+    if len(value) > limit:
+        return f"is longer than {limit} characters"
+    if "\x00" in value:
+        return "may not contain NUL (U+0000) characters"
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return "must be valid Unicode (it holds a lone surrogate)"
+    return None
+
+
 REPLACEMENT_CHARACTER = "\ufffd"
 
 

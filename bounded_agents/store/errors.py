@@ -34,11 +34,27 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
         raise StoreError(f"{operation}: no database connection free (pool timeout)") from exc
     except (sa_exc.DBAPIError, sa_exc.InterfaceError) as exc:
         _close_cursor(exc)
+        if _refused_data(exc):
+            refused = f"{operation}: the database refused the data ({cause_of(exc)})"
+            raise InvalidContent(refused) from exc
         raise StoreError(f"{operation}: database error ({cause_of(exc)})") from exc
+    except (UnicodeEncodeError, OverflowError) as exc:
+        # SQLite's driver, binding a lone surrogate or an integer past 64 bits: the caller's
+        # data, not an outage, as PostgreSQL's refusal of the same is (`_refused_data`).
+        raise InvalidContent(
+            f"{operation}: the data cannot be stored ({type(exc).__name__})"
+        ) from exc
     except TimeoutError as exc:  # asyncpg's statement or connect timeout (a statement_timeout)
         raise StoreError(f"{operation}: the database did not answer in time") from exc
     except OSError as exc:
         raise StoreError(f"{operation}: database unreachable ({exc.__class__.__name__})") from exc
+
+
+def _refused_data(exc: sa_exc.StatementError) -> bool:
+    """Whether PostgreSQL refused the statement's data (SQLSTATE class 22, data exception: a
+    NUL, a lone surrogate, a value too long or out of range), which SQLAlchemy's asyncpg
+    adapter raises as a plain `DBAPIError`: the caller's mistake (422), not an outage (503)."""
+    return str(getattr(exc.orig, "sqlstate", None) or "").startswith("22")
 
 
 def _close_cursor(exc: BaseException) -> None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from bounded_agents.core.erasure import redact_search_results
-from bounded_agents.core.messages import Message, message_digest
+from bounded_agents.core.messages import Message, message_digest, unstorable_thread
 from bounded_agents.core.ports import (
     AgentStore,
     ArchivedPart,
@@ -40,7 +40,12 @@ from bounded_agents.core.ports import (
     Transaction,
 )
 from bounded_agents.core.summary import chunk_digest
-from bounded_agents.errors import DuplicateMessage, ThreadErased, ThreadNotFound
+from bounded_agents.errors import (
+    DuplicateMessage,
+    InvalidContent,
+    ThreadErased,
+    ThreadNotFound,
+)
 
 
 class MemoryStore:
@@ -73,6 +78,9 @@ class MemoryStore:
         title: str | None = None,
         unless_erased: bool = False,
     ) -> Thread:
+        reason = unstorable_thread(thread_id=thread_id, actor_id=actor_id, agent=agent, title=title)
+        if reason is not None:  # as the SQL stores refuse it
+            raise InvalidContent(reason)
         if unless_erased and thread_id in self._erased:
             raise ThreadErased(thread_id)
         existing = self._threads.get(thread_id)

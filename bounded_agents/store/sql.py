@@ -16,7 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from bounded_agents.core.messages import Message, unstorable_text
+from bounded_agents.core.messages import (
+    MAX_SEQ,
+    Message,
+    holdable_thread_id,
+    unstorable_text,
+    unstorable_thread,
+)
 from bounded_agents.core.ports import (
     ArchivedPart,
     FoldHealth,
@@ -146,7 +152,7 @@ class SqlAgentStore:
     # --- AgentStore ------------------------------------------------------------------------
 
     async def create_thread(self, *, actor_id: str, agent: str, title: str | None = None) -> Thread:
-        _check_title(title)
+        _check_thread(None, actor_id, agent, title)
         thread_id = str(uuid.uuid4())
         async with wrap_db_errors("create_thread"), write_transaction(self._engine) as conn:
             await conn.execute(
@@ -171,7 +177,7 @@ class SqlAgentStore:
         `unless_erased`, `erased_threads` is read after the insert: on PostgreSQL that read
         takes a snapshot after the insert waited out an erasure holding the row, and on SQLite
         the transaction holds the write lock, so an erasure is seen whenever it committed."""
-        _check_title(title)
+        _check_thread(thread_id, actor_id, agent, title)
         values: dict[str, object] = {
             "id": thread_id,
             "actor_id": actor_id,
@@ -198,6 +204,8 @@ class SqlAgentStore:
             return await search_index.index_agents(engine, searching, not_searching)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
+        if not holdable_thread_id(thread_id):
+            return None
         async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
             head = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one_or_none()
             if head is None:
@@ -208,6 +216,8 @@ class SqlAgentStore:
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs (every turn's first
         read). One driver call on the turn read's dedicated connections when one is free."""
+        if not holdable_thread_id(thread_id):
+            return None
         params = {"tid": thread_id}
 
         async def read(conn: AsyncConnection) -> Any:
@@ -516,12 +526,11 @@ class SqlAgentStore:
         return True
 
     async def messages_after(self, thread_id: str, after_seq: int, limit: int) -> list[Message]:
+        if after_seq >= MAX_SEQ:
+            return []  # no message is past it (`_held`)
+        params = {"tid": thread_id, "after": max(after_seq, 0), "n": limit}
         async with wrap_db_errors("messages_after"), self._reader.connect() as conn:
-            rows = (
-                await conn.execute(
-                    MESSAGES_AFTER, {"tid": thread_id, "after": after_seq, "n": limit}
-                )
-            ).all()
+            rows = (await conn.execute(MESSAGES_AFTER, params)).all()
         return [from_row(r) for r in rows]
 
     async def list_threads(
@@ -552,6 +561,8 @@ class SqlAgentStore:
 
     async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
         """The cache is dropped for the thread too: it holds the message's text in memory."""
+        if not _held(seq):
+            return False
         erased = await erase.delete_message(self._engine, thread_id, seq, digest=digest)
         self.message_cache.forget(thread_id)
         return erased
@@ -570,8 +581,10 @@ class SqlAgentStore:
         self, thread_id: str, *, limit: int, before: int | None = None
     ) -> list[Message]:
         """Up to `limit` messages with `seq < before` (newest page when None), oldest first."""
+        if before is not None and before < 1:
+            return []
         stmt = sa.select(*MSG_COLS).where(messages.c.thread_id == thread_id)
-        if before is not None:
+        if before is not None and before <= MAX_SEQ:  # past it bounds nothing (`_held`)
             stmt = stmt.where(messages.c.seq < before)
         stmt = stmt.order_by(messages.c.seq.desc()).limit(limit)
         async with wrap_db_errors("list_messages"), self._reader.connect() as conn:
@@ -589,12 +602,14 @@ class SqlAgentStore:
     async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
         """`HistorySearcher`: ranked full-text queries of the thread's messages and archived
         summary parts (`store.search`)."""
+        if not holdable_thread_id(thread_id):
+            return []
         async with wrap_db_errors("search_history"), self._reader.connect() as conn:
             return await search.search_history(conn, thread_id, query, limit)
 
     async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
-        """`HistorySearcher`: one read (`MESSAGES_AT`)."""
-        params = {"tid": thread_id, "seqs": sorted(seqs)}
+        """`HistorySearcher`: one read (`MESSAGES_AT`) of the positions a thread can hold."""
+        params = {"tid": thread_id, "seqs": sorted(s for s in seqs if _held(s))}
         async with wrap_db_errors("messages_at"), self._reader.connect() as conn:
             return [from_row(r) for r in (await conn.execute(MESSAGES_AT, params)).all()]
 
@@ -613,14 +628,26 @@ class SqlAgentStore:
     async def archived_parts(
         self, thread_id: str, *, limit: int = 100, before_seq: int | None = None
     ) -> list[ArchivedPart]:
+        if before_seq is not None and before_seq < 1:
+            return []
+        if before_seq is not None and before_seq > MAX_SEQ:
+            before_seq = None  # bounds nothing (`_held`)
         async with wrap_db_errors("archived_parts"), self._reader.connect() as conn:
             return await archive.parts(conn, thread_id, limit, before_seq)
 
 
-def _check_title(title: str | None) -> None:
-    reason = None if title is None else unstorable_text(Message(role="user", content=title))
+def _held(seq: int) -> bool:
+    """Whether `seq` is a position a thread can hold (1 to `MAX_SEQ`). Any other names no
+    message and never reaches the SQL: PostgreSQL refuses a number past 32 bits (SQLite past
+    64) as a database error, a `StoreError` that reads as an outage (found by attack through
+    the Python API, which the HTTP routes' own bound does not cover)."""
+    return 0 < seq <= MAX_SEQ
+
+
+def _check_thread(thread_id: str | None, actor_id: str, agent: str, title: str | None) -> None:
+    reason = unstorable_thread(thread_id=thread_id, actor_id=actor_id, agent=agent, title=title)
     if reason is not None:
-        raise InvalidContent(reason.replace("message text", "title"))
+        raise InvalidContent(reason)
 
 
 __all__ = ["PAGE_AT", "TURN_READ_LIMITED", "SqlAgentStore", "aware_utc", "turn_read"]
