@@ -8,10 +8,11 @@
 Pydantic AI leaves persistence to its caller: `message_history=` in, `new_messages()` out.
 `load` gives the BOUNDED history (the thread's summary first, as a system prompt, then its newest
 `keep_runs` runs whole, at most `max_items` items, read in one range scan); `save` appends a run's
-new messages, once: the run's id (Pydantic AI's `run_id`) keys the batch, so saving the same run
-twice stores it once. Messages are serialized with Pydantic AI's own `ModelMessagesTypeAdapter`
-and come back exactly as they were. `history_processor` bounds a long run's history in flight the
-same way (cut at runs, the summary kept first).
+new messages, once: each message is keyed by its own run's id (Pydantic AI's `run_id`) and its
+JSON, so saving the same run twice, or with another run, stores it once. Messages are
+serialized with Pydantic AI's own `ModelMessagesTypeAdapter` and come back exactly as they were.
+`history_processor` bounds a long run's history in flight the same way (cut at runs, the summary
+kept first).
 
 Importing this module imports `pydantic_ai` (`pip install "bounded-agents[pydantic-ai]"`).
 """
@@ -340,16 +341,27 @@ class BoundedMessageStore:
 
 def _item_keys(messages: Sequence[ModelMessage], texts: Sequence[str]) -> list[str]:
     """Each message's idempotency key: a UUID5 of Pydantic AI's run id and the message's own
-    JSON (of the JSON alone for a message without a run id), so each message of a run is
-    stored once whatever batches it is saved in (`ThreadHistory.append`'s `keys`): a retried
-    save, a run saved in parts (after each node of `agent.iter`), a part retried with the
-    next, the whole run after its parts, and all of them at once. Keyed by the run id alone,
-    a run saved in parts lost every part after the second that began with a message of the
-    same role, silently (found by attack: its tool return and answer were never stored, and
-    `load` ended on a tool call with no return); keyed by each batch's first message,
-    overlapping saves made at once stored messages twice (found by a later attack)."""
-    run_id = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
-    return [str(uuid.uuid5(_NAMESPACE, f"{run_id or ''}\x1f{text}")) for text in texts]
+    JSON, so each message of a run is stored once whatever batches it is saved in
+    (`ThreadHistory.append`'s `keys`): a retried save, a run saved in parts (after each node
+    of `agent.iter`), a part retried with the next, the whole run after its parts, and all of
+    them at once. Keyed by the run id alone, a run saved in parts lost every part after the
+    second that began with a message of the same role, silently (found by attack: its tool
+    return and answer were never stored, and `load` ended on a tool call with no return);
+    keyed by each batch's first message, overlapping saves made at once stored messages twice
+    (found by a later attack).
+
+    The run id is each message's OWN (Pydantic AI sets it on every message of a run): found
+    by attack, keyed by the batch's first run id, two runs saved in one batch
+    (`r1.new_messages() + r2.new_messages()`, or `all_messages()`) keyed the second run's
+    messages under the first's id, and a retried save of the second run stored them again. A
+    message without one takes the batch's first run id (none: the JSON alone), as every
+    message did before, so a batch of one run keeps the keys it had: messages stored before
+    are not stored again by a retry."""
+    batch_run = next((m.run_id for m in messages if getattr(m, "run_id", None)), None)
+    return [
+        str(uuid.uuid5(_NAMESPACE, f"{getattr(m, 'run_id', None) or batch_run or ''}\x1f{text}"))
+        for m, text in zip(messages, texts, strict=True)
+    ]
 
 
 def history_processor(

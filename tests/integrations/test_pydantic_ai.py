@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,11 +30,15 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 
 from bounded_agents.errors import InvalidInput
 from bounded_agents.integrations.pydantic_ai import (
     BoundedMessageStore,
+    _dumped,
+    _item_keys,
     history_processor,
+    project_message,
     returns_as_text,
 )
 from bounded_agents.store import SqlAgentStore
@@ -459,3 +464,74 @@ def test_the_history_processor_keeps_every_response_whose_call_a_kept_request_an
 
     assert kept == messages[1:]
     assert returns_have_calls(kept)
+
+
+async def two_runs() -> tuple[AgentRunResult[str], AgentRunResult[str]]:
+    """Two `TestModel` runs of one conversation: Pydantic AI gives each its own `run_id`."""
+    agent: Agent[None, str] = Agent(TestModel(custom_output_text="ok"))
+    first = await agent.run("one")
+    second = await agent.run("two", message_history=first.all_messages())
+    assert {m.run_id for m in first.new_messages()} != {m.run_id for m in second.new_messages()}
+    return first, second
+
+
+async def test_two_runs_saved_in_one_batch_are_stored_once_whatever_is_retried(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: every message of a batch was keyed by the batch's first `run_id`, so
+    the second run's messages saved with the first (`r1 + r2`, or `all_messages()`) were
+    stored again when the second run's save was retried (4 stored, then 2 more)."""
+    first, second = await two_runs()
+    history = BoundedMessageStore(sql_store)
+    both = first.new_messages() + second.new_messages()
+
+    assert await history.save(both, conversation_id="batch") == 4
+    assert await history.save(second.new_messages(), conversation_id="batch") == 0
+    assert await history.save(first.new_messages(), conversation_id="batch") == 0
+    assert await history.save(second.all_messages(), conversation_id="batch") == 0
+    assert len(await history.thread("batch").newest(100)) == 4
+
+    # `all_messages()` first, then the newest run's `new_messages()`: the same.
+    assert await history.save(second.all_messages(), conversation_id="whole") == 4
+    assert await history.save(second.new_messages(), conversation_id="whole") == 0
+    assert len(await history.thread("whole").newest(100)) == 4
+
+
+def _key_before(run_id: str | None, text: str) -> str:
+    """The key every message of a batch had before messages were keyed by their own run:
+    the batch's first run id (none: empty) and the message's JSON."""
+    namespace = uuid.UUID("0f3c7a52-58a4-4ec4-8f0e-2c7e93a1d6b4")
+    return str(uuid.uuid5(namespace, f"{run_id or ''}\x1f{text}"))
+
+
+async def test_a_batch_of_one_run_keeps_its_keys_and_a_retry_after_the_upgrade_stores_nothing(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Keys are what a retry is matched by: a run stored under the old keys must not be
+    stored again once messages are keyed by their own run. A batch of one run (a message
+    without a run id in it included) keys as before; in a batch of two, each message keys as
+    its own run's batch does (before, the second run's took the first's id)."""
+    first, second = await two_runs()
+    run = first.new_messages()
+    loose = ModelRequest(parts=[UserPromptPart("no run id")])  # a message built by hand
+    assert loose.run_id is None
+    one_run = [*run, loose]
+    texts = [_dumped(m, i) for i, m in enumerate(one_run)]
+    old = [_key_before(run[0].run_id, t) for t in texts]
+    assert _item_keys(one_run, texts) == old
+    assert _item_keys([loose], texts[-1:]) == [_key_before(None, texts[-1])]
+
+    both = first.new_messages() + second.new_messages()
+    both_texts = [_dumped(m, i) for i, m in enumerate(both)]
+    assert _item_keys(both, both_texts) == (
+        _item_keys(both[:2], both_texts[:2]) + _item_keys(both[2:], both_texts[2:])
+    )
+
+    # Stored before the upgrade, under the old keys; retried after it: nothing stored again.
+    history = BoundedMessageStore(sql_store)
+    batch = [
+        (project_message(m, i), t) for i, (m, t) in enumerate(zip(one_run, texts, strict=True))
+    ]
+    assert len(await history.thread("upgraded").append(batch, keys=old)) == 3
+    assert await history.save(one_run, conversation_id="upgraded") == 0
+    assert await history.save(run, conversation_id="upgraded") == 0
