@@ -39,16 +39,18 @@ from bounded_agents.integrations.items import NO_LINKS, Links, for_summary, verb
 @dataclass(frozen=True)
 class FoldOutcome:
     summary: ThreadSummary | None
-    """The thread's summary after the fold (the old one when nothing was folded)."""
+    """The thread's summary after the fold (the old one when nothing was folded; None also
+    when `compact_if_due`'s read that would have found it failed)."""
     folded: int = 0
     """Items folded into it by this call."""
     refused: str | None = None
     """Why the summarizer's last answer was refused (`fold_rejection`, or `unrelated`), if it
     was: the summary and its boundary stay as they were, nothing is lost. From
-    `compact_if_due` also `failed:<error>` (the summarizer raised) or `backoff` (not attempted:
-    the thread waits after a refused or failed fold). `erased`: a message of the chunk was
-    erased while the summarizer ran, so its summary was not stored (no backoff: the next fold
-    folds what is left)."""
+    `compact_if_due` also `failed:<error>` (the summarizer raised), `failed:store` (the
+    database failed a read or write of the fold: no backoff) or `backoff` (not attempted: the
+    thread waits after a refused or failed fold). `erased`: a message of the chunk was erased
+    while the summarizer ran, so its summary was not stored, or (`compact_if_due`) the thread
+    is gone or another's since the write (no backoff: the next fold folds what is left)."""
 
 
 @dataclass(frozen=True)

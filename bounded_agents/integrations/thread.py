@@ -461,22 +461,31 @@ class ThreadHistory:
         summarizer that raises is logged and reported as `refused="failed:<error>"`. After a
         refused or failed fold the thread backs off as the loop's do, on a store that keeps
         fold health (`FoldHealthStore`): no attempt until the thread has grown by the backoff
-        (`refused="backoff"`), so a broken summarizer is not called again on every write."""
-        view = await self.bounded()
-        if view.skipped < fold_items:
-            return None
-        newest = view.entries[-1].seq if view.entries else view.fold_through
-        keeper = self.store if supports_fold_health(self.store) else None
-        health = await keeper.fold_health(self.thread_id) if keeper is not None else None
+        (`refused="backoff"`), so a broken summarizer is not called again on every write.
+
+        Nor does the thread fail the write: a database error anywhere in the fold (the reads
+        that decide it, the owner check among them, as well as the summary's write) is logged
+        and reported as `refused="failed:store"`, with no backoff, any other error of those
+        reads as `refused="failed:<error>"`, and a thread gone or another's since the write as
+        `refused="erased"` (see `_not_folded`). Found by attack:
+        the deciding read ran before the fold's error handling, so a database blip there
+        raised out of LangChain's `aadd_messages` after its messages were stored, and the
+        caller's retry stored them twice."""
+        try:
+            view = await self.bounded()
+            if view.skipped < fold_items:
+                return None
+            newest = view.entries[-1].seq if view.entries else view.fold_through
+            keeper = self.store if supports_fold_health(self.store) else None
+            health = await keeper.fold_health(self.thread_id) if keeper is not None else None
+        except Exception as exc:  # the read, not the fold: no summary is known, no backoff
+            return self._not_folded(None, exc)
         if not may_fold(health, newest):
             return FoldOutcome(summary=view.summary, refused="backoff")
         try:
             outcome = await self._fold(view, summarizer, fold_max_tokens)
-        except ThreadNotFound:
-            raise  # erased, or another's now, since the write: nothing of it is this call's
-        except StoreError as exc:  # the database's failure, not the summarizer's: no backoff
-            log.warning("thread %s: the fold could not be stored (%s)", self.thread_id, exc)
-            return FoldOutcome(summary=view.summary, refused="failed:store")
+        except (ThreadNotFound, StoreError) as exc:  # the thread's failure: no backoff
+            return self._not_folded(view.summary, exc)
         except Exception as exc:  # the summarizer's failure, whatever it raised
             log.warning("thread %s: the fold failed (%s); it is retried later", self.thread_id, exc)
             outcome = FoldOutcome(summary=view.summary, refused=f"failed:{type(exc).__name__}")
@@ -488,6 +497,20 @@ class ThreadHistory:
                 except StoreError as exc:  # the write it follows is stored: do not fail it
                     log.warning("thread %s: fold health not kept (%s)", self.thread_id, exc)
         return outcome
+
+    def _not_folded(self, summary: ThreadSummary | None, exc: Exception) -> FoldOutcome:
+        """What `compact_if_due` reports when the thread, not the summarizer, stopped its fold
+        after a write it must not fail. No backoff starts (the summarizer did nothing wrong),
+        and no fold health is written: a thread gone or another's is not this call's to
+        write to. `summary` is None when the read that would have found it failed."""
+        if isinstance(exc, ThreadNotFound):
+            log.warning("thread %s: not folded, gone or another's since the write", self.thread_id)
+            return FoldOutcome(summary=summary, refused="erased")
+        if isinstance(exc, StoreError):
+            log.warning("thread %s: the database failed the fold (%s)", self.thread_id, exc)
+            return FoldOutcome(summary=summary, refused="failed:store")
+        log.warning("thread %s: the fold could not read the thread (%s)", self.thread_id, exc)
+        return FoldOutcome(summary=summary, refused=f"failed:{type(exc).__name__}")
 
 
 __all__ = [

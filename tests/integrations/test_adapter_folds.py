@@ -2,19 +2,26 @@
 Found by attack: a summarizer answering a chat reply was stored as the summary (the loop
 refuses it as `unrelated`), and a summarizer outage failed every LangChain write after its
 messages were stored (5 of 6; a retried write stored them twice), calling the dead summarizer
-on every write."""
+on every write. Found by a later attack: so did a database blip in the read deciding the fold."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
+from bounded_agents.errors import StoreError
 from bounded_agents.integrations.items import Projection
 from bounded_agents.integrations.langchain import BoundedChatMessageHistory
 from bounded_agents.integrations.openai_agents import BoundedSession
+from bounded_agents.integrations.pydantic_ai import BoundedMessageStore
 from bounded_agents.store import SqlAgentStore
 from tests.integrations.helpers import NotesSummarizer, rows_read
 
@@ -171,3 +178,149 @@ async def test_a_summarizer_that_answers_no_summary_is_named_in_one_line(
     with pytest.raises(TypeError, match=r"^the summarizer returned str, not a HistorySummary$"):
         await session.compact(force=True)
     assert await sql_store.latest_summary(session.history.thread_id) is None
+
+
+Instead = Callable[..., Awaitable[Any]]
+
+
+def pydantic_run(n: int) -> list[ModelMessage]:
+    return [
+        ModelRequest(parts=[UserPromptPart(f"question {n}")]),
+        ModelResponse(parts=[TextPart(f"answer {n}")]),
+    ]
+
+
+def once_after_the_write(
+    monkeypatch: pytest.MonkeyPatch, store: SqlAgentStore, method: str, instead: Instead
+) -> list[str]:
+    """`store.method` answered by `instead(original, *args)` once, never again: at its first
+    call after the next `append_messages` has committed (the write is stored; the fold after
+    it meets the failure). Returns the methods that failed, so a test knows it was met."""
+    armed: list[bool] = []
+    met: list[str] = []
+    append = store.append_messages
+    original = getattr(store, method)
+
+    async def appended(*args: Any, **kwargs: Any) -> Any:
+        stored = await append(*args, **kwargs)
+        if not met:  # once: a retried write meets no failure
+            armed.append(True)
+        return stored
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        if armed:
+            armed.clear()
+            met.append(method)
+            return await instead(original, *args, **kwargs)
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append_messages", appended)
+    monkeypatch.setattr(store, method, failing)
+    return met
+
+
+async def database_blip(original: Instead, *args: Any, **kwargs: Any) -> Any:
+    raise StoreError("database unreachable (ConnectionResetError)")
+
+
+async def langchain_write_retried_if_failed(
+    history: BoundedChatMessageHistory,
+) -> tuple[Exception | None, list[str]]:
+    """One run written as a caller does: tried again if the write failed. Returns the
+    failure, if any, and the thread's texts after."""
+    run = [HumanMessage("the question"), AIMessage("the answer")]
+    failed: Exception | None = None
+    try:
+        await history.aadd_messages(run)
+    except Exception as exc:
+        failed = exc
+        await history.aadd_messages(run)  # what a caller does with a failed write
+    return failed, [e.message.content for e in await history.history.newest(1000)]
+
+
+@pytest.mark.parametrize("method", ["get_thread_info", "load_thread_for_turn", "fold_health"])
+async def test_a_database_error_in_the_fold_check_after_a_langchain_write_never_fails_it(
+    sql_store: SqlAgentStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+) -> None:
+    """The reads that decide a fold after the write (the owner check, the bounded view, the
+    fold health) ran before the fold's error handling. Found by attack: a database blip there
+    raised out of `aadd_messages` after its messages were stored, and the caller's retry
+    stored them twice."""
+    history = BoundedChatMessageHistory(
+        "blip", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=2
+    )
+    for n in range(3):  # a fold is due after every write from here on
+        await history.aadd_messages([HumanMessage(f"question {n}"), AIMessage(f"answer {n}")])
+    met = once_after_the_write(monkeypatch, sql_store, method, database_blip)
+
+    failed, texts = await langchain_write_retried_if_failed(history)
+
+    assert met == [method]
+    copies = texts.count("the question")
+    assert copies == 1, f"stored {copies} times: the write raised {failed!r} and was retried"
+    assert failed is None
+    assert "the database failed the fold" in caplog.text
+
+
+async def test_a_thread_another_actors_since_a_langchain_write_never_fails_the_write(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner check of the fold after a write finds the thread another's (made under this
+    id by other means since): the write is stored, so it stands and the fold is left, as
+    `erased`, writing nothing to that thread."""
+    history = BoundedChatMessageHistory(
+        "taken", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=2
+    )
+    for n in range(3):
+        await history.aadd_messages([HumanMessage(f"question {n}"), AIMessage(f"answer {n}")])
+
+    async def anothers(original: Instead, *args: Any, **kwargs: Any) -> Any:
+        thread = await original(*args, **kwargs)
+        return thread.model_copy(update={"actor_id": "mallory"})
+
+    met = once_after_the_write(monkeypatch, sql_store, "get_thread_info", anothers)
+
+    failed, texts = await langchain_write_retried_if_failed(history)
+
+    assert met == ["get_thread_info"]
+    copies = texts.count("the question")
+    assert copies == 1, f"stored {copies} times: the write raised {failed!r} and was retried"
+    assert failed is None
+
+
+async def test_a_pydantic_save_with_compact_is_not_failed_by_a_database_error_after_storing(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`save(..., compact=True)` shares the fold after the write: a blip in its bounded read
+    neither fails the save nor makes it report the messages it stored as unstored."""
+    history = BoundedMessageStore(
+        sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=2
+    )
+    for n in range(3):
+        await history.save(pydantic_run(n), conversation_id="blip", compact=True)
+    met = once_after_the_write(monkeypatch, sql_store, "load_thread_for_turn", database_blip)
+
+    stored = await history.save(pydantic_run(3), conversation_id="blip", compact=True)
+
+    assert met == ["load_thread_for_turn"] and stored == 2
+    assert len(await history.thread("blip").newest(100)) == 8
+
+
+async def test_the_sdk_sessions_due_fold_reports_a_database_error_in_its_read_as_failed_store(
+    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner calls `run_compaction` after `add_items` has stored the run: a blip in the
+    read deciding the fold fails the run no more than the fold's own store errors do."""
+    session = BoundedSession(
+        "blip", sql_store, keep_runs=1, summarizer=NotesSummarizer(), fold_items=2
+    )
+    for n in range(3):
+        await session.add_items(facts(n))  # type: ignore[arg-type]
+    monkeypatch.setattr(sql_store, "load_thread_for_turn", partial(database_blip, None))
+
+    outcome = await session.compact()
+
+    assert outcome is not None and outcome.refused == "failed:store", outcome
