@@ -213,6 +213,10 @@ REFUSAL_CHARS = 400
 further in is a summary."""
 
 
+_WORDLIKE = re.compile(r"[^\W_]")
+"""A letter or digit of any script (Unicode word characters, less the underscore)."""
+
+
 def fold_rejection(made: HistorySummary) -> str | None:
     """Why a summarizer's answer must not become the thread's summary, or None to accept it.
 
@@ -222,9 +226,11 @@ def fold_rejection(made: HistorySummary) -> str | None:
     `finish_reason: length`, also what a reasoning model returns with no text when it spent its
     budget thinking), `tool_call` (it acted instead of writing), `refused` (a content filter,
     or a short answer that opens like a refusal: "I'm sorry, I can't help with that"),
-    `empty` (nothing but whitespace), `echo` (the instruction or the fold's own input headings
-    given back). What the answer SAYS is judged apart, against the chunk it folds:
-    `bounded_agents.core.fold_health.unrelated_fold` (reason `unrelated`)."""
+    `empty` (no letter or digit of any script: whitespace, punctuation, the U+FFFD a NUL
+    becomes; ten NULs were stored and led every later view, found by attack), `echo` (the
+    instruction or the fold's own input headings given back). What the answer SAYS is judged
+    apart, against the chunk it folds: `bounded_agents.core.fold_health.unrelated_fold`
+    (reason `unrelated`)."""
     reason = made.finish_reason
     if reason == "length":
         return "truncated"
@@ -232,7 +238,7 @@ def fold_rejection(made: HistorySummary) -> str | None:
         return "tool_call"
     if reason == "content_filter":
         return "refused"
-    if not made.text.strip():
+    if not _WORDLIKE.search(made.text):
         return "empty"
     if len(made.text.strip()) < REFUSAL_CHARS and _REFUSAL.match(made.text.strip()):
         return "refused"

@@ -48,3 +48,16 @@ def test_a_summary_that_mentions_an_apology_later_is_a_summary() -> None:
     assert fold_rejection(HistorySummary(text=text, finish_reason="stop")) is None
     long = "I'm sorry to hear about the delay; " + "- order ORD-1 delayed. " * 40
     assert fold_rejection(HistorySummary(text=long, finish_reason="stop")) is None
+
+
+@pytest.mark.parametrize("text", ["\ufffd" * 10, "\x00" * 10, "...", " - \n - ", "\U0001f44d"])
+def test_an_answer_without_a_letter_or_digit_of_any_script_is_empty(text: str) -> None:
+    """A summarizer answering ten NULs (which the fold replaces by U+FFFD before judging) was
+    stored, and led every later view: not blank, and the relatedness judge leaves alone a text
+    in a script it cannot read (found by attack through an adapter)."""
+    assert fold_rejection(HistorySummary(text=text)) == "empty"
+
+
+@pytest.mark.parametrize("text", ["东京的订单已经发货", "42", "- ORD-1"])
+def test_an_answer_in_any_script_or_of_digits_alone_is_not_empty(text: str) -> None:
+    assert fold_rejection(HistorySummary(text=text)) is None
