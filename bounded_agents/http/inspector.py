@@ -33,6 +33,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.requests import ClientDisconnect
 
 from bounded_agents.core.loop import read_bound
 from bounded_agents.core.messages import MAX_SEQ
@@ -45,7 +46,7 @@ from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
 from bounded_agents.http.deps import DIGITS_ONLY, canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
 from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
-from bounded_agents.http.route import bounded_body
+from bounded_agents.http.route import bounded_body, client_gone
 
 if TYPE_CHECKING:
     from bounded_agents.actors import Actor
@@ -288,6 +289,8 @@ class _Pages:
             return refused
         try:
             body = await (await bounded_body(request, LOGIN_BODY_LIMIT, LOGIN_BODY_LIMIT)).body()
+        except ClientDisconnect:  # a dropped sign-in is the client's, as on the API routes
+            return client_gone(request)
         except AgentError as exc:  # too large, or a Content-Length that is no number
             status = status_for(exc)
             message = "the sign-in form is too large" if status == 413 else str(exc)

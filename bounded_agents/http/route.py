@@ -9,12 +9,14 @@ key (`deps`) and the error answers, and neither of them needs it (`errors` used 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from bounded_agents.errors import InvalidInput, echoed
 from bounded_agents.http.deps import MODULE_SCOPE_KEY
@@ -22,6 +24,13 @@ from bounded_agents.http.errors import BodyTooLarge, ErrorAnswer, native_error_r
 
 if TYPE_CHECKING:
     from bounded_agents.module import AgentModule
+
+log = logging.getLogger("bounded_agents.http")
+
+CLIENT_CLOSED_REQUEST: Final = 499
+"""The status of a request whose client left before its body was complete: nginx's "client
+closed request". Nobody reads it; it is for access logs and metrics, where a 4xx of its own
+tells a client's drop from both a refusal (400, 422) and our fault (5xx)."""
 
 
 def request_body_limit(module: AgentModule) -> int:
@@ -43,7 +52,8 @@ def agent_route_class(
     Its handler (1) puts the module in the request scope for `ModuleDep`, (2) refuses an
     oversized body before anything reads it, and (3) turns whatever the route raises into
     the JSON error body with `answer`: domain errors by `STATUS_BY_CODE`, request validation
-    as 422/400, anything else as a logged 500 that leaks nothing.
+    as 422/400, anything else as a logged 500 that leaks nothing. A client that leaves before
+    its body is complete is no error of ours (`client_gone`).
     """
     body_limit = request_body_limit(module)
     content_limit = module.settings.max_content_bytes
@@ -60,6 +70,8 @@ def agent_route_class(
                         request = await bounded_body(request, body_limit, content_limit)
                         utf8_only(await request.body())
                     return await handler(request)
+                except ClientDisconnect:
+                    return client_gone(request)
                 except Exception as exc:
                     return answer(exc)
 
@@ -106,6 +118,22 @@ async def bounded_body(request: Request, limit: int, content_limit: int) -> Requ
     return Request(request.scope, replay)
 
 
+def client_gone(request: Request) -> Response:
+    """The answer to a request whose client closed the connection before its body was all
+    sent (`ClientDisconnect`, raised by the body's read): one INFO line, no traceback.
+
+    A dropped upload is routine (a mobile client losing its network, a user's Ctrl-C, a
+    proxy's timeout), not a bug: answered as an unhandled error, every one logged ERROR with a
+    traceback, which pages whoever watches the logs. Nothing was read, so nothing ran and
+    nothing is stored. The response is never read; its status is `CLIENT_CLOSED_REQUEST`."""
+    log.info(
+        "client disconnected before sending its whole request body: %s %s",
+        request.method,
+        request.url.path,
+    )
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 def utf8_only(body: bytes) -> None:
     """Refuse a JSON body in UTF-16 or UTF-32 as one that is not UTF-8 (`invalid_json`).
 
@@ -122,4 +150,11 @@ def utf8_only(body: bytes) -> None:
         )
 
 
-__all__ = ["agent_route_class", "bounded_body", "request_body_limit", "utf8_only"]
+__all__ = [
+    "CLIENT_CLOSED_REQUEST",
+    "agent_route_class",
+    "bounded_body",
+    "client_gone",
+    "request_body_limit",
+    "utf8_only",
+]
