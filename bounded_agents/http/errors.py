@@ -10,7 +10,8 @@ on purpose:
   calls `install_error_handlers`, and
   a host's own handlers for the same exception types cannot change our routes' answers.
 - `install_error_handlers(app)` covers what happens outside our routes: an unknown path (404),
-  a wrong method (405), and anything else a host's own routes raise. `app.main` calls it; a host
+  a wrong method (405), and anything else a host's own routes raise; a 404 or 405 under `/v1`
+  in OpenAI's shape (`openai_error`), as the `/v1` routes answer. `app.main` calls it; a host
   app may call it too, or keep its own.
 """
 
@@ -238,6 +239,12 @@ _HTTP_CODES: Final[Mapping[int, str]] = MappingProxyType(
 )
 
 
+def http_error_code(status: int) -> str:
+    """The code of a refusal known by its status alone (Starlette's 404 for no route, 405 for
+    a wrong method): the native and the `/v1` answers name it alike."""
+    return _HTTP_CODES.get(status, "http_error")
+
+
 def http_exception_response(error: StarletteHTTPException) -> JSONResponse:
     """Starlette's own refusals (no such route, wrong method) in our body shape.
 
@@ -252,10 +259,71 @@ def http_exception_response(error: StarletteHTTPException) -> JSONResponse:
             "invalid_json",
             f"request body is not valid JSON: {reason}",
         )
-    code = _HTTP_CODES.get(error.status_code, "http_error")
+    code = http_error_code(error.status_code)
     return error_response(
         error.status_code, code, str(error.detail), headers=dict(error.headers or {})
     )
+
+
+OPENAI_PREFIX: Final = "/v1"
+"""Where the OpenAI-compatible API lives (`bounded_agents.http.openai.api` mounts its routes
+here): a path under it that no route takes is refused in that API's shape."""
+
+
+def openai_error(
+    status: int,
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    response_id: str | None = None,
+    retry: bool | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """An error in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, which the
+    `openai` SDK parses. It lives here, not in `bounded_agents.http.openai.errors` (which maps
+    the `/v1` routes' errors to it), because `install_error_handlers` answers `/v1` paths no
+    route takes, and this module imports nothing of the `/v1` package."""
+    if status == 429:
+        kind = "insufficient_quota"
+    elif status >= 500:
+        kind = "server_error"
+    else:
+        kind = "invalid_request_error"
+    body: dict[str, Any] = {
+        "error": {"message": message, "type": kind, "param": param, "code": code}
+    }
+    if response_id is not None:
+        body["response_id"] = response_id
+    sent = dict(headers or {})
+    if retry is not None:
+        sent["x-should-retry"] = "true" if retry else "false"
+    if status == 401:
+        sent["WWW-Authenticate"] = "Bearer"
+    return JSONResponse(body, status_code=status, headers=sent)
+
+
+def openai_http_exception_response(error: StarletteHTTPException) -> JSONResponse:
+    """`http_exception_response` in OpenAI's shape: the same code, reason and headers (a 405
+    keeps its `Allow`)."""
+    reason = unparsable_body(error)
+    if reason is not None:
+        return openai_error(400, "invalid_json", f"request body is not valid JSON: {reason}")
+    return openai_error(
+        error.status_code,
+        http_error_code(error.status_code),
+        str(error.detail),
+        headers=error.headers,
+    )
+
+
+def under_openai_prefix(request: Request) -> bool:
+    """Whether the request's path (below the app's `root_path`) is `OPENAI_PREFIX` or under it."""
+    path = str(request.scope.get("path", ""))
+    root = str(request.scope.get("root_path", ""))
+    if root and path.startswith(root):  # Starlette matches routes on the path below root_path
+        path = path[len(root) :]
+    return path == OPENAI_PREFIX or path.startswith(OPENAI_PREFIX + "/")
 
 
 def internal_error_response(error: BaseException) -> JSONResponse:
@@ -281,7 +349,9 @@ ErrorAnswer = Callable[[Exception], Response]
 def install_error_handlers(app: FastAPI) -> None:
     """Give the whole app the same error body: unknown routes, wrong methods, validation and
     domain errors raised by the host's own routes, and a catch-all 500 that logs the
-    traceback and never leaks it."""
+    traceback and never leaks it. An unknown route or wrong method under `/v1` answers in
+    OpenAI's shape, as the `/v1` routes do: a client of that API (the `openai` SDK calling
+    `responses.delete`, `chat.completions.create`) parses no other."""
 
     async def on_agent_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AgentError)
@@ -291,8 +361,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return validation_error_response(exc)
 
-    async def on_http(_request: Request, exc: Exception) -> Response:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        if under_openai_prefix(request):  # an OpenAI SDK reads these: no such route, method
+            return openai_http_exception_response(exc)
         return http_exception_response(exc)
 
     async def on_unexpected(_request: Request, exc: Exception) -> Response:

@@ -1,5 +1,5 @@
 """An outside attacker's and a careless client's view of the OpenAI-compatible `/v1` routes:
-hostile bodies, and a provider that reuses tool-call ids.
+hostile bodies, a provider that reuses tool-call ids, and routes this server lacks.
 
 Every break found here became a test first: a lone surrogate in a metadata key was a 500 (the
 error echoed it raw into a body that cannot be encoded as UTF-8), and a provider reusing a
@@ -325,3 +325,50 @@ async def test_a_flag_that_is_not_a_json_boolean_is_a_400_and_runs_nothing(
     _openai_error(r, 400)
     assert r.json()["error"]["param"] == field
     assert provider.calls == [] and await _count(sql_store, runs) == 0
+
+
+# --- routes this server lacks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("DELETE", "/v1/responses/abc", 405, "method_not_allowed"),  # SDK responses.delete
+        ("POST", "/v1/conversations/abc", 405, "method_not_allowed"),  # conversations.update
+        ("POST", "/v1/chat/completions", 404, "not_found"),
+        ("POST", "/v1/responses/abc/cancel", 404, "not_found"),  # responses.cancel
+        ("GET", "/v1", 404, "not_found"),
+    ],
+)
+async def test_a_v1_route_this_server_lacks_is_refused_in_openai_shape(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    method: str,
+    path: str,
+    status: int,
+    code: str,
+) -> None:
+    """The SDK's methods this server does not serve were answered in the native body
+    (`{"error": {"code", "message"}}`): the app's 404/405 handler knew one shape. Under `/v1`
+    they now have the shape every `/v1` route answers, with their status and, for a 405, its
+    `Allow` header."""
+    client = await _raw_client(stack, openai_app(make_module()))
+    r = await client.request(method, path, headers=JSON, json={"metadata": {}})
+    _openai_error(r, status, code)
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    if status == 405:
+        assert "GET" in r.headers["allow"]
+
+
+async def test_a_route_outside_v1_that_no_route_takes_keeps_the_native_error_body(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    client = await _raw_client(stack, openai_app(make_module()))
+    for method, path, status in [
+        ("GET", "/no/such/route", 404),
+        ("GET", "/v1x/models", 404),
+        ("PATCH", "/threads/abc", 405),
+    ]:
+        r = await client.request(method, path, headers=ALICE)
+        assert r.status_code == status, (path, r.text)
+        assert set(r.json()["error"]) == {"code", "message"}, (path, r.text)

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 from fastapi import APIRouter
 
+from bounded_agents.http.errors import OPENAI_PREFIX
 from bounded_agents.http.openai.conversations import (
     create_conversation,
     get_conversation,
@@ -50,7 +51,7 @@ from bounded_agents.http.openai.schemas import (
 from bounded_agents.http.route import agent_route_class
 from bounded_agents.module import AgentModule
 
-PREFIX: Final = "/v1"
+PREFIX: Final = OPENAI_PREFIX
 
 _COMMON: Final = (400, 401, 404, 500, 503)
 """What every conversation and response route can answer."""

@@ -1,4 +1,6 @@
-"""The `/v1` API's errors, in OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
+"""The `/v1` API's errors, in OpenAI's shape `{"error": {"message", "type", "param", "code"}}`
+(the body itself is `bounded_agents.http.errors.openai_error`, which `install_error_handlers`
+needs too, for a `/v1` path no route takes).
 
 `code` is this project's stable code (`thread_busy`, `provider_timeout`, ...), the status is
 the native API's except that a request that does not validate is a 400, as OpenAI answers it. A
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final
+from typing import ClassVar, Final
 
 from fastapi import Response
 from fastapi.exceptions import RequestValidationError
@@ -33,7 +35,8 @@ from bounded_agents.http.errors import (
     JSON_TYPE_HINT,
     body_not_read_as_json,
     error_payload,
-    unparsable_body,
+    openai_error,
+    openai_http_exception_response,
 )
 
 log = logging.getLogger("bounded_agents.http")
@@ -65,34 +68,6 @@ _PARAM_BY_CODE: Final[Mapping[str, str]] = MappingProxyType(
         "invalid_content": "input",
     }
 )
-
-
-def openai_error(
-    status: int,
-    code: str,
-    message: str,
-    *,
-    param: str | None = None,
-    response_id: str | None = None,
-    retry: bool | None = None,
-) -> JSONResponse:
-    if status == 429:
-        kind = "insufficient_quota"
-    elif status >= 500:
-        kind = "server_error"
-    else:
-        kind = "invalid_request_error"
-    body: dict[str, Any] = {
-        "error": {"message": message, "type": kind, "param": param, "code": code}
-    }
-    if response_id is not None:
-        body["response_id"] = response_id
-    headers: dict[str, str] = {}
-    if retry is not None:
-        headers["x-should-retry"] = "true" if retry else "false"
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def agent_error(error: AgentError) -> JSONResponse:
@@ -147,10 +122,7 @@ def openai_error_response(error: Exception) -> Response:
     if isinstance(error, RequestValidationError):
         return validation_error(error)
     if isinstance(error, StarletteHTTPException):
-        reason = unparsable_body(error)
-        if reason is not None:  # the native API's code and reason, in OpenAI's shape
-            return openai_error(400, "invalid_json", f"request body is not valid JSON: {reason}")
-        return openai_error(error.status_code, "http_error", str(error.detail))
+        return openai_http_exception_response(error)
     log.error("unhandled error", exc_info=error)
     return openai_error(500, "internal_error", INTERNAL_MESSAGE)
 
