@@ -372,3 +372,72 @@ async def test_a_route_outside_v1_that_no_route_takes_keeps_the_native_error_bod
         r = await client.request(method, path, headers=ALICE)
         assert r.status_code == status, (path, r.text)
         assert set(r.json()["error"]) == {"code", "message"}, (path, r.text)
+
+
+# --- input this API cannot take ---------------------------------------------------------------
+
+_TEXT = {"type": "input_text", "text": "what is this?"}
+_IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "param", "says"),
+    [
+        pytest.param(
+            [{"role": "user", "content": [_TEXT, _IMAGE]}],
+            "unsupported_parameter",
+            "input[0].content[1]",
+            "input_text",
+            id="input_image",
+        ),
+        pytest.param(
+            [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
+            "unsupported_parameter",
+            "input[0].content[0]",
+            "input_text",
+            id="input_file",
+        ),
+        pytest.param(
+            [{"role": "user", "content": [{"type": "input_text"}]}],
+            "invalid_parameter",
+            "input[0].content[0].text",
+            "text",
+            id="input_text_without_text",
+        ),
+        pytest.param(
+            [{"type": "function_call_output", "call_id": "c1", "output": "42"}],
+            "unsupported_parameter",
+            "input[0]",
+            "tools run on the server",
+            id="function_call_output",
+        ),
+        pytest.param(
+            [{"role": "user", "content": [{**_TEXT, "cache_control": {}}]}],
+            "unknown_parameter",
+            "input[0].content[0].cache_control",
+            "Unknown parameter",
+            id="unknown_key_in_a_part",
+        ),
+        pytest.param({"role": "user"}, "invalid_parameter", "input", "string", id="an_object"),
+    ],
+)
+async def test_an_input_item_or_part_this_api_cannot_take_is_a_400_naming_it(
+    stack: AsyncExitStack,
+    make_module: ModuleFactory,
+    sql_store: SqlAgentStore,
+    value: object,
+    code: str,
+    param: str,
+    says: str,
+) -> None:
+    """Found by attack: each was a 400 `validation_error` with `param` `input.str` and
+    "Input should be a valid string", the schema's leftover from trying `input` as a string
+    first, which names no parameter and says nothing of what is supported."""
+    provider = ScriptedProvider([], default=reply("charged"))
+    client = await _raw_client(stack, openai_app(make_module(model=provider)))
+    r = await client.post("/v1/responses", headers=JSON, json={"model": "helper", "input": value})
+    _openai_error(r, 400, code)
+    error = r.json()["error"]
+    assert error["param"] == param, error
+    assert says in error["message"] and "valid string" not in error["message"], error
+    assert provider.calls == [] and await _count(sql_store, runs) == 0

@@ -101,6 +101,11 @@ def validation_error(error: RequestValidationError) -> JSONResponse:
             loc = loc[1:]
         param = ".".join(loc) or None
         kind = problem.get("type")
+        ctx = problem.get("ctx") or {}
+        if kind in _NAMED_PARAM_CODES and isinstance(ctx.get("param"), str):
+            # a check that names the parameter itself (`refuse_unsupported_input`)
+            message = str(problem.get("msg", "invalid"))
+            return openai_error(400, str(kind), message, param=ctx["param"])
         if kind == "json_invalid":
             return openai_error(400, "invalid_json", "request body is not valid JSON")
         if kind == "extra_forbidden":
@@ -113,6 +118,13 @@ def validation_error(error: RequestValidationError) -> JSONResponse:
             400, "validation_error", f"{param or 'request'}: {msg}{hint}", param=param
         )
     return openai_error(400, "validation_error", "invalid request")
+
+
+_NAMED_PARAM_CODES: Final = frozenset(
+    {"invalid_parameter", "unsupported_parameter", "unknown_parameter"}
+)
+"""Validation error types that are `/v1` codes: their context's `param` names the parameter
+(`schemas.refuse_unsupported_input`), where a loc would hold the schema's union members."""
 
 
 def openai_error_response(error: Exception) -> Response:

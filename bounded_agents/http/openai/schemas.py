@@ -8,9 +8,12 @@ refused with a 400 naming that parameter, instead of being answered as if it wer
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr, field_validator
+from pydantic_core import PydanticCustomError
+
+from bounded_agents.errors import clipped, echoed
 
 # --- requests ------------------------------------------------------------------------------
 
@@ -68,6 +71,87 @@ UNSUPPORTED_PARAMETERS: tuple[str, ...] = (
 """Parameters of `responses.create` this server cannot honour: refused when set (not null)."""
 
 
+ONLY_TEXT_INPUT: Final = (
+    "input is a string or one message with role 'user' whose content is a string or "
+    "input_text parts"
+)
+
+
+def refuse_unsupported_input(value: object) -> None:
+    """Refuse, naming the item or part (`input[0].content[1]`), an `input` this API cannot
+    take: an item other than a message (`function_call_output`: the agent's tools run on the
+    server, and a client's `tools` are refused, so there is no call of the client's to answer),
+    a part other than `input_text` (`input_image`, `input_file`: the agents take text), or a
+    part, content or item that is not what the schema says.
+
+    Run before the schema's own check: that one tries each form `input` may take (a string, a
+    list of messages; a message's content a string, a list of parts) and reported the first
+    form's failure, `input.str: Input should be a valid string`, naming no parameter of the
+    request. Raised as a `PydanticCustomError` whose type is the `/v1` error code and whose
+    context holds the `param` (`bounded_agents.http.openai.errors.validation_error`)."""
+    if isinstance(value, str):
+        return
+    if not isinstance(value, list):
+        _refuse("invalid_parameter", "input", ONLY_TEXT_INPUT)
+    for i, item in enumerate(value):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            _refuse("invalid_parameter", where, f"an input item is an object: {ONLY_TEXT_INPUT}")
+        kind = item.get("type", "message")
+        if kind != "message":
+            _refuse(
+                "unsupported_parameter",
+                where,
+                f"input items of type {_shown(kind)} are not supported: {ONLY_TEXT_INPUT} "
+                "(the agent's tools run on the server, and its history is the server's)",
+            )
+        _refuse_unknown_keys(item, InputMessage, where)
+        content = item.get("content")
+        if isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            _refuse(
+                "invalid_parameter",
+                f"{where}.content",
+                "a message's content is a string or a list of input_text parts",
+            )
+        for j, part in enumerate(content):
+            _refuse_unsupported_part(part, f"{where}.content[{j}]")
+
+
+def _refuse_unsupported_part(part: object, where: str) -> None:
+    if not isinstance(part, dict):
+        _refuse(
+            "invalid_parameter", where, 'a content part is an object: {"type": "input_text", ...}'
+        )
+    kind = part.get("type")
+    if kind != "input_text":
+        _refuse(
+            "unsupported_parameter",
+            where,
+            f"content parts of type {_shown(kind)} are not supported: only input_text (the "
+            "agents here read text; no images, files or audio)",
+        )
+    _refuse_unknown_keys(part, InputText, where)
+    if not isinstance(part.get("text"), str):
+        _refuse("invalid_parameter", f"{where}.text", "an input_text part needs its text, a string")
+
+
+def _refuse_unknown_keys(value: dict[Any, Any], model: type[BaseModel], where: str) -> None:
+    unknown = sorted(str(key) for key in value if key not in model.model_fields)
+    if unknown:
+        param = f"{where}.{clipped(unknown[0])}"
+        _refuse("unknown_parameter", param, f"Unknown parameter: {param!r}.")
+
+
+def _shown(kind: object) -> str:
+    return echoed(kind) if isinstance(kind, str) else type(kind).__name__
+
+
+def _refuse(code: str, param: str, message: str) -> NoReturn:
+    raise PydanticCustomError(code, message, {"param": param})
+
+
 class CreateResponseIn(_In):
     model: StrictStr | None = None
     """The agent's name. May be left out when `conversation` or `previous_response_id` names
@@ -75,6 +159,13 @@ class CreateResponseIn(_In):
     input: StrictStr | list[InputMessage]
     """The user's message: a string, or one `user` message item (its `input_text` parts are
     joined with newlines)."""
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _only_text_input(cls, value: object) -> object:
+        refuse_unsupported_input(value)
+        return value
+
     conversation: StrictStr | ConversationRef | None = None
     """The thread (its id, or `{"id": ...}`) the turn runs in."""
     previous_response_id: StrictStr | None = None
