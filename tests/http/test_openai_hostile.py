@@ -441,3 +441,23 @@ async def test_an_input_item_or_part_this_api_cannot_take_is_a_400_naming_it(
     assert error["param"] == param, error
     assert says in error["message"] and "valid string" not in error["message"], error
     assert provider.calls == [] and await _count(sql_store, runs) == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b'{"metadata": {"title": "a\\u0000b"}}', id="nul"),
+        pytest.param(b'{"metadata": {"title": "a\\ud800b"}}', id="lone_surrogate"),
+    ],
+)
+async def test_a_title_no_store_can_hold_is_a_400_naming_metadata_title(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore, raw: bytes
+) -> None:
+    """Found by attack: the store's refusal (`invalid_content`) was named `param` `input`,
+    which a conversation's creation does not have."""
+    client = await _raw_client(stack, openai_app(make_module()))
+    r = await client.post("/v1/conversations", headers=JSON, content=raw)
+    _openai_error(r, 400, "invalid_content")
+    assert r.json()["error"]["param"] == "metadata.title"
+    assert "title" in r.json()["error"]["message"]
+    assert await _count(sql_store, threads) == 0

@@ -15,9 +15,13 @@ from fastapi import Body, Path, Query
 from bounded_agents.actors import Actor
 from bounded_agents.core.messages import MAX_SEQ, Message
 from bounded_agents.core.ports import Thread
-from bounded_agents.errors import ThreadNotFound, clipped, echoed
+from bounded_agents.errors import InvalidContent, ThreadNotFound, clipped, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
-from bounded_agents.http.openai.errors import InvalidParameter, UnsupportedParameter
+from bounded_agents.http.openai.errors import (
+    InvalidParameter,
+    UnstorableParameter,
+    UnsupportedParameter,
+)
 from bounded_agents.http.openai.items import item_position, message_items
 from bounded_agents.http.openai.schemas import (
     ConversationOut,
@@ -53,7 +57,14 @@ async def create_conversation(
     if title is not None and len(title) > TITLE_MAX_CHARS:
         raise InvalidParameter("metadata.title", f"at most {TITLE_MAX_CHARS} characters")
     definition = module.loop.definition(agent)
-    thread = await module.store.create_thread(actor_id=actor.id, agent=definition.name, title=title)
+    try:
+        thread = await module.store.create_thread(
+            actor_id=actor.id, agent=definition.name, title=title
+        )
+    except InvalidContent as exc:
+        # the title is the only text of the caller's the store is given here (the agent was
+        # found, the actor is the key's): `invalid_content` alone would name `input`
+        raise UnstorableParameter("metadata.title", exc.message) from exc
     return _conversation(thread)
 
 

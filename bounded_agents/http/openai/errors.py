@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bounded_agents.errors import (
     AgentError,
     AgentNotFound,
+    InvalidContent,
     InvalidInput,
     RunNotFound,
     ThreadNotFound,
@@ -54,6 +55,15 @@ class InvalidParameter(InvalidInput):
 
 class UnsupportedParameter(InvalidParameter):
     code = "unsupported_parameter"
+
+
+class UnstorableParameter(InvalidContent):
+    """Text a store refused (a NUL, a lone surrogate) in a parameter other than `input`, which
+    `invalid_content` names by default: `param` names it (`metadata.title`)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class PreviousResponseNotFound(RunNotFound):
@@ -142,6 +152,7 @@ def openai_error_response(error: Exception) -> Response:
 __all__ = [
     "InvalidParameter",
     "PreviousResponseNotFound",
+    "UnstorableParameter",
     "UnsupportedParameter",
     "openai_error",
     "openai_error_response",
