@@ -104,14 +104,6 @@ MAX_SKIPPED_ROWS = 200
 shows: a prompt holding more messages than this (a whole-thread history) may get fewer than
 `k` results, which is right, since it already shows nearly everything."""
 
-REPEAT_ROWS = 4
-"""Rows the store is asked for once more per result, when repeats left fewer than `k`: lines
-that say the same around their matches are one row (`distinct`), and five of them took all
-five places of a search before (the recall bench). Only then: each row is read and marked
-(PostgreSQL's `ts_headline`), 0.2-0.4 ms a row of pasted log, so a larger first read would
-cost every search 20-35% more (measured at 10 more rows). More repeats than that above a
-fact still leave fewer than `k` rows."""
-
 MAX_QUERY_CHARS = 500
 """A query is clipped to this before it reaches the store: a search is a few words."""
 
@@ -341,8 +333,8 @@ _SPEC = ToolSpec(
 class HistorySearchTool:
     """`search_history` over a store: a `TurnAwareTool` (it needs the turn's thread and
     prompt). Messages the prompt already shows (same role and text) are skipped: the store is
-    asked for `k` more than the prompt holds (and once more for repeats, `REPEAT_ROWS`), so
-    skipping them still leaves `k` when the thread has them."""
+    asked for `k` more than the prompt holds, so skipping them still leaves `k` when the thread
+    has them."""
 
     def __init__(self, store: AgentStore) -> None:
         self._store = store
@@ -367,15 +359,11 @@ class HistorySearchTool:
         query = query_text(query[:MAX_QUERY_CHARS])
         try:
             found = await self._search(context.thread_id, query, limit)
-            fresh = distinct([h for h in found if not shown.holds(h)])
-            if len(fresh) < k and len(found) == limit:  # repeats took places: once more
-                found = await self._search(context.thread_id, query, limit + REPEAT_ROWS * k)
-                fresh = distinct([h for h in found if not shown.holds(h)])
         except Exception as exc:
             # The model is told, and may answer without it; the cause is the operator's.
             log.warning("search_history failed in thread %s", context.thread_id, exc_info=exc)
             return _error(f"the search failed: {type(exc).__name__}")
-        fresh = fresh[:k]
+        fresh = distinct([h for h in found if not shown.holds(h)])[:k]
         newer = newer_seqs(fresh, [h for h in found if not shown.is_question(h)])
         try:
             replies = await reply_hits(self._store, context.thread_id, fresh, shown.holds)

@@ -47,46 +47,16 @@ _MAX_SPANS = 200
 
 
 def distinct(hits: Sequence[SearchHit]) -> list[SearchHit]:
-    """`hits` without repeats, each kept at its best-ranked place, so repeats do not take the
-    `k` places a fact needs: a text said twice ("Can the team see our notes?"), and texts that
-    say the same words around their matches (`said_alike`): a small-talk line said week after
-    week ("I spent 3 hours on the train to Vienna", "... to Krakow"). Found by measuring: five
-    such lines took all five places of "call hours", above the one statement of it ("Please
-    avoid calling me before 8:45 am."). A value next to a match is one of its words, so two
-    values of one thing ("Parking is on level 3.", "... level 4.") are both shown."""
-    seen: set[tuple[str, object]] = set()
+    """`hits` without repeats: a text said twice ("Can the team see our notes?") is shown
+    once, at its best-ranked place, so it does not take two of the `k` places a fact needs."""
+    seen: set[tuple[str, str]] = set()
     out: list[SearchHit] = []
     for hit in hits:
-        key = (hit.role if hit.from_seq is None else "summary", said_alike(hit.marked))
+        key = (hit.role if hit.from_seq is None else "summary", hit.marked)
         if key not in seen:
             seen.add(key)
             out.append(hit)
     return out
-
-
-ALIKE_WORDS = 2
-"""Words on each side of a match that `said_alike` compares."""
-
-_WORD_OR_MATCH = re.compile(
-    re.escape(MARK_START) + ".*?" + re.escape(MARK_END) + r"|[^\W_]+", re.DOTALL
-)
-
-
-def said_alike(marked: str) -> object:
-    """What a hit says around its matches: the `ALIKE_WORDS` words on each side of every match,
-    case folded. Two hits with the same words around their matches say the same there; the
-    better-ranked (on equal relevance, the newer) stands for both. A hit without a match is
-    its text."""
-    tokens = _WORD_OR_MATCH.findall(marked)
-    around = frozenset(
-        tuple(
-            fold_case(t.strip(MARK_START + MARK_END))
-            for t in tokens[max(0, i - ALIKE_WORDS) : i + ALIKE_WORDS + 1]
-        )
-        for i, token in enumerate(tokens)
-        if token.startswith(MARK_START)
-    )
-    return around or marked
 
 
 def asks(hit: SearchHit) -> bool:

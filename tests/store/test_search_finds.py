@@ -466,48 +466,6 @@ async def test_a_text_said_twice_comes_back_once_at_its_newest(store: ContractSt
     assert [r["seq"] for r in found] == [10]
 
 
-async def test_lines_saying_the_same_around_the_match_take_one_place(
-    store: ContractStore,
-) -> None:
-    """Five small-talk lines said week after week took all five places of "call hours" above
-    the one statement of it (the recall bench, 500 turns): what a line says around its matches
-    is one row, whatever else it holds (`distinct`)."""
-    cities = ["Vienna", "Krakow", "Dublin", "Prague"]
-    tid = await _thread(
-        store,
-        [
-            user("No call before 8:45 am, please."),
-            *[user(f"We had a call of 3 hours about the train to {c} yesterday.") for c in cities],
-        ],
-    )
-
-    found = await _search(store, tid, "call hours", k=2)
-
-    assert [r["seq"] for r in found] == [5, 1]  # the newest of the four, then the statement
-
-
-async def test_the_index_is_asked_again_only_when_repeats_left_fewer_than_k(
-    sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    store = sql_store
-    asked: list[int] = []
-    search_history = store.search_history
-
-    async def counted(thread_id: str, query: str, *, limit: int) -> Any:
-        asked.append(limit)
-        return await search_history(thread_id, query, limit=limit)
-
-    monkeypatch.setattr(store, "search_history", counted)
-    said = [f"We had a call of 3 hours about the train to {c} yesterday." for c in "ABCD"]
-    plain = await _thread(store, [user(f"Call {n} took {n} hours.") for n in range(4)])
-    repeated = await _thread(store, [user("No call before 8:45 am, please."), *map(user, said)])
-
-    await _search(store, plain, "call hours", k=2)
-    assert asked == [2]
-    await _search(store, repeated, "call hours", k=2)
-    assert asked == [2, 2, 2 + search.REPEAT_ROWS * 2]
-
-
 async def test_the_archive_port_stores_a_part_once_and_pages_newest_first(
     store: ContractStore,
 ) -> None:
