@@ -329,16 +329,23 @@ async def _connect_sqlite(path: str) -> onehop.OneHopConnection:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + SQLITE_BUSY_TIMEOUT_MS / 1000
     pause = 0.005
-    while True:
-        try:
-            await conn.call(_switch_to_wal)
-            return conn
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or loop.time() + pause > deadline:
-                await conn.close()
-                raise
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.1)
+    try:
+        while True:
+            try:
+                await conn.call(_switch_to_wal)
+                return conn
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or loop.time() + pause > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+    except BaseException:
+        # Any way out but the return (another error, a caller's timeout cancelling the wait)
+        # closes it: SQLAlchemy never saw this connection, so nothing else would, and each
+        # left its worker thread and file handle behind (found by review). Shielded, so the
+        # cancellation that brought us here does not cancel the close too.
+        await asyncio.shield(conn.close())
+        raise
 
 
 def _switch_to_wal(connection: sqlite3.Connection) -> None:

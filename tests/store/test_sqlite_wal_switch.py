@@ -5,6 +5,8 @@ fresh file hit it (CI, lowest versions, once). The switch waits, as any other st
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sqlite3
 import threading
 import time
@@ -54,8 +56,6 @@ def test_the_sqlite_probe_waits_for_a_writer_instead_of_reporting_it_locked(
     _rollback_journal_file(path)
     writer = _hold_rollback_journal_writer(path, 0.6)
     started = time.monotonic()
-    import asyncio
-
     problem = asyncio.run(database_problem(f"sqlite+aiosqlite:///{path}"))
     waited = time.monotonic() - started
     writer.join()
@@ -77,3 +77,54 @@ async def test_an_engine_connection_waits_for_the_switch_and_gets_wal(tmp_path: 
         writer.join()
     assert mode == "wal"
     assert rows == 2  # the writer's row: the connection read after it committed
+
+
+def _open_files() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _settled(before: tuple[int, int]) -> tuple[int, int]:
+    """Threads and open files once a closed connection's worker thread has had time to end
+    (aiosqlite's close does not join it): a leak never comes back down."""
+    deadline = time.monotonic() + 2
+    while (threading.active_count(), _open_files()) != before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return threading.active_count(), _open_files()
+
+
+def test_a_file_that_is_not_a_database_leaves_no_thread_or_file_open(tmp_path: Path) -> None:
+    """Every probe of such a file added a worker thread and a file handle (found by review):
+    the connection SQLAlchemy never saw was closed only when the switch was refused as locked."""
+    garbage = tmp_path / "not.db"
+    garbage.write_bytes(b"not a database, " * 100)
+
+    async def probe_garbage() -> None:
+        for _ in range(5):
+            assert await database_problem(f"sqlite+aiosqlite:///{garbage}") is not None
+
+    before = (threading.active_count(), _open_files())
+    asyncio.run(probe_garbage())
+    assert _settled(before) == before
+
+
+def test_a_wait_for_the_switch_cancelled_leaves_no_thread_or_file_open(tmp_path: Path) -> None:
+    """A caller's timeout (a health check's) cancelling the wait for a writer left the
+    connection open (found by review)."""
+    path = tmp_path / "busy.db"
+    _rollback_journal_file(path)
+    before = (threading.active_count(), _open_files())
+    writer = _hold_rollback_journal_writer(path, 1.0)
+
+    async def cancelled() -> None:
+        engine = make_engine(f"sqlite+aiosqlite:///{path}")
+        try:
+            async with asyncio.timeout(0.3), engine.connect():
+                pass
+        except TimeoutError:
+            pass
+        finally:
+            await engine.dispose()
+
+    asyncio.run(cancelled())
+    writer.join()  # the writer's own thread and file are gone too
+    assert _settled(before) == before
