@@ -260,13 +260,15 @@ def unstorable_thread(
 
 
 def holdable_thread_id(thread_id: str) -> bool:
-    """Whether a store could hold `thread_id`: a read by any other finds no thread (and never
-    sends it, which PostgreSQL would refuse as a database error)."""
-    return _unstorable_value(thread_id, THREAD_ID_CHARS) is None
+    """Whether a store could hold `thread_id` (no NUL, no lone surrogate): a read by any other
+    finds no thread, and never sends it (PostgreSQL refused it as a database error, SQLite's
+    driver raised). Not its length: SQLite stored longer ids before `unstorable_thread`
+    refused them, and those threads must stay readable (found by review)."""
+    return _unstorable_value(thread_id, None) is None
 
 
-def _unstorable_value(value: str, limit: int) -> str | None:
-    if len(value) > limit:
+def _unstorable_value(value: str, limit: int | None) -> str | None:
+    if limit is not None and len(value) > limit:
         return f"is longer than {limit} characters"
     if "\x00" in value:
         return "may not contain NUL (U+0000) characters"

@@ -7,6 +7,8 @@ surrogate escaped SQLite's driver as a raw `UnicodeEncodeError`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from bounded_agents import AgentModule, agent
@@ -14,6 +16,7 @@ from bounded_agents.errors import InvalidContent, ThreadNotFound
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.testing import ScriptedProvider, reply
+from tests.factories import user
 from tests.store.conftest import ContractStore
 
 BAD = {
@@ -102,3 +105,28 @@ async def test_any_other_read_by_such_an_id_is_a_caller_error_alike(
     ):
         with pytest.raises(InvalidContent):
             await sql_store.messages_after(thread_id, 0, 5)
+
+
+async def test_a_thread_sqlite_stored_with_a_longer_id_before_stays_readable(tmp_path: Any) -> None:
+    """SQLite stored named ids past 36 characters before they were refused at creation; reads
+    by such an id must still find the thread (found by review: it answered not found)."""
+    import sqlalchemy as sa
+
+    store = SqlAgentStore.from_url(f"sqlite+aiosqlite:///{tmp_path / 'old.db'}")
+    try:
+        await store.create_schema()
+        long_id = "customer-0001-support-conversation-2026-12"
+        async with store.engine.begin() as conn:
+            await conn.execute(
+                sa.text("INSERT INTO threads (id, actor_id, agent) VALUES (:i, 'alice', 'helper')"),
+                {"i": long_id},
+            )
+        await store.append_messages(long_id, [user("the order is ORD-41234")])
+        thread = await store.get_thread(long_id)
+        assert thread is not None and [m.content for m in thread.messages] == [
+            "the order is ORD-41234"
+        ]
+        assert await store.get_thread_info(long_id) is not None
+        assert [h.seq for h in await store.search_history(long_id, "order", limit=5)] == [1]
+    finally:
+        await store.dispose()
