@@ -259,6 +259,12 @@ def unstorable_thread(
     return None
 
 
+def unstorable_title(title: str) -> str | None:
+    """Why a thread's title cannot be stored, or None (`unstorable_thread`'s check of it)."""
+    reason = _unstorable_value(title, TITLE_CHARS)
+    return None if reason is None else f"title {reason}"
+
+
 def holdable_thread_id(thread_id: str) -> bool:
     """Whether a store could hold `thread_id` (no NUL, no lone surrogate): a read by any other
     finds no thread, and never sends it (PostgreSQL refused it as a database error, SQLite's

@@ -461,3 +461,21 @@ async def test_a_title_no_store_can_hold_is_a_400_naming_metadata_title(
     assert r.json()["error"]["param"] == "metadata.title"
     assert "title" in r.json()["error"]["message"]
     assert await _count(sql_store, threads) == 0
+
+
+async def test_an_actor_id_no_store_can_hold_is_not_blamed_on_the_title(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    """Found by review: every refusal of the thread row was named `metadata.title`, an actor
+    id of 201 characters (a resolver's) included, with no title sent."""
+    from bounded_agents.actors import Actor
+
+    async def long_actor(_request: object) -> Actor:
+        return Actor(id="a" * 201)
+
+    client = await _raw_client(stack, openai_app(make_module(actor_resolver=long_actor)))
+    r = await client.post("/v1/conversations", headers=JSON, content=b"{}")
+    _openai_error(r, 400, "invalid_content")
+    assert r.json()["error"]["param"] != "metadata.title"
+    assert "actor id" in r.json()["error"]["message"]
+    assert await _count(sql_store, threads) == 0

@@ -13,9 +13,9 @@ from typing import Annotated, Final, Literal
 from fastapi import Body, Path, Query
 
 from bounded_agents.actors import Actor
-from bounded_agents.core.messages import MAX_SEQ, Message
+from bounded_agents.core.messages import MAX_SEQ, Message, unstorable_title
 from bounded_agents.core.ports import Thread
-from bounded_agents.errors import InvalidContent, ThreadNotFound, clipped, echoed
+from bounded_agents.errors import ThreadNotFound, clipped, echoed
 from bounded_agents.http.deps import ActorDep, ModuleDep, canonical_uuid
 from bounded_agents.http.openai.errors import (
     InvalidParameter,
@@ -56,15 +56,11 @@ async def create_conversation(
         )
     if title is not None and len(title) > TITLE_MAX_CHARS:
         raise InvalidParameter("metadata.title", f"at most {TITLE_MAX_CHARS} characters")
+    unstorable = None if title is None else unstorable_title(title)
+    if unstorable is not None:  # named here: the store's `invalid_content` would name `input`
+        raise UnstorableParameter("metadata.title", unstorable)
     definition = module.loop.definition(agent)
-    try:
-        thread = await module.store.create_thread(
-            actor_id=actor.id, agent=definition.name, title=title
-        )
-    except InvalidContent as exc:
-        # the title is the only text of the caller's the store is given here (the agent was
-        # found, the actor is the key's): `invalid_content` alone would name `input`
-        raise UnstorableParameter("metadata.title", exc.message) from exc
+    thread = await module.store.create_thread(actor_id=actor.id, agent=definition.name, title=title)
     return _conversation(thread)
 
 
