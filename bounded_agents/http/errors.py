@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -317,6 +318,16 @@ def openai_http_exception_response(error: StarletteHTTPException) -> JSONRespons
     )
 
 
+def routing_miss(error: StarletteHTTPException) -> bool:
+    """Whether the router raised `error` because no route serves the path or its method
+    (404, 405 with Starlette's own words), or a body no route could parse: this server's to
+    answer. An HTTP error a host app's own `/v1` route raises keeps its shape and headers (a
+    401's `WWW-Authenticate` was replaced with `Bearer`, found by review)."""
+    if unparsable_body(error) is not None:
+        return True
+    return error.status_code in (404, 405) and error.detail == HTTPStatus(error.status_code).phrase
+
+
 def under_openai_prefix(request: Request) -> bool:
     """Whether the request's path (below the app's `root_path`) is `OPENAI_PREFIX` or under it."""
     path = str(request.scope.get("path", ""))
@@ -363,7 +374,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        if under_openai_prefix(request):  # an OpenAI SDK reads these: no such route, method
+        if under_openai_prefix(request) and routing_miss(exc):  # an OpenAI SDK reads these
             return openai_http_exception_response(exc)
         return http_exception_response(exc)
 

@@ -374,6 +374,27 @@ async def test_a_route_outside_v1_that_no_route_takes_keeps_the_native_error_bod
         assert set(r.json()["error"]) == {"code", "message"}, (path, r.text)
 
 
+async def test_a_host_apps_own_v1_route_keeps_its_errors_and_their_headers(
+    stack: AsyncExitStack, make_module: ModuleFactory
+) -> None:
+    """Found by review: the `/v1` handler reshaped every HTTP error under `/v1`, a host app's
+    own route's 401 included, and replaced its `WWW-Authenticate: Basic` with `Bearer`. Only
+    a path or method no route serves is this server's to answer in OpenAI's shape."""
+    from fastapi import HTTPException
+
+    app = openai_app(make_module())
+
+    @app.get("/v1/host/secret")
+    async def secret() -> None:
+        raise HTTPException(401, "sign in", headers={"WWW-Authenticate": 'Basic realm="host"'})
+
+    client = await _raw_client(stack, app)
+    r = await client.get("/v1/host/secret", headers=ALICE)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == 'Basic realm="host"'
+    assert r.json() == {"error": {"code": "unauthorized", "message": "sign in"}}
+
+
 # --- input this API cannot take ---------------------------------------------------------------
 
 _TEXT = {"type": "input_text", "text": "what is this?"}
