@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.core.messages import (
     MAX_SEQ,
+    THREAD_ID_CHARS,
     Message,
     holdable_thread_id,
     unstorable_text,
@@ -193,6 +194,15 @@ class SqlAgentStore:
             row = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one()
         return thread_of(row, [])
 
+    def _may_hold(self, thread_id: str) -> bool:
+        """Whether a thread of this database may have `thread_id`; a read by any other finds
+        none without sending it. PostgreSQL's column holds 36 characters, so a longer id is
+        none there (and Citus, routing by it, refused its cast as a database error); SQLite
+        stored longer ones before creation refused them (`holdable_thread_id`)."""
+        if not holdable_thread_id(thread_id):
+            return False
+        return len(thread_id) <= THREAD_ID_CHARS or dialect_of(self._engine).sqlite
+
     def _search(self, agent: str) -> dict[str, bool]:
         """A new thread's index flag: off for an agent said not to search, else the default."""
         return {"searchable": False} if agent in self._unsearched else {}
@@ -204,7 +214,7 @@ class SqlAgentStore:
             return await search_index.index_agents(engine, searching, not_searching)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
-        if not holdable_thread_id(thread_id):
+        if not self._may_hold(thread_id):
             return None
         async with wrap_db_errors("get_thread"), self._reader.connect() as conn:
             head = (await conn.execute(THREAD_BY_ID, {"tid": thread_id})).one_or_none()
@@ -216,7 +226,7 @@ class SqlAgentStore:
     async def get_thread_info(self, thread_id: str) -> Thread | None:
         """The thread without its messages: what an ownership check needs (every turn's first
         read). One driver call on the turn read's dedicated connections when one is free."""
-        if not holdable_thread_id(thread_id):
+        if not self._may_hold(thread_id):
             return None
         params = {"tid": thread_id}
 
@@ -602,7 +612,7 @@ class SqlAgentStore:
     async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
         """`HistorySearcher`: ranked full-text queries of the thread's messages and archived
         summary parts (`store.search`)."""
-        if not holdable_thread_id(thread_id):
+        if not self._may_hold(thread_id):
             return []
         async with wrap_db_errors("search_history"), self._reader.connect() as conn:
             return await search.search_history(conn, thread_id, query, limit)
