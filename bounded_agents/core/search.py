@@ -48,6 +48,7 @@ words without stemming.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import re
 import unicodedata
@@ -203,13 +204,19 @@ def _searchable(m: Message) -> str:
     return m.content if tools is None else m.content + TOOL_TEXT_SEPARATOR + tools
 
 
-async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -> list[SearchHit]:
+async def scan_hits(
+    store: AgentStore, thread_id: str, query: str, limit: int, max_chars: int | None = None
+) -> list[SearchHit]:
     """`scan_search` as hits (content and tool results, whole words, no stemming), with the
     store's archived parts when it keeps them (`SummaryArchive`, its newest
-    `FALLBACK_SCAN_ROWS` parts), best first as the index's are."""
+    `FALLBACK_SCAN_ROWS` parts), best first as the index's are. `max_chars`: only messages
+    and parts whose text is at most this long (`HistorySearcher.search_history`)."""
     terms = search_terms(query)
     hits: list[SearchHit] = []
-    for m, (terms_held, count, seq, held) in _scan(await _newest(store, thread_id), terms, limit):
+    newest = await _newest(store, thread_id)
+    if max_chars is not None:
+        newest = [m for m in newest if len(m.content) <= max_chars]
+    for m, (terms_held, count, seq, held) in _scan(newest, terms, limit):
         in_tools = not _holds_any([terms[i] for i in held], m.content)
         text = (search_text(m) or "") if in_tools else m.content
         relevance = terms_held + count / (count + 1)
@@ -227,6 +234,8 @@ async def scan_hits(store: AgentStore, thread_id: str, query: str, limit: int) -
     if supports_summary_archive(store):
         parts = await store.archived_parts(thread_id, limit=FALLBACK_SCAN_ROWS)
         for p in parts:
+            if max_chars is not None and len(p.content) > max_chars:
+                continue
             counts = _counts(terms, fold_case(p.content))
             held = frozenset(i for i, c in enumerate(counts) if c)
             if held:
@@ -376,7 +385,7 @@ class HistorySearchTool:
         owners = [*range(len(fresh)), *replies]  # a reply's rows go with its question's
         try:
             followed = await same_form_hits(
-                lambda q, n: self._search(context.thread_id, q, n),
+                lambda q, n, longest: self._search(context.thread_id, q, n, longest),
                 about,
                 lambda h: shown.holds(h) or shown.is_question(h),
             )
@@ -390,18 +399,36 @@ class HistorySearchTool:
             alike.setdefault(owners[i], []).extend((about[i].seq, row) for row in rows)
         return ToolResult(call_id="", content=render_hits(fresh, newer, replies, alike))
 
-    async def _search(self, thread_id: str, query: str, limit: int) -> list[SearchHit]:
+    async def _search(
+        self, thread_id: str, query: str, limit: int, max_chars: int | None = None
+    ) -> list[SearchHit]:
         """The store's index, or the scan without one. A query holding unspaced letters
         (`_UNSPACED`) is answered by the scan first (its substrings; the newest
         `FALLBACK_SCAN_ROWS` messages, without dates), then by the index's hits the scan did
-        not find (a whole run of such letters, older than the scan reached)."""
+        not find (a whole run of such letters, older than the scan reached). `max_chars`:
+        only messages of at most that many characters (`HistorySearcher.search_history`)."""
         searcher = self._store  # narrowed to a `HistorySearcher` below; `self._store` is not
         if not supports_history_search(searcher):
-            return await scan_hits(self._store, thread_id, query, limit)
-        indexed = await searcher.search_history(thread_id, query, limit=limit)
+            return await scan_hits(self._store, thread_id, query, limit, max_chars)
+        if max_chars is None or not _takes_max_chars(type(searcher)):
+            indexed = await searcher.search_history(thread_id, query, limit=limit)
+        else:
+            indexed = await searcher.search_history(
+                thread_id, query, limit=limit, max_chars=max_chars
+            )
         if not any(_UNSPACED.search(t) for t in search_terms(query)):
             return indexed
-        return _merged(await scan_hits(self._store, thread_id, query, limit), indexed)[:limit]
+        scanned = await scan_hits(self._store, thread_id, query, limit, max_chars)
+        return _merged(scanned, indexed)[:limit]
+
+
+@functools.cache
+def _takes_max_chars(store_type: type) -> bool:
+    """Whether a `HistorySearcher`'s `search_history` takes `max_chars` (added with the date
+    forms): a store written against the port before it is searched as before, unbounded, and
+    its form follows rank among every message, as they did."""
+    parameters = inspect.signature(store_type.search_history).parameters.values()
+    return any(p.name == "max_chars" or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[SearchHit]:

@@ -18,9 +18,11 @@ newest `MAX_FORM_ROWS` such messages per form are shown, newest first: of two va
 form, the later is the likelier to be current, and the model reads both with seq and date.
 
 The row claims only what is true of its text: a later (or earlier) message holds a value
-shaped like one the search found. Whether it corrects it is the model's reading. A value
-without a letter prefix (a date, an amount, a name) has no word to look it up by: it is not
-followed (bench/README.md measures what this reaches and what it does not).
+shaped like one the search found. Whether it corrects it is the model's reading. An ISO
+date (`2027-05-12`) is followed by its year, a word both indexes hold: a corrected delivery
+date ("Actually, use 2027-05-12 instead.") is tied to the old one by nothing else. A value
+with neither (an amount, a time, a name) has no word to look it up by: it is not followed
+(bench/README.md measures what this reaches and what it does not).
 """
 
 from __future__ import annotations
@@ -40,8 +42,14 @@ MAX_FORMS = 3
 """Forms followed per search at most (one more indexed query each), best hits first."""
 
 FORM_CANDIDATES = 20
-"""Rows the index is asked for per form: its best matches of the prefix, short messages first
-(the index's ranking favours them), where a statement of one value sits."""
+"""Rows the index is asked for per form: its best matches of the prefix among the messages of
+at most `STATEMENT_CHARS`, where a statement of one value sits."""
+
+STATEMENT_CHARS = 500
+"""The longest message a form is followed to. A statement is a sentence or two; a pasted log
+holds the prefix (a year, above all) on every line, so the index ranks it first and, without
+this bound, twenty logs took every candidate's place (measured on the recall bench's 500-turn
+thread: a corrected delivery date was 21st or later behind logs for its year)."""
 
 MAX_FORM_ROWS = 2
 """Messages shown per form at most, newest first."""
@@ -57,9 +65,14 @@ _PREFIXED = re.compile(r"([A-Za-z]{2,})-([^\W_]+(?:[-./][^\W_]+)*)")
 """A letter prefix and a hyphen: PostgreSQL's parser splits `WH-123` into `wh` and `-123`, as
 FTS5 does, but keeps `WH/123` whole, so only a hyphen makes the prefix a word both index.
 A prefix that is a stop word (`IT-4521`) makes no query on PostgreSQL: nothing is followed."""
+_DATE = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})")
+"""An ISO date. Both indexes keep its year as a word (PostgreSQL's parser reads `2027-05-12`
+as `2027`, `-05`, `-12`; FTS5 splits at each hyphen), as they keep a letter prefix; a date
+written with slashes or dots is one word on PostgreSQL, so it has no year to look up."""
 
-Search = Callable[[str, int], Awaitable[Sequence[SearchHit]]]
-"""The store's search (`query`, `limit`) -> its best hits: the index, or the bounded scan."""
+Search = Callable[[str, int, int], Awaitable[Sequence[SearchHit]]]
+"""The store's search (`query`, `limit`, `max_chars`) -> its best hits among the messages of
+at most `max_chars`: the index, or the bounded scan."""
 
 
 def values(text: str) -> list[str]:
@@ -69,8 +82,12 @@ def values(text: str) -> list[str]:
 
 def form(value: str) -> tuple[str, str] | None:
     """`(prefix, form)` of a value with a letter prefix (`ORD-41234` -> `("ord", "ORD-99999")`):
-    the prefix as the index's word, the form with digits as 9 and letters after it as A. None
-    for anything else (a date, an amount, `pg13.5`)."""
+    the prefix as the index's word, the form with digits as 9 and letters after it as A. An ISO
+    date's prefix is its year (`2027-05-12` -> `("2027", "9999-99-99")`). None for anything else
+    (an amount, a time, `pg13.5`)."""
+    date = _DATE.fullmatch(value)
+    if date is not None:
+        return date.group(1), "-".join("9" * len(g) for g in date.groups())
     m = _PREFIXED.fullmatch(value)
     if m is None or not any(c.isdigit() for c in m.group(2)):
         return None
@@ -143,7 +160,7 @@ async def same_form_hits(
     out: dict[int, list[SearchHit]] = {}
     for i, shape, prefix in wanted:
         rows: list[SearchHit] = []
-        for found in await search(prefix, FORM_CANDIDATES):
+        for found in await search(prefix, FORM_CANDIDATES, STATEMENT_CHARS):
             if found.from_seq is not None or found.seq in taken or skip(found):
                 continue
             held = values(_text(found))
@@ -164,6 +181,7 @@ __all__ = [
     "MAX_FORM_ROWS",
     "MAX_STATEMENT_VALUES",
     "NEAR_CHARS",
+    "STATEMENT_CHARS",
     "Search",
     "form",
     "forms_near_matches",

@@ -103,7 +103,7 @@ _PG_MESSAGES = sa.text(
         CASE WHEN m.search_text IS NOT NULL THEN ts_headline(bounded_search_config(),
             left(m.search_text, 100000), q.query, {_PG_MARK}) END AS marked_tools
     FROM messages m, q, t
-    WHERE m.thread_id = :tid AND m.search_vector @@ q.query
+    WHERE m.thread_id = :tid AND m.search_vector @@ q.query AND length(m.content) <= :max_chars
     ORDER BY score DESC, m.seq DESC
     LIMIT :limit
     """
@@ -121,7 +121,7 @@ _PG_ARCHIVE = sa.text(
             AS marked,
         NULL AS marked_tools
     FROM summary_archive a, q, t
-    WHERE a.thread_id = :tid AND a.search_vector @@ q.query
+    WHERE a.thread_id = :tid AND a.search_vector @@ q.query AND length(a.content) <= :max_chars
     ORDER BY score DESC, a.to_seq DESC
     LIMIT :limit
     """
@@ -132,12 +132,13 @@ _PG_ARCHIVE = sa.text(
 
 
 async def _pg_hits(
-    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int
+    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int, max_chars: int
 ) -> list[SearchHit]:
     params = {
         "q": both_forms(query),
         "tid": thread_id,
         "limit": limit,
+        "max_chars": max_chars,
         "terms": terms,
         "alts": [unicodedata.normalize("NFD", t) for t in terms],
         "half": float(RECENCY_HALF_LIFE),
@@ -190,7 +191,7 @@ _SQLITE_MESSAGES = _Fts(
                 AS score
         FROM {FTS_TABLE} f JOIN messages m ON m.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = m.thread_id
-        WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid
+        WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid AND length(m.content) <= :max_chars
         ORDER BY score DESC, m.seq DESC
         LIMIT :limit
         """
@@ -214,6 +215,7 @@ _SQLITE_ARCHIVE = _Fts(
         FROM {ARCHIVE_FTS_TABLE} f JOIN summary_archive a ON a.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = a.thread_id
         WHERE {ARCHIVE_FTS_TABLE} MATCH :q AND a.thread_id = :tid
+            AND length(a.content) <= :max_chars
         ORDER BY score DESC, a.to_seq DESC
         LIMIT :limit
         """
@@ -243,13 +245,19 @@ def _fts5_forms(term: str) -> str:
 
 
 async def _sqlite_hits(
-    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int
+    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int, max_chars: int
 ) -> list[SearchHit]:
     hits: list[SearchHit] = []
     for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
         words = index.words(terms)
         q = index.match(thread_id, words)
-        params = {"q": q, "tid": thread_id, "limit": limit, "half": float(RECENCY_HALF_LIFE)}
+        params = {
+            "q": q,
+            "tid": thread_id,
+            "limit": limit,
+            "max_chars": max_chars,
+            "half": float(RECENCY_HALF_LIFE),
+        }
         try:
             rows = (await conn.execute(index.candidates, params)).all()
         except sa.exc.OperationalError as exc:
@@ -338,12 +346,17 @@ def _at(value: datetime | str | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
+_NO_LIMIT = 2**31 - 1
+"""`max_chars` when none is asked: longer than any text either database stores (a PostgreSQL
+`integer` parameter, so it is held to that type's range)."""
+
+
 def _dialect(conn: AsyncConnection) -> Any:
     return _pg_hits if dialect_of(conn).postgres else _sqlite_hits
 
 
 async def search_history(
-    conn: AsyncConnection, thread_id: str, query: str, limit: int
+    conn: AsyncConnection, thread_id: str, query: str, limit: int, max_chars: int | None = None
 ) -> list[SearchHit]:
     """See `HistorySearcher.search_history`: messages and archived parts together, best
     first (relevance with recency, then newest). A NUL or a lone surrogate in `query` is read
@@ -351,9 +364,10 @@ async def search_history(
     caller is not always the tool, which cleans its query the same way."""
     query = query_text(query)
     terms = search_terms(query)
-    if limit < 1 or not terms:
+    if limit < 1 or not terms or (max_chars is not None and max_chars < 0):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
-    hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, terms, limit)
+    longest = _NO_LIMIT if max_chars is None else min(max_chars, _NO_LIMIT)
+    hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, terms, limit, longest)
     hits.sort(key=lambda h: (h.relevance, h.seq), reverse=True)
     return hits[:limit]
 

@@ -609,13 +609,15 @@ class SqlAgentStore:
 
     # --- HistorySearcher, SummaryArchive (bounded_agents.store.search, .archive) -----------
 
-    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
+    async def search_history(
+        self, thread_id: str, query: str, *, limit: int, max_chars: int | None = None
+    ) -> list[SearchHit]:
         """`HistorySearcher`: ranked full-text queries of the thread's messages and archived
         summary parts (`store.search`)."""
         if not self._may_hold(thread_id):
             return []
         async with wrap_db_errors("search_history"), self._reader.connect() as conn:
-            return await search.search_history(conn, thread_id, query, limit)
+            return await search.search_history(conn, thread_id, query, limit, max_chars)
 
     async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
         """`HistorySearcher`: one read (`MESSAGES_AT`) of the positions a thread can hold."""

@@ -102,6 +102,55 @@ async def test_an_aside_is_reached_through_a_logged_value_and_the_log_is_never_a
     assert alike[0]["same_form_as"] in {1, 8}  # the log hit whose value has the form
 
 
+def dated_log(day: int) -> str:
+    """A pasted log whose every line holds the year: the index ranks it above a statement."""
+    return "Here is what the worker logged:\n" + "\n".join(
+        f"2027-08-{day:02d}T10:{i:02d}:12.123Z INFO [worker-{i}] req=ab12cd{i:02d} latency={i}ms"
+        for i in range(12)
+    )
+
+
+async def test_a_corrected_date_is_followed_by_its_year_past_the_logs_that_hold_it(
+    store: ContractStore,
+) -> None:
+    tid = await _thread(
+        store,
+        [
+            user("Our delivery date is 2027-10-24."),  # 1
+            assistant("Noted."),  # 2
+            *chatter(2),  # 3..6
+            user("Scratch what I said before, make that 2027-01-08."),  # 7: no word of the topic
+            *[m for day in range(1, 26) for m in (user(dated_log(day)), assistant("Thanks."))],
+        ],
+    )
+
+    found = await _search(store, tid, "delivery date")
+
+    assert [(r["seq"], r.get("same_form_as")) for r in found] == [(1, None), (7, 1)]
+    assert found[1]["content"] == "Scratch what I said before, make that 2027-01-08."
+
+
+async def test_a_search_held_to_short_messages_ranks_them_among_themselves(
+    store: ContractStore,
+) -> None:
+    """`max_chars` (the port's, or the scan's): the 25 logs that rank first for their year
+    are left out, so the one short statement holding it is found in a page of one."""
+    tid = await _thread(
+        store,
+        [
+            user("Everything has to arrive by 2027-03-04."),  # 1
+            *[user(dated_log(day)) for day in range(1, 26)],
+        ],
+    )
+    tool = HistorySearchTool(store)
+
+    short = await tool._search(tid, "2027", 1, max_chars=500)
+    every = await tool._search(tid, "2027", 30)
+
+    assert [h.seq for h in short] == [1]
+    assert len(every) == 26 and every[0].seq != 1
+
+
 async def test_a_value_already_shown_is_not_followed_again(store: ContractStore) -> None:
     tid = await _thread(
         store,
@@ -132,7 +181,7 @@ async def test_a_form_is_searched_at_most_max_forms_times_per_search() -> None:
     ]
     asked: list[str] = []
 
-    async def search(query: str, limit: int) -> list[SearchHit]:
+    async def search(query: str, limit: int, max_chars: int) -> list[SearchHit]:
         asked.append(query)
         return []
 
@@ -144,8 +193,13 @@ def test_a_form_keeps_the_prefix_and_the_shape() -> None:
     assert form("INV-2027-5523") == ("inv", "INV-9999-9999")
     assert form("ord-41234") == ("ord", "ORD-99999")
     assert form("NL-12X4") == ("nl", "NL-99A9")
-    # no letter prefix, no digit, or the prefix glued to the digits: nothing to look it up by
-    assert [form(v) for v in ("2027-05-12", "Teal-Pro", "pg13.5", "B123", "45,750")] == [None] * 5
+    # an ISO date is looked up by its year, a word both indexes hold
+    assert form("2027-05-12") == ("2027", "9999-99-99")
+    assert form("2027-5-1") == ("2027", "9999-9-9")
+    # no letter prefix, no digit, the prefix glued to the digits, or a date with slashes (one
+    # word on PostgreSQL) or a time in it: nothing to look it up by
+    unfollowed = ("Teal-Pro", "pg13.5", "B123", "45,750", "2027/05/12", "2027-05-12T10:11:12Z")
+    assert [form(v) for v in unfollowed] == [None] * len(unfollowed)
     # a slash keeps the value one word on PostgreSQL (`wh/123`): its prefix is no word there
     assert form("WH/123") is None
 

@@ -265,12 +265,17 @@ class HistorySearcher(Protocol):
     search tool (`bounded_agents.core.search`) ranks a whole thread in one indexed query
     instead of scanning its newest rows (the fallback every other store gets)."""
 
-    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[SearchHit]:
+    async def search_history(
+        self, thread_id: str, query: str, *, limit: int, max_chars: int | None = None
+    ) -> list[SearchHit]:
         """Up to `limit` hits of `thread_id` matching any word of `query` (stemmed as the
         index's language says), best first: relevance weighed with recency, newest first
         among equals. `query` is whatever the model wrote: words, never syntax, so no input
         may raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read
-        names the thread: it never returns, ranks against or scans another thread's rows."""
+        names the thread: it never returns, ranks against or scans another thread's rows.
+        `max_chars`: only rows whose text (`content`) is at most this long, ranked among
+        themselves (the statements a value's form is followed to, `core.search_forms`: a
+        pasted log holding the word many times would take every place otherwise)."""
         ...
 
     async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
