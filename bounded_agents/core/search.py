@@ -60,6 +60,7 @@ from bounded_agents.core.ports import (
     MARK_END,
     MARK_START,
     AgentStore,
+    HistorySearcher,
     SearchHit,
     ToolSpec,
     supports_history_search,
@@ -410,7 +411,7 @@ class HistorySearchTool:
         searcher = self._store  # narrowed to a `HistorySearcher` below; `self._store` is not
         if not supports_history_search(searcher):
             return await scan_hits(self._store, thread_id, query, limit, max_chars)
-        if max_chars is None or not _takes_max_chars(type(searcher)):
+        if max_chars is None or not _takes_max_chars(searcher):
             indexed = await searcher.search_history(thread_id, query, limit=limit)
         else:
             indexed = await searcher.search_history(
@@ -422,13 +423,20 @@ class HistorySearchTool:
         return _merged(scanned, indexed)[:limit]
 
 
-@functools.cache
-def _takes_max_chars(store_type: type) -> bool:
+def _takes_max_chars(searcher: HistorySearcher) -> bool:
     """Whether a `HistorySearcher`'s `search_history` takes `max_chars` (added with the date
     forms): a store written against the port before it is searched as before, unbounded, and
-    its form follows rank among every message, as they did."""
-    parameters = inspect.signature(store_type.search_history).parameters.values()
-    return any(p.name == "max_chars" or p.kind is p.VAR_KEYWORD for p in parameters)
+    its form follows rank among every message, as they did. Asked once per store class."""
+    kind = type(searcher)
+    if kind not in _TAKES_MAX_CHARS:
+        parameters = inspect.signature(searcher.search_history).parameters.values()
+        _TAKES_MAX_CHARS[kind] = any(
+            p.name == "max_chars" or p.kind is p.VAR_KEYWORD for p in parameters
+        )
+    return _TAKES_MAX_CHARS[kind]
+
+
+_TAKES_MAX_CHARS: dict[type, bool] = {}
 
 
 def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[SearchHit]:

@@ -92,8 +92,11 @@ _PG_TERMS = """
 """Which terms (by position) a row holds, each in either Unicode form (`both_forms`)."""
 _PG_RECENCY = "(1.0 + :half / (:half + greatest(t.last_seq - {seq}, 0)))"
 _PG_MARK = f"'HighlightAll=true, StartSel={MARK_START}, StopSel={MARK_END}'"
-_PG_MESSAGES = sa.text(
-    f"""
+_PG_SHORT = " AND octet_length({t}.content) <= :max_bytes AND length({t}.content) <= :max_chars"
+"""The rows of at most `max_chars` characters. `octet_length` comes first: it reads a stored
+text's size from its header, where `length` would decompress a long text to count its
+characters; a text of more than `max_bytes` (4 bytes a character) is never that short."""
+_PG_MESSAGES_SQL = f"""
     WITH {_PG_QUERY}
     SELECT m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
         ts_rank(m.search_vector, q.query, 1) * {_PG_RECENCY.format(seq="m.seq")} AS score,
@@ -103,16 +106,11 @@ _PG_MESSAGES = sa.text(
         CASE WHEN m.search_text IS NOT NULL THEN ts_headline(bounded_search_config(),
             left(m.search_text, 100000), q.query, {_PG_MARK}) END AS marked_tools
     FROM messages m, q, t
-    WHERE m.thread_id = :tid AND m.search_vector @@ q.query AND length(m.content) <= :max_chars
+    WHERE m.thread_id = :tid AND m.search_vector @@ q.query{{short}}
     ORDER BY score DESC, m.seq DESC
     LIMIT :limit
     """
-).bindparams(
-    sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)),
-    sa.bindparam("alts", type_=postgresql.ARRAY(sa.Text)),
-)
-_PG_ARCHIVE = sa.text(
-    f"""
+_PG_ARCHIVE_SQL = f"""
     WITH {_PG_QUERY}
     SELECT a.to_seq AS seq, 'summary' AS role, a.content, a.created_at, a.from_seq,
         ts_rank(a.search_vector, q.query, 1) * {_PG_RECENCY.format(seq="a.to_seq")} AS score,
@@ -121,30 +119,50 @@ _PG_ARCHIVE = sa.text(
             AS marked,
         NULL AS marked_tools
     FROM summary_archive a, q, t
-    WHERE a.thread_id = :tid AND a.search_vector @@ q.query AND length(a.content) <= :max_chars
+    WHERE a.thread_id = :tid AND a.search_vector @@ q.query{{short}}
     ORDER BY score DESC, a.to_seq DESC
     LIMIT :limit
     """
-).bindparams(
-    sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)),
-    sa.bindparam("alts", type_=postgresql.ARRAY(sa.Text)),
-)
+
+
+def _pg_statement(sql: str, short: str) -> sa.TextClause:
+    return sa.text(sql.format(short=short)).bindparams(
+        sa.bindparam("terms", type_=postgresql.ARRAY(sa.Text)),
+        sa.bindparam("alts", type_=postgresql.ARRAY(sa.Text)),
+    )
+
+
+_PG_STATEMENTS = {
+    short: (
+        _pg_statement(_PG_MESSAGES_SQL, _PG_SHORT.format(t="m") if short else ""),
+        _pg_statement(_PG_ARCHIVE_SQL, _PG_SHORT.format(t="a") if short else ""),
+    )
+    for short in (False, True)
+}
+"""The messages' and the archive's statements, without and with the `max_chars` bound (a
+search without it never measures a row's text)."""
 
 
 async def _pg_hits(
-    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int, max_chars: int
+    conn: AsyncConnection,
+    thread_id: str,
+    query: str,
+    terms: list[str],
+    limit: int,
+    max_chars: int | None,
 ) -> list[SearchHit]:
-    params = {
+    params: dict[str, Any] = {
         "q": both_forms(query),
         "tid": thread_id,
         "limit": limit,
-        "max_chars": max_chars,
         "terms": terms,
         "alts": [unicodedata.normalize("NFD", t) for t in terms],
         "half": float(RECENCY_HALF_LIFE),
     }
+    if max_chars is not None:
+        params |= {"max_chars": max_chars, "max_bytes": min(4 * max_chars, _INT_MAX)}
     hits: list[SearchHit] = []
-    for statement in (_PG_MESSAGES, _PG_ARCHIVE):
+    for statement in _PG_STATEMENTS[max_chars is not None]:
         for r in (await conn.execute(statement, params)).all():
             hits.append(_hit(r, float(r.score), frozenset(r.terms or ())))
     return hits
@@ -159,6 +177,8 @@ class _Fts:
 
     fts: str
     candidates: sa.TextClause
+    short_candidates: sa.TextClause
+    """The same, of the rows of at most `max_chars` characters only."""
     marks: str
     """The SELECT of marks for the candidates' keys (`{keys}`: a JSON array)."""
     text: str
@@ -182,20 +202,21 @@ def thread_key(thread_id: str) -> str:
 
 
 _SQLITE_RECENCY = "(1.0 + :half / (:half + max(t.last_seq - {seq}, 0)))"
-_SQLITE_MESSAGES = _Fts(
-    FTS_TABLE,
-    sa.text(
-        f"""
+_SQLITE_MESSAGES_SQL = f"""
         SELECT f.rowid AS key, m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
             -bm25({FTS_TABLE}, 1.0, 0.5, 0.0) * {_SQLITE_RECENCY.format(seq="m.seq")}
                 AS score
         FROM {FTS_TABLE} f JOIN messages m ON m.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = m.thread_id
-        WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid AND length(m.content) <= :max_chars
+        WHERE {FTS_TABLE} MATCH :q AND m.thread_id = :tid{{short}}
         ORDER BY score DESC, m.seq DESC
         LIMIT :limit
         """
-    ),
+_SQLITE_SHORT = " AND length({t}.content) <= :max_chars"
+_SQLITE_MESSAGES = _Fts(
+    FTS_TABLE,
+    sa.text(_SQLITE_MESSAGES_SQL.format(short="")),
+    sa.text(_SQLITE_MESSAGES_SQL.format(short=_SQLITE_SHORT.format(t="m"))),
     f"""
     SELECT rowid AS key, highlight({FTS_TABLE}, 0, char(2), char(3)) AS marked,
         highlight({FTS_TABLE}, 1, char(2), char(3)) AS marked_tools
@@ -204,22 +225,21 @@ _SQLITE_MESSAGES = _Fts(
     """,
     "{content search_text}",
 )
-_SQLITE_ARCHIVE = _Fts(
-    ARCHIVE_FTS_TABLE,
-    sa.text(
-        f"""
+_SQLITE_ARCHIVE_SQL = f"""
         SELECT f.rowid AS key, a.to_seq AS seq, 'summary' AS role, a.content, a.created_at,
             a.from_seq,
             -bm25({ARCHIVE_FTS_TABLE}, 1.0, 0.0) * {_SQLITE_RECENCY.format(seq="a.to_seq")}
                 AS score
         FROM {ARCHIVE_FTS_TABLE} f JOIN summary_archive a ON a.{SEARCH_KEY} = f.rowid
             JOIN threads t ON t.id = a.thread_id
-        WHERE {ARCHIVE_FTS_TABLE} MATCH :q AND a.thread_id = :tid
-            AND length(a.content) <= :max_chars
+        WHERE {ARCHIVE_FTS_TABLE} MATCH :q AND a.thread_id = :tid{{short}}
         ORDER BY score DESC, a.to_seq DESC
         LIMIT :limit
         """
-    ),
+_SQLITE_ARCHIVE = _Fts(
+    ARCHIVE_FTS_TABLE,
+    sa.text(_SQLITE_ARCHIVE_SQL.format(short="")),
+    sa.text(_SQLITE_ARCHIVE_SQL.format(short=_SQLITE_SHORT.format(t="a"))),
     f"""
     SELECT rowid AS key, highlight({ARCHIVE_FTS_TABLE}, 0, char(2), char(3)) AS marked,
         NULL AS marked_tools
@@ -245,28 +265,35 @@ def _fts5_forms(term: str) -> str:
 
 
 async def _sqlite_hits(
-    conn: AsyncConnection, thread_id: str, query: str, terms: list[str], limit: int, max_chars: int
+    conn: AsyncConnection,
+    thread_id: str,
+    query: str,
+    terms: list[str],
+    limit: int,
+    max_chars: int | None,
 ) -> list[SearchHit]:
     hits: list[SearchHit] = []
     for index in (_SQLITE_MESSAGES, _SQLITE_ARCHIVE):
         words = index.words(terms)
         q = index.match(thread_id, words)
-        params = {
+        params: dict[str, Any] = {
             "q": q,
             "tid": thread_id,
             "limit": limit,
-            "max_chars": max_chars,
             "half": float(RECENCY_HALF_LIFE),
         }
+        candidates = index.candidates
+        if max_chars is not None:
+            candidates, params["max_chars"] = index.short_candidates, max_chars
         try:
-            rows = (await conn.execute(index.candidates, params)).all()
+            rows = (await conn.execute(candidates, params)).all()
         except sa.exc.OperationalError as exc:
             if "thread_key" not in str(exc.orig):
                 raise
             # An index made before migration 0021 (this code deployed ahead of its
             # migration): no thread column, so the words alone, as it was searched then.
             params["q"] = words
-            rows = (await conn.execute(index.candidates, params)).all()
+            rows = (await conn.execute(candidates, params)).all()
         if not rows:
             continue
         keys = "[" + ",".join(str(int(r.key)) for r in rows) + "]"
@@ -346,9 +373,9 @@ def _at(value: datetime | str | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
-_NO_LIMIT = 2**31 - 1
-"""`max_chars` when none is asked: longer than any text either database stores (a PostgreSQL
-`integer` parameter, so it is held to that type's range)."""
+_INT_MAX = 2**31 - 1
+"""The largest `max_chars` sent: a PostgreSQL `integer` parameter (a larger bound is this one:
+no text either database stores is longer)."""
 
 
 def _dialect(conn: AsyncConnection) -> Any:
@@ -366,7 +393,7 @@ async def search_history(
     terms = search_terms(query)
     if limit < 1 or not terms or (max_chars is not None and max_chars < 0):
         return []  # no word (PostgreSQL's parser would find none either): nothing to match
-    longest = _NO_LIMIT if max_chars is None else min(max_chars, _NO_LIMIT)
+    longest = None if max_chars is None else min(max_chars, _INT_MAX)
     hits: list[SearchHit] = await _dialect(conn)(conn, thread_id, query, terms, limit, longest)
     hits.sort(key=lambda h: (h.relevance, h.seq), reverse=True)
     return hits[:limit]

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from bounded_agents.core.erasure import redact_search_result
 from bounded_agents.core.messages import ChatMessage, Message
@@ -22,6 +23,7 @@ from bounded_agents.core.search_forms import (
     values,
 )
 from bounded_agents.core.turn.public import ToolContext
+from bounded_agents.store.sql import SqlAgentStore
 from tests.factories import assistant, user
 from tests.store.conftest import ContractStore
 
@@ -266,3 +268,31 @@ def test_each_value_is_measured_against_its_two_neighbouring_matches_only(
 
     assert found == {"AB-9999": "ab", "CD-9999": "cd"}
     assert len(measured) <= 2 * (2 * lines)  # two values a line, two neighbours each
+
+
+async def test_only_a_search_held_to_short_messages_measures_their_text(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A search without `max_chars` never measures a row's text (the bound would read every
+    matched row's content); with it, PostgreSQL reads the stored size before it counts
+    characters, so a long text is never decompressed to be counted."""
+    tid = await _thread(sql_store, [user("Everything has to arrive by 2027-03-04.")])
+    sent: list[str] = []
+
+    def before(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(sql_store.engine.sync_engine, "before_cursor_execute", before)
+    try:
+        unbounded = await sql_store.search_history(tid, "2027", limit=5)
+        searches = len(sent)
+        bounded = await sql_store.search_history(tid, "2027", limit=5, max_chars=100)
+    finally:
+        event.remove(sql_store.engine.sync_engine, "before_cursor_execute", before)
+
+    assert [h.seq for h in unbounded] == [h.seq for h in bounded] == [1]
+    assert searches and not any("length(" in s for s in sent[:searches])
+    measured = [s for s in sent[searches:] if "length(" in s]
+    assert measured
+    if sql_store.engine.dialect.name == "postgresql":
+        assert all(s.index("octet_length(") < s.index(" length(") for s in measured)
