@@ -70,9 +70,20 @@ def project_message(message: Any, index: int) -> Projection:
     if isinstance(message, ToolMessage):
         return Projection("assistant", f"[tool output {message.name or ''}] {_text(message)}")
     if isinstance(message, AIMessage):
-        calls = "".join(f"\n[tool call {c['name']}] {c['args']}" for c in message.tool_calls)
+        try:
+            calls = "".join(f"\n[tool call {c['name']}] {c['args']}" for c in message.tool_calls)
+        except RecursionError:  # found by attack: arguments nested 3,000 deep raised it raw
+            raise InvalidInput(f"{label(message, index)} is nested too deeply to store") from None
         return Projection("assistant", _text(message) + calls)
     return Projection("assistant", _text(message))  # chat, function, a custom type: verbatim
+
+
+_AI_TYPES = frozenset({"ai", "AIMessageChunk"})
+_TOOL_TYPES = frozenset({"tool", "ToolMessageChunk"})
+"""`message_to_dict` types of the messages that make tool calls and answer them: a streamed
+answer is stored as its chunk (`RunnableWithMessageHistory.astream` stores an
+`AIMessageChunk`), and its calls must keep their outputs as an `AIMessage`'s do (found by
+attack: a chunk's ToolMessage was left out of the view as an answer with no call)."""
 
 
 def item_links(item: Any) -> Links:
@@ -82,11 +93,11 @@ def item_links(item: Any) -> Links:
     data = item.get("data") if isinstance(item, dict) else None
     if not isinstance(data, dict):
         return NO_LINKS
-    if item.get("type") == "tool":
+    if item.get("type") in _TOOL_TYPES:
         call_id = data.get("tool_call_id")
         return Links(closes=frozenset({call_id if isinstance(call_id, str) else ""}))
     calls = data.get("tool_calls")
-    if item.get("type") == "ai" and isinstance(calls, list):
+    if item.get("type") in _AI_TYPES and isinstance(calls, list):
         return Links(opens=frozenset(str(c.get("id") or "") for c in calls if isinstance(c, dict)))
     return NO_LINKS
 

@@ -59,6 +59,16 @@ def _text_of(content: Any) -> str:
     return "\n".join(parts)
 
 
+def _checked(item: Any, index: int) -> tuple[Projection, str]:
+    """An item's projection and JSON, its JSON first: an item that is no JSON (an output
+    object, arguments nested thousands deep) is refused naming it before the projection
+    formats it (which raised `TypeError` or `RecursionError` raw)."""
+    if not isinstance(item, Mapping):
+        project_item(item, index)  # refuses it, naming it
+    text = item_json(item, label=label(item, index))
+    return project_item(item, index), text
+
+
 def project_item(item: Any, index: int) -> Projection:
     """What the store indexes of one SDK item. Only a user message starts a run; every other
     item (tool calls and outputs, reasoning, handoffs, an unknown type) belongs to the run in
@@ -221,10 +231,7 @@ class BoundedSession:
     ) -> None:
         """Append `items` verbatim, in order, all or none: a malformed item is refused naming
         it, before anything is written. Concurrent calls are serialized by the store."""
-        batch = [
-            (project_item(item, i), item_json(item, label=label(item, i)))
-            for i, item in enumerate(items)
-        ]
+        batch = [_checked(item, i) for i, item in enumerate(items)]
         await self._history(wrapper).append(batch)
 
     async def pop_item(

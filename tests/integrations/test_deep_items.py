@@ -64,3 +64,39 @@ def test_an_items_label_is_bounded_whatever_its_size_or_depth() -> None:
     huge = {"type": "message", "content": "x" * 10_000_000, "deep": nested(5000)}
     shown = label(huge, 3)
     assert shown.startswith("item 3 (message: ") and len(shown) < 120
+
+
+def nested_dict(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"v": value}
+    return value
+
+
+async def test_a_langchain_tool_call_with_arguments_nested_3000_deep_is_refused_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: the projection formats the call's arguments as text, which raised
+    RecursionError before the JSON check could refuse the message."""
+    call = {"name": "f", "args": nested_dict(3000), "id": "c1", "type": "tool_call"}
+    message = AIMessage("", tool_calls=[call])
+    with pytest.raises(InvalidInput, match=r"^item 0 \(AIMessage: .*\) is nested too deeply"):
+        await BoundedChatMessageHistory("deep", sql_store).aadd_messages([message])
+    assert await _stored(sql_store) == 0
+
+
+@pytest.mark.parametrize(
+    ("item", "error"),
+    [
+        ({"type": "function_call", "name": "f", "arguments": nested_dict(3000)}, "nested too"),
+        ({"type": "function_call_output", "call_id": "c", "output": object()}, "not JSON"),
+    ],
+)
+async def test_an_sdk_call_or_output_that_is_no_json_is_refused_before_it_is_projected(
+    sql_store: SqlAgentStore, item: dict[str, Any], error: str
+) -> None:
+    """The projection formats arguments and outputs; the item's JSON is checked first, so
+    neither raises raw (RecursionError, TypeError)."""
+    with pytest.raises(InvalidInput, match=rf"^item 0 \(function_call.*\) is {error}"):
+        await BoundedSession("deep", sql_store).add_items([item])  # type: ignore[list-item]
+    assert await _stored(sql_store) == 0

@@ -12,6 +12,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (
     AIMessage,
+    AIMessageChunk,
     BaseMessage,
     ChatMessage,
     HumanMessage,
@@ -349,3 +350,30 @@ async def test_a_capped_page_beginning_on_a_call_is_kept_for_adapters_whose_item
 
     assert [type(m).__name__ for m in view] == ["AIMessage", "ToolMessage", "ToolMessage"]
     assert returns_have_calls(view)
+
+
+async def test_a_streamed_answers_tool_calls_keep_their_tool_messages_in_the_view(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: `RunnableWithMessageHistory.astream` stores the answer as an
+    `AIMessageChunk`, whose calls were not read as calls, so its ToolMessage was left out of
+    the view as an answer with no call (a prompt every chat model refuses)."""
+    call = {"name": "weather", "args": {"city": "Paris"}, "id": "c1", "type": "tool_call"}
+    history = BoundedChatMessageHistory("streamed", sql_store)
+    await history.aadd_messages(
+        [
+            HumanMessage("weather?"),
+            AIMessageChunk("", tool_calls=[call]),
+            ToolMessage("sunny", tool_call_id="c1", name="weather"),
+            AIMessage("It is sunny."),
+        ]
+    )
+
+    view = await history.aget_messages()
+
+    assert [type(m).__name__ for m in view] == [
+        "HumanMessage",
+        "AIMessageChunk",
+        "ToolMessage",
+        "AIMessage",
+    ]
