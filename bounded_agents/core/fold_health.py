@@ -366,14 +366,27 @@ def backoff_after(
     )
 
 
+MAX_WAIT_SEQS = TURN_MESSAGES * BACKOFF_MAX_TURNS + 1
+"""The farthest past a thread's newest message a backoff it earned can end: its newest message
+was at least the seq the failure was recorded at (seqs only grow; an erased one is never
+reused)."""
+
+
 def may_fold(health: FoldHealth | None, seq: int) -> bool:
-    """Whether a thread whose newest message is `seq` may attempt a fold now."""
-    return health is None or seq >= health.retry_after_seq
+    """Whether a thread whose newest message is `seq` may attempt a fold now. A wait longer
+    than any this thread could have earned is an earlier thread's of the same id (a session
+    cleared while its fold failed wrote it after the clear; found by attack: the new thread,
+    at seq 2, waited until seq 603, and 78 items went unsummarized): it is not waited out."""
+    return health is None or seq >= health.retry_after_seq or _before_clear(health, seq)
+
+
+def _before_clear(health: FoldHealth, seq: int) -> bool:
+    return health.retry_after_seq > seq + MAX_WAIT_SEQS
 
 
 def turns_left(health: FoldHealth | None, seq: int) -> int:
     """Turns after the one at `seq` that will not fold (0: the next turn may)."""
-    if health is None or seq >= health.retry_after_seq:
+    if health is None or seq >= health.retry_after_seq or _before_clear(health, seq):
         return 0
     return max(0, -(-(health.retry_after_seq - seq) // TURN_MESSAGES) - 1)
 
@@ -495,6 +508,7 @@ def fold_clock(fold: Mapping[str, Any]) -> int:
 __all__ = [
     "BACKOFF_MAX_TURNS",
     "INVENTED_BELOW",
+    "MAX_WAIT_SEQS",
     "MIN_IDENTIFIERS",
     "MIN_SOURCE_TERMS",
     "MIN_SUMMARY_TERMS",

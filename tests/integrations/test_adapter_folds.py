@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 
 from bounded_agents.core.fold_health import unrelated_fold
 from bounded_agents.core.messages import Message
-from bounded_agents.core.ports import HistoryPolicyContext, HistorySummary
+from bounded_agents.core.ports import FoldHealth, HistoryPolicyContext, HistorySummary
 from bounded_agents.errors import StoreError
 from bounded_agents.integrations.items import Projection
 from bounded_agents.integrations.langchain import BoundedChatMessageHistory
@@ -324,3 +324,29 @@ async def test_the_sdk_sessions_due_fold_reports_a_database_error_in_its_read_as
     outcome = await session.compact()
 
     assert outcome is not None and outcome.refused == "failed:store", outcome
+
+
+async def test_a_backoff_written_after_a_clear_does_not_hold_the_new_threads_folds(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a fold that failed while its session was cleared wrote its backoff,
+    counted on the old thread's seqs (to seq 603), onto the new thread of the same id, which
+    then never folded (0 summarizer calls in 39 writes, 78 items unsummarized)."""
+    notes = NotesSummarizer()
+    history = BoundedChatMessageHistory(
+        "user-8", sql_store, keep_runs=1, summarizer=notes, fold_items=2
+    )
+    await history.aadd_messages([HumanMessage("question 0"), AIMessage("answer 0")])
+    await history.aclear()
+    await history.aadd_messages([HumanMessage("question 1"), AIMessage("answer 1")])
+    # What the racing fold wrote after the clear: the old thread's backoff.
+    await sql_store.save_fold_health(
+        history.history.thread_id, FoldHealth(outcome="failed:X", failures=6, retry_after_seq=603)
+    )
+    calls = notes.calls
+    for n in range(2, 5):
+        await history.aadd_messages([HumanMessage(f"question {n}"), AIMessage(f"answer {n}")])
+
+    assert notes.calls > calls
+    view = await history.history.bounded()
+    assert view.summary is not None and "question 2" in view.summary.text
