@@ -277,3 +277,31 @@ def test_a_view_never_begins_on_a_call_beside_a_call_its_reasoning_led() -> None
     assert view_start([a, b, out_b], first_trusted=False) is None
     assert view_start([reasoning, a, b, out_b], first_trusted=True) == 0
     assert view_start([a, b, out_b], first_trusted=True) == 0  # nothing left out leads
+
+
+async def test_a_write_cleared_under_it_twice_starts_the_thread_again_and_is_stored_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: a write retried once after finding its thread cleared; a second clear
+    between the restart and the retry (PostgreSQL, a clear every 30 ms: 6-10 of 150 writes)
+    raised ThreadNotFound where the session promises to start afresh."""
+    history = ThreadHistory(sql_store, "cleared-twice")
+    await history.append(run(0, 4))
+    store_append = sql_store.append_messages
+    clears = 0
+
+    async def cleared_first(thread_id: str, messages: Any, **kw: Any) -> Any:
+        nonlocal clears
+        if clears < 3:  # another session object clears it before each of three tries
+            clears += 1
+            await ThreadHistory(sql_store, "cleared-twice").clear()
+        return await store_append(thread_id, messages, **kw)
+
+    sql_store.append_messages = cleared_first  # type: ignore[method-assign]
+    try:
+        await history.append(run(1, 4))
+    finally:
+        del sql_store.append_messages
+
+    assert clears == 3
+    assert [e.item for e in await history.newest(10)] == [json.loads(t) for _, t in run(1, 4)]
