@@ -63,6 +63,8 @@ def project_message(message: Any, index: int) -> Projection:
     tool calls and the tool messages answering them stay in its run."""
     if not isinstance(message, BaseMessage):
         raise InvalidInput(f"{label(message, index)} is not a LangChain message")
+    if isinstance(message, RemoveMessage):  # found by attack: stored, then read back as history
+        raise InvalidInput(f"{label(message, index)} is an instruction to a graph, not a message")
     if isinstance(message, HumanMessage):
         return Projection("user", _text(message))
     if isinstance(message, SystemMessage):

@@ -16,6 +16,7 @@ from langchain_core.messages import (
     BaseMessage,
     ChatMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -141,6 +142,10 @@ async def test_a_malformed_message_is_refused_naming_it_and_nothing_is_written(
     assert await history.aget_messages() == []
     with pytest.raises(NotImplementedError, match="aget_messages"):
         _ = history.messages
+    # Found by attack: a graph's RemoveMessage was stored, then read back as history.
+    with pytest.raises(InvalidInput, match=r"item 1 \(RemoveMessage.*instruction to a graph"):
+        await history.aadd_messages([HumanMessage("hi"), RemoveMessage(id="m1")])
+    assert await history.aget_messages() == []
 
 
 async def test_a_ten_thousand_message_thread_reads_the_bound_and_carries_the_summary(
