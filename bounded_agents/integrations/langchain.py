@@ -19,9 +19,10 @@ Importing this module imports `langchain_core` (`pip install "bounded-agents[lan
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
@@ -209,18 +210,32 @@ class BoundedChatMessageHistory(BaseChatMessageHistory):
         await self.history.clear()
 
 
-class BoundedHistoryMiddleware(AgentMiddleware):
+class BoundedHistoryState(AgentState[Any]):
+    """The agent state with the ids of the state's messages `BoundedHistoryMiddleware` has
+    appended to the thread (private: not in the agent's input or output)."""
+
+    bounded_history_stored_ids: NotRequired[Annotated[list[str], PrivateStateAttr]]
+
+
+class BoundedHistoryMiddleware(AgentMiddleware[BoundedHistoryState, Any, Any]):
     """A `create_agent` middleware that keeps the thread in SQL and the checkpoint to one run.
 
     Every model call is sent the SQL selection (the summary, appended to the system prompt,
     and the newest `keep_runs` runs: one bounded read) followed by the run in flight from the
     agent's state (`awrap_model_call`). After the agent (`aafter_agent`) the run's messages
-    are appended to the thread; before the next run (`abefore_agent`) they are removed from
-    the state, so a checkpointer stores one run, never the whole thread.
+    are appended to the thread and their ids recorded in the state; before the next run
+    (`abefore_agent`) exactly the recorded messages are removed from the state, so a
+    checkpointer stores one run, never the whole thread. What is removed and appended does
+    not depend on what else wrote to the thread in between (another agent on it, or one
+    `session_id` shared by two LangGraph threads): each message is stored once, in order.
+    A checkpoint written before the ids were recorded is read once by the older rule: the
+    state's messages up to the thread's newest item are taken as stored.
 
     The thread is `session_id` when given, else the run's `thread_id` (its
     `config["configurable"]`). Async only: drive the agent with `ainvoke` / `astream`.
     """
+
+    state_schema = BoundedHistoryState
 
     def __init__(
         self,
@@ -274,13 +289,19 @@ class BoundedHistoryMiddleware(AgentMiddleware):
         return found
 
     async def abefore_agent(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: BoundedHistoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Drop from the state what an earlier run already moved into SQL."""
-        stored = await _stored_prefix(self.history(), state["messages"])
-        if not stored:
-            return None
-        return {"messages": [RemoveMessage(id=m.id) for m in stored if m.id is not None]}
+        """Drop from the state what an earlier run already moved into SQL: the messages
+        whose ids `aafter_agent` recorded (by the thread's newest item, for a state that
+        has no record), and start this run's record empty."""
+        messages = state["messages"]
+        recorded = state.get("bounded_history_stored_ids")
+        if recorded is None:
+            stored = {m.id for m in await _stored_prefix(self.history(), messages)}
+        else:
+            stored = set(recorded)
+        removed = [RemoveMessage(id=m.id) for m in messages if m.id is not None and m.id in stored]
+        return {"messages": removed, "bounded_history_stored_ids": []}
 
     async def awrap_model_call(
         self,
@@ -301,14 +322,21 @@ class BoundedHistoryMiddleware(AgentMiddleware):
         return await handler(request.override(**overrides))
 
     async def aafter_agent(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: BoundedHistoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Append the run's messages (those not stored yet) to the thread."""
+        """Append the run's messages (those whose ids are not recorded yet) to the thread,
+        and record their ids. The state's reducer (`add_messages`) gives every message an
+        id; one without (a state written around it) is appended and cannot be recorded."""
         history = self.history()
         messages = list(state["messages"])
-        stored = await _stored_prefix(history, messages)
-        await history.aadd_messages(messages[len(stored) :])
-        return None
+        recorded = state.get("bounded_history_stored_ids")
+        if recorded is None:  # a run begun before the ids were recorded
+            new = messages[len(await _stored_prefix(history, messages)) :]
+        else:
+            known = set(recorded)
+            new = [m for m in messages if m.id is None or m.id not in known]
+        await history.aadd_messages(new)
+        return {"bounded_history_stored_ids": [m.id for m in messages if m.id is not None]}
 
 
 async def _stored_prefix(
@@ -331,6 +359,7 @@ async def _stored_prefix(
 __all__ = [
     "BoundedChatMessageHistory",
     "BoundedHistoryMiddleware",
+    "BoundedHistoryState",
     "item_links",
     "project_message",
 ]

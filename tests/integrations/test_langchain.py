@@ -228,6 +228,93 @@ async def test_the_middleware_reads_the_bound_from_a_ten_thousand_message_thread
     assert len(first) == 1 + 12 + 1 and calls_paired(first[1:-1])
 
 
+def humans(messages: Sequence[BaseMessage]) -> list[str | list[Any]]:
+    return [m.content for m in messages if isinstance(m, HumanMessage)]
+
+
+async def test_another_writer_between_two_checkpointed_runs_stores_each_message_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: the middleware took the state's messages up to the thread's newest
+    item as stored; another agent writing to the thread between two checkpointed runs left
+    the newest item out of the state, so the first run was stored again and the model was
+    sent it after the other writer's run."""
+    model = ToolingFakeModel(messages=iter(script(2)))
+    model.seen = []
+    checkpointed = create_agent(
+        model,
+        tools=[weather],
+        middleware=[BoundedHistoryMiddleware(sql_store, keep_runs=9)],
+        checkpointer=InMemorySaver(),
+    )
+    other = create_agent(
+        ToolingFakeModel(messages=iter(script(1))),
+        tools=[weather],
+        middleware=[BoundedHistoryMiddleware(sql_store, keep_runs=9)],
+    )
+    config: Any = {"configurable": {"thread_id": "lc-mw-other"}}
+
+    await checkpointed.ainvoke({"messages": [HumanMessage("e1")]}, config=config)
+    await other.ainvoke({"messages": [HumanMessage("e-other")]}, config=config)
+    state = await checkpointed.ainvoke({"messages": [HumanMessage("e2")]}, config=config)
+
+    stored = await BoundedChatMessageHistory("lc-mw-other", sql_store, keep_runs=9).aget_messages()
+    assert humans(stored) == ["e1", "e-other", "e2"] and len(stored) == 12
+    assert calls_paired(stored)
+    assert humans(model.seen[2]) == ["e1", "e-other", "e2"]  # the e2 run's first model call
+    assert len(state["messages"]) == 4
+
+
+async def test_one_session_used_by_two_langgraph_threads_in_turn_stores_each_message_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: one `session_id`, two checkpointed LangGraph threads used in turn;
+    each thread's checkpoint missed the other's newest run, so it was stored again whole."""
+    model = ToolingFakeModel(messages=iter(script(5)))
+    model.seen = []
+    agent = create_agent(
+        model,
+        tools=[weather],
+        middleware=[BoundedHistoryMiddleware(sql_store, session_id="lc-mw-shared", keep_runs=9)],
+        checkpointer=InMemorySaver(),
+    )
+    questions = ["c1", "c2", "c3", "c4", "c5"]
+    for question, thread in zip(questions, ["t1", "t2", "t1", "t2", "t1"], strict=True):
+        config: Any = {"configurable": {"thread_id": thread}}
+        state = await agent.ainvoke({"messages": [HumanMessage(question)]}, config=config)
+        assert len(state["messages"]) == 4
+
+    stored = await BoundedChatMessageHistory("lc-mw-shared", sql_store, keep_runs=9).aget_messages()
+    assert humans(stored) == questions and len(stored) == 20 and calls_paired(stored)
+    assert humans(model.seen[8]) == questions  # the c5 run's first model call
+
+
+async def test_a_checkpoint_written_before_the_stored_ids_were_kept_is_dropped_once(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A checkpoint from the earlier version holds its run and no record of what was
+    stored: the thread's newest item decides, as it did then."""
+    saver = InMemorySaver()
+    config: Any = {"configurable": {"thread_id": "lc-mw-old"}}
+    plain = create_agent(
+        ToolingFakeModel(messages=iter(script(1))), tools=[weather], checkpointer=saver
+    )
+    first = await plain.ainvoke({"messages": [HumanMessage("one")]}, config=config)
+    await BoundedChatMessageHistory("lc-mw-old", sql_store).aadd_messages(first["messages"])
+    agent = create_agent(
+        ToolingFakeModel(messages=iter(script(1))),
+        tools=[weather],
+        middleware=[BoundedHistoryMiddleware(sql_store, keep_runs=9)],
+        checkpointer=saver,
+    )
+
+    state = await agent.ainvoke({"messages": [HumanMessage("two")]}, config=config)
+
+    assert humans(state["messages"]) == ["two"] and len(state["messages"]) == 4
+    stored = await BoundedChatMessageHistory("lc-mw-old", sql_store, keep_runs=9).aget_messages()
+    assert humans(stored) == ["one", "two"] and len(stored) == 8
+
+
 class NoteMessage(BaseMessage):
     """A message type of the user's own, which LangChain's loader does not know."""
 
