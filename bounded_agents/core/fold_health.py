@@ -367,26 +367,20 @@ def backoff_after(
 
 
 MAX_WAIT_SEQS = TURN_MESSAGES * BACKOFF_MAX_TURNS + 1
-"""The farthest past a thread's newest message a backoff it earned can end: its newest message
-was at least the seq the failure was recorded at (seqs only grow; an erased one is never
-reused)."""
+"""The farthest past the seq a fold failed at that its backoff can end. Where the clock is the
+thread's newest seq, which only grows (an adapter's thread: `integrations.thread`), a longer
+wait is another thread's of the same id; the loop's fold clock (the seq its fold owes up to)
+can step back when messages are erased, so it cannot tell the two apart this way."""
 
 
 def may_fold(health: FoldHealth | None, seq: int) -> bool:
-    """Whether a thread whose newest message is `seq` may attempt a fold now. A wait longer
-    than any this thread could have earned is an earlier thread's of the same id (a session
-    cleared while its fold failed wrote it after the clear; found by attack: the new thread,
-    at seq 2, waited until seq 603, and 78 items went unsummarized): it is not waited out."""
-    return health is None or seq >= health.retry_after_seq or _before_clear(health, seq)
-
-
-def _before_clear(health: FoldHealth, seq: int) -> bool:
-    return health.retry_after_seq > seq + MAX_WAIT_SEQS
+    """Whether a thread whose newest message is `seq` may attempt a fold now."""
+    return health is None or seq >= health.retry_after_seq
 
 
 def turns_left(health: FoldHealth | None, seq: int) -> int:
     """Turns after the one at `seq` that will not fold (0: the next turn may)."""
-    if health is None or seq >= health.retry_after_seq or _before_clear(health, seq):
+    if health is None or seq >= health.retry_after_seq:
         return 0
     return max(0, -(-(health.retry_after_seq - seq) // TURN_MESSAGES) - 1)
 

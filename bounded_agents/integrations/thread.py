@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bounded_agents.core.fold_health import backoff_after, may_fold, same_health
+from bounded_agents.core.fold_health import MAX_WAIT_SEQS, backoff_after, may_fold, same_health
 from bounded_agents.core.messages import Message, message_digest, unstorable_text
 from bounded_agents.core.ports import (
     AgentStore,
@@ -490,6 +490,12 @@ class ThreadHistory:
             health = await keeper.fold_health(self.thread_id) if keeper is not None else None
         except Exception as exc:  # the read, not the fold: no summary is known, no backoff
             return self._not_folded(None, exc)
+        if health is not None and health.retry_after_seq > newest + MAX_WAIT_SEQS:
+            # No wait this thread earned ends that far past its newest seq (seqs only grow):
+            # a fold that failed while the session was cleared wrote the old thread's backoff
+            # onto the new one after the clear (found by attack: at seq 2 the new thread
+            # waited until seq 603, and 78 items went unsummarized). It is not this thread's.
+            health = None
         if not may_fold(health, newest):
             return FoldOutcome(summary=view.summary, refused="backoff")
         try:

@@ -362,3 +362,24 @@ async def test_a_compression_that_answers_junk_is_not_taken_for_the_notes(env: L
     assert any(r is not None and r.archived for r in reports)
     assert all(r is None or r.compressed == 0 for r in reports)
     assert "ORD-" in rows[-1][1], "the summary kept the newest facts"
+
+
+@SQL_JOURNAL_ONLY
+async def test_erasing_in_the_window_does_not_end_an_earned_backoff(env: LoopEnv) -> None:
+    """Found by review: the loop's fold clock (the seq its fold owes up to) steps back when
+    messages in the window are erased; a guard that read a wait longer than the cap past that
+    clock as another thread's folded at once, one turn into a 32-turn backoff."""
+    broken = Notes(broken=True)
+    tid = await env.thread()
+    loop = env.loop(EchoModel(), _policy(broken))  # type: ignore[arg-type]
+    await _until_called(loop, tid, broken, 6)  # 6 failures: the next wait is the cap, 32 turns
+    health = await env.store.fold_health(tid)
+    assert health is not None and health.failures == 6
+    newest = max(m.seq or 0 for m in await env.store.list_messages(tid, limit=5))
+    # the user erases three of the window's messages (the newest ones)
+    for seq in (newest, newest - 1, newest - 2):
+        assert await env.store.delete_message(tid, seq)
+    calls = broken.calls
+    outcomes = [(await _turn(loop, tid, _said(200 + i))).report.summary for i in range(3)]
+    assert broken.calls == calls, "a backoff of 32 turns was earned one turn ago"
+    assert all(o is not None and o.outcome == "backoff" for o in outcomes)
