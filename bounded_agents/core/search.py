@@ -215,8 +215,8 @@ async def scan_hits(
     terms = search_terms(query)
     hits: list[SearchHit] = []
     newest = await _newest(store, thread_id)
-    if max_chars is not None:
-        newest = [m for m in newest if len(m.content) <= max_chars]
+    if max_chars is not None:  # a message's text and its tool results', as the index's
+        newest = [m for m in newest if len(m.content) + len(search_text(m) or "") <= max_chars]
     for m, (terms_held, count, seq, held) in _scan(newest, terms, limit):
         in_tools = not _holds_any([terms[i] for i in held], m.content)
         text = (search_text(m) or "") if in_tools else m.content
@@ -424,19 +424,17 @@ class HistorySearchTool:
 
 
 def _takes_max_chars(searcher: HistorySearcher) -> bool:
-    """Whether a `HistorySearcher`'s `search_history` takes `max_chars` (added with the date
+    """Whether a `HistorySearcher`'s `search_history` names `max_chars` (added with the date
     forms): a store written against the port before it is searched as before, unbounded, and
-    its form follows rank among every message, as they did. Asked once per store class."""
-    kind = type(searcher)
-    if kind not in _TAKES_MAX_CHARS:
-        parameters = inspect.signature(searcher.search_history).parameters.values()
-        _TAKES_MAX_CHARS[kind] = any(
-            p.name == "max_chars" or p.kind is p.VAR_KEYWORD for p in parameters
-        )
-    return _TAKES_MAX_CHARS[kind]
-
-
-_TAKES_MAX_CHARS: dict[type, bool] = {}
+    its form follows rank among every message, as they did. Only a parameter of that name
+    counts: a proxy taking `**kwargs` may hand them to a store that has none (found by review:
+    every follow then failed). Read from the method each time (microseconds, against a
+    search's milliseconds): a proxy's `__getattr__` can hand out the methods of stores of
+    different classes, so no per-class answer holds."""
+    try:
+        return "max_chars" in inspect.signature(searcher.search_history).parameters
+    except (TypeError, ValueError):  # no signature to read (a builtin): as before
+        return False
 
 
 def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[SearchHit]:

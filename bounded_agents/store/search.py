@@ -92,10 +92,17 @@ _PG_TERMS = """
 """Which terms (by position) a row holds, each in either Unicode form (`both_forms`)."""
 _PG_RECENCY = "(1.0 + :half / (:half + greatest(t.last_seq - {seq}, 0)))"
 _PG_MARK = f"'HighlightAll=true, StartSel={MARK_START}, StopSel={MARK_END}'"
-_PG_SHORT = " AND octet_length({t}.content) <= :max_bytes AND length({t}.content) <= :max_chars"
+_PG_SHORT = " AND {bytes} <= :max_bytes AND {chars} <= :max_chars"
 """The rows of at most `max_chars` characters. `octet_length` comes first: it reads a stored
 text's size from its header, where `length` would decompress a long text to count its
 characters; a text of more than `max_bytes` (4 bytes a character) is never that short."""
+_PG_SHORT_MESSAGES = _PG_SHORT.format(
+    bytes="octet_length(m.content) + coalesce(octet_length(m.search_text), 0)",
+    chars="length(m.content) + coalesce(length(m.search_text), 0)",
+)
+"""A message's text and its tool results' (found by review: a pasted log arriving as a tool
+result, its message's content empty, took the candidates' places as a pasted message did)."""
+_PG_SHORT_ARCHIVE = _PG_SHORT.format(bytes="octet_length(a.content)", chars="length(a.content)")
 _PG_MESSAGES_SQL = f"""
     WITH {_PG_QUERY}
     SELECT m.seq, m.role, m.content, m.created_at, NULL AS from_seq,
@@ -134,8 +141,8 @@ def _pg_statement(sql: str, short: str) -> sa.TextClause:
 
 _PG_STATEMENTS = {
     short: (
-        _pg_statement(_PG_MESSAGES_SQL, _PG_SHORT.format(t="m") if short else ""),
-        _pg_statement(_PG_ARCHIVE_SQL, _PG_SHORT.format(t="a") if short else ""),
+        _pg_statement(_PG_MESSAGES_SQL, _PG_SHORT_MESSAGES if short else ""),
+        _pg_statement(_PG_ARCHIVE_SQL, _PG_SHORT_ARCHIVE if short else ""),
     )
     for short in (False, True)
 }
@@ -212,11 +219,15 @@ _SQLITE_MESSAGES_SQL = f"""
         ORDER BY score DESC, m.seq DESC
         LIMIT :limit
         """
-_SQLITE_SHORT = " AND length({t}.content) <= :max_chars"
+_SQLITE_SHORT = " AND length({t}.content){tools} <= :max_chars"
 _SQLITE_MESSAGES = _Fts(
     FTS_TABLE,
     sa.text(_SQLITE_MESSAGES_SQL.format(short="")),
-    sa.text(_SQLITE_MESSAGES_SQL.format(short=_SQLITE_SHORT.format(t="m"))),
+    sa.text(
+        _SQLITE_MESSAGES_SQL.format(
+            short=_SQLITE_SHORT.format(t="m", tools=" + coalesce(length(m.search_text), 0)")
+        )
+    ),
     f"""
     SELECT rowid AS key, highlight({FTS_TABLE}, 0, char(2), char(3)) AS marked,
         highlight({FTS_TABLE}, 1, char(2), char(3)) AS marked_tools
@@ -239,7 +250,7 @@ _SQLITE_ARCHIVE_SQL = f"""
 _SQLITE_ARCHIVE = _Fts(
     ARCHIVE_FTS_TABLE,
     sa.text(_SQLITE_ARCHIVE_SQL.format(short="")),
-    sa.text(_SQLITE_ARCHIVE_SQL.format(short=_SQLITE_SHORT.format(t="a"))),
+    sa.text(_SQLITE_ARCHIVE_SQL.format(short=_SQLITE_SHORT.format(t="a", tools=""))),
     f"""
     SELECT rowid AS key, highlight({ARCHIVE_FTS_TABLE}, 0, char(2), char(3)) AS marked,
         NULL AS marked_tools

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import event
 
 from bounded_agents.core.erasure import redact_search_result
-from bounded_agents.core.messages import ChatMessage, Message
+from bounded_agents.core.messages import ChatMessage, Message, ToolCall, ToolResult
 from bounded_agents.core.ports import MARK_END, MARK_START, AgentStore, SearchHit
 from bounded_agents.core.search import HistorySearchTool
 from bounded_agents.core.search_forms import (
@@ -296,3 +296,100 @@ async def test_only_a_search_held_to_short_messages_measures_their_text(
     assert measured
     if sql_store.engine.dialect.name == "postgresql":
         assert all(s.index("octet_length(") < s.index(" length(") for s in measured)
+
+
+async def test_an_identifier_beside_a_date_is_followed_before_the_date(
+    store: ContractStore,
+) -> None:
+    """Found by review: one form is followed per hit, the nearest; a date nearer the match
+    than the order number took it, and the correction was no longer reached."""
+    tid = await _thread(
+        store,
+        [
+            user("Our order from 2027-03-01 is ORD-41234."),  # 1
+            assistant("Noted."),  # 2
+            *chatter(2),  # 3..6
+            user("Actually, use ORD-55120 instead."),  # 7
+        ],
+    )
+
+    found = await _search(store, tid, "order")
+
+    assert (7, 1) in [(r["seq"], r.get("same_form_as")) for r in found]
+
+
+def dated_tool_log(i: int) -> Message:
+    """A pasted log arriving as a tool result: its message's content is empty."""
+    log = "\n".join(f"2027-08-{i % 28 + 1:02d} 10:{k:02d}:12 INFO worker-{k}" for k in range(40))
+    call = ToolCall(id=f"c{i}", name="read_logs", arguments={"n": i})
+    return Message(
+        role="assistant",
+        content="",
+        tool_calls=[call],
+        tool_results=[ToolResult(call_id=f"c{i}", content=log)],
+    )
+
+
+async def test_a_correction_is_followed_past_logs_that_arrive_as_tool_results(
+    store: ContractStore,
+) -> None:
+    """Found by review: the statement bound measured a message's content only, so logs in
+    tool results (empty content) still took every candidate's place."""
+    tid = await _thread(
+        store,
+        [
+            user("Our delivery date is 2027-10-24."),  # 1
+            assistant("Noted."),  # 2
+            user("Scratch what I said before, make that 2027-01-08."),  # 3
+            *[m for i in range(60) for m in (user("check"), dated_tool_log(i))],
+        ],
+    )
+
+    found = await _search(store, tid, "delivery date")
+
+    assert [(r["seq"], r.get("same_form_as")) for r in found][:2] == [(1, None), (3, 1)]
+
+
+class OldSearcher:
+    """A store written against the port before `max_chars`, behind a tracing proxy that
+    takes `**kwargs`: the follow must not hand the keyword on (found by review: the inner
+    store raised TypeError and every follow was lost)."""
+
+    def __init__(self, inner: SqlAgentStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def search_history(self, thread_id: str, query: str, *, limit: int) -> Any:
+        return await self._inner.search_history(thread_id, query, limit=limit)
+
+
+class Traced:
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def search_history(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._inner.search_history(*args, **kwargs)
+
+
+@pytest.mark.parametrize("wrap", [OldSearcher, lambda s: Traced(OldSearcher(s))])
+async def test_a_searcher_without_max_chars_still_follows_forms(
+    sql_store: SqlAgentStore, wrap: Any
+) -> None:
+    tid = await _thread(
+        sql_store,
+        [
+            user("For the record, our invoice number is INV-2027-1187."),
+            assistant("Noted."),
+            user("Actually, use INV-2027-5523 instead."),
+        ],
+    )
+    result = await HistorySearchTool(wrap(sql_store)).invoke_in_turn(
+        {"query": "invoice number"}, ToolContext(thread_id=tid, prompt=())
+    )
+    rows = json.loads(result.content)["results"]
+    assert [(r["seq"], r.get("same_form_as")) for r in rows] == [(1, None), (3, 1)]
