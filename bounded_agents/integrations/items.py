@@ -184,7 +184,7 @@ def label(item: Any, index: int) -> str:
     kind = (item.get("type") or item.get("kind")) if isinstance(item, dict) else type(item).__name__
     try:
         shown = _LABEL_REPR.repr(item)
-    except RecursionError:
+    except (RecursionError, ValueError):  # too deep; an int past Python's 4,300 digits
         shown = "..."
     return f"item {index} ({kind or 'no type'}: {clipped(shown, 80)})"
 

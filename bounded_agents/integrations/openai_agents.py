@@ -104,11 +104,11 @@ def project_item(item: Any, index: int) -> Projection:
 
 
 def item_links(item: Any) -> Links:
-    """How an SDK item ties to its neighbours (`ThreadHistory.links`): a `*_call` opens its
-    `call_id` and a `*_output` closes it (an output with no id closes one no call opens, so no
-    view begins before it), an MCP approval request and its response likewise, and a
-    `reasoning` item leads to the call after it: the Responses API refuses an output without
-    its call, and a call without its reasoning item."""
+    """How an SDK item ties to its neighbours (`ThreadHistory.links`): a `*_call` (or any other
+    item with a `call_id`, as `program`) opens its `call_id` and a `*_output` closes it (an
+    output with no id closes one no call opens, so no view begins before it), an MCP approval
+    request and its response likewise, and a `reasoning` item leads to the call after it: the
+    Responses API refuses an output without its call, and a call without its reasoning item."""
     kind = item.get("type") if isinstance(item, Mapping) else None
     if not isinstance(kind, str):
         return NO_LINKS
@@ -120,7 +120,10 @@ def item_links(item: Any) -> Links:
         return Links(closes=_ids(item.get("approval_request_id")))
     if kind.endswith("_output"):
         return Links(closes=_ids(item.get("call_id")))
-    if kind.endswith("_call"):
+    if kind.endswith("_call") or isinstance(item.get("call_id"), str):
+        # Any other item with a `call_id` opens it: programmatic tool calling pairs `program`
+        # with `program_output` (found by attack: the output was left out of every later view
+        # as an answer without a call, and the model lost the program's result).
         return Links(opens=_ids(item.get("call_id")))
     return NO_LINKS
 

@@ -278,3 +278,20 @@ def test_a_failure_waits_and_a_success_clears_the_wait() -> None:
 
 def test_an_erased_range_is_no_failure() -> None:
     assert backoff_after("erased", None, 9) is None
+
+
+def test_a_chat_reply_for_a_small_chunk_is_refused_even_after_it_was_stored() -> None:
+    """Found by attack: with folds of 4 items (15 terms, under `MIN_SOURCE_TERMS`), "Sure! How
+    can I help you today?" was too small to judge and stored at every fold; stored once, its
+    words were the previous summary's and vouched for it."""
+    reply = "Sure! How can I help you today?"
+    chunk = [
+        "What is the status of invoice 1000 for Contoso?",
+        "[tool output] invoice 1000: paid on 2024-03-01",
+        "Invoice 1000 was paid on March 1.",
+    ]
+    assert not judge_relatedness(reply, chunk).related
+    assert not judge_relatedness(reply, chunk, previous=reply).related
+    # Chat words the chunk said are no evidence (a small talk fold may be refused: one turn
+    # of backoff), but a note of words of its own is not chat: "- nothing noted yet" passes.
+    assert judge_relatedness("- nothing noted yet", ["hi", "ok", "thanks"]).related

@@ -350,3 +350,41 @@ async def test_a_backoff_written_after_a_clear_does_not_hold_the_new_threads_fol
     assert notes.calls > calls
     view = await history.history.bounded()
     assert view.summary is not None and "question 2" in view.summary.text
+
+
+class ChatReply:
+    """A summarizer whose model answers every fold with a chat reply."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, messages: list[Message], ctx: HistoryPolicyContext) -> HistorySummary:
+        self.calls += 1
+        return HistorySummary(text="Sure! How can I help you today?", model="chat")
+
+
+def invoice_run(i: int) -> list[dict[str, str]]:
+    return [
+        {"role": "user", "content": f"What is the status of invoice {1000 + i} for Contoso?"},
+        {"type": "function_call", "call_id": f"c{i}", "name": "lookup_invoice", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"c{i}", "output": f"invoice {1000 + i}: paid"},
+        {"type": "message", "role": "assistant", "content": f"Invoice {1000 + i} was paid."},
+    ]
+
+
+async def test_a_chat_reply_to_small_folds_is_never_stored_as_the_summary(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: with folds of 4 items each chunk held under 20 terms and the reply
+    under 4, "too small to judge": it was stored 38 times of 38 in place of the notes."""
+    reply = ChatReply()
+    session = BoundedSession("small-folds", sql_store, keep_runs=2, summarizer=reply, fold_items=4)
+    outcomes = []
+    for i in range(12):
+        await session.add_items(invoice_run(i))  # type: ignore[arg-type]
+        outcomes.append(await session.compact())
+
+    assert reply.calls > 0
+    assert all(o is None or o.refused in {"unrelated", "backoff"} for o in outcomes), outcomes
+    view = await session.get_items()
+    assert not any("How can I help" in str(item) for item in view)

@@ -638,3 +638,47 @@ async def test_an_output_older_than_its_call_never_costs_the_view_its_runs_promp
 
     assert view[0] == _said("PROMPT-2 what's the time?")
     assert _answers_have_calls(view) and len(view) == 3
+
+
+def program_run(n: int) -> list[Any]:
+    """A run with programmatic tool calling: the SDK pairs `program` with `program_output`
+    by `call_id`, as a function call with its output."""
+    return [
+        {"role": "user", "content": f"question {n}"},
+        {"type": "program", "id": f"pg{n}", "call_id": f"pc{n}", "code": "tools.x()"},
+        {"type": "program_output", "id": f"po{n}", "call_id": f"pc{n}", "result": f"{n * 6}"},
+        {"type": "message", "role": "assistant", "content": f"answer {n}"},
+    ]
+
+
+async def test_a_programs_output_stays_in_the_view_with_its_program(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: only `*_call` items opened a call, so every `program_output` was left
+    out of the view as an answer without a call, and the model lost the program's result."""
+    session = BoundedSession("programs", sql_store, keep_runs=2)
+    for n in range(4):
+        await session.add_items(program_run(n))
+
+    view = await session.get_items()
+
+    assert [i.get("type", "message") for i in view] == [
+        "message",
+        "program",
+        "program_output",
+        "message",
+    ] * 2
+    assert [i["result"] for i in view if i.get("type") == "program_output"] == ["12", "18"]
+
+
+async def test_an_item_holding_an_integer_past_pythons_digit_limit_is_refused_in_one_line(
+    sql_store: SqlAgentStore,
+) -> None:
+    """Found by attack: the error's label printed the item, and Python refuses to print an
+    int of more than 4,300 digits: a raw ValueError instead of `InvalidInput`."""
+    session = BoundedSession("huge-int", sql_store)
+    with pytest.raises(InvalidInput, match=r"^item 0 \(function_call_output: \.\.\.\) is not JSON"):
+        await session.add_items(
+            [{"type": "function_call_output", "call_id": "c", "output": {"n": 10**5000}}]
+        )  # type: ignore[list-item]
+    assert await session.get_items() == []
