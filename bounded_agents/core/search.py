@@ -407,7 +407,8 @@ class HistorySearchTool:
         (`_UNSPACED`) is answered by the scan first (its substrings; the newest
         `FALLBACK_SCAN_ROWS` messages, without dates), then by the index's hits the scan did
         not find (a whole run of such letters, older than the scan reached). `max_chars`:
-        only messages of at most that many characters (`HistorySearcher.search_history`)."""
+        only messages of at most that many characters, their tool results counted
+        (`HistorySearcher.search_history`)."""
         searcher = self._store  # narrowed to a `HistorySearcher` below; `self._store` is not
         if not supports_history_search(searcher):
             return await scan_hits(self._store, thread_id, query, limit, max_chars)

@@ -46,10 +46,11 @@ FORM_CANDIDATES = 20
 at most `STATEMENT_CHARS`, where a statement of one value sits."""
 
 STATEMENT_CHARS = 500
-"""The longest message a form is followed to. A statement is a sentence or two; a pasted log
-holds the prefix (a year, above all) on every line, so the index ranks it first and, without
-this bound, twenty logs took every candidate's place (measured on the recall bench's 500-turn
-thread: a corrected delivery date was 21st or later behind logs for its year)."""
+"""The longest message (its text and tool results) a form is followed to. A statement is a
+sentence or two; a pasted log holds the prefix (a year, above all) on every line, so the index
+ranks it first and, without this bound, twenty logs took every candidate's place (measured on
+the recall bench's 500-turn thread: a corrected delivery date was 21st or later behind logs
+for its year)."""
 
 MAX_FORM_ROWS = 2
 """Messages shown per form at most, newest first."""

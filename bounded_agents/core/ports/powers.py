@@ -273,9 +273,10 @@ class HistorySearcher(Protocol):
         among equals. `query` is whatever the model wrote: words, never syntax, so no input
         may raise (a quote, `*`, `NEAR(`, `-`); a query with no word finds nothing. The read
         names the thread: it never returns, ranks against or scans another thread's rows.
-        `max_chars`: only rows whose text (`content`) is at most this long, ranked among
-        themselves (the statements a value's form is followed to, `core.search_forms`: a
-        pasted log holding the word many times would take every place otherwise)."""
+        `max_chars`: only rows whose text and tool results (an archived part's text) are at
+        most this long together, ranked among themselves (the statements a value's form is
+        followed to, `core.search_forms`: a pasted log holding the word many times would take
+        every place otherwise)."""
         ...
 
     async def messages_at(self, thread_id: str, seqs: Collection[int]) -> list[Message]:
