@@ -308,15 +308,11 @@ def judge_relatedness(
         # fold may note nothing in words of its own ("- nothing noted yet" of small talk);
         # after one, such an answer would wipe the notes.
         return Relatedness(False, True, 0.0, len(written), len(source))
-    if (
-        whole
-        and whole <= _CHAT_STEMS
-        and not any(_supported(t, _source_terms(chunk)) for t in whole)
-    ):
-        # Chat words that stand for nothing the chunk said, however small the chunk (found by
-        # attack: with folds of 4 items, 15 terms each, "Sure! How can I help you today?" was
-        # "too small to judge" and stored 38 times of 38 in place of the notes). Judged
-        # against the chunk alone: once stored, the reply's words were the previous summary's.
+    if whole and whole <= _CHAT_STEMS:
+        # Chat words only, however small the chunk: a chat word is no evidence (`_supported`),
+        # not even one the chunk or the previous summary said (found by attack: with folds of
+        # 4 items, 15 terms each, "Sure! How can I help you today?" was "too small to judge"
+        # and stored 38 times of 38 in place of the notes, then vouched for by its own words).
         return Relatedness(False, True, 0.0, len(written), len(source))
     if len(written) < MIN_SUMMARY_TERMS:
         return Relatedness(True, False, 1.0, len(written), len(source))
