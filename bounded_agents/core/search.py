@@ -32,6 +32,10 @@ The result is JSON, `{"results": [...], "omitted": n}` (`core.search_results`), 
   row shows: a correction or an aside that never names its topic ("Actually, use ORD-55120
   instead."), which only the value's form ties to what was found (`core.search_forms`). It
   claims no more than that; the model reads the rows' seq and dates.
+- `shown_above` (only on such a row, which then has no `content` nor `at`): the row's text is
+  already in the prompt, quoted whole by an earlier `search_history` result (a sibling call of
+  the same step, or an earlier step or turn) or by an earlier row of this one. The row keeps
+  its place in the ranking and its other keys; its text is not sent twice.
 
 Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
 recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
@@ -76,6 +80,7 @@ from bounded_agents.core.search_results import (
     asks,
     distinct,
     newer_seqs,
+    quoted_rows,
     render_hits,
     reply_hits,
     snippet,
@@ -398,7 +403,7 @@ class HistorySearchTool:
         alike: dict[int, list[tuple[int, SearchHit]]] = {}
         for i, rows in followed.items():
             alike.setdefault(owners[i], []).extend((about[i].seq, row) for row in rows)
-        return ToolResult(call_id="", content=render_hits(fresh, newer, replies, alike))
+        return ToolResult(call_id="", content=render_hits(fresh, newer, replies, alike, shown.rows))
 
     async def _search(
         self, thread_id: str, query: str, limit: int, max_chars: int | None = None
@@ -457,11 +462,16 @@ def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[
 
 class _Shown:
     """What the prompt already shows: its messages (role, content), its tool results' texts,
-    and the turn's own question (its last user message)."""
+    the rows its earlier search results quote (`quoted_rows`), and the turn's own question
+    (its last user message)."""
 
     def __init__(self, prompt: Sequence[ChatMessage]) -> None:
         self.messages = {(m.role, m.content) for m in prompt if m.role != "tool"}
         self.tools = [composed(m.content) for m in prompt if m.role == "tool"]
+        searches = {c.id for m in prompt for c in m.tool_calls if c.name == SEARCH_TOOL_NAME}
+        self.rows = quoted_rows(
+            m.content for m in prompt if m.role == "tool" and m.tool_call_id in searches
+        )
         users = [m.content for m in prompt if m.role == "user"]
         self.question = users[-1] if users else None
 

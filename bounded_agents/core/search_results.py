@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -160,17 +160,44 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 
+def quoted_rows(results: Iterable[str]) -> set[tuple[int, str, str]]:
+    """The rows (seq, role, content) that earlier `search_history` results (`results`, their
+    texts as the prompt shows them) quote in full. A row that quotes the same text again is
+    rendered `shown_above` (`render_hits`): a model that asks several searches in one step, or
+    searches again a step later, reads each row's text once (on the recall bench, 31 of the 78
+    rows of a 20-search probe repeated an earlier one). A text that is not a result (an error,
+    a cleared result) quotes nothing."""
+    out: set[tuple[int, str, str]] = set()
+    for text in results:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        rows = data.get("results") if isinstance(data, dict) else None
+        for row in rows if isinstance(rows, list) else ():
+            if not isinstance(row, dict):
+                continue
+            seq, role, content = row.get("seq"), row.get("role"), row.get("content")
+            if isinstance(seq, int) and isinstance(role, str) and isinstance(content, str):
+                out.add((seq, role, content))
+    return out
+
+
 def render_hits(
     found: Sequence[SearchHit],
     newer: dict[int, int] | None = None,
     replies: dict[int, SearchHit] | None = None,
     alike: dict[int, list[tuple[int, SearchHit]]] | None = None,
+    shown: Collection[tuple[int, str, str]] = (),
 ) -> str:
     """The result as JSON (see `core.search`'s docstring for each key), within `MAX_RESULT_BYTES`:
     rows past it are left out and counted in `omitted`. A hit's reply (`reply_hits`) follows
     it as a row of its own, with `reply_to`, then the messages holding a value of the form it
-    holds (`core.search_forms`), with `same_form_as`; erasure finds each by its `seq`."""
+    holds (`core.search_forms`), with `same_form_as`; erasure finds each by its `seq`. A row
+    whose (seq, role, content) is in `shown` (`quoted_rows` of the prompt's earlier results) or
+    in an earlier row of this result keeps its place and keys but not its text: `shown_above`."""
     rows: list[dict[str, Any]] = []
+    quoted = set(shown)
     used = 0
     kept = 0
     for i, hit in enumerate(found):
@@ -180,14 +207,23 @@ def render_hits(
             group.append(_row(reply, None) | {"reply_to": hit.seq})
         for source, row in alike.get(i, []) if alike else []:
             group.append(_row(row, None) | {"same_form_as": source})
+        group = [_once(row, quoted) for row in group]
         size = sum(len(json.dumps(r, ensure_ascii=False).encode()) + 2 for r in group)  # ", "
         if used + size > MAX_RESULT_BYTES - _ENVELOPE_BYTES:
             break
         rows.extend(group)
+        quoted.update((r["seq"], r["role"], r["content"]) for r in group if "content" in r)
         used += size
         kept += 1
     out = {"results": rows, "omitted": len(found) - kept}
     return json.dumps(out, ensure_ascii=False)
+
+
+def _once(row: dict[str, Any], quoted: set[tuple[int, str, str]]) -> dict[str, Any]:
+    """`row`, or, when its text is already quoted, its keys but the text and the date."""
+    if (row["seq"], row["role"], row["content"]) not in quoted:
+        return row
+    return {k: v for k, v in row.items() if k not in ("content", "at")} | {"shown_above": True}
 
 
 def _row(hit: SearchHit, newer: int | None) -> dict[str, Any]:
@@ -211,6 +247,7 @@ __all__ = [
     "asks",
     "distinct",
     "newer_seqs",
+    "quoted_rows",
     "render_hits",
     "reply_hits",
     "snippet",

@@ -1,0 +1,180 @@
+"""A search row the prompt already quotes is not sent again (`shown_above`).
+
+A model that needs several facts asks several searches in one step (or searches again a step
+later); the rows they find overlap. On the recall bench, 31 of the 78 rows of a 20-search probe
+repeated a row of an earlier result in the same prompt. Each row's text now reaches the model
+once: a repeat keeps its place, seq and role, and says `shown_above` instead of its text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bounded_agents import AgentModule, agent
+from bounded_agents.core.erasure import ERASED, redact_search_result
+from bounded_agents.core.messages import ChatMessage, ToolCall
+from bounded_agents.core.ports import ModelRequest, ModelResponse
+from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+from bounded_agents.core.turn.public import ToolContext
+from bounded_agents.settings import Settings
+from bounded_agents.store import SqlAgentStore
+from bounded_agents.testing import ScriptedProvider, reply
+from tests.factories import assistant, user
+
+FACT = "Please note: the discount code is SPRING-7731."
+FILLER = [m for i in range(10) for m in (user(f"Chat {i} about films."), assistant("Sure."))]
+
+
+@agent(name="seeker", history={"max_messages": 4}, search=True)
+class Seeker:
+    pass
+
+
+def _calls(*queries: str, step: int = 0) -> list[ToolCall]:
+    return [
+        ToolCall(id=f"s{step}_{i}", name=SEARCH_TOOL_NAME, arguments={"query": q})
+        for i, q in enumerate(queries)
+    ]
+
+
+def _rows(message: ChatMessage) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(message.content)["results"]
+    return rows
+
+
+async def _module(store: SqlAgentStore, script: list[Any]) -> tuple[AgentModule, str]:
+    module = AgentModule.for_root(
+        model=ScriptedProvider(script),
+        store=store,
+        agents=[Seeker],
+        settings=Settings(migrate_on_start=False),
+    )
+    thread = await store.create_thread(actor_id="alice", agent="seeker")
+    await store.append_messages(thread.id, [user(FACT), assistant("Noted."), *FILLER])
+    return module, thread.id
+
+
+async def test_sibling_searches_send_a_row_they_share_once(sql_store: SqlAgentStore) -> None:
+    seen: list[ModelRequest] = []
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return reply("ok")
+
+    script: list[Any] = [reply("", tool_calls=_calls("discount code", "SPRING code")), answer]
+    module, tid = await _module(sql_store, script)
+    await module.run_turn(agent="seeker", thread_id=tid, actor_id="alice", content="Which one?")
+
+    first, second = [m for m in seen[0].messages if m.role == "tool"]
+    assert _rows(first)[0]["content"] == FACT
+    repeat = next(r for r in _rows(second) if r["seq"] == 1)
+    assert repeat == {"seq": 1, "role": "user", "shown_above": True}
+    sent = "".join(m.content for m in seen[0].messages if m.role == "tool")
+    assert sent.count("SPRING-7731") == 1
+
+
+async def test_a_search_in_a_later_step_does_not_resend_a_row(sql_store: SqlAgentStore) -> None:
+    seen: list[ModelRequest] = []
+
+    async def again(request: ModelRequest) -> ModelResponse:
+        return reply("", tool_calls=_calls("discount", step=1))
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return reply("ok")
+
+    script: list[Any] = [reply("", tool_calls=_calls("discount code")), again, answer]
+    module, tid = await _module(sql_store, script)
+    result = await module.run_turn(
+        agent="seeker", thread_id=tid, actor_id="alice", content="Which one?"
+    )
+
+    later = [m for m in seen[0].messages if m.tool_call_id == "s1_0"]
+    assert _rows(later[0])[0] == {"seq": 1, "role": "user", "shown_above": True}
+    # What is stored is what the model was sent: the answer's results, repeats as sent.
+    stored = [r.content for r in result.message.tool_results]
+    assert stored == [m.content for m in seen[0].messages if m.role == "tool"]
+
+
+async def test_a_row_is_repeated_when_its_snippet_differs() -> None:
+    """A long message found by two searches shows two windows of it: neither is shown above."""
+    log = " ".join(f"line{i}" for i in range(200))
+    text = f"alpha {log} omega"
+    hits = [_hit(text, 7, "alpha"), _hit(text, 7, "omega")]
+    first = ChatMessage(role="tool", content=_render(hits[0]), tool_call_id="s0_0")
+    store = _FixedStore(hits[1])
+    prompt = (_asking("s0_0"), first)
+    result = await HistorySearchTool(store).invoke_in_turn(
+        {"query": "omega"}, ToolContext("t", prompt)
+    )
+    (row,) = json.loads(result.content)["results"]
+    assert "omega" in row["content"] and "shown_above" not in row
+
+
+async def test_only_the_search_tools_own_results_count_as_shown() -> None:
+    """Another tool answering in the same JSON shape does not hide a row: the model may not
+    read it as a search result."""
+    hit = _hit(FACT, 1, "discount")
+    other = ChatMessage(role="tool", content=_render(hit), tool_call_id="x1")
+    asking = ChatMessage(
+        role="assistant",
+        content="",
+        tool_calls=[ToolCall(id="x1", name="lookalike", arguments={})],
+    )
+    result = await HistorySearchTool(_FixedStore(hit)).invoke_in_turn(
+        {"query": "discount"}, ToolContext("t", (asking, other))
+    )
+    assert json.loads(result.content)["results"][0]["content"] == FACT
+
+
+async def test_an_error_or_cleared_result_quotes_nothing() -> None:
+    hit = _hit(FACT, 1, "discount")
+    for earlier in ("the search failed: OSError", "[cleared: 412 tokens]", "{}", "[1, 2]"):
+        prompt = (_asking("s0_0"), ChatMessage(role="tool", content=earlier, tool_call_id="s0_0"))
+        result = await HistorySearchTool(_FixedStore(hit)).invoke_in_turn(
+            {"query": "discount"}, ToolContext("t", prompt)
+        )
+        assert json.loads(result.content)["results"][0]["content"] == FACT, earlier
+
+
+def test_erasing_a_message_a_repeat_row_names_leaves_no_text() -> None:
+    rendered = json.dumps({"results": [{"seq": 4, "role": "user", "shown_above": True}]})
+    redacted = redact_search_result(rendered, 4)
+    assert redacted is not None
+    assert json.loads(redacted)["results"] == [
+        {"seq": 4, "role": "user", "shown_above": True, "content": ERASED}
+    ]
+
+
+# --- helpers: a store answering one fixed hit, and the rendering of one --------------------
+
+
+def _hit(text: str, seq: int, term: str) -> Any:
+    from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
+
+    marked = text.replace(term, f"{MARK_START}{term}{MARK_END}")
+    return SearchHit(seq=seq, role="user", content=text, marked=marked, relevance=1.0)
+
+
+def _render(hit: Any) -> str:
+    from bounded_agents.core.search_results import render_hits
+
+    return render_hits([hit])
+
+
+def _asking(call_id: str) -> ChatMessage:
+    call = ToolCall(id=call_id, name=SEARCH_TOOL_NAME, arguments={"query": "x"})
+    return ChatMessage(role="assistant", content="", tool_calls=[call])
+
+
+class _FixedStore:
+    """A store with a search index that always finds `hit` (and reads no replies)."""
+
+    def __init__(self, hit: Any) -> None:
+        self.hit = hit
+
+    async def search_history(self, thread_id: str, query: str, *, limit: int) -> list[Any]:
+        return [self.hit]
+
+    async def messages_at(self, thread_id: str, seqs: Any) -> list[Any]:
+        return []
