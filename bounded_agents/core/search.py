@@ -33,9 +33,11 @@ The result is JSON, `{"results": [...], "omitted": n}` (`core.search_results`), 
   instead."), which only the value's form ties to what was found (`core.search_forms`). It
   claims no more than that; the model reads the rows' seq and dates.
 - `shown_above` (only on such a row, which then has no `content` nor `at`): the row's text is
-  already in the prompt, quoted whole by an earlier `search_history` result (a sibling call of
-  the same step, or an earlier step or turn) or by an earlier row of this one. The row keeps
-  its place in the ranking and its other keys; its text is not sent twice.
+  already quoted whole by an earlier `search_history` call of the same model step, or by an
+  earlier row of this result. The row keeps its place in the ranking and its other keys; its
+  text is not sent twice. Only within a step, and only when no middleware rewrites the prompt
+  (`ToolContext.sent_as_is`): an earlier step's result may be folded away before the next call,
+  and a middleware may cut the earlier text, and then the model would read neither copy.
 
 Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
 recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
@@ -369,7 +371,7 @@ class HistorySearchTool:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             return _error("invalid arguments: k must be a positive integer")
         k = min(k, MAX_SEARCH_RESULTS)
-        shown = _Shown(context.prompt)
+        shown = _Shown(context.prompt, context.sent_as_is)
         limit = k + min(len(shown.messages), MAX_SKIPPED_ROWS)
         query = query_text(query[:MAX_QUERY_CHARS])
         try:
@@ -462,16 +464,13 @@ def _merged(scanned: Sequence[SearchHit], indexed: Sequence[SearchHit]) -> list[
 
 class _Shown:
     """What the prompt already shows: its messages (role, content), its tool results' texts,
-    the rows its earlier search results quote (`quoted_rows`), and the turn's own question
-    (its last user message)."""
+    the rows the step's earlier search results quote (`quoted_rows`; only when the model is
+    sent the prompt as it is), and the turn's own question (its last user message)."""
 
-    def __init__(self, prompt: Sequence[ChatMessage]) -> None:
+    def __init__(self, prompt: Sequence[ChatMessage], sent_as_is: bool = False) -> None:
         self.messages = {(m.role, m.content) for m in prompt if m.role != "tool"}
         self.tools = [composed(m.content) for m in prompt if m.role == "tool"]
-        searches = {c.id for m in prompt for c in m.tool_calls if c.name == SEARCH_TOOL_NAME}
-        self.rows = quoted_rows(
-            m.content for m in prompt if m.role == "tool" and m.tool_call_id in searches
-        )
+        self.rows = quoted_rows(_sibling_results(prompt)) if sent_as_is else set()
         users = [m.content for m in prompt if m.role == "user"]
         self.question = users[-1] if users else None
 
@@ -489,6 +488,19 @@ class _Shown:
 
     def is_question(self, hit: SearchHit) -> bool:
         return hit.role == "user" and hit.from_seq is None and hit.content == self.question
+
+
+def _sibling_results(prompt: Sequence[ChatMessage]) -> list[str]:
+    """The texts of the `search_history` results already in, answering calls of the step that
+    is running (the prompt's last assistant message; its call ids are distinct). Only those:
+    the model's next call is sure to hold them whole, while an earlier step's may be folded
+    away before it (a refolding window), and a call id may repeat across turns (a local server
+    numbers calls per response), so another tool's output could answer to it."""
+    asking = next((i for i in range(len(prompt) - 1, -1, -1) if prompt[i].role == "assistant"), -1)
+    if asking < 0:
+        return []
+    ids = {c.id for c in prompt[asking].tool_calls if c.name == SEARCH_TOOL_NAME}
+    return [m.content for m in prompt[asking + 1 :] if m.role == "tool" and m.tool_call_id in ids]
 
 
 def _joined_from(text: str, pieces: Sequence[str]) -> bool:

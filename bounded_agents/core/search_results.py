@@ -161,24 +161,23 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
 
 
 def quoted_rows(results: Iterable[str]) -> set[tuple[int, str, str]]:
-    """The rows (seq, role, content) that earlier `search_history` results (`results`, their
-    texts as the prompt shows them) quote in full. A row that quotes the same text again is
-    rendered `shown_above` (`render_hits`): a model that asks several searches in one step, or
-    searches again a step later, reads each row's text once (on the recall bench, 31 of the 78
-    rows of a 20-search probe repeated an earlier one). A text that is not a result (an error,
-    a cleared result) quotes nothing."""
+    """The rows (seq, role, content) that earlier `search_history` results of the same model
+    step (`results`, their texts) quote in full. A row that quotes the same text again is
+    rendered `shown_above` (`render_hits`): a model that asks several searches at once reads
+    each row's text once (on the recall bench, 31 of the 78 rows of a 20-search probe repeated
+    an earlier one). A text that is not a result (an error) quotes nothing."""
     out: set[tuple[int, str, str]] = set()
     for text in results:
         try:
             data = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not a result of ours: nothing quoted
             continue
         rows = data.get("results") if isinstance(data, dict) else None
         for row in rows if isinstance(rows, list) else ():
             if not isinstance(row, dict):
                 continue
             seq, role, content = row.get("seq"), row.get("role"), row.get("content")
-            if isinstance(seq, int) and isinstance(role, str) and isinstance(content, str):
+            if type(seq) is int and isinstance(role, str) and isinstance(content, str):  # not bool
                 out.add((seq, role, content))
     return out
 

@@ -1,9 +1,10 @@
-"""A search row the prompt already quotes is not sent again (`shown_above`).
+"""A search row an earlier search of the same step quotes is not sent again (`shown_above`).
 
-A model that needs several facts asks several searches in one step (or searches again a step
-later); the rows they find overlap. On the recall bench, 31 of the 78 rows of a 20-search probe
-repeated a row of an earlier result in the same prompt. Each row's text now reaches the model
-once: a repeat keeps its place, seq and role, and says `shown_above` instead of its text."""
+A model that needs several facts asks several searches in one step; the rows they find overlap.
+On the recall bench, 31 of the 78 rows of a 20-search probe repeated a row of an earlier result
+in the same prompt. Each row's text now reaches the model once: a repeat keeps its place, seq
+and role, and says `shown_above` instead of its text. Never where the model might read neither
+copy: an earlier step's result, or any result of an agent whose middleware rewrites prompts."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import json
 from typing import Any
 
 from bounded_agents import AgentModule, agent
+from bounded_agents.core.context_window import context_window
 from bounded_agents.core.erasure import ERASED, redact_search_result
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
+from bounded_agents.core.search_results import quoted_rows
 from bounded_agents.core.turn.public import ToolContext
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
@@ -73,7 +76,10 @@ async def test_sibling_searches_send_a_row_they_share_once(sql_store: SqlAgentSt
     assert sent.count("SPRING-7731") == 1
 
 
-async def test_a_search_in_a_later_step_does_not_resend_a_row(sql_store: SqlAgentStore) -> None:
+async def test_a_search_in_a_later_step_sends_its_rows_whole(sql_store: SqlAgentStore) -> None:
+    """Only the running step's results count: an earlier step's may be folded away (a
+    refolding window) before the next call, and the model would read neither copy (found by
+    attack, with `summarizing_runs_window`)."""
     seen: list[ModelRequest] = []
 
     async def again(request: ModelRequest) -> ModelResponse:
@@ -90,10 +96,49 @@ async def test_a_search_in_a_later_step_does_not_resend_a_row(sql_store: SqlAgen
     )
 
     later = [m for m in seen[0].messages if m.tool_call_id == "s1_0"]
-    assert _rows(later[0])[0] == {"seq": 1, "role": "user", "shown_above": True}
-    # What is stored is what the model was sent: the answer's results, repeats as sent.
+    assert _rows(later[0])[0]["content"] == FACT
     stored = [r.content for r in result.message.tool_results]
     assert stored == [m.content for m in seen[0].messages if m.role == "tool"]
+
+
+@agent(
+    name="trimmed",
+    history={"max_messages": 4},
+    search=True,
+    chat_middleware=[context_window(max_chars_per_tool=300)],
+)
+class Trimmed:
+    pass
+
+
+async def test_with_middleware_every_result_sends_its_rows(sql_store: SqlAgentStore) -> None:
+    """A middleware may cut what the model is sent: the first result's row of the fact is past
+    the 300 characters it keeps of a tool result, so the second must send the text (found by
+    attack: it said `shown_above`, and the model never read the fact)."""
+    seen: list[ModelRequest] = []
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return reply("ok")
+
+    both = [
+        ToolCall(id="s0_0", name=SEARCH_TOOL_NAME, arguments={"query": "films", "k": 12}),
+        ToolCall(id="s0_1", name=SEARCH_TOOL_NAME, arguments={"query": "SPRING-7731"}),
+    ]
+    module = AgentModule.for_root(
+        model=ScriptedProvider([reply("", tool_calls=both), answer]),
+        store=sql_store,
+        agents=[Trimmed],
+        settings=Settings(migrate_on_start=False),
+    )
+    thread = await sql_store.create_thread(actor_id="alice", agent="trimmed")
+    fact = "Also about films: the discount code is SPRING-7731."
+    await sql_store.append_messages(thread.id, [user(fact), assistant("Noted."), *FILLER])
+    await module.run_turn(
+        agent="trimmed", thread_id=thread.id, actor_id="alice", content="Which one?"
+    )
+
+    assert any("SPRING-7731" in m.content for m in seen[0].messages if m.role == "tool")
 
 
 async def test_a_row_is_repeated_when_its_snippet_differs() -> None:
@@ -103,9 +148,9 @@ async def test_a_row_is_repeated_when_its_snippet_differs() -> None:
     hits = [_hit(text, 7, "alpha"), _hit(text, 7, "omega")]
     first = ChatMessage(role="tool", content=_render(hits[0]), tool_call_id="s0_0")
     store = _FixedStore(hits[1])
-    prompt = (_asking("s0_0"), first)
+    prompt = (_asking("s0_0", "s0_1"), first)
     result = await HistorySearchTool(store).invoke_in_turn(
-        {"query": "omega"}, ToolContext("t", prompt)
+        {"query": "omega"}, ToolContext("t", prompt, sent_as_is=True)
     )
     (row,) = json.loads(result.content)["results"]
     assert "omega" in row["content"] and "shown_above" not in row
@@ -122,7 +167,7 @@ async def test_only_the_search_tools_own_results_count_as_shown() -> None:
         tool_calls=[ToolCall(id="x1", name="lookalike", arguments={})],
     )
     result = await HistorySearchTool(_FixedStore(hit)).invoke_in_turn(
-        {"query": "discount"}, ToolContext("t", (asking, other))
+        {"query": "discount"}, ToolContext("t", (asking, other), sent_as_is=True)
     )
     assert json.loads(result.content)["results"][0]["content"] == FACT
 
@@ -130,11 +175,38 @@ async def test_only_the_search_tools_own_results_count_as_shown() -> None:
 async def test_an_error_or_cleared_result_quotes_nothing() -> None:
     hit = _hit(FACT, 1, "discount")
     for earlier in ("the search failed: OSError", "[cleared: 412 tokens]", "{}", "[1, 2]"):
-        prompt = (_asking("s0_0"), ChatMessage(role="tool", content=earlier, tool_call_id="s0_0"))
+        tool = ChatMessage(role="tool", content=earlier, tool_call_id="s0_0")
+        prompt = (_asking("s0_0", "s0_1"), tool)
         result = await HistorySearchTool(_FixedStore(hit)).invoke_in_turn(
-            {"query": "discount"}, ToolContext("t", prompt)
+            {"query": "discount"}, ToolContext("t", prompt, sent_as_is=True)
         )
         assert json.loads(result.content)["results"][0]["content"] == FACT, earlier
+
+
+async def test_a_call_id_an_earlier_turn_gave_another_tool_is_not_read_as_a_search() -> None:
+    """Call ids repeat across turns (a local server numbers calls per response): an earlier
+    turn's `fetch` answered as `call_0` with 3,000 nested brackets is not parsed (found by
+    attack: `RecursionError` failed every later turn's search)."""
+    hit = _hit(FACT, 1, "discount")
+    fetch = ToolCall(id="call_0", name="fetch", arguments={})
+    prompt = (
+        ChatMessage(role="assistant", content="", tool_calls=[fetch]),
+        ChatMessage(role="tool", content="[" * 3000, tool_call_id="call_0"),
+        ChatMessage(role="assistant", content="ok"),
+        ChatMessage(role="user", content="and the code?"),
+        _asking("call_0"),
+    )
+    result = await HistorySearchTool(_FixedStore(hit)).invoke_in_turn(
+        {"query": "discount"}, ToolContext("t", prompt, sent_as_is=True)
+    )
+    assert json.loads(result.content)["results"][0]["content"] == FACT
+    assert quoted_rows(["[" * 3000]) == set()
+
+
+def test_a_true_seq_quotes_no_message() -> None:
+    """JSON `true` is not seq 1 (in Python, True == 1)."""
+    fake = json.dumps({"results": [{"seq": True, "role": "user", "content": FACT}]})
+    assert quoted_rows([fake]) == set()
 
 
 def test_erasing_a_message_a_repeat_row_names_leaves_no_text() -> None:
@@ -162,9 +234,9 @@ def _render(hit: Any) -> str:
     return render_hits([hit])
 
 
-def _asking(call_id: str) -> ChatMessage:
-    call = ToolCall(id=call_id, name=SEARCH_TOOL_NAME, arguments={"query": "x"})
-    return ChatMessage(role="assistant", content="", tool_calls=[call])
+def _asking(*call_ids: str) -> ChatMessage:
+    calls = [ToolCall(id=i, name=SEARCH_TOOL_NAME, arguments={"query": "x"}) for i in call_ids]
+    return ChatMessage(role="assistant", content="", tool_calls=calls)
 
 
 class _FixedStore:

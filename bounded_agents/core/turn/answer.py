@@ -127,7 +127,9 @@ async def run_tools(
     for call in pending:
         if on_event is not None:
             await on_event(ToolCallEvent(call=call))
-        context = ToolContext(turn.request.thread_id, tuple(prompt))
+        context = ToolContext(
+            turn.request.thread_id, tuple(prompt), sent_as_is=not turn.definition.middleware
+        )
         invoke = _tool_invocation(turn, call, context, deps.limits.tool_timeout)
         budgeted = budgeted_tool(deps.limits.tool_budget, call, invoke, used)
         result = ToolResult.model_validate(
