@@ -32,12 +32,14 @@ The result is JSON, `{"results": [...], "omitted": n}` (`core.search_results`), 
   row shows: a correction or an aside that never names its topic ("Actually, use ORD-55120
   instead."), which only the value's form ties to what was found (`core.search_forms`). It
   claims no more than that; the model reads the rows' seq and dates.
-- `shown_above` (only on such a row, which then has no `content` nor `at`): the row's text is
+- `shown_above` (`true`, only on a row that then has no `content` nor `at`): the row's text is
   already quoted whole by an earlier `search_history` call of the same model step, or by an
   earlier row of this result. The row keeps its place in the ranking and its other keys; its
-  text is not sent twice. Only within a step, and only when no middleware rewrites the prompt
-  (`ToolContext.sent_as_is`): an earlier step's result may be folded away before the next call,
-  and a middleware may cut the earlier text, and then the model would read neither copy.
+  text is not sent twice. Only among the step's own calls (an earlier turn's result may be
+  refolded or cleared before the next call, and call ids repeat across turns), and only when
+  no middleware rewrites the prompt (`ToolContext.sent_as_is`: a middleware may cut the first
+  copy); tool-result clearing keeps a result such a row points back to. Erasing the message
+  gives such a row `content` `[erased]` like any other.
 
 Rows are ordered best first: relevance (stemmed, in the index's language) weighed with
 recency (`RECENCY_HALF_LIFE`), newest first among equals. What comes back is bounded in rows
@@ -492,10 +494,11 @@ class _Shown:
 
 def _sibling_results(prompt: Sequence[ChatMessage]) -> list[str]:
     """The texts of the `search_history` results already in, answering calls of the step that
-    is running (the prompt's last assistant message; its call ids are distinct). Only those:
-    the model's next call is sure to hold them whole, while an earlier step's may be folded
-    away before it (a refolding window), and a call id may repeat across turns (a local server
-    numbers calls per response), so another tool's output could answer to it."""
+    is running (the prompt's last assistant message; its call ids are distinct in the run).
+    The step's own calls are the set known to reach the next call whole: an earlier turn's
+    result in the kept history may be refolded or cleared first, and a call id may repeat
+    across turns (a local server numbers calls per response), so another tool's output could
+    answer to it (found by attack)."""
     asking = next((i for i in range(len(prompt) - 1, -1, -1) if prompt[i].role == "assistant"), -1)
     if asking < 0:
         return []

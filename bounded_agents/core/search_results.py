@@ -40,6 +40,10 @@ QUESTION_MARKS = ("?", "\uff1f", "\u061f")
 """What makes an assistant message a question whose reply a search returns with it (`asks`):
 the ASCII, full-width and Arabic question marks."""
 
+SHOWN_ABOVE = "shown_above"
+"""The key of a row whose text an earlier search of the step quotes (`render_hits`): tool-result
+clearing keeps the results such a row points back to (`core.history.clearing`)."""
+
 _ENVELOPE_BYTES = 64
 """Room left for `{"results": [], "omitted": n}` around the rows."""
 _MARKED = re.compile(re.escape(MARK_START) + "(.*?)" + re.escape(MARK_END), re.DOTALL)
@@ -222,7 +226,7 @@ def _once(row: dict[str, Any], quoted: set[tuple[int, str, str]]) -> dict[str, A
     """`row`, or, when its text is already quoted, its keys but the text and the date."""
     if (row["seq"], row["role"], row["content"]) not in quoted:
         return row
-    return {k: v for k, v in row.items() if k not in ("content", "at")} | {"shown_above": True}
+    return {k: v for k, v in row.items() if k not in ("content", "at")} | {SHOWN_ABOVE: True}
 
 
 def _row(hit: SearchHit, newer: int | None) -> dict[str, Any]:
@@ -242,6 +246,7 @@ __all__ = [
     "MAX_RESULT_BYTES",
     "MESSAGE_CLIP_CHARS",
     "QUESTION_MARKS",
+    "SHOWN_ABOVE",
     "SNIPPET_CHARS",
     "asks",
     "distinct",

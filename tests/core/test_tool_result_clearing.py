@@ -79,3 +79,41 @@ def test_the_history_config_builds_a_clearing_policy_and_refuses_a_lone_step() -
     )
     with pytest.raises(ConfigError, match="clear_tool_results_step_tokens"):
         HistoryConfig.coerce({"max_messages": 4, "clear_tool_results_step_tokens": 100})
+
+
+def _searched_in_one_step(found: str) -> Message:
+    """One step's three searches, stored on one message: the later two send the row the first
+    quotes as `shown_above` (core.search_results)."""
+    from bounded_agents.core.ports import MARK_END, MARK_START, SearchHit
+    from bounded_agents.core.search_results import quoted_rows, render_hits
+    from bounded_agents.core.search_text import SEARCH_TOOL_NAME
+
+    marked = found.replace("discount", f"{MARK_START}discount{MARK_END}")
+    hit = SearchHit(seq=1, role="user", content=found, marked=marked, relevance=1.0)
+    texts = [render_hits([hit])]
+    for _ in range(2):
+        texts.append(render_hits([hit], shown=quoted_rows(texts)))
+    assert '"shown_above": true' in texts[1]
+    calls = [
+        ToolCall(id=f"s{i}", name=SEARCH_TOOL_NAME, arguments={"query": "d"}) for i in range(3)
+    ]
+    results = [ToolResult(call_id=f"s{i}", content=t) for i, t in enumerate(texts)]
+    return Message(role="assistant", content="ok", tool_calls=calls, tool_results=results, seq=3)
+
+
+def test_a_search_result_a_kept_sibling_points_back_to_is_not_cleared() -> None:
+    """Clearing the first of a step's searches while a later one that says `shown_above` rides
+    would leave the model neither copy of the row (found by review)."""
+    found = "Please note: the discount code is SPRING-7731. " + "x" * 400
+    message = _searched_in_one_step(found)
+    out, cleared = clear_tool_results(
+        [message], ToolResultClearing(keep_results=1, step_tokens=50), searchable=True
+    )
+    sent = "".join(r.content for r in out[0].tool_results)
+    assert "SPRING-7731" in sent
+    assert cleared.results == 0 and cleared.tokens == 0
+    # Another tool's results in the same place are cleared as before.
+    fetches = [m for m in fetched(0, chars=400) if m.tool_results] * 3
+    numbered = [m.model_copy(update={"seq": i}) for i, m in enumerate(fetches)]
+    _, other = clear_tool_results(numbered, ToolResultClearing(keep_results=1, step_tokens=50))
+    assert other.results == 2

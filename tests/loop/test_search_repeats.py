@@ -77,9 +77,9 @@ async def test_sibling_searches_send_a_row_they_share_once(sql_store: SqlAgentSt
 
 
 async def test_a_search_in_a_later_step_sends_its_rows_whole(sql_store: SqlAgentStore) -> None:
-    """Only the running step's results count: an earlier step's may be folded away (a
-    refolding window) before the next call, and the model would read neither copy (found by
-    attack, with `summarizing_runs_window`)."""
+    """Only the running step's own search calls count, the set known to reach the next call
+    whole (an earlier turn's result may be refolded away first: found by attack, with
+    `summarizing_runs_window`; and call ids repeat across turns)."""
     seen: list[ModelRequest] = []
 
     async def again(request: ModelRequest) -> ModelResponse:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from bounded_agents.core.messages import Message, ToolResult
+from bounded_agents.core.search_results import SHOWN_ABOVE
 from bounded_agents.core.search_text import SEARCH_TOOL_NAME
 
 DEFAULT_CLEAR_STEP_TOKENS = 4096
@@ -101,6 +102,9 @@ def clear_tool_results(
             break
         total += size
         chosen.add(position)
+    for position in _pointed_back_to(keep, chosen):
+        chosen.discard(position)
+        total -= sizes[clearable.index(position)]
     if not chosen:
         return list(keep), Cleared()
     out = [
@@ -108,6 +112,29 @@ def clear_tool_results(
         for i, m in enumerate(keep)
     ]
     return out, Cleared(results=len(chosen), tokens=total)
+
+
+def _pointed_back_to(keep: Sequence[Message], chosen: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The chosen `search_history` results that a KEPT later search result of the same message
+    points back to: a search of the same step sends a row the earlier one quotes as
+    `shown_above`, without its text (`core.search_results`), so clearing the earlier one alone
+    would leave the model neither copy (found by review). They stay with it."""
+    out: set[tuple[int, int]] = set()
+    for i in sorted({i for i, _ in chosen}):
+        message = keep[i]
+        names = {c.id: c.name for c in message.tool_calls}
+        searches = [
+            j
+            for j, r in enumerate(message.tool_results)
+            if names.get(r.call_id) == SEARCH_TOOL_NAME
+        ]
+        pointing = [
+            j
+            for j in searches
+            if (i, j) not in chosen and f'"{SHOWN_ABOVE}":' in message.tool_results[j].content
+        ]
+        out.update((i, j) for j in searches if (i, j) in chosen and any(k > j for k in pointing))
+    return out
 
 
 def _cleared(

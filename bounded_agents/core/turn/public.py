@@ -54,10 +54,11 @@ class ToolContext:
     thread_id: str
     prompt: tuple[ChatMessage, ...]
     sent_as_is: bool = False
-    """Whether the model's next call is sent `prompt` as it is (plus the step's later
-    results): False when the agent's middleware may trim, cut or truncate it first, so a tool
-    must not count on the model reading what `prompt` holds (`search_history`'s `shown_above`
-    does only when this is True)."""
+    """Whether the run's own messages in `prompt` (the asking step's assistant message and the
+    results after it) reach the model's next call unchanged: False when the agent's middleware
+    may trim, cut or truncate them first. The history before them may be refolded either way.
+    `search_history` leaves out a row's text a sibling call already sent (`shown_above`) only
+    when this is True."""
 
 
 @runtime_checkable
