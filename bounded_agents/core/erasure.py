@@ -21,6 +21,7 @@ from typing import Any
 
 from bounded_agents.core.messages import ToolCall, ToolResult
 from bounded_agents.core.search import SEARCH_TOOL_NAME
+from bounded_agents.core.search_results import result_rows
 
 ERASED = "[erased]"
 """What a quoted message's text becomes once the message is erased."""
@@ -41,13 +42,10 @@ def quotes(row: dict[str, Any], seq: int) -> bool:
 def redact_search_result(content: str, seq: int) -> str | None:
     """`content` (a `search_history` result) with every row quoting `seq` erased, or None when
     no row quotes it (or it is not a result at all: an error text, say)."""
-    try:
-        data = json.loads(content)
-    except ValueError:
+    parsed = result_rows(content)
+    if parsed is None:
         return None
-    rows = data.get("results") if isinstance(data, dict) else None
-    if not isinstance(rows, list):
-        return None
+    data, rows = parsed
     changed = False
     out: list[Any] = []
     for row in rows:

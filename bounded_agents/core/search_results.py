@@ -164,6 +164,18 @@ def snippet(marked: str, size: int = SNIPPET_CHARS) -> str:
     return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
 
 
+def result_rows(text: str) -> tuple[dict[str, Any], list[Any]] | None:
+    """A `search_history` result's JSON and its rows, or None when `text` is not one (an error
+    text, a cleared placeholder, a result nested past the parser's depth): the one reading of
+    what `render_hits` writes, for `quoted_rows` and erasure (`core.erasure`)."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    rows = data.get("results") if isinstance(data, dict) else None
+    return (data, rows) if isinstance(rows, list) else None
+
+
 def quoted_rows(results: Iterable[str]) -> set[tuple[int, str, str]]:
     """The rows (seq, role, content) that earlier `search_history` results of the same model
     step (`results`, their texts) quote in full. A row that quotes the same text again is
@@ -172,12 +184,8 @@ def quoted_rows(results: Iterable[str]) -> set[tuple[int, str, str]]:
     an earlier one). A text that is not a result (an error) quotes nothing."""
     out: set[tuple[int, str, str]] = set()
     for text in results:
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):  # not a result of ours: nothing quoted
-            continue
-        rows = data.get("results") if isinstance(data, dict) else None
-        for row in rows if isinstance(rows, list) else ():
+        parsed = result_rows(text)
+        for row in parsed[1] if parsed is not None else ():
             if not isinstance(row, dict):
                 continue
             seq, role, content = row.get("seq"), row.get("role"), row.get("content")
@@ -254,5 +262,6 @@ __all__ = [
     "quoted_rows",
     "render_hits",
     "reply_hits",
+    "result_rows",
     "snippet",
 ]

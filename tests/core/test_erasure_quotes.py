@@ -116,3 +116,10 @@ async def test_the_memory_store_erases_the_quotes_too() -> None:
     assert kept is not None
     assert "secret" not in kept.messages[-1].tool_results[0].content
     assert ERASED in kept.messages[-1].tool_results[0].content
+
+
+def test_a_result_nested_past_the_parsers_depth_is_left_alone_not_raised() -> None:
+    """Erasure reads a search result as `quoted_rows` does (`result_rows`): text nested past
+    the JSON parser's depth is not a result, so there is nothing of it to redact (it raised
+    `RecursionError`)."""
+    assert redact_search_result("[" * 3000, 1) is None

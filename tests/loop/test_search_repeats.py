@@ -9,20 +9,26 @@ copy: an earlier step's result, or any result of an agent whose middleware rewri
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
+
+import pytest
 
 from bounded_agents import AgentModule, agent
 from bounded_agents.core.context_window import context_window
 from bounded_agents.core.erasure import ERASED, redact_search_result
+from bounded_agents.core.history import window_history
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.core.search import SEARCH_TOOL_NAME, HistorySearchTool
 from bounded_agents.core.search_results import quoted_rows
 from bounded_agents.core.turn.public import ToolContext
+from bounded_agents.errors import ProviderError, RunFailed
 from bounded_agents.settings import Settings
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.testing import ScriptedProvider, reply
 from tests.factories import assistant, user
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
 
 FACT = "Please note: the discount code is SPRING-7731."
 FILLER = [m for i in range(10) for m in (user(f"Chat {i} about films."), assistant("Sure."))]
@@ -139,6 +145,56 @@ async def test_with_middleware_every_result_sends_its_rows(sql_store: SqlAgentSt
     )
 
     assert any("SPRING-7731" in m.content for m in seen[0].messages if m.role == "tool")
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_resumed_run_sends_the_shared_row_once_as_the_first_attempt_did(
+    env: LoopEnv,
+) -> None:
+    """The answering call fails after the tool round committed; the resume replays both
+    journaled results: the fact's text reaches the model once, the repeat still points at it."""
+    tid = await env.thread([user(FACT), assistant("Noted."), *FILLER])
+    tools = {SEARCH_TOOL_NAME: HistorySearchTool(env.store)}
+    run_id = str(uuid.uuid4())
+    asked = reply("", tool_calls=_calls("discount code", "SPRING code"))
+    failing = ScriptedProvider([asked, ProviderError("down")])
+    with pytest.raises(RunFailed):
+        await env.loop(failing, window_history(max_messages=4), tools=tools).run_turn(
+            agent="helper", thread_id=tid, actor_id="alice", content="code?", run_id=run_id
+        )
+    model = ScriptedProvider([reply("done")])
+    await env.loop(model, window_history(max_messages=4), tools=tools).resume(run_id)
+
+    sent = [m for m in model.calls[0].messages if m.role == "tool"]
+    assert [m.tool_call_id for m in sent] == ["s0_0", "s0_1"]
+    assert "".join(m.content for m in sent).count("SPRING-7731") == 1
+    assert _rows(sent[1])[0] == {"seq": 1, "role": "user", "shown_above": True}
+
+
+async def test_a_provider_repeating_a_call_id_still_pairs_each_row_with_its_text(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A lying provider names both searches `c1`: the loop renames the second, and the repeat
+    row's first copy is the first call's result, which the model is sent."""
+    seen: list[ModelRequest] = []
+
+    async def answer(request: ModelRequest) -> ModelResponse:
+        seen.append(request)
+        return reply("ok")
+
+    same = [
+        ToolCall(id="c1", name=SEARCH_TOOL_NAME, arguments={"query": q})
+        for q in ("discount code", "SPRING code")
+    ]
+    module, tid = await _module(sql_store, [reply("", tool_calls=same), answer])
+    await module.run_turn(agent="seeker", thread_id=tid, actor_id="alice", content="Which one?")
+
+    asking = next(m for m in seen[0].messages if m.tool_calls)
+    tools = [m for m in seen[0].messages if m.role == "tool"]
+    assert [m.tool_call_id for m in tools] == [c.id for c in asking.tool_calls]
+    assert len({m.tool_call_id for m in tools}) == 2
+    assert _rows(tools[0])[0]["content"] == FACT
+    assert _rows(tools[1])[0] == {"seq": 1, "role": "user", "shown_above": True}
 
 
 async def test_a_row_is_repeated_when_its_snippet_differs() -> None:

@@ -102,9 +102,10 @@ def clear_tool_results(
             break
         total += size
         chosen.add(position)
+    size_of = dict(zip(clearable, sizes, strict=True))
     for position in _pointed_back_to(keep, chosen):
         chosen.discard(position)
-        total -= sizes[clearable.index(position)]
+        total -= size_of[position]
     if not chosen:
         return list(keep), Cleared()
     out = [
