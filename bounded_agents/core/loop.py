@@ -50,6 +50,7 @@ from bounded_agents.core.ports import (
     RunRequest,
     Thread,
     Transaction,
+    supports_owner_check,
     supports_run_executor,
 )
 from bounded_agents.core.report import RunReport, RunResult
@@ -186,6 +187,9 @@ class AgentLoop:
         )
         self._executor = runtime if supports_run_executor(runtime) else None
         """The runtime when it executes runs itself (DBOS), probed once here, not per turn."""
+        self._owner_checked = supports_owner_check(runtime)
+        """Whether `begin` checks the thread's owner in the run's insert (`SqlJournal`): a turn
+        handed no thread then sends no ownership read of its own (issue 37)."""
         if self._executor is not None:
             # Its engine's recovery (a DBOS restart) finishes a run by the same path as a sweep.
             self._executor.register_resumer(self.resume)
@@ -259,7 +263,9 @@ class AgentLoop:
         token, which a slow model or a fold may hold back past a proxy's idle timeout.
 
         `thread`, when the caller already loaded it (the HTTP route does), saves the ownership
-        read: it is checked against `actor_id` and `agent` in memory instead. `idempotency`
+        read: it is checked against `actor_id` and `agent` in memory instead. Without it, a
+        runtime that checks the owner in the run's insert (`SqlJournal`) is left to: no read
+        either, and `QuotaExceeded` may then come before `ThreadNotFound`. `idempotency`
         records the run under its key; a run already under it raises `TurnInProgress` (the
         module answers that run's outcome instead). `follows_run` is kept with the run
         (`RunRequest.follows_run`). Text no store can hold (a NUL, a lone surrogate) is
@@ -271,7 +277,8 @@ class AgentLoop:
         deps = self.deps
         definition = deps.definition(agent)
         if thread is None or thread.id != thread_id:
-            await deps.owned_thread(thread_id, actor_id, agent)
+            if not self._owner_checked:
+                await deps.owned_thread(thread_id, actor_id, agent)
         elif thread.actor_id != actor_id or thread.agent != agent:
             raise ThreadNotFound(thread_id)
         await self.check_quota(actor_id)

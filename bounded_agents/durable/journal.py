@@ -41,6 +41,7 @@ from bounded_agents.durable.journal_rows import (
     JournalStep,
     SqlUnit,
     lease_renewal,
+    owned_run_insert,
     run_row,
     shuffle_candidates,
     step_rows,
@@ -80,14 +81,19 @@ class SqlJournal(JournalHistory):
     attempt fails first, `fail` records the run as failed in a transaction of its own (so it
     can be resumed, as any failed run), and if it is cancelled first, nothing of it remains.
     Only when the caller says every write of that unit joins it (`shared_first_unit`); DBOS's
-    runtime, whose steps commit one by one, never does."""
+    runtime, whose steps commit one by one, never does.
+
+    `begin` checks the thread's owner in the run's insert (`owned_run_insert`): the loop
+    sends no ownership read of its own (`OwnerCheckingRuntime`)."""
+
+    checks_thread_owner = True
 
     def __init__(self, engine: AsyncEngine, *, lease_seconds: float = 120.0) -> None:
         self._engine = engine
         self._reader = autocommit(engine)
         self._lease_seconds = lease_seconds
         self._hold = lease_renewal(lease_seconds)
-        self._insert_run_statement = runs.insert().values(lease_expires_at=db_now(lease_seconds))
+        self._insert_run_statement = owned_run_insert(lease_seconds)
         self._take_lapsed = (
             runs.update()
             .where(runs.c.thread_id == TID, runs.c.id.in_(LAPSED_ROW.scalar_subquery()))
@@ -156,11 +162,13 @@ class SqlJournal(JournalHistory):
             values = {**run_row(request, "running"), "owner": token}
             # The insert opens the transaction: retried on a fresh connection if the pooled one
             # was dead (nothing was written), so the checkout skips its ping.
-            return await open_write(
-                self._engine,
-                "begin_run",
-                lambda conn: conn.execute(self._insert_run_statement, values),
-            )
+
+            async def insert(conn: AsyncConnection) -> None:
+                inserted = await conn.execute(self._insert_run_statement, values)
+                if inserted.rowcount == 0:  # no thread of the request's actor and agent
+                    raise ThreadNotFound(request.thread_id)
+
+            return await open_write(self._engine, "begin_run", insert)
         except sa_exc.IntegrityError as exc:
             text = str(exc.orig).lower()
             if "foreign" in text:

@@ -25,7 +25,15 @@ from bounded_agents.core.ports import (
 from bounded_agents.errors import (
     StoreError,
 )
-from bounded_agents.store import SqlTransaction, db_now, direct, run_steps, runs, wrap_db_errors
+from bounded_agents.store import (
+    SqlTransaction,
+    db_now,
+    direct,
+    run_steps,
+    runs,
+    threads,
+    wrap_db_errors,
+)
 from bounded_agents.store.engine import is_dead_connection, is_timeout
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,47 @@ END_RUN = (
     .where(_OWNED)
     .values(lease_expires_at=None, updated_at=sa.func.current_timestamp())
 )
+
+
+@functools.cache
+def owned_run_insert(lease_seconds: float) -> sa.Insert:
+    """A fresh run's row, inserted only if its thread is the request's actor's and agent's
+    (issue 37): the ownership check a turn made as a read of its own, one round trip (one
+    worker-thread hand-over on SQLite) before the insert, is the insert's own `WHERE`, so a
+    turn not handed its thread sends one statement fewer. No row inserted: no such thread
+    for that actor and agent. `thread_id`, `actor_id` and `agent` come from the thread's row,
+    which the `WHERE` matched to the request's; selecting the thread's distribution column
+    into the run's keeps the statement on one shard on Citus (runs are colocated with their
+    thread). Parameters: `run_row`'s keys and `owner`."""
+    owned = sa.select(
+        sa.bindparam("id", type_=runs.c.id.type),
+        threads.c.id,
+        threads.c.actor_id,
+        threads.c.agent,
+        sa.bindparam("status", type_=runs.c.status.type),
+        sa.bindparam("request", type_=runs.c.request.type),
+        sa.bindparam("idempotency_key", type_=runs.c.idempotency_key.type),
+        sa.bindparam("request_fingerprint", type_=runs.c.request_fingerprint.type),
+        sa.bindparam("owner", type_=runs.c.owner.type),
+        db_now(lease_seconds),
+    ).where(
+        threads.c.id == sa.bindparam("thread_id"),
+        threads.c.actor_id == sa.bindparam("actor_id"),
+        threads.c.agent == sa.bindparam("agent"),
+    )
+    columns = [
+        "id",
+        "thread_id",
+        "actor_id",
+        "agent",
+        "status",
+        "request",
+        "idempotency_key",
+        "request_fingerprint",
+        "owner",
+        "lease_expires_at",
+    ]
+    return runs.insert().from_select(columns, owned)
 
 
 @functools.cache
@@ -228,6 +277,7 @@ __all__ = [
     "JournalStep",
     "SqlUnit",
     "lease_renewal",
+    "owned_run_insert",
     "run_row",
     "shuffle_candidates",
     "step_rows",

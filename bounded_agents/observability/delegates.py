@@ -21,6 +21,7 @@ from bounded_agents.core.ports import (
     supports_erased_run_sweep,
     supports_keyed_runs,
     supports_launch,
+    supports_owner_check,
     supports_pruning,
     supports_run_erasure,
     supports_run_executor,
@@ -130,6 +131,12 @@ class HolderDelegate(PowerDelegate):
         return inner.hold(thread_id)
 
 
+class OwnerCheckDelegate(PowerDelegate):
+    """The wrapped runtime's `begin` checks the thread's owner; so, through it, does this one."""
+
+    checks_thread_owner = True
+
+
 DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_keyed_runs, KeyedRunsDelegate),
     (supports_run_executor, ExecutorDelegate),
@@ -140,6 +147,7 @@ DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_erased_run_sweep, SweeperDelegate),
     (supports_run_forgetting, ForgetterDelegate),
     (supports_thread_holding, HolderDelegate),
+    (supports_owner_check, OwnerCheckDelegate),
 )
 """The runtime powers an observed runtime passes on, each with the mixin that implements it by
 delegation: the observed runtime of a runtime has exactly the powers the runtime has."""
@@ -152,6 +160,7 @@ __all__ = [
     "HolderDelegate",
     "KeyedRunsDelegate",
     "LauncherDelegate",
+    "OwnerCheckDelegate",
     "PowerDelegate",
     "PrunerDelegate",
     "SweeperDelegate",

@@ -23,7 +23,7 @@ from bounded_agents.store.engine import autocommit, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
 from bounded_agents.store.host import SqlJournalHost, hosts_sql_journal
 from bounded_agents.store.memory import MemoryStore
-from bounded_agents.store.schema import messages, run_steps, runs
+from bounded_agents.store.schema import messages, run_steps, runs, threads
 from bounded_agents.store.sql import SqlAgentStore, aware_utc
 from bounded_agents.store.tx import SqlTransaction, joined, open_write
 
@@ -45,6 +45,7 @@ __all__ = [
     "open_write",
     "run_steps",
     "runs",
+    "threads",
     "wrap_db_errors",
     "write_transaction",
 ]

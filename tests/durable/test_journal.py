@@ -156,3 +156,37 @@ async def test_a_lease_lost_at_the_units_check_books_the_paid_call_alone_and_com
             await ctx.step("persist:answer", lambda tx: value("a"), writes=True)
     assert booked[-1] == ("paid", False), "booked on its own after the unit failed"
     assert await taker.steps(run.run_id) == [("persist:user", '"u"')]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_a_run_on_another_actors_or_agents_thread_is_refused_and_leaves_no_row(
+    sql_store: SqlAgentStore, shared: bool
+) -> None:
+    """Issue 37: `begin` checks the owner in the run's own insert (the loop sends no read of
+    its own): another actor's thread, or the actor's thread of another agent, is refused as
+    missing, even while a run holds it (busy would say it exists), and nothing is written."""
+    journal = SqlJournal(sql_store.engine)
+    thread = await sql_store.create_thread(actor_id="a", agent="x")
+    held = _request(thread.id)
+    await journal.begin(held)
+    strangers = [
+        RunRequest(
+            run_id=str(uuid.uuid4()), thread_id=thread.id, actor_id="b", agent="x", content="hi"
+        ),
+        RunRequest(
+            run_id=str(uuid.uuid4()), thread_id=thread.id, actor_id="a", agent="y", content="hi"
+        ),
+    ]
+    for request in strangers:
+        with pytest.raises(ThreadNotFound):
+            await journal.begin(request, shared_first_unit=shared)
+    await journal.complete(held.run_id, {})
+    for request in strangers:  # with the thread free again: still refused
+        with pytest.raises(ThreadNotFound):
+            await journal.begin(request, shared_first_unit=shared)
+    async with sql_store.engine.connect() as conn:
+        ids = (await conn.execute(runs.select().where(runs.c.thread_id == thread.id))).all()
+    assert [row.id for row in ids] == [held.run_id]
+    mine = _request(thread.id)  # the refusals left the thread's lease free
+    await journal.begin(mine)
+    await journal.complete(mine.run_id, {})

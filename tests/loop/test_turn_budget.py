@@ -32,14 +32,15 @@ COMMON_TURN_TRANSACTIONS = 2
 the user's message and `load:thread`; the model step with its ledger row, the answer and the
 run's end (4 before the run's row joined the first unit, 3 before the model step rode in the
 answer's commit, issue 37)."""
-COMMON_TURN_STATEMENTS = {"sqlite": 13, "postgresql": 10, "citus": 13}
+COMMON_TURN_STATEMENTS = {"sqlite": 12, "postgresql": 9, "citus": 12}
 """Statements of that turn, at most (reads, writes and the lease checks, pings excluded): 15 on
 both before a run's one message and its seq bump became one statement on PostgreSQL (a
 data-modifying CTE). SQLite has none: there they stay two statements, sent in one call. On a
 Citus database the two messages' bumps and the ledger's stay two statements too, each routed
 to one shard (`bounded_agents.store.engine.on_citus`): 3 more. (15, 13 and 16 before the model
-step's unit, and its lease check, went: issue 37.)"""
-COMMON_TURN_SQLITE_WORKER_CALLS = 7
+step's unit, and its lease check, went; 13, 10 and 13 while the ownership read went before
+the run's insert: issue 37.)"""
+COMMON_TURN_SQLITE_WORKER_CALLS = 6
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`bounded_agents.store.onehop`), one
 per COMMIT unless it rode with its unit's last write (`direct.write_many(last=True)`), and one per
@@ -48,13 +49,14 @@ those, 17 with it, 15 since the run's row joined the first unit (its COMMIT and 
 lease check are gone), 13 since each message's two statements share a call, 10 since the
 model step rides in the answer's unit (its lease check, its COMMIT and its journal row's call
 are gone), 8 since the ledger row and the run's end ride in the unit's next call, 7 since the
-later unit's lease check does too (deferred: `direct.write_later`)."""
+later unit's lease check does too (deferred: `direct.write_later`), 6 since the run's insert
+checks the thread's owner (`owned_run_insert`: no ownership read before it)."""
 COMMON_TURN_SQLALCHEMY_STATEMENTS = {"sqlite": 1, "postgresql": 2}
 """Of those, the ones sent through SQLAlchemy's Core execute, at most: the run's insert (the
 first unit's first statement) and on PostgreSQL the later unit's first statement (its lease
 check; 4 while the model step had a unit of its own, 3 while the thread check went through
 SQLAlchemy too: issue 37); the message appends were two more before they took the driver's
-way. The rest (the thread check and the turn read, and the writes after a unit's first) go
+way. The rest (the turn read, and the writes after a unit's first) go
 through the driver (`bounded_agents.store.hotread`, `bounded_agents.store.direct`) at about
 100 us less Python each.
 On SQLite the lease checks go the driver's way too (no BEGIN of SQLAlchemy's to wait for)."""

@@ -16,6 +16,7 @@ from bounded_agents.core.ports import (
     supports_erased_run_sweep,
     supports_journal_figures,
     supports_launch,
+    supports_owner_check,
     supports_pruning,
     supports_run_erasure,
     supports_run_executor,
@@ -208,6 +209,8 @@ def test_an_observed_runtime_claims_no_power_its_runtime_lacks() -> None:
 class _EveryPower(InlineRuntime):
     """An in-process runtime with every runtime power, each call noted."""
 
+    checks_thread_owner = True  # a marker: `begin` is the power
+
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[Any, ...]] = []
@@ -280,6 +283,7 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
     await runtime.forget_runs(["r1"])
     assert supports_erased_run_sweep(runtime)
     assert await runtime.sweep_erased(since=SINCE) == 3
+    assert supports_owner_check(runtime)
     assert inner.calls == [
         ("register_resumer", resume),
         ("execute", "r1"),

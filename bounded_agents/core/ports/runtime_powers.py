@@ -146,6 +146,21 @@ def supports_run_forgetting(runtime: object) -> TypeGuard[RunForgetter]:
 
 
 @runtime_checkable
+class OwnerCheckingRuntime(Protocol):
+    """Optional: a runtime whose `begin` refuses with `ThreadNotFound` a thread that is not the
+    request's actor's and agent's, decided by the database in the run's own insert
+    (`SqlJournal`). The loop then sends no ownership read before `begin` (issue 37: a round
+    trip, or a worker-thread hand-over on SQLite, less per turn); with any other runtime it
+    reads the thread first. A marker, not a method: `begin` itself is the power."""
+
+    checks_thread_owner: bool
+
+
+def supports_owner_check(runtime: object) -> TypeGuard[OwnerCheckingRuntime]:
+    return isinstance(runtime, OwnerCheckingRuntime) and runtime.checks_thread_owner is True
+
+
+@runtime_checkable
 class ThreadHolder(Protocol):
     """Optional: a runtime that knows which threads are busy only in its own process
     (`InlineRuntime`, which writes no `runs` rows the store's erasure could see). An erasure

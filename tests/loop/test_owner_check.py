@@ -1,0 +1,69 @@
+"""A turn handed no thread sends no ownership read when the runtime checks the owner in the
+run's insert (`SqlJournal`, issue 37), and still refuses another actor's thread; a runtime that
+does not (`InlineRuntime`) is checked by the loop's own read, as before. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from bounded_agents.core.history import window_history
+from bounded_agents.core.loop import AgentLoop
+from bounded_agents.durable import InlineRuntime
+from bounded_agents.errors import ThreadNotFound
+from bounded_agents.testing import ScriptedProvider, reply
+from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
+
+
+def _statements(env: LoopEnv) -> tuple[list[str], Any]:
+    sent: list[str] = []
+
+    def on_statement(*args: Any) -> None:
+        sent.append(" ".join(str(args[2]).split()).upper())
+
+    return sent, on_statement
+
+
+async def _turn(loop: AgentLoop, tid: str, actor: str = "alice") -> Any:
+    return await loop.run_turn(
+        agent="helper", thread_id=tid, actor_id=actor, content="go", run_id=str(uuid.uuid4())
+    )
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_turn_without_its_thread_reads_no_thread_and_refuses_a_stranger(
+    env: LoopEnv,
+) -> None:
+    tid = await env.thread()
+    loop = env.loop(ScriptedProvider([reply("one"), reply("two")]), window_history(10))
+    sent, on_statement = _statements(env)
+    sync = env.store.engine.sync_engine
+    event.listen(sync, "before_cursor_execute", on_statement)
+    try:
+        result = await _turn(loop, tid)
+    finally:
+        event.remove(sync, "before_cursor_execute", on_statement)
+    assert result.message.content == "one"
+    # The ownership read (`get_thread_info`): the thread's row by its id, nothing else.
+    thread_reads = [s for s in sent if s.startswith("SELECT THREADS.ID, THREADS.ACTOR_ID")]
+    assert thread_reads == []
+    inserts = [s for s in sent if s.startswith("INSERT INTO RUNS")]
+    assert len(inserts) == 1 and "FROM THREADS WHERE" in inserts[0]
+    with pytest.raises(ThreadNotFound):
+        await _turn(loop, tid, actor="mallory")
+    with pytest.raises(ThreadNotFound):
+        await _turn(loop, str(uuid.uuid4()))
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_runtime_that_does_not_check_the_owner_is_checked_by_the_loop(
+    env: LoopEnv,
+) -> None:
+    tid = await env.thread()
+    loop = env.loop(ScriptedProvider([reply("one")]), window_history(10), runtime=InlineRuntime())
+    with pytest.raises(ThreadNotFound):
+        await _turn(loop, tid, actor="mallory")
+    assert (await _turn(loop, tid)).message.content == "one"
