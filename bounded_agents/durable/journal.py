@@ -37,6 +37,7 @@ from bounded_agents.durable.journal_rows import (
     INSERT_STEP,
     LAPSED,
     LAPSED_ROW,
+    OWNER,
     TID,
     JournalStep,
     SqlUnit,
@@ -68,6 +69,8 @@ from bounded_agents.store import (
     wrap_db_errors,
     write_transaction,
 )
+from bounded_agents.store.engine import on_citus
+from bounded_agents.store.sql import may_hold_thread_id
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +97,8 @@ class SqlJournal(JournalHistory):
         self._lease_seconds = lease_seconds
         self._hold = lease_renewal(lease_seconds)
         self._insert_run_statement = owned_run_insert(lease_seconds)
+        self._insert_run_values = runs.insert().values(lease_expires_at=db_now(lease_seconds))
+        """On Citus: the run's row as given, after an ownership read (`_insert_run`)."""
         self._take_lapsed = (
             runs.update()
             .where(runs.c.thread_id == TID, runs.c.id.in_(LAPSED_ROW.scalar_subquery()))
@@ -158,12 +163,23 @@ class SqlJournal(JournalHistory):
         return held[1]
 
     async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
+        if not may_hold_thread_id(self._engine, request.thread_id):
+            raise ThreadNotFound(request.thread_id)  # as the store's ownership read says
         try:
             values = {**run_row(request, "running"), "owner": token}
             # The insert opens the transaction: retried on a fresh connection if the pooled one
             # was dead (nothing was written), so the checkout skips its ping.
 
             async def insert(conn: AsyncConnection) -> None:
+                if on_citus(self._engine):
+                    # Citus runs an INSERT ... SELECT as a distributed one (planned for every
+                    # shard, then pruned), not routed to the thread's shard as a plain statement
+                    # is: there the owner is read first, in the same transaction.
+                    owner = (await conn.execute(OWNER, {"thread_id": request.thread_id})).first()
+                    if owner is None or tuple(owner) != (request.actor_id, request.agent):
+                        raise ThreadNotFound(request.thread_id)
+                    await conn.execute(self._insert_run_values, values)
+                    return
                 inserted = await conn.execute(self._insert_run_statement, values)
                 if inserted.rowcount == 0:  # no thread of the request's actor and agent
                     raise ThreadNotFound(request.thread_id)

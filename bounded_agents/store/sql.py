@@ -94,6 +94,16 @@ from bounded_agents.store.statements import (
 from bounded_agents.store.tx import joined, writing
 
 
+def may_hold_thread_id(engine: AsyncEngine, thread_id: str) -> bool:
+    """Whether a thread of `engine`'s database may have `thread_id`; a read (or a run's insert)
+    by any other finds none without sending it. PostgreSQL's column holds 36 characters, so a
+    longer id is none there (and Citus, routing by it, refused its cast as a database error);
+    SQLite stored longer ones before creation refused them (`holdable_thread_id`)."""
+    if not holdable_thread_id(thread_id):
+        return False
+    return len(thread_id) <= THREAD_ID_CHARS or dialect_of(engine).sqlite
+
+
 class SqlAgentStore:
     """`AgentStore`, `ThreadTurnReader`, `SummaryStore`, `TransactionalStore`,
     `PromptDigestStore`, `FoldHealthStore` and `ErasingStore` over SQLAlchemy Core (no ORM
@@ -195,13 +205,7 @@ class SqlAgentStore:
         return thread_of(row, [])
 
     def _may_hold(self, thread_id: str) -> bool:
-        """Whether a thread of this database may have `thread_id`; a read by any other finds
-        none without sending it. PostgreSQL's column holds 36 characters, so a longer id is
-        none there (and Citus, routing by it, refused its cast as a database error); SQLite
-        stored longer ones before creation refused them (`holdable_thread_id`)."""
-        if not holdable_thread_id(thread_id):
-            return False
-        return len(thread_id) <= THREAD_ID_CHARS or dialect_of(self._engine).sqlite
+        return may_hold_thread_id(self._engine, thread_id)
 
     def _search(self, agent: str) -> dict[str, bool]:
         """A new thread's index flag: off for an agent said not to search, else the default."""
@@ -662,4 +666,11 @@ def _check_thread(thread_id: str | None, actor_id: str, agent: str, title: str |
         raise InvalidContent(reason)
 
 
-__all__ = ["PAGE_AT", "TURN_READ_LIMITED", "SqlAgentStore", "aware_utc", "turn_read"]
+__all__ = [
+    "PAGE_AT",
+    "TURN_READ_LIMITED",
+    "SqlAgentStore",
+    "aware_utc",
+    "may_hold_thread_id",
+    "turn_read",
+]

@@ -14,7 +14,7 @@ from bounded_agents.core.history import window_history
 from bounded_agents.core.loop import AgentDefinition, AgentLoop
 from bounded_agents.core.ports import ModelRequest, ModelResponse
 from bounded_agents.durable import SqlJournal
-from bounded_agents.errors import StoreError
+from bounded_agents.errors import RunFailed, StoreError
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.testing import ScriptedProvider, reply
@@ -93,14 +93,18 @@ async def test_an_unreachable_database_fails_the_turn_with_a_store_error_not_a_t
                 )
             },
         )
-        with pytest.raises(StoreError, match="database"):
+        run_id = str(uuid.uuid4())
+        # The journal (reachable) checks the thread's owner in the run's insert, so the run
+        # begins; its first write to the store fails it, as a one-line StoreError. It is then
+        # recorded as failed, resumable, as any run the database failed mid-way.
+        with pytest.raises(RunFailed) as failed:
             await loop.run_turn(
-                agent="helper",
-                thread_id=tid,
-                actor_id="alice",
-                content="hi",
-                run_id=str(uuid.uuid4()),
+                agent="helper", thread_id=tid, actor_id="alice", content="hi", run_id=run_id
             )
+        assert isinstance(failed.value.cause, StoreError)
+        assert "database unreachable" in str(failed.value.cause)
+        record = await SqlJournal(pg_store.engine).get_run(run_id)
+        assert record is not None and record.status == "failed"
     finally:
         await broken.dispose()
 
