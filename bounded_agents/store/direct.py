@@ -8,10 +8,11 @@ at 141 us through `AsyncConnection.execute` against 40 us as one aiosqlite worke
 and 176 us against 76 us on asyncpg), and a one-tool turn sends a dozen writes inside its units.
 
 What stays SQLAlchemy's:
-- The transaction: BEGIN, COMMIT and ROLLBACK. On PostgreSQL a unit's FIRST statement (the
-  lease check) goes through SQLAlchemy too, because its asyncpg adapter sends BEGIN just
-  before it: a write here takes the driver's way only when asyncpg says a transaction is open.
-  On SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
+- The transaction: BEGIN, COMMIT and ROLLBACK. On PostgreSQL SQLAlchemy's asyncpg adapter
+  sends BEGIN lazily, just before the transaction's first statement; a write sent here first
+  (a unit's lease check) has the adapter send it then, by the adapter's own method
+  (`_begin_now`), and goes on the driver's way once asyncpg says a transaction is open. On
+  SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
   at the first write), so once SQLAlchemy has begun, the first write may go too.
 - The run's insert, whose unique violation the journal turns into `ThreadBusy` by reading
   SQLAlchemy's error. (A message's insert goes the driver's way: its unique violation comes
@@ -422,11 +423,40 @@ async def _open_driver(conn: AsyncConnection) -> Any:
     transaction is open (or, on SQLite, begun) on it; None otherwise (SQLAlchemy's way)."""
     if not driver_way_open(conn.engine):
         return None
-    driver = (await raw_connection(conn)).driver_connection
+    raw = await raw_connection(conn)
+    driver = raw.driver_connection
     if isinstance(driver, OneHopConnection):
         # SQLAlchemy's BEGIN on SQLite is sqlite3's own implicit one, made at the first write:
         # once SQLAlchemy has begun, a write sent here opens the transaction just the same.
         return driver if driver.in_transaction or conn.in_transaction() else None
-    if isinstance(driver, asyncpg.Connection) and driver.is_in_transaction():
-        return driver
+    if isinstance(driver, asyncpg.Connection):
+        if driver.is_in_transaction():
+            return driver
+        if conn.in_transaction() and await _begin_now(conn, raw.dbapi_connection):
+            return driver if driver.is_in_transaction() else None
     return None
+
+
+async def _begin_now(conn: AsyncConnection, adapter: Any) -> bool:
+    """Send the BEGIN of the transaction SQLAlchemy has begun on `conn` (PostgreSQL), so that
+    its first statement may take the driver's way too (issue 37: a unit's lease check, about
+    100 us of Python less). SQLAlchemy's asyncpg adapter sends BEGIN lazily, just before the
+    transaction's first statement, by its `_start_transaction`; this calls that same method a
+    moment earlier, so SQLAlchemy's COMMIT and ROLLBACK find the transaction as their own.
+
+    False, sending nothing more, where the adapter has no such method (another SQLAlchemy) or
+    BEGIN failed (a dead connection): the statement then goes SQLAlchemy's way, which begins
+    again and reports and invalidates as it always did (`open_write` retries a dead pooled
+    connection on that error). A cancellation while BEGIN is in flight invalidates `conn`, as
+    `guarded` does for any driver call."""
+    start = getattr(adapter, "_start_transaction", None)
+    if start is None:
+        return False
+    try:
+        await start()
+    except Exception:
+        return False
+    except BaseException:
+        await conn.invalidate()
+        raise
+    return True

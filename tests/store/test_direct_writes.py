@@ -5,11 +5,12 @@ and a failure that rolls the unit back."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -84,19 +85,18 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     assert await book.tokens_used("alice") == 30
 
 
-async def test_on_postgresql_a_write_before_begin_reached_the_driver_is_sqlalchemys(
+async def test_a_transactions_first_write_takes_the_drivers_way_on_both_databases(
     sql_store: SqlAgentStore,
 ) -> None:
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
-    sqlite = sql_store.engine.dialect.name == "sqlite"
     with announced(sql_store) as seen:
         # No shared unit: the ledger's own transaction opens with its first write. On
-        # PostgreSQL that one (its only one) goes through SQLAlchemy (its asyncpg adapter
-        # sends the BEGIN); on Citus its second the driver's way. On SQLite both of its
-        # statements go the driver's way.
+        # PostgreSQL `direct` has SQLAlchemy's asyncpg adapter send its BEGIN first (it went
+        # through SQLAlchemy for that BEGIN before issue 37); on Citus the ledger is two
+        # statements. On SQLite sqlite3 begins at the first write itself.
         await SqlLedger(sql_store.engine).record(ledger_entry(thread.id))
-    expected = [False, True] if on_citus(sql_store.engine) else [False]
-    assert [by_driver for _, by_driver in seen] == ([True, True] if sqlite else expected)
+    two = on_citus(sql_store.engine) or sql_store.engine.dialect.name == "sqlite"
+    assert [by_driver for _, by_driver in seen] == ([True, True] if two else [True])
     assert await _ledger_rows(sql_store) == [("alice", 1, 10)]
 
 
@@ -188,11 +188,11 @@ _RETITLE = (
 async def test_a_units_first_write_opens_the_transaction_it_rolls_back_or_commits_with(
     sql_store: SqlAgentStore,
 ) -> None:
-    """On SQLite the first write of a unit takes the driver's way (sqlite3's implicit BEGIN
-    is SQLAlchemy's BEGIN there); on PostgreSQL it is SQLAlchemy's, whose adapter sends BEGIN.
-    Either way it is inside the unit: a rollback undoes it, a commit keeps it."""
+    """The first write of a unit takes the driver's way: on SQLite sqlite3's implicit BEGIN is
+    SQLAlchemy's BEGIN there; on PostgreSQL `direct` has SQLAlchemy's asyncpg adapter send its
+    BEGIN first, by the adapter's own method. Either way it is inside the unit, and it is
+    SQLAlchemy's transaction: its rollback undoes the write, its commit keeps it."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper", title="before")
-    sqlite = sql_store.engine.dialect.name == "sqlite"
 
     async def retitle(title: str) -> SqlTransaction:
         return await open_write(
@@ -204,7 +204,7 @@ async def test_a_units_first_write_opens_the_transaction_it_rolls_back_or_commit
     with announced(sql_store) as seen:
         tx = await retitle("rolled back")
     await tx.close(commit=False)
-    assert [by_driver for _, by_driver in seen] == [sqlite]
+    assert [by_driver for _, by_driver in seen] == [True]
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.title == "before"
 
@@ -212,6 +212,46 @@ async def test_a_units_first_write_opens_the_transaction_it_rolls_back_or_commit
     await tx.close(commit=True)
     loaded = await sql_store.get_thread(thread.id)
     assert loaded is not None and loaded.title == "committed"
+
+
+@pytest.fixture
+async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
+    async with emptied_store(postgres_url) as store:
+        yield store
+
+
+async def test_on_postgresql_a_failed_begin_leaves_the_first_write_to_sqlalchemy(
+    pg_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`direct` sends a unit's BEGIN itself, by SQLAlchemy's asyncpg adapter's own method, so
+    the first write can take the driver's way. When that BEGIN fails (here: once, as on a
+    connection that died in the pool), nothing is raised from it: the write goes SQLAlchemy's
+    way, which begins again, and the unit commits as SQLAlchemy's transaction."""
+    thread = await pg_store.create_thread(actor_id="alice", agent="helper", title="before")
+    async with pg_store.engine.connect() as conn:
+        adapter_class = type((await conn.get_raw_connection()).dbapi_connection)
+    start = adapter_class._start_transaction
+    failed: list[bool] = []
+
+    async def fail_once(self: Any) -> None:
+        if not failed:
+            failed.append(True)
+            raise asyncpg.ConnectionDoesNotExistError("connection was closed mid-operation")
+        await start(self)
+
+    monkeypatch.setattr(adapter_class, "_start_transaction", fail_once)
+    with announced(pg_store) as seen:
+        tx = await open_write(
+            pg_store.engine,
+            "test",
+            lambda conn: direct.write(conn, _RETITLE, {"tid": thread.id, "t": "after"}, "test"),
+        )
+        await direct.write(tx.connection, _RETITLE, {"tid": thread.id, "t": "again"}, "test")
+    await tx.close(commit=True)
+    assert failed == [True]
+    assert [by_driver for _, by_driver in seen] == [False, True]
+    loaded = await pg_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "again"
 
 
 async def test_an_engine_with_after_execute_listeners_keeps_every_statement_sqlalchemys(
