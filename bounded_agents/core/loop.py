@@ -276,10 +276,11 @@ class AgentLoop:
             raise InvalidContent(reason)
         deps = self.deps
         definition = deps.definition(agent)
-        if thread is None or thread.id != thread_id:
+        checked = thread is not None and thread.id == thread_id
+        if not checked:
             if not self._owner_checked:
                 await deps.owned_thread(thread_id, actor_id, agent)
-        elif thread.actor_id != actor_id or thread.agent != agent:
+        elif thread is not None and (thread.actor_id != actor_id or thread.agent != agent):
             raise ThreadNotFound(thread_id)
         await self.check_quota(actor_id)
         request = RunRequest(
@@ -291,7 +292,9 @@ class AgentLoop:
             idempotency=idempotency,
             follows_run=follows_run,
         )
-        ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions)
+        # A runtime that checks the owner itself is told when the caller's thread already did.
+        known = {"owner_known": True} if checked and self._owner_checked else {}
+        ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions, **known)
         turn = Turn(
             request=request,
             definition=definition,

@@ -120,11 +120,11 @@ class SqlJournal(JournalHistory):
         a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
 
     async def begin(
-        self, request: RunRequest, *, shared_first_unit: bool = False
+        self, request: RunRequest, *, shared_first_unit: bool = False, owner_known: bool = False
     ) -> DurableContext:
         token = str(uuid.uuid4())
         try:
-            tx = await self._insert_run(request, token)
+            tx = await self._insert_run(request, token, owner_known)
         except ThreadBusy:
             # Only now look for a holder that is done or dead: the common turn pays one round
             # trip, not two.
@@ -133,7 +133,7 @@ class SqlJournal(JournalHistory):
                 or await self._release_expired(request.thread_id)
             ):
                 raise
-            tx = await self._insert_run(request, token)
+            tx = await self._insert_run(request, token, owner_known)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
         if not shared_first_unit:
@@ -162,7 +162,9 @@ class SqlJournal(JournalHistory):
             log.warning("run %s: its first unit did not roll back cleanly", run_id, exc_info=True)
         return held[1]
 
-    async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
+    async def _insert_run(
+        self, request: RunRequest, token: str, owner_known: bool = False
+    ) -> SqlTransaction:
         if not may_hold_thread_id(self._engine, request.thread_id):
             raise ThreadNotFound(request.thread_id)  # as the store's ownership read says
         try:
@@ -174,10 +176,13 @@ class SqlJournal(JournalHistory):
                 if on_citus(self._engine):
                     # Citus runs an INSERT ... SELECT as a distributed one (planned for every
                     # shard, then pruned), not routed to the thread's shard as a plain statement
-                    # is: there the owner is read first, in the same transaction.
-                    owner = (await conn.execute(OWNER, {"thread_id": request.thread_id})).first()
-                    if owner is None or tuple(owner) != (request.actor_id, request.agent):
-                        raise ThreadNotFound(request.thread_id)
+                    # is: there the owner is read first, in the same transaction, unless the
+                    # caller checked it (`owner_known`: the HTTP route loaded the thread).
+                    if not owner_known:
+                        read = await conn.execute(OWNER, {"thread_id": request.thread_id})
+                        owner = read.first()
+                        if owner is None or tuple(owner) != (request.actor_id, request.agent):
+                            raise ThreadNotFound(request.thread_id)
                     await conn.execute(self._insert_run_values, values)
                     return
                 inserted = await conn.execute(self._insert_run_statement, values)

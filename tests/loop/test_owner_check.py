@@ -72,3 +72,40 @@ async def test_a_runtime_that_does_not_check_the_owner_is_checked_by_the_loop(
     with pytest.raises(ThreadNotFound):
         await _turn(loop, tid, actor="mallory")
     assert (await _turn(loop, tid)).message.content == "one"
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_turn_handed_its_thread_reads_no_owner_even_on_citus(env: LoopEnv) -> None:
+    """The HTTP route loads the thread and passes it: the loop checks it in memory and tells
+    the journal (`owner_known`), so no owner read is sent, on Citus either (where the journal
+    would otherwise read it before the run's insert)."""
+    tid = await env.thread()
+    thread = await env.store.get_thread_info(tid)
+    assert thread is not None
+    loop = env.loop(ScriptedProvider([reply("one")]), window_history(10))
+    sent, on_statement = _statements(env)
+    sync = env.store.engine.sync_engine
+    event.listen(sync, "before_cursor_execute", on_statement)
+    try:
+        result = await loop.run_turn(
+            agent="helper",
+            thread_id=tid,
+            actor_id="alice",
+            content="go",
+            run_id=str(uuid.uuid4()),
+            thread=thread,
+        )
+    finally:
+        event.remove(sync, "before_cursor_execute", on_statement)
+    assert result.message.content == "one"
+    owner_reads = [s for s in sent if s.startswith("SELECT THREADS.") and "PAGE" not in s]
+    assert owner_reads == []
+    with pytest.raises(ThreadNotFound):  # a thread of another actor's, handed in: refused
+        await loop.run_turn(
+            agent="helper",
+            thread_id=tid,
+            actor_id="mallory",
+            content="go",
+            run_id=str(uuid.uuid4()),
+            thread=thread,
+        )

@@ -151,7 +151,10 @@ class OwnerCheckingRuntime(Protocol):
     request's actor's and agent's, decided by the database in the run's own insert
     (`SqlJournal`). The loop then sends no ownership read before `begin` (issue 37: a round
     trip, or a worker-thread hand-over on SQLite, less per turn); with any other runtime it
-    reads the thread first. A marker, not a method: `begin` itself is the power."""
+    reads the thread first. A marker, not a method: `begin` itself is the power, and it takes
+    one more keyword, `owner_known=True`, from a caller that has checked the owner itself (the
+    HTTP route loads the thread): on Citus, where the check is a read of its own, it is then
+    skipped."""
 
     checks_thread_owner: bool
 
