@@ -28,9 +28,14 @@ def _statements(env: LoopEnv) -> tuple[list[str], Any]:
     return sent, on_statement
 
 
-async def _turn(loop: AgentLoop, tid: str, actor: str = "alice") -> Any:
+async def _turn(loop: AgentLoop, tid: str, actor: str = "alice", thread: Any = None) -> Any:
     return await loop.run_turn(
-        agent="helper", thread_id=tid, actor_id=actor, content="go", run_id=str(uuid.uuid4())
+        agent="helper",
+        thread_id=tid,
+        actor_id=actor,
+        content="go",
+        run_id=str(uuid.uuid4()),
+        thread=thread,
     )
 
 
@@ -87,25 +92,11 @@ async def test_a_turn_handed_its_thread_reads_no_owner_even_on_citus(env: LoopEn
     sync = env.store.engine.sync_engine
     event.listen(sync, "before_cursor_execute", on_statement)
     try:
-        result = await loop.run_turn(
-            agent="helper",
-            thread_id=tid,
-            actor_id="alice",
-            content="go",
-            run_id=str(uuid.uuid4()),
-            thread=thread,
-        )
+        result = await _turn(loop, tid, thread=thread)
     finally:
         event.remove(sync, "before_cursor_execute", on_statement)
     assert result.message.content == "one"
     owner_reads = [s for s in sent if s.startswith("SELECT THREADS.") and "PAGE" not in s]
     assert owner_reads == []
     with pytest.raises(ThreadNotFound):  # a thread of another actor's, handed in: refused
-        await loop.run_turn(
-            agent="helper",
-            thread_id=tid,
-            actor_id="mallory",
-            content="go",
-            run_id=str(uuid.uuid4()),
-            thread=thread,
-        )
+        await _turn(loop, tid, actor="mallory", thread=thread)
