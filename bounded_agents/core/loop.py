@@ -187,9 +187,10 @@ class AgentLoop:
         )
         self._executor = runtime if supports_run_executor(runtime) else None
         """The runtime when it executes runs itself (DBOS), probed once here, not per turn."""
-        self._owner_checked = supports_owner_check(runtime)
-        """Whether `begin` checks the thread's owner in the run's insert (`SqlJournal`): a turn
-        handed no thread then sends no ownership read of its own (issue 37)."""
+        self._owner_check = runtime if supports_owner_check(runtime) else None
+        """The runtime when its `begin` checks the thread's owner in the run's insert
+        (`SqlJournal`): a turn handed no thread then sends no ownership read of its own
+        (issue 37)."""
         if self._executor is not None:
             # Its engine's recovery (a DBOS restart) finishes a run by the same path as a sweep.
             self._executor.register_resumer(self.resume)
@@ -278,7 +279,7 @@ class AgentLoop:
         definition = deps.definition(agent)
         checked = thread is not None and thread.id == thread_id
         if not checked:
-            if not self._owner_checked:
+            if self._owner_check is None:
                 await deps.owned_thread(thread_id, actor_id, agent)
         elif thread is not None and (thread.actor_id != actor_id or thread.agent != agent):
             raise ThreadNotFound(thread_id)
@@ -292,9 +293,10 @@ class AgentLoop:
             idempotency=idempotency,
             follows_run=follows_run,
         )
-        # A runtime that checks the owner itself is told when the caller's thread already did.
-        known = {"owner_known": True} if checked and self._owner_checked else {}
-        ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions, **known)
+        if checked and self._owner_check is not None:
+            # Checked in memory above: a runtime whose own check is a read (on Citus) skips it.
+            self._owner_check.owner_checked(run_id)
+        ctx = await deps.runtime.begin(request, shared_first_unit=deps.shares_transactions)
         turn = Turn(
             request=request,
             definition=definition,

@@ -146,10 +146,9 @@ class DbosRuntime(SqlJournal):
         return ctx
 
     async def begin(
-        self, request: RunRequest, *, shared_first_unit: bool = False, owner_known: bool = False
+        self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
-        # Its steps commit one by one: no first unit is shared.
-        ctx = await super().begin(request, owner_known=owner_known)
+        ctx = await super().begin(request)  # its steps commit one by one: none is shared
         self._fresh.add(request.run_id)
         return ctx
 

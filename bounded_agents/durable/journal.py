@@ -111,6 +111,8 @@ class SqlJournal(JournalHistory):
         """run id -> its thread, for the runs in `_owners`."""
         self._swept: set[str] = set()
         """Runs `claim_expired` took for this process that `reopen` has not taken up yet."""
+        self._owner_known: set[str] = set()
+        """Runs about to begin whose caller checked the thread's owner (`owner_checked`)."""
         self._first_units: dict[str, tuple[SqlUnit, RunRequest]] = {}
         """Runs whose row waits, uncommitted, in their first unit of work (see the class)."""
         self._unended: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -120,11 +122,11 @@ class SqlJournal(JournalHistory):
         a whole lease; a run left here is also resumed by the sweep once its lease lapses."""
 
     async def begin(
-        self, request: RunRequest, *, shared_first_unit: bool = False, owner_known: bool = False
+        self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
         token = str(uuid.uuid4())
         try:
-            tx = await self._insert_run(request, token, owner_known)
+            tx = await self._insert_run(request, token)
         except ThreadBusy:
             # Only now look for a holder that is done or dead: the common turn pays one round
             # trip, not two.
@@ -133,7 +135,9 @@ class SqlJournal(JournalHistory):
                 or await self._release_expired(request.thread_id)
             ):
                 raise
-            tx = await self._insert_run(request, token, owner_known)
+            tx = await self._insert_run(request, token)
+        finally:
+            self._owner_known.discard(request.run_id)
         self._owners[request.run_id] = token
         self._threads[request.run_id] = request.thread_id
         if not shared_first_unit:
@@ -143,6 +147,11 @@ class SqlJournal(JournalHistory):
         self._first_units[request.run_id] = (first, request)
         tx.after_commit.append(functools.partial(self._first_committed, request.run_id))
         return self._context(request.thread_id, request.run_id, [], first)
+
+    def owner_checked(self, run_id: str) -> None:
+        """`OwnerCheckingRuntime`: the caller checked the owner of `run_id`'s thread, so its
+        `begin` on Citus sends no owner read (one server checks in the insert anyway)."""
+        self._owner_known.add(run_id)
 
     def _first_committed(self, run_id: str) -> None:
         self._first_units.pop(run_id, None)
@@ -162,9 +171,7 @@ class SqlJournal(JournalHistory):
             log.warning("run %s: its first unit did not roll back cleanly", run_id, exc_info=True)
         return held[1]
 
-    async def _insert_run(
-        self, request: RunRequest, token: str, owner_known: bool = False
-    ) -> SqlTransaction:
+    async def _insert_run(self, request: RunRequest, token: str) -> SqlTransaction:
         if not may_hold_thread_id(self._engine, request.thread_id):
             raise ThreadNotFound(request.thread_id)  # as the store's ownership read says
         try:
@@ -177,8 +184,8 @@ class SqlJournal(JournalHistory):
                     # Citus runs an INSERT ... SELECT as a distributed one (planned for every
                     # shard, then pruned), not routed to the thread's shard as a plain statement
                     # is: there the owner is read first, in the same transaction, unless the
-                    # caller checked it (`owner_known`: the HTTP route loaded the thread).
-                    if not owner_known:
+                    # caller checked it (`owner_checked`: the HTTP route loaded the thread).
+                    if request.run_id not in self._owner_known:
                         read = await conn.execute(OWNER, {"thread_id": request.thread_id})
                         owner = read.first()
                         if owner is None or tuple(owner) != (request.actor_id, request.agent):

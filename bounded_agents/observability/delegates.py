@@ -136,6 +136,11 @@ class OwnerCheckDelegate(PowerDelegate):
 
     checks_thread_owner = True
 
+    def owner_checked(self, run_id: str) -> None:
+        inner = self.inner
+        assert supports_owner_check(inner)
+        inner.owner_checked(run_id)
+
 
 DELEGATES: tuple[tuple[Callable[[object], bool], type[PowerDelegate]], ...] = (
     (supports_keyed_runs, KeyedRunsDelegate),

@@ -146,11 +146,10 @@ class ObservedRuntime:
     # --- DurableRuntime ----------------------------------------------------------------------
 
     async def begin(
-        self, request: RunRequest, *, shared_first_unit: bool = False, **options: Any
+        self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
-        """`options`: what a power of `inner` adds to `begin` (`owner_known`), passed on."""
         try:
-            ctx = await self.inner.begin(request, shared_first_unit=shared_first_unit, **options)
+            ctx = await self.inner.begin(request, shared_first_unit=shared_first_unit)
         except ThreadBusy:
             if self.metrics is not None:
                 self.metrics.child(self.metrics.busy, request.agent).inc()

@@ -228,8 +228,9 @@ class SqlAgentStore:
         return thread_of(head, [from_row(r) for r in rows])
 
     async def get_thread_info(self, thread_id: str) -> Thread | None:
-        """The thread without its messages: what an ownership check needs (every turn's first
-        read). One driver call on the turn read's dedicated connections when one is free."""
+        """The thread without its messages: what an ownership check needs (the HTTP route's,
+        and a turn's first read where the runtime does not check the owner in the run's
+        insert). One driver call on the turn read's dedicated connections when one is free."""
         if not self._may_hold(thread_id):
             return None
         params = {"tid": thread_id}

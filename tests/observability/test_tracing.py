@@ -209,7 +209,10 @@ def test_an_observed_runtime_claims_no_power_its_runtime_lacks() -> None:
 class _EveryPower(InlineRuntime):
     """An in-process runtime with every runtime power, each call noted."""
 
-    checks_thread_owner = True  # a marker: `begin` is the power
+    checks_thread_owner = True  # `begin` is the power; `owner_checked` tells it a check was made
+
+    def owner_checked(self, run_id: str) -> None:
+        self.calls.append(("owner_checked", run_id))
 
     def __init__(self) -> None:
         super().__init__()
@@ -284,6 +287,7 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
     assert supports_erased_run_sweep(runtime)
     assert await runtime.sweep_erased(since=SINCE) == 3
     assert supports_owner_check(runtime)
+    runtime.owner_checked("r1")
     assert inner.calls == [
         ("register_resumer", resume),
         ("execute", "r1"),
@@ -295,4 +299,5 @@ async def test_an_observed_runtime_hands_each_power_to_the_runtime_it_wraps() ->
         ("erase_runs", ["r1"]),
         ("forget_runs", ["r1"]),
         ("sweep_erased", SINCE),
+        ("owner_checked", "r1"),
     ]

@@ -118,7 +118,9 @@ class DurableRuntime(Protocol):
     async def begin(
         self, request: RunRequest, *, shared_first_unit: bool = False
     ) -> DurableContext:
-        """Start a new run; `ThreadBusy` while another run holds the thread, and
+        """Start a new run; `ThreadBusy` while another run holds the thread (a runtime with
+        the `OwnerCheckingRuntime` power also refuses, with `ThreadNotFound`, a thread that is
+        not the request's actor's and agent's: the loop then checks nothing first), and
         `TurnInProgress` (naming it) when a run under the request's `idempotency` key exists on
         the thread, running or ended: a runtime on a database decides it by a unique index, so
         two concurrent begins with one key never both start a run.

@@ -151,12 +151,17 @@ class OwnerCheckingRuntime(Protocol):
     request's actor's and agent's, decided by the database in the run's own insert
     (`SqlJournal`). The loop then sends no ownership read before `begin` (issue 37: a round
     trip, or a worker-thread hand-over on SQLite, less per turn); with any other runtime it
-    reads the thread first. A marker, not a method: `begin` itself is the power, and it takes
-    one more keyword, `owner_known=True`, from a caller that has checked the owner itself (the
-    HTTP route loads the thread): on Citus, where the check is a read of its own, it is then
-    skipped."""
+    reads the thread first. `begin` itself is the power, so a subclass that overrides it
+    without calling the original must set `checks_thread_owner = False`: the loop would
+    otherwise leave the owner unchecked."""
 
     checks_thread_owner: bool
+
+    def owner_checked(self, run_id: str) -> None:
+        """The caller has checked the owner of the run it begins next (the HTTP route loaded
+        the thread): a runtime whose check is a read of its own (`SqlJournal` on Citus) skips
+        it for that run. Not a keyword of `begin`, whose signature stays the port's."""
+        ...
 
 
 def supports_owner_check(runtime: object) -> TypeGuard[OwnerCheckingRuntime]:
