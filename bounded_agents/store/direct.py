@@ -55,7 +55,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
 from bounded_agents.store.dialect import dialect_of
-from bounded_agents.store.engine import behind_pgbouncer
+from bounded_agents.store.engine import behind_pgbouncer, is_timeout
 from bounded_agents.store.onehop import (
     Deferred,
     OneHopConnection,
@@ -447,15 +447,20 @@ async def _begin_now(conn: AsyncConnection, adapter: Any) -> bool:
     False, sending nothing more, where the adapter has no such method (another SQLAlchemy) or
     BEGIN failed (a dead connection): the statement then goes SQLAlchemy's way, which begins
     again and reports and invalidates as it always did (`open_write` retries a dead pooled
-    connection on that error). A cancellation while BEGIN is in flight invalidates `conn`, as
-    `guarded` does for any driver call."""
+    connection on that error). A BEGIN that waited out the statement timeout is raised, the
+    connection invalidated: begun again it would wait as long again, as in a partition (found
+    by review: a unit's opening took twice the timeout). A cancellation while BEGIN is in
+    flight invalidates `conn`, as `guarded` does for any driver call."""
     start = getattr(adapter, "_start_transaction", None)
     if start is None:
         return False
     try:
         await start()
-    except Exception:
-        return False
+    except Exception as error:
+        if not is_timeout(error):
+            return False
+        await conn.invalidate()
+        raise
     except BaseException:
         await conn.invalidate()
         raise

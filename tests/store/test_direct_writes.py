@@ -254,6 +254,34 @@ async def test_on_postgresql_a_failed_begin_leaves_the_first_write_to_sqlalchemy
     assert loaded is not None and loaded.title == "again"
 
 
+async def test_on_postgresql_a_begin_that_times_out_is_not_sent_again(
+    pg_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A BEGIN that waited out the statement timeout (a partition) fails the write at once,
+    its connection invalidated: falling back to SQLAlchemy's way would send it again and wait
+    as long again (found by review: a unit's opening took twice the timeout)."""
+    thread = await pg_store.create_thread(actor_id="alice", agent="helper", title="before")
+    async with pg_store.engine.connect() as conn:
+        adapter_class = type((await conn.get_raw_connection()).dbapi_connection)
+    starts: list[bool] = []
+
+    async def times_out(_self: Any) -> None:
+        starts.append(True)
+        raise TimeoutError
+
+    monkeypatch.setattr(adapter_class, "_start_transaction", times_out)
+    with pytest.raises(StoreError, match="did not answer in time"):
+        await open_write(
+            pg_store.engine,
+            "test",
+            lambda conn: direct.write(conn, _RETITLE, {"tid": thread.id, "t": "after"}, "test"),
+        )
+    assert starts == [True]
+    monkeypatch.undo()
+    loaded = await pg_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "before"
+
+
 async def test_an_engine_with_after_execute_listeners_keeps_every_statement_sqlalchemys(
     sql_store: SqlAgentStore,
 ) -> None:
