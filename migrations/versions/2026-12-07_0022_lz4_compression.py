@@ -15,7 +15,8 @@ images and the managed services are).
   large the tables; values already stored keep pglz and are read as before (a column may hold
   both), new ones use lz4.
 - Where the server has no lz4 (before 14, or built without it) the upgrade changes nothing and
-  says so in the log; everything works as before.
+  says so in the log; everything works as before. Before 14 (no `SET COMPRESSION` at all) the
+  downgrade changes nothing either.
 - SQLite compresses nothing: no change there.
 - The downgrade sets the columns back to the server's default method; values written with lz4
   stay readable (the method is stored with each value).
@@ -57,17 +58,22 @@ COLUMNS = (
 """The text columns a turn writes large values to (a thread's `last_prompt` and `fold_health`
 are a few bytes: left alone)."""
 
-_HAS_LZ4 = sa.text(
-    "SELECT coalesce(bool_or(v = 'lz4'), false) FROM pg_settings, unnest(enumvals) AS v "
+_METHODS = sa.text(
+    "SELECT coalesce(array_agg(v), '{}') FROM pg_settings, unnest(enumvals) AS v "
     "WHERE name = 'default_toast_compression'"
 )
+"""The compression methods the server offers: none before PostgreSQL 14, which has no
+`SET COMPRESSION` at all (the downgrade skips it there too; found by review)."""
 
 
 def _set(method: str) -> None:
     bind = op.get_bind()
     if not dialect_of(bind).postgres:
         return
-    if method == "lz4" and not bind.execute(_HAS_LZ4).scalar_one():
+    methods = bind.execute(_METHODS).scalar_one()
+    if not methods:
+        return  # before PostgreSQL 14: every column is pglz, and stays so
+    if method == "lz4" and "lz4" not in methods:
         log.warning("this PostgreSQL has no lz4 compression: its columns keep pglz")
         return
     for table, column in COLUMNS:
