@@ -12,7 +12,8 @@ from sqlalchemy import event
 
 from bounded_agents.core.history import window_history
 from bounded_agents.core.loop import AgentLoop
-from bounded_agents.durable import InlineRuntime
+from bounded_agents.core.ports import DurableContext, RunRequest
+from bounded_agents.durable import InlineRuntime, SqlJournal
 from bounded_agents.errors import ThreadNotFound
 from bounded_agents.store.engine import on_citus
 from bounded_agents.testing import ScriptedProvider, reply
@@ -100,3 +101,29 @@ async def test_a_turn_handed_its_thread_reads_no_owner_even_on_citus(env: LoopEn
     assert owner_reads == []
     with pytest.raises(ThreadNotFound):  # a thread of another actor's, handed in: refused
         await _turn(loop, tid, actor="mallory", thread=thread)
+
+
+class _AuditedJournal(SqlJournal):
+    """A journal subclass written to the port's `begin` signature (found by review: the loop
+    once passed it a keyword of its own, and every turn handed its thread failed)."""
+
+    async def begin(
+        self, request: RunRequest, *, shared_first_unit: bool = False
+    ) -> DurableContext:
+        return await super().begin(request, shared_first_unit=shared_first_unit)
+
+
+@SQL_JOURNAL_ONLY
+async def test_a_journal_subclass_with_the_ports_begin_answers_turns_handed_their_thread(
+    env: LoopEnv,
+) -> None:
+    tid = await env.thread()
+    thread = await env.store.get_thread_info(tid)
+    journal = _AuditedJournal(env.store.engine)
+    loop = env.loop(
+        ScriptedProvider([reply("one"), reply("two")]), window_history(10), runtime=journal
+    )
+    assert (await _turn(loop, tid, thread=thread)).message.content == "one"
+    assert (await _turn(loop, tid)).message.content == "two"
+    with pytest.raises(ThreadNotFound):
+        await _turn(loop, tid, actor="mallory")
