@@ -83,7 +83,7 @@ async def test_a_runtime_that_does_not_check_the_owner_is_checked_by_the_loop(
 @SQL_JOURNAL_ONLY
 async def test_a_turn_handed_its_thread_reads_no_owner_even_on_citus(env: LoopEnv) -> None:
     """The HTTP route loads the thread and passes it: the loop checks it in memory and tells
-    the journal (`owner_known`), so no owner read is sent, on Citus either (where the journal
+    the journal (`owner_checked`), so no owner read is sent, on Citus either (where the journal
     would otherwise read it before the run's insert)."""
     tid = await env.thread()
     thread = await env.store.get_thread_info(tid)
