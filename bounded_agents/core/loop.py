@@ -278,11 +278,11 @@ class AgentLoop:
         deps = self.deps
         definition = deps.definition(agent)
         checked = thread is not None and thread.id == thread_id
-        if not checked:
-            if self._owner_check is None:
-                await deps.owned_thread(thread_id, actor_id, agent)
-        elif thread is not None and (thread.actor_id != actor_id or thread.agent != agent):
-            raise ThreadNotFound(thread_id)
+        if thread is not None and checked:
+            if thread.actor_id != actor_id or thread.agent != agent:
+                raise ThreadNotFound(thread_id)
+        elif self._owner_check is None:
+            await deps.owned_thread(thread_id, actor_id, agent)
         await self.check_quota(actor_id)
         request = RunRequest(
             run_id=run_id,

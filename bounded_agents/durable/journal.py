@@ -37,7 +37,6 @@ from bounded_agents.durable.journal_rows import (
     INSERT_STEP,
     LAPSED,
     LAPSED_ROW,
-    OWNER,
     TID,
     JournalStep,
     SqlUnit,
@@ -71,6 +70,7 @@ from bounded_agents.store import (
 )
 from bounded_agents.store.engine import on_citus
 from bounded_agents.store.sql import may_hold_thread_id
+from bounded_agents.store.statements import THREAD_BY_ID
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +185,14 @@ class SqlJournal(JournalHistory):
                     # shard, then pruned), not routed to the thread's shard as a plain statement
                     # is: there the owner is read first, in the same transaction, unless the
                     # caller checked it (`owner_checked`: the HTTP route loaded the thread).
+                    # The store's own ownership read (`get_thread_info`'s statement).
                     if request.run_id not in self._owner_known:
-                        read = await conn.execute(OWNER, {"thread_id": request.thread_id})
-                        owner = read.first()
-                        if owner is None or tuple(owner) != (request.actor_id, request.agent):
+                        read = await conn.execute(THREAD_BY_ID, {"tid": request.thread_id})
+                        row = read.first()
+                        if row is None or (row.actor_id, row.agent) != (
+                            request.actor_id,
+                            request.agent,
+                        ):
                             raise ThreadNotFound(request.thread_id)
                     await conn.execute(self._insert_run_values, values)
                     return

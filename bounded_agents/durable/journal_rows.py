@@ -59,12 +59,6 @@ END_RUN = (
 )
 
 
-OWNER = sa.select(threads.c.actor_id, threads.c.agent).where(
-    threads.c.id == sa.bindparam("thread_id")
-)
-"""A thread's owner and agent: read before a run's insert on Citus (`owned_run_insert`)."""
-
-
 @functools.cache
 def owned_run_insert(lease_seconds: float) -> sa.Insert:
     """A fresh run's row, inserted only if its thread is the request's actor's and agent's
@@ -278,7 +272,6 @@ __all__ = [
     "KEYED_RUN",
     "LAPSED",
     "LAPSED_ROW",
-    "OWNER",
     "STEP_STORED",
     "TID",
     "JournalStep",

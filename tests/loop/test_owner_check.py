@@ -54,14 +54,14 @@ async def test_a_turn_without_its_thread_reads_no_thread_and_refuses_a_stranger(
     finally:
         event.remove(sync, "before_cursor_execute", on_statement)
     assert result.message.content == "one"
-    # The ownership read (`get_thread_info`): the thread's row by its id, nothing else.
-    thread_reads = [s for s in sent if s.startswith("SELECT THREADS.ID, THREADS.ACTOR_ID")]
-    assert thread_reads == []
+    # The ownership read (`get_thread_info`'s statement): the thread's row by its id.
+    reads = [i for i, s in enumerate(sent) if s.startswith("SELECT THREADS.ID, THREADS.ACTOR_ID")]
     inserts = [i for i, s in enumerate(sent) if s.startswith("INSERT INTO RUNS")]
     assert len(inserts) == 1
-    if on_citus(env.store.engine):  # the owner read first, in the insert's transaction
-        assert sent[inserts[0] - 1].startswith("SELECT THREADS.ACTOR_ID, THREADS.AGENT")
-    else:
+    if on_citus(env.store.engine):  # the journal's read, just before the insert, in its tx
+        assert reads == [inserts[0] - 1]
+    else:  # none at all: the insert's own WHERE checks the owner
+        assert reads == []
         assert "FROM THREADS WHERE" in sent[inserts[0]]
     with pytest.raises(ThreadNotFound):
         await _turn(loop, tid, actor="mallory")
