@@ -199,11 +199,22 @@ class FoldPayload(TypedDict):
     the whole span, and a rebuild of it must too."""
 
 
-class LoadThreadPayload(TypedDict):
-    """`load:thread` on the rolling-summary path."""
+KeepRef = int | JsonObject
+"""One kept message of `load:thread`'s `keep_refs`: the seq of a stored message, or a message
+the history policy made itself (not a stored row as read), journaled whole."""
 
-    keep: list[JsonObject]
-    """The kept messages in their journal form (`messages.journal_form`)."""
+
+class LoadThreadPayload(TypedDict):
+    """`load:thread` on the rolling-summary path. Exactly one of `keep_refs` (journals written
+    since issue 37's sixth round) and `keep` (before)."""
+
+    keep_refs: NotRequired[list[KeepRef]]
+    """The kept messages, oldest first: the seq of each stored message as the read returned it
+    (a replay reads those rows again; their text is not copied into the journal every turn),
+    and whole (`messages.journal_form`, seq included) any message the policy built itself."""
+    keep: NotRequired[list[JsonObject]]
+    """The kept messages in their journal form (`messages.journal_form`): journals written
+    before `keep_refs`, replayed as they are."""
     last_prompt: NotRequired[str]
     summary: NotRequired[ThreadSummaryPayload]
     fold: NotRequired[FoldPayload]
@@ -330,6 +341,10 @@ def _objs(v: object) -> bool:
     return isinstance(v, list) and all(isinstance(m, dict) for m in v)
 
 
+def _refs(v: object) -> bool:
+    return isinstance(v, list) and all(_int(m) or isinstance(m, dict) for m in v)
+
+
 def _usage(v: object) -> bool:
     return isinstance(v, dict) and _int(v.get("prompt_tokens")) and _int(v.get("completion_tokens"))
 
@@ -361,7 +376,8 @@ _Shape = tuple[tuple[str, _Check, bool], ...]
 _SHAPES: dict[str, _Shape] = {
     "seq": (("seq", _opt_int, True),),
     "load": (
-        ("keep", _objs, True),
+        ("keep_refs", _refs, False),
+        ("keep", _objs, False),
         ("last_prompt", _str, False),
         ("summary", _summary, False),
         ("fold", _fold, False),
@@ -422,7 +438,15 @@ def parse_seq(value: object) -> SeqPayload:
 
 
 def parse_load_thread(value: object) -> LoadThreadPayload:
-    return cast(LoadThreadPayload, _parse("load", value))
+    parsed = _parse("load", value)
+    if ("keep" in parsed) == ("keep_refs" in parsed):
+        raise JournalMismatch("a journaled load payload needs one of 'keep' and 'keep_refs'")
+    return cast(LoadThreadPayload, parsed)
+
+
+def kept_count(load: LoadThreadPayload) -> int:
+    """How many messages `load:thread` kept, whichever form it journaled them in."""
+    return len(load["keep_refs"] if "keep_refs" in load else load.get("keep", []))
 
 
 def parse_legacy_load(value: object) -> LegacyLoadPayload:
@@ -475,7 +499,7 @@ def seq_payload(seq: int | None) -> SeqPayload:
 
 
 def load_thread_payload(
-    keep: list[JsonObject],
+    keep_refs: list[KeepRef],
     *,
     last_prompt: str | None,
     summary: JsonObject | None,
@@ -483,7 +507,7 @@ def load_thread_payload(
     title: str | None,
     has_assistant_message: bool,
 ) -> LoadThreadPayload:
-    out: JsonObject = {"keep": keep}
+    out: JsonObject = {"keep_refs": keep_refs}
     if last_prompt is not None:
         out["last_prompt"] = last_prompt
     if summary is not None:

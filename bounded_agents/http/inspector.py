@@ -42,10 +42,11 @@ from bounded_agents.core.ports import (
     supports_run_timeline,
 )
 from bounded_agents.core.report import RunReport
+from bounded_agents.core.turn.kept import read_kept
 from bounded_agents.errors import AgentError, RunNotFound, ThreadNotFound
 from bounded_agents.http.deps import DIGITS_ONLY, canonical_uuid
 from bounded_agents.http.errors import public_message, status_for, validation_message
-from bounded_agents.http.inspector_views import memory_view, turn_view, with_bars
+from bounded_agents.http.inspector_views import memory_view, trace_loads, turn_view, with_bars
 from bounded_agents.http.route import bounded_body, client_gone
 
 if TYPE_CHECKING:
@@ -207,7 +208,8 @@ class _Pages:
             )
         more = len(traces) > RUNS_PER_PAGE
         traces = traces[:RUNS_PER_PAGE]
-        turns = with_bars([turn_view(t) for t in traces], bound.tokens if bound else None)
+        stored = await read_kept(self.module.store, canonical, trace_loads(traces))
+        turns = with_bars([turn_view(t, stored) for t in traces], bound.tokens if bound else None)
         return {
             "thread": thread,
             "turns": turns,

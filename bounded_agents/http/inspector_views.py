@@ -4,13 +4,14 @@ a page's figures are testable without a request."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from pydantic import BaseModel
 
 from bounded_agents.core.checkpoints import (
     LOAD_THREAD,
+    LoadThreadPayload,
     is_summarize_step,
     or_none,
     parse_load_thread,
@@ -21,6 +22,7 @@ from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import RunTrace, supports_fold_health, supports_summary_archive
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.core.turn.kept import kept_messages
 from bounded_agents.core.turn.public import WindowPreview
 from bounded_agents.http.errors import public_message
 
@@ -69,11 +71,12 @@ class TurnView(BaseModel):
     token_bar: list[tuple[str, float, float]]
 
 
-def turn_view(trace: RunTrace) -> TurnView:
-    """What the journal says this turn sent: `load:thread` holds the kept messages and the
-    summary it read; `history:summarize*` the summaries the turn made."""
+def turn_view(trace: RunTrace, stored: Mapping[int, Message] | None = None) -> TurnView:
+    """What the journal says this turn sent: `load:thread` holds the kept messages (by seq:
+    `stored` holds their rows, `trace_loads` says which to read) and the summary it read;
+    `history:summarize*` the summaries the turn made."""
     report = RunReport.model_validate(trace.report) if trace.report else None
-    kept_messages = _kept_messages(trace)
+    kept_messages = _kept_messages(trace, stored or {})
     summary_text, covers, made = _summary_shown(trace)
     kept = len(kept_messages) if kept_messages is not None else None
     chat, summarize = _call_tokens(report)
@@ -113,10 +116,17 @@ def turn_view(trace: RunTrace) -> TurnView:
     )
 
 
-def _kept_messages(trace: RunTrace) -> list[Message] | None:
+def trace_loads(traces: Iterable[RunTrace]) -> list[LoadThreadPayload]:
+    """The `load:thread` payloads of `traces` that parse: their `keep_refs` name the rows
+    to read for `turn_view` (`core.turn.kept.read_kept`, one read for a page of turns)."""
+    loads = (or_none(parse_load_thread, t.payloads.get(LOAD_THREAD)) for t in traces)
+    return [load for load in loads if load is not None]
+
+
+def _kept_messages(trace: RunTrace, stored: Mapping[int, Message]) -> list[Message] | None:
     """The messages `load:thread` kept (None: the journal does not say)."""
     load = or_none(parse_load_thread, trace.payloads.get(LOAD_THREAD))
-    return [Message.model_validate(m) for m in load["keep"]] if load is not None else None
+    return kept_messages(load, stored, trace.seq) if load is not None else None
 
 
 def _summary_shown(trace: RunTrace) -> tuple[str | None, int, bool]:
@@ -198,7 +208,7 @@ def _layout(segments: Iterable[tuple[str, int]], whole: int) -> list[tuple[str, 
     return out
 
 
-__all__ = ["PREVIEW_CHARS", "KeptLine", "TurnView", "turn_view", "with_bars"]
+__all__ = ["PREVIEW_CHARS", "KeptLine", "TurnView", "trace_loads", "turn_view", "with_bars"]
 
 
 async def memory_view(store: object, preview: WindowPreview) -> MemoryHealth | None:

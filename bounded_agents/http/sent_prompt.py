@@ -2,10 +2,10 @@
 
 The journal does not hold the prompts themselves (a model step journals its answer), but it holds
 everything the loop built them from, because a replay must build the same prompt byte for byte:
-`load:thread` (the kept messages, the summary read, the fold owed) and each `history:summarize*`
-step's summary. So the prompt is rebuilt by the loop's own prompt builder
+`load:thread` (the kept messages, by seq, the summary read, the fold owed) and each
+`history:summarize*` step's summary. So the prompt is rebuilt by the loop's own prompt builder
 (`bounded_agents.core.turn.prompt.rebuilt_prompt`); this module only reads what it needs: the
-run's journal and its stored messages.
+run's journal, its stored messages and the kept ones (`bounded_agents.core.turn.kept`).
 
 Which call: a run with tool steps calls its model several times, each prompt the one before plus
 the tool calls and results fed back. The last call's prompt therefore holds everything the model
@@ -35,6 +35,7 @@ from bounded_agents.core.checkpoints import (
 )
 from bounded_agents.core.messages import ChatMessage, Message
 from bounded_agents.core.ports import RunRecord, RunTrace, supports_run_timeline
+from bounded_agents.core.turn.kept import kept_messages, read_kept
 from bounded_agents.core.turn.prompt import rebuilt_prompt
 from bounded_agents.errors import JournalPruned
 from bounded_agents.http.openai.errors import UnsupportedParameter
@@ -57,7 +58,9 @@ async def sent_prompt(module: AgentModule, run_id: str, record: RunRecord) -> li
         raise UnsupportedParameter(
             "response_id", "this response's journal does not say what its model was sent"
         )
-    return rebuilt_prompt(definition, trace, load, answer, user_seq=user.seq if user else None)
+    user_seq = user.seq if user else None
+    kept = kept_messages(load, await read_kept(module.store, request.thread_id, [load]), user_seq)
+    return rebuilt_prompt(definition, trace, load, answer, kept=kept, user_seq=user_seq)
 
 
 async def _trace(

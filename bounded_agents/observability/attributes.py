@@ -13,6 +13,7 @@ from bounded_agents.core.checkpoints import (
     SummarizePayload,
     ToolPayload,
     UsagePayload,
+    kept_count,
 )
 from bounded_agents.core.report import RunReport
 
@@ -77,7 +78,7 @@ def load_attributes(load: LoadThreadPayload | None) -> Attributes:
     """What `load:thread` journaled: how many messages were kept, the summary read, the fold."""
     if load is None:
         return {}
-    out: Attributes = {NS + "history.kept": len(load["keep"])}
+    out: Attributes = {NS + "history.kept": kept_count(load)}
     if "summary" in load:
         out[NS + "summary.covers_through_seq"] = load["summary"]["covers_through_seq"]
     if "fold" in load:

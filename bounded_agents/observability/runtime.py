@@ -46,6 +46,7 @@ from bounded_agents.core.checkpoints import (
     is_history_step,
     is_model_step,
     is_tool_step,
+    kept_count,
     or_none,
     parse_load_thread,
     parse_model,
@@ -322,7 +323,7 @@ class ObservedRuntime:
         replayed = run.figures is not None and name in run.figures.replayed
         if name == LOAD_THREAD:
             load = or_none(parse_load_thread, value)
-            run.kept = len(load["keep"]) if load is not None else None
+            run.kept = kept_count(load) if load is not None else None
             run.read_replayed = replayed
             if span.is_recording():
                 span.set_attributes({NS + "replayed": replayed, **load_attributes(load)})

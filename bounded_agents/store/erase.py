@@ -13,7 +13,8 @@ Where a message's bytes can be, and what becomes of each:
 - `run_steps`: the journal of EVERY run of the thread is deleted and the runs are marked pruned
   (`steps_pruned_at`), as retention would. Which steps hold the message is not written anywhere
   a statement can see: the run that stored it journals it, every later run's `load:thread` may
-  hold it in its window or fold, and a fold's summary text may quote it. Reading the payloads to
+  hold it in its fold (and in its window, in journals written before the window was journaled
+  by seq), and a fold's summary text may quote it. Reading the payloads to
   find them would be slow and fragile; a finished run's journal is only there to replay a crash
   (and for the timeline), and a pruned run already answers that it cannot be replayed. The
   runs' rows stay (their report and status hold no content) except for one field:

@@ -75,9 +75,10 @@ async def test_bench_smoke(tmp_path: Path) -> None:
         assert nowin["rows_read"] > int(length)
         assert nowin["bytes_read"] > win["bytes_read"]
 
-    # With a window, what load:thread journals does not depend on the thread's length.
+    # With a window, what load:thread journals does not depend on the thread's length, but for
+    # the digits of the kept seqs (it names them, issue 37's sixth round): one more digit each.
     loads = {n: sqlite["lengths"][n]["turn_window"]["load_thread_bytes"] for n in ("20", "200")}
-    assert loads["20"] == loads["200"] > 0
+    assert 0 < loads["200"] - loads["20"] <= WINDOW + 1 and loads["200"] < 1024
     whole = {n: sqlite["lengths"][n]["turn_nowindow"]["load_thread_bytes"] for n in ("20", "200")}
     assert whole["200"] > whole["20"]
 

@@ -72,6 +72,16 @@ def test_the_golden_patch_steps_are_the_rolling_summary_marker() -> None:
     ("parse", "payload"),
     [
         (cp.parse_legacy_load, '{"messages":[{"role":"user","content":"q"}]}'),
+        (
+            cp.parse_load_thread,  # as written before `keep_refs` (a gap among the kept seqs)
+            '{"keep":[{"role":"user","content":"q"}],"title":"t","has_assistant_message":true,'
+            '"keep_seqs":[4]}',
+        ),
+        (
+            cp.parse_load_thread,  # a message the policy made rides whole among the seqs
+            '{"keep_refs":[{"role":"system","content":"made","seq":3},4],"title":null,'
+            '"has_assistant_message":false}',
+        ),
         (cp.parse_legacy_load, '{"keep":[{"role":"user","content":"q"}],"drop":[]}'),
         (
             cp.parse_legacy_summarize,
@@ -115,6 +125,10 @@ def test_a_parsed_payload_lists_its_keys_in_the_writers_order_and_keeps_unknown_
         (cp.parse_seq, {}),
         (cp.parse_tool, {"call_id": "c", "content": 3, "is_error": False}),
         (cp.parse_load_thread, {"keep": [1]}),
+        (cp.parse_load_thread, {"keep_refs": ["3"]}),
+        (cp.parse_load_thread, {"keep_refs": [True]}),
+        (cp.parse_load_thread, {"keep_refs": [3], "keep": []}),
+        (cp.parse_load_thread, {"title": "neither keep nor keep_refs"}),
         (cp.parse_summarize, {"calls": True, "budget": 2, "input_messages": 1, "input_tokens": 1}),
         (cp.parse_model, {"response": {"content": "", "tool_calls": [{"id": 1}]}, "metrics": {}}),
     ],
@@ -129,14 +143,14 @@ def test_a_payload_of_another_shape_is_a_journal_mismatch(
 
 def test_the_builders_write_the_goldens_key_order() -> None:
     built = cp.load_thread_payload(
-        [{"role": "user", "content": "q"}],
+        [3, {"role": "user", "content": "q"}],
         last_prompt=None,
         summary=None,
         fold={"through": 2, "messages": []},
         title="t",
         has_assistant_message=True,
     )
-    assert list(built) == ["keep", "fold", "title", "has_assistant_message"]
+    assert list(built) == ["keep_refs", "fold", "title", "has_assistant_message"]
     assert list(cp.model_payload({}, {}, None)) == ["response", "metrics", "prompt_digest"]
 
 

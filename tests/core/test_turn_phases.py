@@ -116,7 +116,8 @@ async def test_the_load_phase_selects_the_window_and_names_the_fold_it_owes() ->
 
     recorded: dict[str, Any] = await load_thread(deps, turn, None)
 
-    assert [m["content"] for m in recorded["keep"]] == ["m6", "m7", "m8", "m9"]
+    assert recorded["keep_refs"] == [6, 7, 8, 9]  # by seq: the rows are the copy
+    assert [m.content for m in turn.kept or []] == ["m6", "m7", "m8", "m9"]
     assert recorded["fold"]["through"] == 5  # every message the window dropped
     assert turn.report.rows_read == 9
     assert summaries.calls == []  # the load only says what is owed; the fold makes it

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 import httpx
+import pytest
 
 from bounded_agents.core.ports import ModelResponse, Usage
 from bounded_agents.http.inspector import LOGIN_BODY_LIMIT
@@ -113,6 +114,33 @@ async def test_a_dropping_window_shows_what_it_dropped(
         assert turn["kept"] == min(3, length) == report["rows_read"]
         assert turn["dropped"] == length - turn["kept"]
         assert turn["summarized"] == 0
+
+
+async def test_each_turns_kept_messages_are_shown_from_their_rows_read_once_a_page(
+    stack: AsyncExitStack, make_module: ModuleFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`load:thread` names the kept messages by seq (issue 37, sixth round): the page reads
+    their rows, one read for all its turns, and shows each turn's own window."""
+    module = make_module(history={"max_messages": 3})
+    client = await open_client(stack, make_app(module))
+    thread, _ = await summarized_thread(client, turns=4)
+    reads: list[tuple[int, int]] = []
+    store = type(module.store)
+    original = store.messages_after
+
+    async def counted(self: Any, thread_id: str, after_seq: int, limit: int) -> Any:
+        reads.append((after_seq, limit))
+        return await original(self, thread_id, after_seq, limit)
+
+    monkeypatch.setattr(store, "messages_after", counted)
+    page = (await client.get(f"/inspect/threads/{thread}", headers=ALICE)).text
+    kept = re.findall(r'<h4>Kept messages[^<]*</h4>\s*<ol class="kept">(.*?)</ol>', page, re.S)
+    texts = [re.findall(r'<pre class="text">(.*?)</pre>', k, re.S) for k in kept]
+    assert len(texts) == 4  # one list a turn
+    newest = [t for t in texts if t and t[-1].startswith("question 3")]
+    assert len(newest) == 1 and len(newest[0]) == 3, texts
+    assert newest[0][0].startswith("question 2") and "question 2" in newest[0][1]
+    assert reads == [(0, 7)], "one read of the page's kept span (seqs 1 to 7)"
 
 
 async def test_a_message_holding_a_script_tag_renders_as_text(

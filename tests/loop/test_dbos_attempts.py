@@ -234,4 +234,4 @@ async def test_the_inspectors_timeline_reads_a_dbos_runs_checkpoints(dbos_env: L
     [trace] = await dbos_env.journal.thread_runs(tid, limit=5)
     assert trace.run_id == result.run_id and trace.status == "completed"
     assert trace.steps == await dbos_env.step_names(result.run_id)
-    assert [m["content"] for m in trace.payloads["load:thread"]["keep"]] == ["q1"]
+    assert trace.payloads["load:thread"]["keep_refs"] == [1]  # "q1", by seq

@@ -113,16 +113,13 @@ async def test_an_erasure_reaches_dbos_for_a_thread_of_a_thousand_runs(
     erasure had committed by then, so the erased message stayed in DBOS. Now in batches."""
     module = _module(sql_store)
     marker = f"MARK{uuid.uuid4().hex}"
-    thread = await module.create_thread("helper", actor_id="alice")
-    await module.run_turn(
-        agent="helper", thread_id=thread.id, actor_id="alice", content=f"my secret is {marker}"
-    )
+    thread_id, seq = await _folded(module, marker)
     earlier = [
         {
             **run_row(
                 RunRequest(
                     run_id=str(uuid.uuid4()),
-                    thread_id=thread.id,
+                    thread_id=thread_id,
                     actor_id="alice",
                     agent="helper",
                     content="",
@@ -138,9 +135,9 @@ async def test_an_erasure_reaches_dbos_for_a_thread_of_a_thousand_runs(
     assert _system_hits(dbos_launched, marker), "DBOS keeps the run's checkpoints"
 
     if what == "message":
-        await module.erase_message(thread.id, 1, actor_id="alice")
+        await module.erase_message(thread_id, seq, actor_id="alice")
     else:
-        await module.erase_thread(thread.id, actor_id="alice")
+        await module.erase_thread(thread_id, actor_id="alice")
 
     assert _system_hits(dbos_launched, marker) == []
     assert await marker_hits(sql_store, marker) == []
@@ -156,10 +153,9 @@ async def test_a_run_that_ended_as_a_message_erasure_began_is_erased_from_dbos_t
     module = _module(sql_store)
     runtime = module.persistence.journal
     marker = f"MARK{uuid.uuid4().hex}"
-    thread = await module.create_thread("helper", actor_id="alice")
-    await module.run_turn(
-        agent="helper", thread_id=thread.id, actor_id="alice", content=f"my secret is {marker}"
-    )
+    # Folded: the summary quotes it, so the raced turn's `load:thread` (the summary read) holds
+    # it in DBOS (its kept messages are journaled by seq, no copy).
+    thread_id, seq = await _folded(module, marker)
     read = runtime.thread_run_ids  # type: ignore[attr-defined]
     raced: list[str] = []
 
@@ -174,7 +170,7 @@ async def test_a_run_that_ended_as_a_message_erasure_began_is_erased_from_dbos_t
 
     runtime.thread_run_ids = read_then_a_turn_lands  # type: ignore[attr-defined]
     try:
-        await module.erase_message(thread.id, 1, actor_id="alice")
+        await module.erase_message(thread_id, seq, actor_id="alice")
     finally:
         del runtime.thread_run_ids  # type: ignore[attr-defined]
 

@@ -31,6 +31,7 @@ from bounded_agents.core.report import SummaryReport
 from bounded_agents.core.turn import fold as fold_module
 from bounded_agents.core.turn import load as load_module
 from bounded_agents.core.turn import prompt as prompt_module
+from bounded_agents.core.turn.kept import kept_messages, read_kept
 from bounded_agents.core.turn.prompt import rebuilt_prompt
 from bounded_agents.errors import ProviderError
 from bounded_agents.testing import FunctionTool, ScriptedProvider, reply
@@ -158,7 +159,8 @@ async def _sent_and_rebuilt(
     assert thread is not None and load is not None
     question, answer = thread.messages[-2:]
     definition = AgentDefinition(name="helper", system_prompt="You help.", policy=policy)
-    rebuilt = rebuilt_prompt(definition, trace, load, answer, user_seq=question.seq)
+    kept = kept_messages(load, await read_kept(env.store, tid, [load]), question.seq)
+    rebuilt = rebuilt_prompt(definition, trace, load, answer, kept=kept, user_seq=question.seq)
     return model.prompts[-1], rebuilt
 
 

@@ -2,7 +2,8 @@
 runs. The mid-run refold numbered the kept messages as if their seqs had no gap, so its summary
 claimed to cover a message it was never handed (and the summarizer got another twice): that
 message was then in no later prompt and not in the summary, a silent loss (attack round 4).
-`load:thread` now records the kept seqs when they have a gap (`keep_seqs`)."""
+`load:thread` recorded the kept seqs when they had a gap (`keep_seqs`); since issue 37's sixth
+round it names every kept message by its seq (`keep_refs`), gaps and all."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def test_a_refolding_window_carries_the_real_seqs_of_owed_messages_riding_before
     ride before the kept ones, and a refold must fold them by their own seqs (a review found
     them numbered None, so a refold's boundary fell to 0 and they left the prompt unfolded)."""
     from bounded_agents.core.ports import ThreadSummary
+    from bounded_agents.core.turn.kept import kept_messages
     from bounded_agents.core.turn.prompt import opening_prompt
     from bounded_agents.core.turn.public import AgentDefinition
 
@@ -94,7 +96,8 @@ def test_a_refolding_window_carries_the_real_seqs_of_owed_messages_riding_before
     }
     summary = ThreadSummary(text="S", covers_through_seq=4)
 
-    prompt, window, omitted, _ = opening_prompt(definition, load, summary, user_seq=10)
+    kept = kept_messages(load, {}, 10)  # a journal written before `keep_refs`
+    prompt, window, omitted, _ = opening_prompt(definition, load, summary, kept=kept, user_seq=10)
 
     assert window is not None
     assert [m.content for m in prompt[-4:]] == ["m7", "m8", "m9", "m10"]

@@ -11,6 +11,7 @@ from bounded_agents.core.checkpoints import (
     PERSIST_USAGE_HISTORY,
     SUMMARIZE,
     fold_step,
+    parse_load_thread,
 )
 from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
 from bounded_agents.core.fold_health import owed_count
@@ -31,6 +32,7 @@ from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.constants import UNBOUNDED_CALLS
 from bounded_agents.core.turn.deps import TurnDeps
 from bounded_agents.core.turn.fold_chunk import ChunkTask, fold_chunk
+from bounded_agents.core.turn.kept import kept_messages, read_kept
 from bounded_agents.core.turn.load import save_summary
 from bounded_agents.core.turn.prompt import opening_prompt, refolded_prompt
 from bounded_agents.core.turn.spend import count_before_learning, record_usage
@@ -44,11 +46,15 @@ async def rolling_prompt(
     deps: TurnDeps, turn: Turn, recorded: dict[str, Any], *, user_seq: int | None
 ) -> list[ChatMessage]:
     """The system prompt, the thread's summary (folded further first when `load:thread` says
-    so) and the kept messages. Everything it uses is journaled: a replay builds the same prompt
-    byte for byte without reading the store or calling the summarizer again.
+    so) and the kept messages. Everything it uses is journaled or a stored row the journal
+    names: a replay builds the same prompt byte for byte without the bounded read, `select`
+    or the summarizer.
 
     For a policy that re-checks its threshold between model calls (`refolds_mid_run`), it also
-    sets the turn's `window`: that history with its seqs, so `refold` can fold it again."""
+    sets the turn's `window`: that history with its seqs, so `refold` can fold it again.
+
+    The kept messages are the ones this attempt read (`turn.kept`); a replay reads the same
+    rows again by the seqs `load:thread` journaled, its one read (`core/turn/kept.py`)."""
     summarizer = turn.definition.summarizer
     summary = ThreadSummary.model_validate(recorded["summary"]) if "summary" in recorded else None
     folds = 0
@@ -59,8 +65,19 @@ async def rolling_prompt(
             made=False, covers_through_seq=summary.covers_through_seq
         )
     folded = turn.report.summary.input_messages if turn.report.summary is not None else 0
+    kept = turn.kept
+    if kept is None:  # replayed: the kept rows are read again by seq
+        load = parse_load_thread(recorded)
+        stored = await read_kept(deps.store, turn.request.thread_id, [load])
+        kept = kept_messages(load, stored, user_seq)
     prompt, turn.window, omitted, cleared = opening_prompt(
-        turn.definition, recorded, summary, user_seq=user_seq, folds=folds, folded=folded
+        turn.definition,
+        recorded,
+        summary,
+        kept=kept,
+        user_seq=user_seq,
+        folds=folds,
+        folded=folded,
     )
     turn.report.cleared_results, turn.report.cleared_tokens = cleared.results, cleared.tokens
     if omitted and turn.report.summary is not None:

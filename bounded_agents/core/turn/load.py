@@ -10,7 +10,7 @@ from bounded_agents.core.checkpoints import (
     summary_saved_payload,
 )
 from bounded_agents.core.history.powers import calibrated_policy, read_bound
-from bounded_agents.core.messages import Message, journal_form
+from bounded_agents.core.messages import Message
 from bounded_agents.core.ports import (
     HistoryPolicy,
     HistoryPolicyContext,
@@ -25,6 +25,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.turn.constants import BACKLOG_READ_ROWS
 from bounded_agents.core.turn.deps import TurnDeps
+from bounded_agents.core.turn.kept import keep_refs
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.state import Digest, Turn
 from bounded_agents.errors import DuplicateMessage
@@ -33,10 +34,11 @@ from bounded_agents.errors import DuplicateMessage
 async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> JsonValue:
     """The `load:thread` step: the bounded read, `select`, and for a summarizing policy the
     fold this turn owes: every message from the summary's boundary through the newest one
-    `select` dropped or the read skipped. The fold's messages that the page holds are journaled
-    whole (seq and run id included: a summarizer may group by run); older ones are read chunk
-    by chunk by the fold itself. With `tx` the read sees the turn's own user message, written
-    in the same unit."""
+    `select` dropped or the read skipped. The kept messages are journaled by seq
+    (`core/turn/kept.py`) and handed to the prompt builder as read (`turn.kept`). The fold's
+    messages that the page holds are journaled whole (seq and run id included: a summarizer
+    may group by run); older ones are read chunk by chunk by the fold itself. With `tx` the
+    read sees the turn's own user message, written in the same unit."""
     policy, bound = turn_policy(deps, turn.definition)
     summarizer = turn.definition.summarizer
     page = await read_page(
@@ -65,21 +67,16 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
             if page.unread is not None and page.unread != page.skipped:
                 fold["unread"] = page.unread  # erased messages left seqs, not messages, unread
                 fold["unread_net"] = True  # what the fold takes comes off it (`owed_count`)
+    # The run's prompt is built from the messages as read; the journal names them by seq.
+    turn.kept = list(selection.keep)
     payload = load_thread_payload(
-        [journal_form(m) for m in selection.keep],
+        keep_refs(selection.keep, page.messages),
         last_prompt=page.last_prompt,
         summary=summary,
         fold=fold,
         title=page.title,
         has_assistant_message=page.has_assistant_message,
     )
-    seqs = [m.seq for m in selection.keep if m.seq is not None]
-    if (
-        seqs
-        and len(seqs) == len(selection.keep)
-        and seqs != list(range(seqs[0], seqs[0] + len(seqs)))
-    ):
-        payload["keep_seqs"] = seqs  # a gap (an erased message): `prompt.numbered_keep`
     clearing = turn.definition.clearing
     if clearing is not None:  # journaled with the selection: a replay clears the same
         payload["clearing"] = clearing.model_dump(mode="json")

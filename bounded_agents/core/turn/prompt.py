@@ -39,6 +39,7 @@ from bounded_agents.core.ports import RunTrace, ThreadSummary
 from bounded_agents.core.search import SEARCH_TOOL_NAME
 from bounded_agents.core.tokens import estimate_message_tokens
 from bounded_agents.core.turn.calls import apply_middleware
+from bounded_agents.core.turn.kept import as_kept
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.state import Window
 
@@ -74,28 +75,6 @@ def history_prompt(
         prompt.append(ChatMessage(role="system", content=omission_note(omitted)))
     prompt.extend(to_chat_messages(keep))
     return prompt
-
-
-def numbered_keep(
-    keep: list[Message], load: Mapping[str, Any], user_seq: int | None
-) -> list[Message]:
-    """The kept messages (journaled without seqs) with their seqs: as `load:thread` recorded
-    them when they have a gap (`keep_seqs`: an erased message among the kept runs), else
-    contiguous, ending with the user's message. A refold takes its boundary from them (found
-    by attack: numbered across a gap, a refold's summary claimed a message it never saw, which
-    then left every later prompt). Messages that already carry one (an owed fold's, riding
-    before them) keep it."""
-    recorded = load.get("keep_seqs")
-    if isinstance(recorded, list) and len(recorded) == len(keep):
-        seqs: Sequence[int] = recorded
-    elif user_seq is not None:
-        seqs = range(user_seq - len(keep) + 1, user_seq + 1)
-    else:
-        return keep
-    return [
-        m if m.seq is not None else m.model_copy(update={"seq": s})
-        for m, s in zip(keep, seqs, strict=True)
-    ]
 
 
 def cleared_history(
@@ -160,6 +139,7 @@ def opening_prompt(
     load: Mapping[str, Any],
     summary: ThreadSummary | None,
     *,
+    kept: list[Message],
     user_seq: int | None,
     folds: int = 0,
     folded: int = 0,
@@ -167,12 +147,13 @@ def opening_prompt(
     """(the run's first prompt, its window for a refolding policy, messages left out, the
     tool results cleared from it).
 
-    `summary` is the one this turn's fold left (the one `load` read when there was no fold).
+    `kept`: the messages `load` kept, with their seqs (`core/turn/kept.py`). `summary` is the
+    one this turn's fold left (the one `load` read when there was no fold).
     When the fold this turn owed is not (all) made, what the summary does not cover rides, up
     to the cap, so nothing a fold would have kept is lost from the prompt; past the cap the
     oldest are left out, and the model is told. A refolding policy also gets its kept history
     with seqs (the kept runs are the newest, contiguous to the user's message)."""
-    keep = numbered_keep([Message.model_validate(m) for m in load["keep"]], load, user_seq)
+    keep = [as_kept(m) for m in kept] if definition.refolds else kept
     first_seq = keep[0].seq if keep else None
     sent, cleared = cleared_history(definition, keep, first_seq, load.get("clearing"))
     omitted = 0
@@ -235,11 +216,13 @@ def rebuilt_prompt(
     load: LoadThreadPayload,
     answer: Message | None,
     *,
+    kept: list[Message],
     user_seq: int | None,
 ) -> list[ChatMessage]:
-    """A run's LAST model call's prompt, from its journal: the opening prompt as the loop built
-    it, then each tool step fed back before the last model call (and, for a refolding policy,
-    each refold between calls), through the agent's middleware as the model step sends it."""
+    """A run's LAST model call's prompt, from its journal and the messages it kept
+    (`core/turn/kept.py`): the opening prompt as the loop built it, then each tool step fed
+    back before the last model call (and, for a refolding policy, each refold between calls),
+    through the agent's middleware as the model step sends it."""
     summary = ThreadSummary.model_validate(load["summary"]) if "summary" in load else None
     folded = 0
     if "fold" in load and policy_summarizer(definition.policy) is not None:
@@ -247,7 +230,7 @@ def rebuilt_prompt(
         summary = folded_summary(made, summary)
         folded = sum(int(m.get("input_messages", 0)) for m in made if "rejected" not in m)
     prompt, window, _, _ = opening_prompt(
-        definition, load, summary, user_seq=user_seq, folded=folded
+        definition, load, summary, kept=kept, user_seq=user_seq, folded=folded
     )
     for step, fed_back in _tool_turns(trace.steps, answer).items():
         prompt.extend(fed_back)

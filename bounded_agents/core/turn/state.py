@@ -67,6 +67,9 @@ class Turn:
     fresh: bool = True
     window: Window | None = None
     """Set by the load when the policy refolds between model calls (`RefoldingPolicy`)."""
+    kept: list[Message] | None = None
+    """The messages `load:thread` kept, as this attempt read them (None: the step was replayed,
+    and its `keep_refs` are read back from the store: `core/turn/kept.py`)."""
 
 
 __all__ = ["Digest", "Turn", "Window"]
