@@ -15,7 +15,8 @@ statements and commits) and how much is the Python that sends them.
 On PostgreSQL a what-if beside it (`merged`): the same units with each unit's writes sent as ONE
 statement (its statements as data-modifying CTEs of one `WITH ... SELECT 1`, in autocommit, so
 BEGIN and COMMIT are no round trips of their own), the first unit's read alone before its
-writes. Four round trips for the bench turn instead of eighteen (five and nineteen while the
+writes. Four round trips for the bench turn instead of sixteen (eighteen before a unit's last
+waiting write and its journal rows became one statement, issue 37; five and nineteen while the
 loop read the thread's owner first): what the least a turn could
 send would save, if the journal built each unit as one statement (it does not: a unit's steps
 are written as the turn makes them, and a lease check's or a bump's result is read before the

@@ -381,12 +381,18 @@ class SqlJournal(JournalHistory):
         and takes the run row's lock, so a takeover and this transaction cannot interleave.
         On SQLite it is deferred (`direct.write_later`): it goes out first in the unit's first
         call to the worker thread, still the transaction's first statement, and `LeaseLost`
-        comes back from that call (the context books a paid call's row on its own then too)."""
+        comes back from that call (the context books a paid call's row on its own then too).
+        Never merged (`mergeable=False`): on PostgreSQL, where a waiting write pays only by
+        going with the unit's last rows as one statement, it is sent now, so it keeps taking
+        the run row's lock first and a lost lease is `LeaseLost`, never the rows' unique
+        violation (a taker may have written those positions)."""
 
         def held(renewed: direct.Outcome) -> LeaseLost | None:
             return LeaseLost(run_id) if renewed.rowcount == 0 else None
 
-        await direct.write_later(conn, self._hold, self._held(run_id), "journal_unit", check=held)
+        await direct.write_later(
+            conn, self._hold, self._held(run_id), "journal_unit", check=held, mergeable=False
+        )
 
     async def complete(
         self, run_id: str, report: dict[str, Any], *, tx: Transaction | None = None

@@ -36,16 +36,28 @@ while the driver call is in flight invalidates the connection, as SQLAlchemy doe
 statement still queued in the SQLite worker thread cannot leave a transaction open on a pooled
 connection. Only module-level statements (or one per journal lease length) are sent this way:
 the compiled forms are kept for the life of the process.
+
+A write nothing waits for (a ledger row, the run's end: `write_later`) waits for the unit's next
+call on SQLite (`bounded_agents.store.onehop`), and on PostgreSQL for the transaction's next
+statement: it is sent first, alone, before any other (a driver-way statement, a SQLAlchemy
+execute, the COMMIT), except the unit's last rows (`write_many(last=True)`), with which the last
+waiting write goes as ONE statement, the rows a data-modifying CTE in front of it (`_merged`):
+one round trip per unit less (issue 37). Not on Citus, where those rows live on other shards.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import asyncpg  # type: ignore[import-untyped]
+import sqlalchemy as sa
 import sqlalchemy.exc as sa_exc
+from sqlalchemy import event
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
@@ -55,7 +67,7 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
 from bounded_agents.store.dialect import dialect_of
-from bounded_agents.store.engine import behind_pgbouncer, is_timeout
+from bounded_agents.store.engine import behind_pgbouncer, is_timeout, on_citus
 from bounded_agents.store.onehop import (
     Deferred,
     OneHopConnection,
@@ -243,8 +255,10 @@ async def write(
         result = await conn.execute(stmt, params)
         rows = result.all() if result.returns_rows else []
         return Outcome(rows, result.rowcount)
-    form, args = _announced(conn, stmt, params)
     postgres = dialect_of(conn).postgres
+    if postgres:
+        await send_waiting(conn)
+    form, args = _announced(conn, stmt, params)
     outcome: Outcome = await guarded(conn, operation, _send(driver, postgres, form, args))
     return outcome
 
@@ -315,19 +329,40 @@ async def write_later(
     check: Check | None = None,
     then: Executable | None = None,
     defer: bool = True,
+    mergeable: bool = True,
 ) -> None:
     """`stmt` (then `then`, as `write_together`), for a caller that needs nothing back but
-    `check`'s verdict on it. On SQLite's driver way it is DEFERRED (`OneHopConnection.defer`):
-    announced to the engine's listeners now, in its place, and sent in the worker-thread call
-    of the transaction's next statement or its COMMIT, one hop less; `check` runs there, and
-    whatever fails surfaces from that later call, as this write's failure (the caller's unit
-    rolls back either way). Elsewhere it is sent now (`then` too) and checked now.
+    `check`'s verdict on it. On a driver's way it is DEFERRED: it waits on the connection for
+    the transaction's next statement, and `check` runs when it is sent; whatever fails
+    surfaces from that later call, as this write's failure (named by its `operation`; the
+    caller's unit rolls back either way). A rollback drops it unsent.
+
+    - SQLite (`OneHopConnection.defer`): announced to the engine's listeners now, in its
+      place, and sent in the worker-thread call of the transaction's next statement or its
+      COMMIT, one hop less.
+    - PostgreSQL (`asyncpg`, not on Citus, `then` None: see `_Waiting`): announced when it is
+      sent, as what is sent. It goes alone, first, before the transaction's next statement
+      (a driver-way write or read, a SQLAlchemy execute, the COMMIT), unless that statement is
+      the unit's last write (`write_many(last=True)`): then the last waiting write and those
+      rows go as ONE statement, the rows a data-modifying CTE (`_merged`), one round trip less.
+      `mergeable=False` (the lease check) never shares a statement, so on PostgreSQL, where
+      waiting pays only by merging, it is sent now.
+
+    Elsewhere (Citus, SQLAlchemy's way) it is sent now (`then` too) and checked now.
 
     Only for writes whose failure fails their unit whatever else happens, inside a unit that
     goes on to another statement or commits: a ledger row, the run's end. `defer=False` sends
     it now everywhere (a write in a transaction of its own gains nothing by waiting for the
     COMMIT, and its failure is best named there)."""
     driver = await _open_driver(conn) if defer else None
+    if (
+        isinstance(driver, asyncpg.Connection)
+        and then is None
+        and mergeable
+        and not on_citus(conn.engine)
+    ):
+        _wait(conn, stmt, params, operation, check)
+        return
     if not isinstance(driver, OneHopConnection):
         if then is None:
             outcome = await write(conn, stmt, params, operation)
@@ -384,7 +419,9 @@ async def write_many(
     """`stmt` once per row of `rows` (all with the same keys), as one driver call (asyncpg's
     `executemany`, sqlite3's `executemany` in one worker-thread call).
 
-    `last`: this is the transaction's last write, and its caller commits right after. On SQLite
+    `last`: this is the transaction's last write, and its caller commits right after. On
+    PostgreSQL the last write waiting on the connection (`write_later`), if any, goes with the
+    rows as one statement (`_merged`; the writes waiting before it are sent first). On SQLite
     the COMMIT then rides in the same worker-thread call (`run_many_and_commit`), and the
     caller's SQLAlchemy commit finds nothing left to send: one hop per unit less. A failure of
     either leaves the transaction open, for the caller's rollback, as before. A cancellation
@@ -398,14 +435,252 @@ async def write_many(
         await conn.execute(stmt, list(rows))
         return
     assert isinstance(stmt, ClauseElement)
-    form = compiled(stmt, conn.dialect, tuple(sorted(rows[0])))
+    keys = tuple(sorted(rows[0]))
+    form = compiled(stmt, conn.dialect, keys)
+    if dialect_of(conn).postgres:
+        sync = conn.sync_connection
+        waiting = _WAITING.pop(sync, None) if _WAITING and sync is not None else None
+        merged = (
+            _merged(waiting[-1].form, stmt, form, keys, conn.dialect) if waiting and last else None
+        )
+        last_waiting = waiting.pop() if waiting and merged is not None else None
+        if waiting:
+            await _send_all(conn, waiting)
+        if last_waiting is not None and merged is not None:
+            await _send_merged(conn, driver, last_waiting, merged, rows, operation)
+            return
+        args = [form.args(row) for row in rows]
+        announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
+        await guarded(conn, operation, driver.executemany(form.sql, args))
+        return
     args = [form.args(row) for row in rows]
     announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
-    if dialect_of(conn).postgres:
-        await guarded(conn, operation, driver.executemany(form.sql, args))
-    else:  # with the writes deferred before it, if any (`OneHopConnection.call`)
-        send = run_many_and_commit if last else run_many
-        await guarded(conn, operation, driver.call(send, form.sql, args))
+    # With the writes deferred before it, if any (`OneHopConnection.call`).
+    send = run_many_and_commit if last else run_many
+    await guarded(conn, operation, driver.call(send, form.sql, args))
+
+
+class _Waiting(NamedTuple):
+    """A write waiting on a PostgreSQL connection (`write_later`): compiled, its arguments
+    processed (a missing parameter is refused when it is queued, as when it is sent), not yet
+    announced. Only `asyncpg` outside Citus: there a unit's runs and run_steps rows and the
+    actor's ledger rows live on different shards, and a statement touching several goes
+    through the coordinator. Not with `then`: two statements, nothing to merge."""
+
+    form: Compiled
+    args: tuple[Any, ...]
+    operation: str
+    check: Check | None
+
+
+_WAITING: weakref.WeakKeyDictionary[Connection, list[_Waiting]] = weakref.WeakKeyDictionary()
+"""PostgreSQL's waiting writes, by the SQLAlchemy connection (one checkout) they wait on.
+Dropped at its rollback and at its next BEGIN (`_hook`), gone with it."""
+
+_HOOKED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _wait(
+    conn: AsyncConnection, stmt: Executable, params: dict[str, Any], operation: str, check: Any
+) -> None:
+    assert isinstance(stmt, ClauseElement) and conn.sync_connection is not None
+    form = compiled(stmt, conn.dialect, tuple(sorted(params)))
+    waiting = _Waiting(form, form.args(params), operation, check)
+    _hook(conn.sync_engine)
+    _WAITING.setdefault(conn.sync_connection, []).append(waiting)
+
+
+def _hook(engine: Engine) -> None:
+    """The engine's events that send (or drop) the waiting writes around what SQLAlchemy sends
+    itself: before each of its statements and its COMMIT; dropped at its ROLLBACK and at its
+    BEGIN (a transaction never inherits a write of the one before). Sent at `before_execute`,
+    which SQLAlchemy fires before it compiles the statement and before any
+    `before_cursor_execute` listener is told of it, so that such a listener sees the
+    statements in the order the database runs them, whenever it was registered."""
+    if engine in _HOOKED:
+        return
+    event.listen(engine, "before_execute", _before_statement)
+    event.listen(engine, "commit", _before_commit)
+    event.listen(engine, "rollback", _drop_waiting)
+    event.listen(engine, "begin", _drop_waiting)
+    _HOOKED.add(engine)
+
+
+def _drop_waiting(conn: Connection) -> None:
+    _WAITING.pop(conn, None)
+
+
+def _before_statement(conn: Connection, *_args: Any) -> None:
+    """SQLAlchemy is about to execute a statement on `conn`: the waiting writes go first. A
+    failure is raised from SQLAlchemy's execute; a cancellation invalidates the connection (as
+    `guarded` does: this event fires outside SQLAlchemy's own error handling)."""
+    if not _WAITING:
+        return
+    waiting = _WAITING.pop(conn, None)
+    if not waiting:
+        return
+    try:
+        _in_greenlet(conn, waiting)
+    except Exception:
+        raise
+    except BaseException:
+        conn.invalidate()
+        raise
+
+
+def _before_commit(conn: Connection) -> None:
+    """SQLAlchemy is about to COMMIT `conn`: the waiting writes go first. If one fails, the
+    transaction is rolled back here before the error is raised: SQLAlchemy takes a transaction
+    whose commit raised as ended, and gives its connection back to the pool unreset (it would
+    keep the unit's writes open for the connection's next user). A cancellation, or a failed
+    rollback, invalidates the connection."""
+    waiting = _WAITING.pop(conn, None)
+    if not waiting:
+        return
+    try:
+        _in_greenlet(conn, waiting)
+    except Exception:
+        try:
+            conn.engine.dialect.do_rollback(conn.connection)
+        except BaseException:
+            conn.invalidate()
+        raise
+    except BaseException:
+        conn.invalidate()
+        raise
+
+
+def _in_greenlet(conn: Connection, waiting: list[_Waiting]) -> None:
+    """`waiting` sent from a SQLAlchemy event, through the adapter's `run_async` (SQLAlchemy's
+    public way to await the driver from a sync event)."""
+    adapter: Any = conn.connection.dbapi_connection
+
+    async def send(driver: Any) -> None:
+        for one in waiting:
+            announce(conn.engine, conn, one.form.sql, one.args)
+            try:
+                outcome = await _send(driver, True, one.form, one.args)
+            except (*DRIVER_ERRORS, OSError) as exc:
+                raise driver_error(one.operation, exc) from exc
+            _checked(one, outcome)
+
+    adapter.run_async(send)
+
+
+def _checked(one: _Waiting, outcome: Outcome) -> None:
+    problem = one.check(outcome) if one.check is not None else None
+    if problem is not None:
+        raise problem
+
+
+async def send_waiting(conn: AsyncConnection) -> None:
+    """Send the writes waiting on `conn` (PostgreSQL, `write_later`), in order, each checked:
+    what a driver-way statement on `conn` does first."""
+    if _WAITING:
+        sync = conn.sync_connection
+        waiting = _WAITING.pop(sync, None) if sync is not None else None
+        if waiting:
+            await _send_all(conn, waiting)
+
+
+async def _send_all(conn: AsyncConnection, waiting: list[_Waiting]) -> None:
+    driver = (await raw_connection(conn)).driver_connection
+    for one in waiting:
+        announce(conn.sync_engine, conn.sync_connection, one.form.sql, one.args)
+        _checked(one, await guarded(conn, one.operation, _send(driver, True, one.form, one.args)))
+
+
+_MERGED_AS = "merged_rows"
+"""The name of a unit's last rows as a CTE of the write waiting before them (`_merged`)."""
+
+
+class _Merged(NamedTuple):
+    """A waiting write with a unit's last rows (`write_many(last=True)`) as ONE statement: the
+    rows, passed as one array per column, inserted by a data-modifying CTE in front of it."""
+
+    sql: str
+    table: str
+    columns: tuple[str, ...]
+    arrays: Compiled
+    """The rows' insert alone (`INSERT ... SELECT ... FROM unnest($1::t1[], ...)`), for its
+    parameters' names, binds and processors."""
+
+
+_MERGED: dict[tuple[int, int], tuple[Compiled, Compiled, _Merged | None]] = {}
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _merged(
+    first: Compiled, stmt: ClauseElement, many: Compiled, keys: tuple[str, ...], dialect: Dialect
+) -> _Merged | None:
+    """`first` (a waiting write) and the rows of `stmt` (a table's plain insert of `keys`) as
+    one statement, or None when they cannot be: `stmt` is not a plain insert, or `first` is
+    neither an INSERT, UPDATE or DELETE nor a `WITH` list of them that the rows' CTE can join
+    (`WITH RECURSIVE`, or one that already uses the CTE's name). Cached per pair: both are
+    compiled forms kept for the life of the process."""
+    key = (id(first), id(many))
+    hit = _MERGED.get(key)
+    if hit is None or hit[0] is not first or hit[1] is not many:
+        hit = _MERGED[key] = (first, many, _merge(first, stmt, many, keys, dialect))
+    return hit[2]
+
+
+def _merge(
+    first: Compiled, stmt: ClauseElement, many: Compiled, keys: tuple[str, ...], dialect: Dialect
+) -> _Merged | None:
+    table = getattr(stmt, "table", None)
+    if not isinstance(stmt, sa.Insert) or not isinstance(table, sa.Table):
+        return None
+    if many.sql != Compiled(table.insert(), dialect, keys).sql:
+        return None  # not the table's plain insert of those columns (values, a SELECT, ...)
+    sql = first.sql.lstrip()
+    head = sql[:15].upper()
+    if _MERGED_AS in sql or head.startswith("WITH RECURSIVE"):
+        return None
+    arrays_of = [sa.bindparam(k, type_=ARRAY(table.c[k].type)) for k in keys]
+    rows = sa.func.unnest(*arrays_of).table_valued(*keys).render_derived()
+    insert = table.insert().from_select(list(keys), sa.select(*(rows.c[k] for k in keys)))
+    arrays = Compiled(insert, dialect)
+    offset = len(first.names)
+    renumbered = _PLACEHOLDER.sub(lambda m: f"${int(m.group(1)) + offset}", arrays.sql)
+    if head.startswith("WITH "):
+        merged = f"WITH {_MERGED_AS} AS ({renumbered}), {sql[5:]}"
+    elif head.startswith(("INSERT ", "UPDATE ", "DELETE ")):
+        merged = f"WITH {_MERGED_AS} AS ({renumbered}) {sql}"
+    else:
+        return None
+    return _Merged(merged, table.name, keys, arrays)
+
+
+async def _send_merged(
+    conn: AsyncConnection,
+    driver: Any,
+    waiting: _Waiting,
+    merged: _Merged,
+    rows: Sequence[dict[str, Any]],
+    operation: str,
+) -> None:
+    """`waiting` and `rows` as one statement (`_merged`); `waiting`'s check on what it returned
+    (the statement's own RETURNING rows and row count are the waiting write's). A failure is
+    named by the waiting write's operation when the database names one of its tables, else by
+    the rows' `operation` (the unit's)."""
+    args = waiting.args + merged.arrays.args({k: [row[k] for row in rows] for k in merged.columns})
+    announce(conn.sync_engine, conn.sync_connection, merged.sql, args)
+    try:
+        if waiting.form.returns_rows:
+            found = await driver.fetch(merged.sql, *args)
+            outcome = Outcome(found, len(found))
+        else:
+            outcome = Outcome([], _status_count(await driver.execute(merged.sql, *args)))
+    except (*DRIVER_ERRORS, OSError) as exc:
+        table = getattr(exc, "table_name", None)
+        name = waiting.operation if table and table != merged.table else operation
+        raise driver_error(name, exc) from exc
+    except BaseException:
+        await conn.invalidate()
+        raise
+    _checked(waiting, outcome)
 
 
 async def raw_connection(conn: AsyncConnection) -> PoolProxiedConnection:

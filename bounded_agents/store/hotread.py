@@ -41,6 +41,7 @@ from bounded_agents.store.direct import (
     driver_way_open,
     guarded,
     raw_connection,
+    send_waiting,
 )
 from bounded_agents.store.onehop import OneHopConnection, run_statement
 
@@ -84,6 +85,8 @@ class HotReader:
         if self.enabled and driver_way_open(self._engine):
             driver = (await raw_connection(conn)).driver_connection
             if driver is not None and (not self._postgres or driver.is_in_transaction()):
+                if self._postgres:
+                    await send_waiting(conn)  # the unit's waiting writes go first
                 form = self._compile(stmt)
                 args = form.args(params)
                 announce(self._sync, conn.sync_connection, form.sql, args)

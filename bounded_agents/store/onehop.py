@@ -20,7 +20,10 @@ worker thread on that connection, or with the COMMIT. Its statement and its plac
 transaction are unchanged; the turn saves the hop it would have cost (measured at 150-200 us
 inside a turn on the 2-core machine, against 30-90 us in a loop of empty calls). What it
 returned is checked in the worker thread (`Deferred.check`), and a failure comes back from the
-call that sent it, named by the deferred write's own operation (`PendingFailed`).
+call that sent it, named by the deferred write's own operation (`PendingFailed`). (On PostgreSQL,
+which has no worker thread, such a write waits on the connection for the transaction's next
+statement instead, and may go as one statement with the unit's last rows:
+`bounded_agents.store.direct.write_later`.)
 """
 
 from __future__ import annotations

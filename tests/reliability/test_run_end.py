@@ -29,12 +29,14 @@ from tests.http.conftest import (
 @contextmanager
 def failing_run_ends(store: SqlAgentStore, times: int) -> Iterator[list[int]]:
     """The statement that ends a run fails `times` times with the driver's OperationalError
-    (a connection lost, a disk full), wrapped as SQLAlchemy wraps what the driver raises."""
+    (a connection lost, a disk full), wrapped as SQLAlchemy wraps what the driver raises.
+    Matched inside the statement: on PostgreSQL the run's end goes with its unit's journal rows
+    as one statement, the rows a CTE in front of it (`direct.write_later`)."""
     failed: list[int] = []
     engine = store.engine.sync_engine
 
     def fail(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if statement.startswith("UPDATE runs SET status") and "report=" in statement:
+        if "UPDATE runs SET status" in statement and "report=" in statement:
             if len(failed) < times:
                 failed.append(1)
                 orig = conn.dialect.loaded_dbapi.OperationalError("injected: disk I/O error")

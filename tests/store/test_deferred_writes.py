@@ -1,6 +1,7 @@
 """Deferred writes (`bounded_agents.store.direct.write_later`, issue 37): a write nothing waits
 for (a ledger row, the run's end) rides, on SQLite, in the unit's next call to the worker
-thread (or its COMMIT) instead of a hop of its own; elsewhere it is sent at once. Either way the
+thread (or its COMMIT) instead of a hop of its own; on PostgreSQL it waits for the transaction's
+next statement (`tests/store/test_merged_writes.py`); on Citus it is sent at once. Either way the
 statements, their order and their transaction are the same, a failure is the deferred write's
 own, and a rollback leaves nothing of it."""
 
@@ -52,7 +53,7 @@ async def test_a_ledger_row_rides_in_the_units_next_call_and_keeps_its_place(
         assert sent_by_record == [], "deferred: no hop of its own"
         assert calls == ["_after_deferred"], "the ledger's two statements and the touch: one hop"
     else:
-        assert calls == [], "asyncpg has no worker thread: sent at once"
+        assert calls == [], "asyncpg has no worker thread"
     statements = [" ".join(s.split())[:30] for s, _driver in seen]
     assert statements[-1].startswith("UPDATE threads"), "announced in its place: before it"
     assert any("actor_usage" in s for s, _ in seen[:-1])
@@ -152,7 +153,7 @@ async def test_a_check_that_fails_at_the_commit_leaves_nothing_and_a_clean_conne
             await direct.write_later(tx.connection, TOUCH_THREAD, params, "touch", check=refuse)
             await tx.close(commit=True)  # SQLite: sent, and refused, with the COMMIT
     finally:
-        await tx.close(commit=False)  # PostgreSQL: refused when sent; closed once either way
+        await tx.close(commit=False)  # closed once either way
     assert await _updated_at(sql_store, thread.id) == before
     tx = await open_unit(sql_store, thread.id)
     await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)

@@ -61,10 +61,12 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     book = SqlLedger(sql_store.engine)
 
+    # The COMMIT inside: on PostgreSQL the row waits for the unit's next statement, which it
+    # goes before (`direct.write_later`), here the COMMIT.
     tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as driver_way:
         await book.record(ledger_entry(thread.id), tx=tx)
-    await tx.close(commit=True)
+        await tx.close(commit=True)
 
     async def no_driver(_conn: Any) -> None:
         return None
@@ -73,7 +75,7 @@ async def test_writes_inside_a_unit_take_the_driver_and_send_sqlalchemys_own_sql
     tx = await open_unit(sql_store, thread.id)
     with announced(sql_store) as sqlalchemy_way:
         await book.record(ledger_entry(thread.id, "run-2"), tx=tx)
-    await tx.close(commit=True)
+        await tx.close(commit=True)
 
     # The usage bump and the ledger row: one statement on PostgreSQL (a data-modifying CTE),
     # two in one worker-thread call on SQLite, two statements on Citus.
@@ -131,6 +133,9 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
     try:
         with pytest.raises(RuntimeError, match="injected"):
             await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
+            # On PostgreSQL the row waits for the unit's next statement (`direct.write_later`),
+            # here its COMMIT: announced, and refused, as it is about to be sent.
+            await tx.close(commit=True)
     finally:
         event.remove(sql_store.engine.sync_engine, "before_cursor_execute", refuse)
         # Committed on purpose: had the refused write reached the database, its rows would stay.
@@ -323,6 +328,7 @@ async def test_data_the_database_refuses_is_invalid_content_as_through_sqlalchem
         if sql_store.engine.dialect.name == "postgresql":
             with pytest.raises(InvalidContent, match=r"^ledger_record: the database refused"):
                 await SqlLedger(sql_store.engine).record(entry, tx=tx)
+                await tx.close(commit=True)  # the row waits for the unit's next statement
         else:
             await SqlLedger(sql_store.engine).record(entry, tx=tx)
     finally:
