@@ -499,15 +499,18 @@ def seq_payload(seq: int | None) -> SeqPayload:
 
 
 def load_thread_payload(
-    keep_refs: list[KeepRef],
+    kept: list[KeepRef] | list[JsonObject],
     *,
+    by_seq: bool = True,
     last_prompt: str | None,
     summary: JsonObject | None,
     fold: FoldPayload | None,
     title: str | None,
     has_assistant_message: bool,
 ) -> LoadThreadPayload:
-    out: JsonObject = {"keep_refs": keep_refs}
+    """`kept`: the kept messages by seq (`keep_refs`), or, `by_seq` False, all of them whole
+    in the older `keep` form (a store that cannot read them back: `core/turn/kept.py`)."""
+    out: JsonObject = {"keep_refs": kept} if by_seq else {"keep": kept}
     if last_prompt is not None:
         out["last_prompt"] = last_prompt
     if summary is not None:

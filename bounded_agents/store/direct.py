@@ -492,8 +492,11 @@ def _wait(
 
 def _hook(engine: Engine) -> None:
     """The engine's events that send (or drop) the waiting writes around what SQLAlchemy sends
-    itself: before each of its statements and its COMMIT; dropped at its ROLLBACK and at its
-    BEGIN (a transaction never inherits a write of the one before). Sent at `before_execute`,
+    itself: before each of its statements and its COMMIT; dropped at its ROLLBACK, at its
+    ROLLBACK TO SAVEPOINT (a write waits only within its savepoint: the SAVEPOINT statement
+    sent the ones before it; found by review, the rollback sent them and was itself never
+    sent, so the savepoint's rows committed) and at its BEGIN (a transaction never inherits a
+    write of the one before). Sent at `before_execute`,
     which SQLAlchemy fires before it compiles the statement and before any
     `before_cursor_execute` listener is told of it, so that such a listener sees the
     statements in the order the database runs them, whenever it was registered."""
@@ -502,11 +505,12 @@ def _hook(engine: Engine) -> None:
     event.listen(engine, "before_execute", _before_statement)
     event.listen(engine, "commit", _before_commit)
     event.listen(engine, "rollback", _drop_waiting)
+    event.listen(engine, "rollback_savepoint", _drop_waiting)
     event.listen(engine, "begin", _drop_waiting)
     _HOOKED.add(engine)
 
 
-def _drop_waiting(conn: Connection) -> None:
+def _drop_waiting(conn: Connection, *_savepoint: Any) -> None:
     _WAITING.pop(conn, None)
 
 

@@ -7,8 +7,9 @@ split into the turn pipeline (issue 28), so a refactor that changes one byte of 
 prompt fails here. They were recorded again once, on purpose, when `load:thread` began naming
 its kept messages by seq (issue 37's sixth round): only that step's bytes changed, every prompt
 and every other step stayed as recorded. The recordings from before are kept in
-golden/before_keep_refs, and `test_golden_replay.py` resumes both kinds. Each turn runs on the SQL journal over SQLite and over PostgreSQL against
-the same fixture: the stored JSON is the same on both.
+golden/before_keep_refs, and `test_golden_replay.py` resumes both kinds. Each turn runs on the
+SQL journal over SQLite and over PostgreSQL against the same fixture: the stored JSON is the
+same on both.
 
 To record them again (only when a journal change is intended, and said so in the commit):
 

@@ -11,6 +11,7 @@ from bounded_agents.core.checkpoints import (
     PERSIST_USAGE_HISTORY,
     SUMMARIZE,
     fold_step,
+    kept_count,
     parse_load_thread,
 )
 from bounded_agents.core.fold_backoff import backoff_holds, keep_fold_health
@@ -70,6 +71,12 @@ async def rolling_prompt(
         load = parse_load_thread(recorded)
         stored = await read_kept(deps.store, turn.request.thread_id, [load])
         kept = kept_messages(load, stored, user_seq)
+        if len(kept) < kept_count(load):  # erased since: its journal should be gone with it
+            log.warning(
+                "run %s: %d kept messages are gone from the store; the replay leaves them out",
+                turn.request.run_id,
+                kept_count(load) - len(kept),
+            )
     prompt, turn.window, omitted, cleared = opening_prompt(
         turn.definition,
         recorded,

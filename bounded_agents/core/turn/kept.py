@@ -15,7 +15,9 @@ its thread (`bounded_agents.store.erase`), so no run that kept it can be replaye
 with the rest.)
 
 A message the history policy built itself rather than kept as read (a custom policy may
-rewrite or add one) is not a stored row: it is journaled whole, as before, with its seq.
+rewrite or add one) is not a stored row: it is journaled whole, as before, with its seq. And on
+a store that cannot read messages back by seq (only the base `AgentStore` port: no
+`messages_after`), every kept message is journaled whole, as before (`whole_keep`).
 
 Journals written before hold `keep` and are replayed from it (`kept_messages`), each message
 numbered as it was then (`numbered_keep`).
@@ -26,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from bounded_agents.core.checkpoints import KeepRef, LoadThreadPayload
-from bounded_agents.core.messages import Message
+from bounded_agents.core.checkpoints import JsonObject, KeepRef, LoadThreadPayload
+from bounded_agents.core.messages import Message, journal_form
 
 
 class SeqReader(Protocol):
@@ -55,23 +57,47 @@ def keep_refs(keep: Sequence[Message], read: Sequence[Message]) -> list[KeepRef]
     ]
 
 
+def whole_keep(keep: Sequence[Message]) -> list[JsonObject]:
+    """`load:thread`'s `keep` (the form before `keep_refs`): every kept message whole, without
+    seq or run id. Still written on a store that cannot read messages back by seq (one with
+    only the base `AgentStore` port: `TurnStore.reads_by_seq`), so its runs resume."""
+    return [journal_form(m) for m in keep]
+
+
 def referenced_seqs(loads: Iterable[LoadThreadPayload]) -> list[int]:
     """The seqs the `keep_refs` of `loads` name, ascending, once each."""
     return sorted({r for load in loads for r in load.get("keep_refs", ()) if isinstance(r, int)})
 
 
+READ_GAP = 16
+"""Seqs further apart than this are read in separate spans (`read_kept`): a policy that pins
+the thread's first message beside its newest ones reads those rows, not the thread between."""
+
+
+def spans(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """(first, last) spans covering ascending `seqs`, a new span past a gap of `READ_GAP`."""
+    out: list[tuple[int, int]] = []
+    for seq in seqs:
+        if out and seq - out[-1][1] <= READ_GAP:
+            out[-1] = (out[-1][0], seq)
+        else:
+            out.append((seq, seq))
+    return out
+
+
 async def read_kept(
     store: SeqReader, thread_id: str, loads: Iterable[LoadThreadPayload]
 ) -> dict[int, Message]:
-    """The stored messages the `keep_refs` of `loads` name, by seq: one read of the span from
-    the oldest to the newest (a window is contiguous but for erased seqs, so the span is the
-    window). Seqs with no row (erased since) are absent."""
+    """The stored messages the `keep_refs` of `loads` name, by seq: one read per span of them
+    (`spans`; a window is contiguous but for erased seqs, so it is one read). Seqs with no row
+    (erased since) are absent."""
     seqs = referenced_seqs(loads)
-    if not seqs:
-        return {}
     wanted = set(seqs)
-    rows = await store.messages_after(thread_id, seqs[0] - 1, seqs[-1] - seqs[0] + 1)
-    return {m.seq: m for m in rows if m.seq in wanted}
+    out: dict[int, Message] = {}
+    for first, last in spans(seqs):
+        rows = await store.messages_after(thread_id, first - 1, last - first + 1)
+        out.update((m.seq, m) for m in rows if m.seq is not None and m.seq in wanted)
+    return out
 
 
 def kept_messages(
@@ -117,6 +143,7 @@ def numbered_keep(
 
 
 __all__ = [
+    "READ_GAP",
     "SeqReader",
     "as_kept",
     "keep_refs",
@@ -124,4 +151,6 @@ __all__ = [
     "numbered_keep",
     "read_kept",
     "referenced_seqs",
+    "spans",
+    "whole_keep",
 ]

@@ -25,7 +25,7 @@ from bounded_agents.core.ports import (
 from bounded_agents.core.report import RunReport
 from bounded_agents.core.turn.constants import BACKLOG_READ_ROWS
 from bounded_agents.core.turn.deps import TurnDeps
-from bounded_agents.core.turn.kept import keep_refs
+from bounded_agents.core.turn.kept import keep_refs, whole_keep
 from bounded_agents.core.turn.public import AgentDefinition
 from bounded_agents.core.turn.state import Digest, Turn
 from bounded_agents.errors import DuplicateMessage
@@ -67,16 +67,27 @@ async def load_thread(deps: TurnDeps, turn: Turn, tx: Transaction | None) -> Jso
             if page.unread is not None and page.unread != page.skipped:
                 fold["unread"] = page.unread  # erased messages left seqs, not messages, unread
                 fold["unread_net"] = True  # what the fold takes comes off it (`owed_count`)
-    # The run's prompt is built from the messages as read; the journal names them by seq.
+    # The run's prompt is built from the messages as read; the journal names them by seq, or
+    # holds them whole on a store that cannot read them back by seq.
     turn.kept = list(selection.keep)
+    by_seq = deps.store.reads_by_seq
     payload = load_thread_payload(
-        keep_refs(selection.keep, page.messages),
+        keep_refs(selection.keep, page.messages) if by_seq else whole_keep(selection.keep),
+        by_seq=by_seq,
         last_prompt=page.last_prompt,
         summary=summary,
         fold=fold,
         title=page.title,
         has_assistant_message=page.has_assistant_message,
     )
+    if not by_seq:
+        seqs = [m.seq for m in selection.keep if m.seq is not None]
+        if (
+            seqs
+            and len(seqs) == len(selection.keep)
+            and seqs != list(range(seqs[0], seqs[0] + len(seqs)))
+        ):
+            payload["keep_seqs"] = seqs  # a gap (an erased message): `kept.numbered_keep`
     clearing = turn.definition.clearing
     if clearing is not None:  # journaled with the selection: a replay clears the same
         payload["clearing"] = clearing.model_dump(mode="json")

@@ -77,6 +77,12 @@ class TurnStore:
         return self._summaries is not None
 
     @property
+    def reads_by_seq(self) -> bool:
+        """Whether a replay can read the kept messages back by seq (`messages_after`, a
+        `SummaryStore`'s): else `load:thread` journals them whole (`core/turn/kept.py`)."""
+        return self._summaries is not None
+
+    @property
     def joins_transactions(self) -> bool:
         """Whether its writes and reads can join a unit of work's transaction."""
         return self._tx is not None
