@@ -41,7 +41,7 @@ async def test_a_waiting_write_made_before_a_savepoint_survives_the_savepoints_r
     assert await _stored_steps(pg_store) == [(0, "s0")]
 
 
-async def test_a_refused_waiting_write_inside_a_rolled_back_savepoint_rolls_it_back(
+async def test_a_savepoints_rollback_drops_its_waiting_write_and_its_rows_stay_undone(
     pg_store: SqlAgentStore,
 ) -> None:
     """Found by review (failed on ab46b14): a ROLLBACK TO SAVEPOINT is a SQLAlchemy statement,
@@ -49,29 +49,8 @@ async def test_a_refused_waiting_write_inside_a_rolled_back_savepoint_rolls_it_b
     `StoreError` replaced the block's own error and the ROLLBACK TO SAVEPOINT was never sent,
     while SQLAlchemy marked the savepoint ended: the savepoint's rows (step 5) committed with
     the unit. (No project path opens a savepoint; a caller sharing the unit's transaction
-    may.) Now the savepoint's rollback drops its waiting writes unsent, as a rollback does."""
-    tid = await _thread_with_run(pg_store)
-    checked: list[int] = []
-    tx = await open_unit(pg_store, tid)
-    try:
-        with pytest.raises(ValueError, match="inner"):
-            async with tx.connection.begin_nested():
-                await tx.connection.execute(INSERT_STEP, _steps(tid, 5))
-                await _touch_later(tx, "no-such-thread", checked)
-                raise ValueError("inner")
-    except BaseException:
-        await tx.close(commit=False)  # not left open to block the next test's fixture
-        raise
-    await direct.write_many(tx.connection, INSERT_STEP, _steps(tid, 0), "journal", last=True)
-    await tx.close(commit=True)
-    assert await _stored_steps(pg_store) == [(0, "s0")], "step 5 was rolled back"
-
-
-async def test_a_savepoints_rows_are_not_committed_after_a_refused_waiting_write(
-    pg_store: SqlAgentStore,
-) -> None:
-    """The same, by what is stored and what was sent: the waiting write never went out (its
-    check never ran), the caller's own error came through, step 5 is not stored."""
+    may.) Now the savepoint's rollback drops its waiting writes unsent, as a rollback does: its
+    check never runs, the caller's own error comes through, step 5 is not stored."""
     tid = await _thread_with_run(pg_store)
     checked: list[int] = []
     tx = await open_unit(pg_store, tid)
