@@ -516,38 +516,33 @@ def _drop_waiting(conn: Connection, *_savepoint: Any) -> None:
 
 def _before_statement(conn: Connection, *_args: Any) -> None:
     """SQLAlchemy is about to execute a statement on `conn`: the waiting writes go first. A
-    failure is raised from SQLAlchemy's execute; a cancellation invalidates the connection (as
-    `guarded` does: this event fires outside SQLAlchemy's own error handling)."""
-    if not _WAITING:
-        return
-    waiting = _WAITING.pop(conn, None)
-    if not waiting:
-        return
-    try:
-        _in_greenlet(conn, waiting)
-    except Exception:
-        raise
-    except BaseException:
-        conn.invalidate()
-        raise
+    failure is raised from SQLAlchemy's execute."""
+    _send_from_event(conn, roll_back=False)
 
 
 def _before_commit(conn: Connection) -> None:
     """SQLAlchemy is about to COMMIT `conn`: the waiting writes go first. If one fails, the
     transaction is rolled back here before the error is raised: SQLAlchemy takes a transaction
     whose commit raised as ended, and gives its connection back to the pool unreset (it would
-    keep the unit's writes open for the connection's next user). A cancellation, or a failed
-    rollback, invalidates the connection."""
-    waiting = _WAITING.pop(conn, None)
+    keep the unit's writes open for the connection's next user)."""
+    _send_from_event(conn, roll_back=True)
+
+
+def _send_from_event(conn: Connection, *, roll_back: bool) -> None:
+    """The writes waiting on `conn`, sent from a SQLAlchemy event. A cancellation (or a failed
+    `roll_back`) invalidates the connection, as `guarded` does: these events fire outside
+    SQLAlchemy's own error handling."""
+    waiting = _WAITING.pop(conn, None) if _WAITING else None
     if not waiting:
         return
     try:
         _in_greenlet(conn, waiting)
     except Exception:
-        try:
-            conn.engine.dialect.do_rollback(conn.connection)
-        except BaseException:
-            conn.invalidate()
+        if roll_back:
+            try:
+                conn.engine.dialect.do_rollback(conn.connection)
+            except BaseException:
+                conn.invalidate()
         raise
     except BaseException:
         conn.invalidate()
