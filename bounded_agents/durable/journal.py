@@ -68,6 +68,7 @@ from bounded_agents.store import (
     wrap_db_errors,
     write_transaction,
 )
+from bounded_agents.store.driver import Outcome
 from bounded_agents.store.engine import on_citus
 from bounded_agents.store.sql import may_hold_thread_id
 from bounded_agents.store.statements import THREAD_BY_ID
@@ -387,7 +388,7 @@ class SqlJournal(JournalHistory):
         the run row's lock first and a lost lease is `LeaseLost`, never the rows' unique
         violation (a taker may have written those positions)."""
 
-        def held(renewed: direct.Outcome) -> LeaseLost | None:
+        def held(renewed: Outcome) -> LeaseLost | None:
             return LeaseLost(run_id) if renewed.rowcount == 0 else None
 
         await direct.write_later(

@@ -10,7 +10,9 @@ of the store can be split or renamed without reaching into `durable/`:
     tables            `runs`, `run_steps`, `messages` (`schema.py`)
     transactions      `write_transaction`, `autocommit` (`engine.py`), `SqlTransaction`,
                       `joined`, `open_write` (`tx.py`), `wrap_db_errors` (`errors.py`)
-    writes            `direct`: statements sent without SQLAlchemy's per-call work
+    writes            `direct`: statements sent without SQLAlchemy's per-call work (what they
+                      share with the turn's read: `driver.py`; PostgreSQL's waiting writes:
+                      `waiting.py`)
     time              `db_now` (the database's clock), `aware_utc`
     dialect           `dialect_of`, `dialect_of_url`, `SqlDialect` (`dialect.py`): the one place
                       that tells PostgreSQL from SQLite

@@ -7,7 +7,7 @@ engine's `before_cursor_execute` listeners are called with it and its parameters
 calls them, so whatever watches the engine's statements (the tests that check every statement
 of a turn names its thread, fault injection) still sees it, and may still make it fail. On an
 engine with `after_cursor_execute` listeners (tracing that needs SQLAlchemy's cursor) the read
-is SQLAlchemy's (`bounded_agents.store.direct.driver_way_open`).
+is SQLAlchemy's (`bounded_agents.store.driver.driver_way_open`).
 
 Two ways in:
 - `fetch_on(conn, ...)`: on a connection the caller holds (the turn's unit of work), through its
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from bounded_agents.store.dialect import dialect_of
-from bounded_agents.store.direct import (
+from bounded_agents.store.driver import (
     DRIVER_ERRORS,
     Compiled,
     announce,
@@ -41,9 +41,9 @@ from bounded_agents.store.direct import (
     driver_way_open,
     guarded,
     raw_connection,
-    send_waiting,
 )
 from bounded_agents.store.onehop import OneHopConnection, run_statement
+from bounded_agents.store.waiting import send_waiting
 
 DEDICATED = 2
 """Driver connections a reader keeps for reads of its own, at most."""
@@ -53,7 +53,7 @@ Rows = Sequence[Sequence[Any]]
 
 class HotReader:
     """See the module docstring. Whether the driver's way is taken is asked on every read
-    (`bounded_agents.store.direct.driver_way_open`: not behind PgBouncer, whose pooling turns
+    (`bounded_agents.store.driver.driver_way_open`: not behind PgBouncer, whose pooling turns
     asyncpg's statement cache off, nor with instrumentation listening after execution); on SQLite
     engines that are not `OneHopConnection`'s (memory databases, URLs with options) the read
     is SQLAlchemy's too. `enabled=False` turns it off altogether (tests' reference reads)."""

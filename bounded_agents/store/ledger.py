@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bounded_agents.core.ports import LedgerEntry, QuotaReserver, RatioBook, Transaction
 from bounded_agents.errors import StoreError
-from bounded_agents.store import direct
+from bounded_agents.store import direct, driver
 from bounded_agents.store.dialect import dialect_of
 from bounded_agents.store.engine import autocommit, on_citus, write_transaction
 from bounded_agents.store.errors import wrap_db_errors
@@ -88,7 +88,7 @@ def _no_usage_row() -> StoreError:
     return StoreError("ledger_record: the usage upsert returned no row")
 
 
-def _numbered(outcome: direct.Outcome) -> StoreError | None:
+def _numbered(outcome: driver.Outcome) -> StoreError | None:
     return None if outcome.rows and outcome.rows[0][0] is not None else _no_usage_row()
 
 

@@ -151,7 +151,7 @@ def run_many_and_commit(
 
 RawOutcome = tuple[Any, list[Any], int, "int | None"]
 """What `run_statement` and its kin return in the worker thread: (description, rows, rowcount,
-lastrowid). `bounded_agents.store.direct.Outcome` is what callers see of it."""
+lastrowid). `bounded_agents.store.driver.Outcome` is what callers see of it."""
 
 
 class Deferred(NamedTuple):

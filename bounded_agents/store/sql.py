@@ -43,7 +43,7 @@ from bounded_agents.errors import (
     ThreadErased,
     ThreadNotFound,
 )
-from bounded_agents.store import archive, direct, erase, migrate, search, search_index
+from bounded_agents.store import archive, direct, driver, erase, migrate, search, search_index
 from bounded_agents.store.codec import (
     aware_utc,
     fold_health_of,
@@ -297,8 +297,8 @@ class SqlAgentStore:
                 raise InvalidContent(reason)
         try:
             return await self._append(thread_id, messages_, last_prompt, tx)
-        except (sa_exc.IntegrityError, direct.UniqueConflict) as exc:
-            if isinstance(exc, direct.UniqueConflict):
+        except (sa_exc.IntegrityError, driver.UniqueConflict) as exc:
+            if isinstance(exc, driver.UniqueConflict):
                 detail, name = exc.detail, exc.message
             else:
                 detail = str(exc.orig)

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from bounded_agents.errors import StoreError
-from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store import SqlAgentStore, direct, driver
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.schema import ledger
 from tests.conftest import worker_calls
@@ -119,7 +119,7 @@ async def test_a_deferred_writes_check_fails_the_call_that_sent_it(
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     before = await _updated_at(sql_store, thread.id)
 
-    def one_row(outcome: direct.Outcome) -> StoreError | None:
+    def one_row(outcome: driver.Outcome) -> StoreError | None:
         return StoreError("touch: no such thread") if outcome.rowcount != 1 else None
 
     tx = await open_unit(sql_store, thread.id)
@@ -143,7 +143,7 @@ async def test_a_check_that_fails_at_the_commit_leaves_nothing_and_a_clean_conne
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
     before = await _updated_at(sql_store, thread.id)
 
-    def refuse(_outcome: direct.Outcome) -> StoreError:
+    def refuse(_outcome: driver.Outcome) -> StoreError:
         return StoreError("touch: refused by its check")
 
     tx = await open_unit(sql_store, thread.id)

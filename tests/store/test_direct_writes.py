@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from bounded_agents.core.ports import ThreadTurnQuery
 from bounded_agents.durable.journal import INSERT_STEP
 from bounded_agents.errors import InvalidContent, StoreError
-from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store import SqlAgentStore, direct, driver, waiting
 from bounded_agents.store.engine import on_citus
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.onehop import OneHopConnection
@@ -152,12 +152,12 @@ async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_s
 
 
 def test_an_outcome_gives_its_one_row_or_says_what_is_wrong() -> None:
-    assert direct.Outcome([(7, 8)], 1).scalar_one() == 7
-    assert direct.Outcome([], 0).one_or_none() is None
+    assert driver.Outcome([(7, 8)], 1).scalar_one() == 7
+    assert driver.Outcome([], 0).one_or_none() is None
     with pytest.raises(StoreError, match="no row"):
-        direct.Outcome([], 0).scalar_one()
+        driver.Outcome([], 0).scalar_one()
     with pytest.raises(StoreError, match="more than one row"):
-        direct.Outcome([(1,), (2,)], 2).one_or_none()
+        driver.Outcome([(1,), (2,)], 2).one_or_none()
 
 
 async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_write_them(
@@ -172,7 +172,8 @@ async def test_many_rows_go_as_one_driver_call_and_land_as_sqlalchemy_would_writ
         calls.append(call)
         return await real(conn, operation, call)
 
-    monkeypatch.setattr(direct, "guarded", counting)
+    monkeypatch.setattr(direct, "guarded", counting)  # SQLite's worker-thread call
+    monkeypatch.setattr(waiting, "guarded", counting)  # asyncpg's, after the waiting writes
     tx = await open_unit(sql_store, thread.id)
     try:
         with announced(sql_store) as seen:
@@ -386,7 +387,7 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
     a transaction open on a connection that goes back to the pool."""
     thread = await sql_store.create_thread(actor_id="alice", agent="helper")
 
-    async def cancelled(*_args: Any) -> direct.Outcome:
+    async def cancelled(*_args: Any) -> driver.Outcome:
         raise asyncio.CancelledError
 
     tx = await open_unit(sql_store, thread.id)
@@ -395,7 +396,8 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
             if sql_store.engine.dialect.name == "sqlite":  # every worker-thread call, pairs too
                 patched.setattr(OneHopConnection, "call", cancelled)
             else:
-                patched.setattr(direct, "_send", cancelled)
+                patched.setattr(direct, "send", cancelled)  # sent at once (Citus)
+                patched.setattr(waiting, "send", cancelled)  # sent as it waited
             with pytest.raises(asyncio.CancelledError):
                 await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
                 # On SQLite the ledger's write waits for the unit's next call (it is deferred):
@@ -497,7 +499,7 @@ async def _a_failed_commit_rolls_back(sql_store: SqlAgentStore) -> None:
 async def test_the_raw_connection_is_read_without_a_greenlet_until_the_connection_is_invalid(
     sql_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`direct.raw_connection` skips `get_raw_connection`'s greenlet hand-over while SQLAlchemy
+    """`driver.raw_connection` skips `get_raw_connection`'s greenlet hand-over while SQLAlchemy
     holds the connection, and asks it (which reconnects) once the connection was invalidated."""
     asked: list[int] = []
     original = AsyncConnection.get_raw_connection
@@ -509,11 +511,11 @@ async def test_the_raw_connection_is_read_without_a_greenlet_until_the_connectio
     monkeypatch.setattr(AsyncConnection, "get_raw_connection", counted)
     async with sql_store.engine.connect() as conn:
         await conn.execute(sa.select(1))
-        held = await direct.raw_connection(conn)
+        held = await driver.raw_connection(conn)
         assert asked == [] and held is conn.sync_connection.connection  # type: ignore[union-attr]
         assert held.driver_connection is not None
         await conn.invalidate()
         await conn.rollback()  # as SQLAlchemy requires before it reconnects
-        again = await direct.raw_connection(conn)
+        again = await driver.raw_connection(conn)
         assert asked == [1]
         assert again.driver_connection is not None and again is not held

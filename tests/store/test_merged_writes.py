@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from bounded_agents.durable.journal import INSERT_STEP
 from bounded_agents.errors import StoreError
-from bounded_agents.store import SqlAgentStore, direct
+from bounded_agents.store import SqlAgentStore, direct, driver
 from bounded_agents.store.engine import on_citus
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.schema import ledger, run_steps, runs
@@ -96,8 +96,8 @@ async def _updated_at(store: SqlAgentStore, thread_id: str) -> Any:
     return loaded.updated_at
 
 
-def _one_row(seen: list[int]) -> direct.Check:
-    def check(outcome: direct.Outcome) -> StoreError | None:
+def _one_row(seen: list[int]) -> driver.Check:
+    def check(outcome: driver.Outcome) -> StoreError | None:
         seen.append(outcome.rowcount)
         return StoreError("touch: no such thread") if outcome.rowcount != 1 else None
 

@@ -1,0 +1,299 @@
+"""Writes that wait on a PostgreSQL connection for the transaction's next statement
+(`bounded_agents.store.direct.write_later`: a model step's ledger row, the run's end), and the
+unit's last rows merged with the last of them into ONE statement.
+
+Why: a write nothing reads back costs a round trip of its own if it is sent at once. Waiting, it
+goes first before whatever the transaction sends next (a driver-way write or read, a SQLAlchemy
+execute, the COMMIT), which keeps the order the database sees; and before the unit's last rows
+(`write_many(last=True)`) the last waiting write and those rows become one statement, the rows a
+data-modifying CTE (`unnest` of one array a column) in front of it: one round trip per unit less
+(issue 37). SQLite's counterpart is `bounded_agents.store.onehop`'s deferred call (its writes wait
+for the unit's next worker-thread call).
+
+Only `asyncpg` outside Citus: there a unit's runs and run_steps rows and the actor's ledger rows
+live on different shards. SQLAlchemy's own statements are seen through the engine's events
+(`_hook`): the waiting writes go before its statements and its COMMIT, and are dropped at its
+ROLLBACK, ROLLBACK TO SAVEPOINT and BEGIN. A waiting write is announced to the engine's
+`before_cursor_execute` listeners when it is sent, as what is sent.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
+from sqlalchemy.sql.elements import ClauseElement
+
+from bounded_agents.store.driver import (
+    DRIVER_ERRORS,
+    Check,
+    Compiled,
+    Outcome,
+    announce,
+    compiled,
+    driver_error,
+    guarded,
+    raw_connection,
+    send,
+    status_count,
+)
+
+
+class _Waiting(NamedTuple):
+    """A write waiting on a PostgreSQL connection (`write_later`): compiled, its arguments
+    processed (a missing parameter is refused when it is queued, as when it is sent), not yet
+    announced. Only `asyncpg` outside Citus: there a unit's runs and run_steps rows and the
+    actor's ledger rows live on different shards, and a statement touching several goes
+    through the coordinator. Not with `then`: two statements, nothing to merge."""
+
+    form: Compiled
+    args: tuple[Any, ...]
+    operation: str
+    check: Check | None
+
+
+_WAITING: weakref.WeakKeyDictionary[Connection, list[_Waiting]] = weakref.WeakKeyDictionary()
+"""PostgreSQL's waiting writes, by the SQLAlchemy connection (one checkout) they wait on.
+Dropped at its rollback and at its next BEGIN (`_hook`), gone with it."""
+
+_HOOKED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def wait(
+    conn: AsyncConnection, stmt: Executable, params: dict[str, Any], operation: str, check: Any
+) -> None:
+    """Queue `stmt` with `params` on `conn` until the transaction's next statement (see the
+    module docstring); `check` runs on its outcome when it is sent."""
+    assert isinstance(stmt, ClauseElement) and conn.sync_connection is not None
+    form = compiled(stmt, conn.dialect, tuple(sorted(params)))
+    waiting = _Waiting(form, form.args(params), operation, check)
+    _hook(conn.sync_engine)
+    _WAITING.setdefault(conn.sync_connection, []).append(waiting)
+
+
+def _hook(engine: Engine) -> None:
+    """The engine's events that send (or drop) the waiting writes around what SQLAlchemy sends
+    itself: before each of its statements and its COMMIT; dropped at its ROLLBACK, at its
+    ROLLBACK TO SAVEPOINT (a write waits only within its savepoint: the SAVEPOINT statement
+    sent the ones before it; found by review, the rollback sent them and was itself never
+    sent, so the savepoint's rows committed) and at its BEGIN (a transaction never inherits a
+    write of the one before). Sent at `before_execute`,
+    which SQLAlchemy fires before it compiles the statement and before any
+    `before_cursor_execute` listener is told of it, so that such a listener sees the
+    statements in the order the database runs them, whenever it was registered."""
+    if engine in _HOOKED:
+        return
+    event.listen(engine, "before_execute", _before_statement)
+    event.listen(engine, "commit", _before_commit)
+    event.listen(engine, "rollback", _drop_waiting)
+    event.listen(engine, "rollback_savepoint", _drop_waiting)
+    event.listen(engine, "begin", _drop_waiting)
+    _HOOKED.add(engine)
+
+
+def _drop_waiting(conn: Connection, *_savepoint: Any) -> None:
+    _WAITING.pop(conn, None)
+
+
+def _before_statement(conn: Connection, *_args: Any) -> None:
+    """SQLAlchemy is about to execute a statement on `conn`: the waiting writes go first. A
+    failure is raised from SQLAlchemy's execute."""
+    _send_from_event(conn, roll_back=False)
+
+
+def _before_commit(conn: Connection) -> None:
+    """SQLAlchemy is about to COMMIT `conn`: the waiting writes go first. If one fails, the
+    transaction is rolled back here before the error is raised: SQLAlchemy takes a transaction
+    whose commit raised as ended, and gives its connection back to the pool unreset (it would
+    keep the unit's writes open for the connection's next user)."""
+    _send_from_event(conn, roll_back=True)
+
+
+def _send_from_event(conn: Connection, *, roll_back: bool) -> None:
+    """The writes waiting on `conn`, sent from a SQLAlchemy event. A cancellation (or a failed
+    `roll_back`) invalidates the connection, as `guarded` does: these events fire outside
+    SQLAlchemy's own error handling."""
+    waiting = _WAITING.pop(conn, None) if _WAITING else None
+    if not waiting:
+        return
+    try:
+        _in_greenlet(conn, waiting)
+    except Exception:
+        if roll_back:
+            try:
+                conn.engine.dialect.do_rollback(conn.connection)
+            except BaseException:
+                conn.invalidate()
+        raise
+    except BaseException:
+        conn.invalidate()
+        raise
+
+
+def _in_greenlet(conn: Connection, waiting: list[_Waiting]) -> None:
+    """`waiting` sent from a SQLAlchemy event, through the adapter's `run_async` (SQLAlchemy's
+    public way to await the driver from a sync event)."""
+    adapter: Any = conn.connection.dbapi_connection
+
+    async def send_each(driver: Any) -> None:
+        for one in waiting:
+            announce(conn.engine, conn, one.form.sql, one.args)
+            try:
+                outcome = await send(driver, True, one.form, one.args)
+            except (*DRIVER_ERRORS, OSError) as exc:
+                raise driver_error(one.operation, exc) from exc
+            _checked(one, outcome)
+
+    adapter.run_async(send_each)
+
+
+def _checked(one: _Waiting, outcome: Outcome) -> None:
+    problem = one.check(outcome) if one.check is not None else None
+    if problem is not None:
+        raise problem
+
+
+async def send_waiting(conn: AsyncConnection) -> None:
+    """Send the writes waiting on `conn` (PostgreSQL, `write_later`), in order, each checked:
+    what a driver-way statement on `conn` does first."""
+    if _WAITING:
+        sync = conn.sync_connection
+        waiting = _WAITING.pop(sync, None) if sync is not None else None
+        if waiting:
+            await send_all(conn, waiting)
+
+
+async def send_all(conn: AsyncConnection, waiting: list[_Waiting]) -> None:
+    driver = (await raw_connection(conn)).driver_connection
+    for one in waiting:
+        announce(conn.sync_engine, conn.sync_connection, one.form.sql, one.args)
+        _checked(one, await guarded(conn, one.operation, send(driver, True, one.form, one.args)))
+
+
+_MERGED_AS = "merged_rows"
+"""The name of a unit's last rows as a CTE of the write waiting before them (`_merged`)."""
+
+
+class _Merged(NamedTuple):
+    """A waiting write with a unit's last rows (`write_many(last=True)`) as ONE statement: the
+    rows, passed as one array per column, inserted by a data-modifying CTE in front of it."""
+
+    sql: str
+    table: str
+    columns: tuple[str, ...]
+    arrays: Compiled
+    """The rows' insert alone (`INSERT ... SELECT ... FROM unnest($1::t1[], ...)`), for its
+    parameters' names, binds and processors."""
+
+
+_MERGED: dict[tuple[int, int], tuple[Compiled, Compiled, _Merged | None]] = {}
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _merged(
+    first: Compiled, stmt: ClauseElement, many: Compiled, keys: tuple[str, ...], dialect: Dialect
+) -> _Merged | None:
+    """`first` (a waiting write) and the rows of `stmt` (a table's plain insert of `keys`) as
+    one statement, or None when they cannot be: `stmt` is not a plain insert, or `first` is
+    neither an INSERT, UPDATE or DELETE nor a `WITH` list of them that the rows' CTE can join
+    (`WITH RECURSIVE`, or one that already uses the CTE's name). Cached per pair: both are
+    compiled forms kept for the life of the process."""
+    key = (id(first), id(many))
+    hit = _MERGED.get(key)
+    if hit is None or hit[0] is not first or hit[1] is not many:
+        hit = _MERGED[key] = (first, many, _merge(first, stmt, many, keys, dialect))
+    return hit[2]
+
+
+def _merge(
+    first: Compiled, stmt: ClauseElement, many: Compiled, keys: tuple[str, ...], dialect: Dialect
+) -> _Merged | None:
+    table = getattr(stmt, "table", None)
+    if not isinstance(stmt, sa.Insert) or not isinstance(table, sa.Table):
+        return None
+    if many.sql != Compiled(table.insert(), dialect, keys).sql:
+        return None  # not the table's plain insert of those columns (values, a SELECT, ...)
+    sql = first.sql.lstrip()
+    head = sql[:15].upper()
+    if _MERGED_AS in sql or head.startswith("WITH RECURSIVE"):
+        return None
+    arrays_of = [sa.bindparam(k, type_=ARRAY(table.c[k].type)) for k in keys]
+    rows = sa.func.unnest(*arrays_of).table_valued(*keys).render_derived()
+    insert = table.insert().from_select(list(keys), sa.select(*(rows.c[k] for k in keys)))
+    arrays = Compiled(insert, dialect)
+    offset = len(first.names)
+    renumbered = _PLACEHOLDER.sub(lambda m: f"${int(m.group(1)) + offset}", arrays.sql)
+    if head.startswith("WITH "):
+        merged = f"WITH {_MERGED_AS} AS ({renumbered}), {sql[5:]}"
+    elif head.startswith(("INSERT ", "UPDATE ", "DELETE ")):
+        merged = f"WITH {_MERGED_AS} AS ({renumbered}) {sql}"
+    else:
+        return None
+    return _Merged(merged, table.name, keys, arrays)
+
+
+async def _send_merged(
+    conn: AsyncConnection,
+    driver: Any,
+    waiting: _Waiting,
+    merged: _Merged,
+    rows: Sequence[dict[str, Any]],
+    operation: str,
+) -> None:
+    """`waiting` and `rows` as one statement (`_merged`); `waiting`'s check on what it returned
+    (the statement's own RETURNING rows and row count are the waiting write's). A failure is
+    named by the waiting write's operation when the database names one of its tables, else by
+    the rows' `operation` (the unit's)."""
+    args = waiting.args + merged.arrays.args({k: [row[k] for row in rows] for k in merged.columns})
+    announce(conn.sync_engine, conn.sync_connection, merged.sql, args)
+    try:
+        if waiting.form.returns_rows:
+            found = await driver.fetch(merged.sql, *args)
+            outcome = Outcome(found, len(found))
+        else:
+            outcome = Outcome([], status_count(await driver.execute(merged.sql, *args)))
+    except (*DRIVER_ERRORS, OSError) as exc:
+        table = getattr(exc, "table_name", None)
+        name = waiting.operation if table and table != merged.table else operation
+        raise driver_error(name, exc) from exc
+    except BaseException:
+        await conn.invalidate()
+        raise
+    _checked(waiting, outcome)
+
+
+async def send_rows(
+    conn: AsyncConnection,
+    driver: Any,
+    stmt: ClauseElement,
+    form: Compiled,
+    rows: Sequence[dict[str, Any]],
+    operation: str,
+    *,
+    last: bool,
+) -> None:
+    """`rows` of `stmt` (compiled as `form`) as one asyncpg `executemany`, after the writes
+    waiting on `conn`; with `last` (the unit's last write), the last waiting write and the rows
+    go as ONE statement when they can (`_merged`), the ones before it sent first."""
+    keys = tuple(sorted(rows[0]))
+    sync = conn.sync_connection
+    waiting = _WAITING.pop(sync, None) if _WAITING and sync is not None else None
+    merged = _merged(waiting[-1].form, stmt, form, keys, conn.dialect) if waiting and last else None
+    last_waiting = waiting.pop() if waiting and merged is not None else None
+    if waiting:
+        await send_all(conn, waiting)
+    if last_waiting is not None and merged is not None:
+        await _send_merged(conn, driver, last_waiting, merged, rows, operation)
+        return
+    args = [form.args(row) for row in rows]
+    announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
+    await guarded(conn, operation, driver.executemany(form.sql, args))
