@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench.floor import AsyncpgFloor, Floor
 from bench.reads import WARMUP, interleaved
 from bench.turns import TurnSeries
+from bounded_agents.store.waiting import split_with
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,10 @@ def _one_statement(statements: Sequence[Statement]) -> Sent:
         if not sql.startswith("WITH "):
             parts.append(f"s{i} AS ({sql})")
             continue
-        ctes, final = _split_with(sql)
+        split = split_with(sql)
+        if split is None:
+            raise ValueError(f"not a WITH list this reads: {sql[:60]!r}")
+        ctes, final = split
         names = [name for name, _ in ctes]
         for name, body in ctes:
             parts.append(f"{name}_{i} AS ({_rename(body, names, i)})")
@@ -203,28 +207,3 @@ def _rename(sql: str, names: Sequence[str], i: int) -> str:
     for name in names:
         sql = re.sub(rf"\b{name}\b", f"{name}_{i}", sql)
     return sql
-
-
-def _split_with(sql: str) -> tuple[list[tuple[str, str]], str]:
-    """The (name, body) CTEs of a `WITH a AS (...), b AS (...) <final>` and its final statement,
-    by matching parentheses (quoted strings skipped)."""
-    ctes: list[tuple[str, str]] = []
-    i = len("WITH ")
-    while True:
-        head = re.match(r"\s*(\w+) AS \(", sql[i:])
-        if head is None:
-            raise ValueError(f"not a CTE at {sql[i : i + 40]!r}")
-        start = end = i + head.end()
-        depth = 1
-        while depth:
-            c = sql[end]
-            if c == "'":
-                end = sql.index("'", end + 1)
-            elif c in "()":
-                depth += 1 if c == "(" else -1
-            end += 1
-        ctes.append((head.group(1), sql[start : end - 1]))
-        rest = sql[end:].lstrip()
-        if not rest.startswith(","):
-            return ctes, rest
-        i = sql.index(",", end) + 1

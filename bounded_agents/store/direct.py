@@ -98,11 +98,12 @@ async def write(
         result = await conn.execute(stmt, params)
         rows = result.all() if result.returns_rows else []
         return Outcome(rows, result.rowcount)
-    postgres = dialect_of(conn).postgres
-    if postgres:
-        await waiting.send_waiting(conn)
+    if dialect_of(conn).postgres:
+        assert isinstance(stmt, ClauseElement)
+        form = compiled(stmt, conn.dialect, tuple(sorted(params)))
+        return await waiting.send_after_waiting(conn, driver, form, form.args(params), operation)
     form, args = _announced(conn, stmt, params)
-    outcome: Outcome = await guarded(conn, operation, send(driver, postgres, form, args))
+    outcome: Outcome = await guarded(conn, operation, send(driver, False, form, args))
     return outcome
 
 
@@ -225,26 +226,6 @@ def _outcome_check(check: Check | None) -> Callable[[Any], BaseException | None]
     if check is None:
         return None
     return lambda raw: check(Outcome(raw[1], raw[2]))
-
-
-async def write_bumped_later(
-    conn: AsyncConnection,
-    *,
-    combined: Executable,
-    bump: Executable,
-    then: Executable,
-    params: dict[str, Any],
-    operation: str,
-    check: Check,
-    defer: bool = True,
-) -> None:
-    """`write_bumped` for a caller that needs only `check`'s verdict on what came back: on
-    SQLite's driver way the bump and its row are deferred together (`write_later`); elsewhere
-    sent now, as `write_bumped` sends them."""
-    if dialect_of(conn).postgres:
-        await write_later(conn, combined, params, operation, check=check, defer=defer)
-    else:
-        await write_later(conn, bump, params, operation, then=then, check=check, defer=defer)
 
 
 async def write_many(

@@ -58,9 +58,15 @@ _ENTRY = f"INSERT INTO ledger (id, {', '.join(_FIELDS)}) SELECT last_ledger_id, 
     f":{f}" for f in _FIELDS
 )
 _RECORD = sa.text(
-    f"WITH bumped AS ({_BUMP_USAGE_SQL}) {_ENTRY} FROM bumped RETURNING id"
+    f"WITH usage_bumped AS ({_BUMP_USAGE_SQL}) INSERT INTO ledger (id, {', '.join(_FIELDS)}) "
+    f"VALUES ((SELECT last_ledger_id FROM usage_bumped), {', '.join(f':{f}' for f in _FIELDS)})"
 ).bindparams(_TOKENS, *_ENTRY_BINDS)
-"""PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE)."""
+"""PostgreSQL: the bump and the ledger row it numbers as one statement (a data-modifying CTE).
+The number is a scalar subquery of the bump's row: were there none, the id would be NULL and
+the key would refuse the row, so the statement holds its own check and nothing reads its
+outcome. That lets it wait on the unit's connection and ride, as CTEs, in front of the unit's
+next write (`bounded_agents.store.waiting.send_after_waiting`: one round trip less, issue
+37). The CTE's name is its own so that it never clashes with the next write's (`bumped`)."""
 _INSERT_NUMBERED = ledger.insert()
 """Citus: the ledger row, numbered by the bump sent before it (`_BUMP_USAGE`), so that each of
 the two statements goes to the actor's shard (`bounded_agents.store.engine.on_citus`)."""
@@ -121,16 +127,19 @@ class SqlLedger:
                     raise _no_usage_row()
                 row = {**entry.model_dump(), "id": numbered}
                 await direct.write(conn, _INSERT_NUMBERED, row, "ledger_record")
+            elif dialect_of(self._engine).postgres:
+                # Nothing here needs the row's number, nor checks it (`_RECORD`): in a unit of
+                # the journal's it waits for the unit's next statement and rides with it.
+                await direct.write_later(conn, _RECORD, params, "ledger_record", defer=shared)
             else:
-                # Nothing here needs the row's number: in a unit of the journal's, on SQLite,
-                # the two statements ride in its next call to the worker thread (deferred).
-                await direct.write_bumped_later(
+                # On SQLite the two statements ride in the unit's next call to the worker
+                # thread (deferred), the bump's row checked there.
+                await direct.write_later(
                     conn,
-                    combined=_RECORD,
-                    bump=_BUMP_USAGE,
+                    _BUMP_USAGE,
+                    params,
+                    "ledger_record",
                     then=_INSERT_AFTER_BUMP,
-                    params=params,
-                    operation="ledger_record",
                     check=_numbered,
                     defer=shared,
                 )

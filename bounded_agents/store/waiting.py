@@ -297,3 +297,133 @@ async def send_rows(
     args = [form.args(row) for row in rows]
     announce(conn.sync_engine, conn.sync_connection, form.sql, args, many=True)
     await guarded(conn, operation, driver.executemany(form.sql, args))
+
+
+async def send_after_waiting(
+    conn: AsyncConnection, driver: Any, form: Compiled, args: tuple[Any, ...], operation: str
+) -> Outcome:
+    """`form` with `args` (a driver-way write), after the writes waiting on `conn`. The last of
+    them, when nothing checks its outcome (`check` None), goes with it as ONE statement: its
+    parts data-modifying CTEs in front of `form` (`_prefixed`), the ones before it sent first.
+    What comes back is `form`'s own. A failure is named by the waiting write's operation when
+    the database names a table that write writes, else by `operation`.
+
+    Why only unchecked writes: in one statement a CTE's outcome is not returned. A waiting write
+    whose check is a guarantee the database itself keeps (the ledger row's number, see
+    `bounded_agents.store.ledger`) is queued without one. The order of the two writes inside the
+    statement is the database's to choose (PostgreSQL runs an unreferenced CTE after the main
+    statement); neither reads what the other writes."""
+    sync = conn.sync_connection
+    queued = _WAITING.pop(sync, None) if _WAITING and sync is not None else None
+    last = queued[-1] if queued else None
+    prefixed = _prefixed(last.form, form) if last is not None and last.check is None else None
+    if queued is None or last is None or prefixed is None:
+        if queued:
+            await send_all(conn, queued)
+        announce(conn.sync_engine, conn.sync_connection, form.sql, args)
+        outcome: Outcome = await guarded(conn, operation, send(driver, True, form, args))
+        return outcome
+    if len(queued) > 1:
+        await send_all(conn, queued[:-1])
+    sql, tables = prefixed
+    both = last.args + args
+    announce(conn.sync_engine, conn.sync_connection, sql, both)
+    try:
+        if form.returns_rows:
+            rows = await driver.fetch(sql, *both)
+            return Outcome(rows, len(rows))
+        return Outcome([], status_count(await driver.execute(sql, *both)))
+    except (*DRIVER_ERRORS, OSError) as exc:
+        name = last.operation if getattr(exc, "table_name", None) in tables else operation
+        raise driver_error(name, exc) from exc
+    except BaseException:
+        await conn.invalidate()
+        raise
+
+
+_WAITED_AS = "waited_write"
+"""The CTE name of a waiting write's own statement in front of the next one (`_prefixed`)."""
+
+_PREFIXED: dict[tuple[int, int], tuple[Compiled, Compiled, tuple[str, frozenset[str]] | None]] = {}
+
+_WRITES_TO = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.IGNORECASE)
+
+
+def _prefixed(first: Compiled, then: Compiled) -> tuple[str, frozenset[str]] | None:
+    """`first` (a waiting write) as data-modifying CTEs in front of `then`: the SQL, and the
+    tables `first` writes (to name a failure). None when they cannot be one statement: either
+    is not an INSERT, UPDATE or DELETE (after its own `WITH` list, if any), a `WITH` list could
+    not be read (`split_with`), or a CTE name would be used twice. Cached per pair: both are
+    compiled forms kept for the life of the process."""
+    key = (id(first), id(then))
+    hit = _PREFIXED.get(key)
+    if hit is None or hit[0] is not first or hit[1] is not then:
+        hit = _PREFIXED[key] = (first, then, _prefix(first, then))
+    return hit[2]
+
+
+def _prefix(first: Compiled, then: Compiled) -> tuple[str, frozenset[str]] | None:
+    own, then_split = split_with(first.sql), split_with(then.sql)
+    if own is None or then_split is None:
+        return None
+    (ctes, main), (then_ctes, then_main) = own, then_split
+    writes = ("INSERT ", "UPDATE ", "DELETE ")
+    if not main.upper().startswith(writes) or not then_main.upper().startswith(writes):
+        return None
+    names = [n.lower() for n, _ in ctes] + [_WAITED_AS] + [n.lower() for n, _ in then_ctes]
+    if len(set(names)) != len(names):
+        return None
+    offset = len(first.names)
+    renumbered = [
+        (n, _PLACEHOLDER.sub(lambda m: f"${int(m[1]) + offset}", b)) for n, b in then_ctes
+    ]
+    parts = [*ctes, (_WAITED_AS, main), *renumbered]
+    tail = _PLACEHOLDER.sub(lambda m: f"${int(m[1]) + offset}", then_main)
+    sql = "WITH " + ", ".join(f"{n} AS ({body})" for n, body in parts) + " " + tail
+    return sql, frozenset(t.lower() for t in _WRITES_TO.findall(first.sql))
+
+
+_CTE_HEAD = re.compile(r"\s*(\w+)\s+AS\s*\(", re.IGNORECASE)
+
+
+def split_with(sql: str) -> tuple[list[tuple[str, str]], str] | None:
+    """The (name, body) CTEs of `WITH a AS (...), b AS (...) <main>` and its main statement
+    (no CTEs: `[]` and the statement), by matching parentheses outside quoted strings and
+    identifiers. None for what this does not read (`WITH RECURSIVE`, `AS MATERIALIZED`,
+    unbalanced text): the caller then sends the statements apart."""
+    text = sql.strip()
+    if text[:5].upper() != "WITH ":
+        return [], text
+    ctes: list[tuple[str, str]] = []
+    i = 5
+    while True:
+        head = _CTE_HEAD.match(text, i)
+        if head is None or head[1].upper() == "RECURSIVE":
+            return None
+        end = _closing(text, head.end())
+        if end is None:
+            return None
+        ctes.append((head[1], text[head.end() : end]))
+        rest = text[end + 1 :].lstrip()
+        if not rest.startswith(","):
+            return ctes, rest
+        i = text.index(",", end) + 1
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index of the parenthesis that closes the one just before `start`, or None."""
+    depth, i = 1, start
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            i = text.find(c, i + 1)  # a doubled quote reads as two strings: the same depth
+            if i < 0:
+                return None
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None

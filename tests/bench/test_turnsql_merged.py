@@ -59,9 +59,11 @@ async def test_each_unit_as_one_statement_writes_what_the_recorded_units_write(
         finally:
             await floor.close()
 
-    # 16: 10 statements (the run's end and the tool round's ledger row each ride with their
-    # unit's journal rows, `direct.write_later`) and 3 BEGIN + COMMIT pairs; 18 before.
-    assert len(plan) == 4 and sum(len(u.statements) for u in units) + 2 * len(units) == 16
+    # 15: 9 statements (the run's end and the tool round's ledger row each ride with their
+    # unit's journal rows, `direct.write_later`; the answer's ledger row rides in front of the
+    # answer's insert, `waiting.send_after_waiting`) and 3 BEGIN + COMMIT pairs; 18, then 16,
+    # before.
+    assert len(plan) == 4 and sum(len(u.statements) for u in units) + 2 * len(units) == 15
     written = {k: v for k, v in after_recorded.items() if k != "usage_tokens"}
     assert written == {k: v for k, v in after_what_if.items() if k != "usage_tokens"}
     assert written["messages"] == 2 and written["run_steps"] >= 3 and written["runs"] == 1

@@ -32,7 +32,7 @@ COMMON_TURN_TRANSACTIONS = 2
 the user's message and `load:thread`; the model step with its ledger row, the answer and the
 run's end (4 before the run's row joined the first unit, 3 before the model step rode in the
 answer's commit, issue 37)."""
-COMMON_TURN_STATEMENTS = {"sqlite": 12, "postgresql": 8, "citus": 13}
+COMMON_TURN_STATEMENTS = {"sqlite": 12, "postgresql": 7, "citus": 13}
 """Statements of that turn, at most (reads, writes and the lease checks, pings excluded): 15 on
 both before a run's one message and its seq bump became one statement on PostgreSQL (a
 data-modifying CTE). SQLite has none: there they stay two statements, sent in one call. On a
@@ -42,7 +42,9 @@ read before the run's insert, not checked by it (`SqlJournal._insert_run`): 4 mo
 and 16 before the model step's unit, and its lease check, went; 13 and 10 while the ownership
 read was the loop's own on every database: issue 37.) On PostgreSQL the run's end, waiting
 (`direct.write_later`), goes with the answer unit's journal row as one statement, the row a
-data-modifying CTE of the run's end (9 before: issue 37); not on Citus."""
+data-modifying CTE of the run's end (9 before: issue 37), and the model step's ledger row goes
+as CTEs in front of the answer's insert (`waiting.send_after_waiting`: 8 before); not on
+Citus."""
 COMMON_TURN_SQLITE_WORKER_CALLS = 6
 """On SQLite, calls into the aiosqlite worker thread (each a hand-over and a wake-up, 50-100 us
 on a 2-core machine) of that turn, at most: one per statement (`bounded_agents.store.onehop`), one

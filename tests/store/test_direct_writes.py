@@ -395,13 +395,13 @@ async def test_a_cancelled_driver_call_invalidates_its_connection(
         with monkeypatch.context() as patched:
             if sql_store.engine.dialect.name == "sqlite":  # every worker-thread call, pairs too
                 patched.setattr(OneHopConnection, "call", cancelled)
-            else:
-                patched.setattr(direct, "send", cancelled)  # sent at once (Citus)
-                patched.setattr(waiting, "send", cancelled)  # sent as it waited
+            else:  # every asyncpg call from here on: the unit's BEGIN went before
+                patched.setattr(asyncpg.Connection, "execute", cancelled)
+                patched.setattr(asyncpg.Connection, "fetch", cancelled)
             with pytest.raises(asyncio.CancelledError):
                 await SqlLedger(sql_store.engine).record(ledger_entry(thread.id), tx=tx)
-                # On SQLite the ledger's write waits for the unit's next call (it is deferred):
-                # this one, which sends both.
+                # On SQLite the ledger's write waits for the unit's next call (it is deferred),
+                # on PostgreSQL for the next statement: this one, which sends both.
                 at = datetime(2030, 1, 1, tzinfo=UTC)
                 params = {"tid": thread.id, "at": at}
                 await direct.write(tx.connection, TOUCH_THREAD, params, "test")

@@ -133,8 +133,8 @@ async def test_on_postgresql_a_waiting_write_and_the_units_last_rows_are_one_sta
 async def test_on_postgresql_a_waiting_with_statement_takes_the_rows_into_its_list(
     pg_store: SqlAgentStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The ledger's row is itself a `WITH` statement (the usage bump, then the row it numbers,
-    RETURNING the number its check reads): the rows join its list."""
+    """The ledger's row is itself a `WITH` statement (the usage bump, then the row it numbers):
+    the rows join its list."""
     tid = await _thread_with_run(pg_store)
     tx = await open_unit(pg_store, tid)
     with announced(pg_store) as seen, driver_calls(monkeypatch) as calls:
@@ -144,7 +144,7 @@ async def test_on_postgresql_a_waiting_with_statement_takes_the_rows_into_its_li
     assert calls == ["fetch"] and len(seen) == 1
     statement = " ".join(seen[0][0].split())
     assert statement.startswith("WITH merged_rows AS (INSERT INTO run_steps")
-    assert "), bumped AS (INSERT INTO actor_usage" in statement
+    assert "), usage_bumped AS (INSERT INTO actor_usage" in statement
     assert await _stored_steps(pg_store) == [(0, "s0")]
     async with pg_store.engine.connect() as conn:
         numbered = await conn.execute(sa.select(ledger.c.id, ledger.c.run_id))
@@ -165,7 +165,7 @@ async def test_on_postgresql_only_the_last_waiting_write_merges_the_earlier_go_f
     await tx.close(commit=True)
     assert calls == ["fetch", "execute"]
     statements = [" ".join(sql.split())[:40] for sql, _by_driver in seen]
-    assert statements[0].startswith("WITH bumped AS (INSERT INTO actor_usage"), statements
+    assert statements[0].startswith("WITH usage_bumped AS (INSERT INTO actor_"), statements
     assert statements[1].startswith("WITH merged_rows AS (INSERT INTO run_ste"), statements
     assert checked == [1]
     assert await _stored_steps(pg_store) == [(0, "s0")]
