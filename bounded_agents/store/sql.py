@@ -36,6 +36,7 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
     Transaction,
 )
+from bounded_agents.core.prefix import forget_kept_json
 from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import (
     DuplicateMessage,
@@ -577,6 +578,7 @@ class SqlAgentStore:
     async def delete_thread(self, thread_id: str) -> bool:
         erased = await erase.delete_thread(self._engine, thread_id)
         self.message_cache.forget(thread_id)
+        forget_kept_json()
         return erased
 
     async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
@@ -585,6 +587,7 @@ class SqlAgentStore:
             return False
         erased = await erase.delete_message(self._engine, thread_id, seq, digest=digest)
         self.message_cache.forget(thread_id)
+        forget_kept_json()
         return erased
 
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:
