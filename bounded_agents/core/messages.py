@@ -198,6 +198,11 @@ def nesting_depth(value: Any) -> int:
     return deepest
 
 
+EncodedLists = tuple[str | None, str | None, str | None]
+"""A message's tool calls, results and attachments as a store writes them (`encode_json_list`
+of each, in that order)."""
+
+
 def unstorable_text(message: Message) -> str | None:
     """Why a message cannot be stored as sent, or None if it can.
 
@@ -206,28 +211,39 @@ def unstorable_text(message: Message) -> str | None:
     call arguments nested deeper than `MAX_TOOL_ARGUMENT_DEPTH` (written, they could not be
     read back). Checked before a write, so a refused batch writes nothing.
     """
+    return storable_lists(message)[0]
+
+
+def storable_lists(message: Message) -> tuple[str | None, EncodedLists]:
+    """(`unstorable_text` of the message, its `EncodedLists`): the check has to encode the lists
+    to look at their text, and a store writes that very text, so it checks and writes from one
+    encoding (an 8 KB tool result was encoded twice an append). The lists are all None when
+    the reason says they could not be encoded."""
+    unencoded: EncodedLists = (None, None, None)
     for call in message.tool_calls:
         if nesting_depth(call.arguments) > MAX_TOOL_ARGUMENT_DEPTH:
-            return (
+            reason = (
                 f"the arguments of tool call {call.name[:64]!r} nest deeper than "
                 f"{MAX_TOOL_ARGUMENT_DEPTH} levels"
             )
+            return reason, unencoded
     try:
-        texts = [message.content]
-        for items in (message.tool_calls, message.tool_results, message.attachments):
-            text = encode_json_list(items)
-            if text is not None:
-                texts.append(text)
+        lists = (
+            encode_json_list(message.tool_calls),
+            encode_json_list(message.tool_results),
+            encode_json_list(message.attachments),
+        )
+        texts = [message.content, *(text for text in lists if text is not None)]
         for text in texts:
             if not text.isascii():  # ASCII (a flag CPython keeps) holds no surrogate
                 text.encode("utf-8")
     except (UnicodeEncodeError, ValueError):
-        return "message text must be valid Unicode (it holds a lone surrogate)"
+        return "message text must be valid Unicode (it holds a lone surrogate)", unencoded
     content, json_texts = texts[0], texts[1:]
     # The substring test first: it is a fast scan, the regex a slow one (0.2 ms on 8 KB).
     if "\x00" in content or any("\\u0000" in t and _NUL_ESCAPE.search(t) for t in json_texts):
-        return "message text may not contain NUL (U+0000) characters"
-    return None
+        return "message text may not contain NUL (U+0000) characters", lists
+    return None, lists
 
 
 THREAD_ID_CHARS = 36

@@ -12,12 +12,13 @@ memory of a 40-message prompt is 320 characters instead of the prompt.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from bounded_agents.core.messages import ChatMessage
+from bounded_agents.core.messages import ChatMessage, ChatRole
 from bounded_agents.core.tokens import estimate_message_tokens
 
 DIGEST_BYTES = 6
@@ -44,12 +45,43 @@ class PrefixReuse(BaseModel):
         return self.previous_messages is not None and self.messages == self.previous_messages
 
 
+KEPT_JSON = 64
+"""JSON forms of messages without tool calls kept between runs (`_json`), by count: 64
+messages' text (most of it held by a store's message cache anyway) and their JSON."""
+
+
+@functools.lru_cache(maxsize=KEPT_JSON)
+def _plain_json(role: ChatRole, content: str, tool_call_id: str | None) -> bytes:
+    return (
+        ChatMessage.model_construct(role=role, content=content, tool_call_id=tool_call_id)
+        .model_dump_json()
+        .encode()
+    )
+
+
+def _json(message: ChatMessage) -> bytes:
+    """The message's JSON form (`model_dump_json`, encoded). A thread's next turn sends most of
+    its window again: the same stored text, in new message objects, so a run's `PromptChain`
+    cannot tell. Without tool calls a message's JSON is a pure function of its role, content
+    and call id, so it is kept by those (`_plain_json`): a kept window's 8 KB tool result is
+    JSON-encoded once, not once every turn it stays in the window. The chain itself cannot be
+    kept: the window's first message changes every turn, and each entry digests all before."""
+    if message.tool_calls:
+        return message.model_dump_json().encode()
+    return _plain_json(message.role, message.content, message.tool_call_id)
+
+
+def forget_kept_json() -> None:
+    """Drop every JSON form kept (`_plain_json`). A store's erasure calls it, so an erased
+    message's text does not outlive its row here either; all of them, since they are not
+    kept by thread (and an erasure is rare)."""
+    _plain_json.cache_clear()
+
+
 def _link(chain: bytes, message: ChatMessage) -> bytes:
     """The next chain entry: `chain` (the entry before, empty for the first) and the message's
     JSON form, digested together."""
-    return hashlib.blake2b(
-        chain + message.model_dump_json().encode(), digest_size=DIGEST_BYTES
-    ).digest()
+    return hashlib.blake2b(chain + _json(message), digest_size=DIGEST_BYTES).digest()
 
 
 def _text(link: bytes) -> str:
@@ -116,4 +148,11 @@ def prefix_reuse(previous: str | None, digest: str, costs: Sequence[int]) -> Pre
     )
 
 
-__all__ = ["DIGEST_CHARS", "PrefixReuse", "PromptChain", "prefix_reuse", "prompt_digest"]
+__all__ = [
+    "DIGEST_CHARS",
+    "PrefixReuse",
+    "PromptChain",
+    "forget_kept_json",
+    "prefix_reuse",
+    "prompt_digest",
+]

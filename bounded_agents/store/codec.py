@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bounded_agents.core.messages import (
+    EncodedLists,
     Message,
     decode_attachments,
     decode_tool_calls,
@@ -23,15 +24,26 @@ MESSAGE_COLUMNS = ("seq", "role", "content", "tool_calls", "tool_results", "atta
 """The columns a message is rebuilt from, in the order the read selects them."""
 
 
-def to_row(thread_id: str, seq: int, message: Message) -> dict[str, Any]:
+def to_row(
+    thread_id: str, seq: int, message: Message, lists: EncodedLists | None = None
+) -> dict[str, Any]:
+    """`lists`: the message's lists encoded already (`storable_lists`, which a store's check
+    before the write returns), so an 8 KB tool result is not encoded again here."""
+    if lists is None:
+        lists = (
+            encode_json_list(message.tool_calls),
+            encode_json_list(message.tool_results),
+            encode_json_list(message.attachments),
+        )
+    calls, results, attachments = lists
     return {
         "thread_id": thread_id,
         "seq": seq,
         "role": message.role,
         "content": message.content,
-        "tool_calls": encode_json_list(message.tool_calls),
-        "tool_results": encode_json_list(message.tool_results),
-        "attachments": encode_json_list(message.attachments),
+        "tool_calls": calls,
+        "tool_results": results,
+        "attachments": attachments,
         "run_id": message.run_id,
         "search_text": search_text(message),
     }
@@ -48,17 +60,18 @@ def to_rows(
     tokens_before: int,
     messages: Sequence[Message],
     costs: Sequence[int] | None = None,
+    lists: Sequence[EncodedLists] | None = None,
 ) -> tuple[list[dict[str, Any]], int]:
     """Rows for `messages` stored from `first_seq` on, each with its token estimate and the
     running sum before it (starting at `tokens_before`, the thread's total so far); returns the
     rows and the tokens they add. `costs`: `token_costs(messages)` when the caller has it
-    already (an estimate JSON-encodes the message's tool results: 8 KB for a page read)."""
+    already (an estimate JSON-encodes the message's tool results: 8 KB for a page read);
+    `lists`: each message's `EncodedLists` when the caller has them (`to_row`)."""
     rows: list[dict[str, Any]] = []
     running = tokens_before
     for i, (m, cost) in enumerate(zip(messages, costs or token_costs(messages), strict=True)):
-        rows.append(
-            {**to_row(thread_id, first_seq + i, m), "tokens": cost, "tokens_before": running}
-        )
+        row = to_row(thread_id, first_seq + i, m, lists[i] if lists is not None else None)
+        rows.append({**row, "tokens": cost, "tokens_before": running})
         running += cost
     return rows, running - tokens_before
 

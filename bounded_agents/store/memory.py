@@ -39,6 +39,7 @@ from bounded_agents.core.ports import (
     ThreadSummary,
     Transaction,
 )
+from bounded_agents.core.prefix import forget_kept_json
 from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import (
     DuplicateMessage,
@@ -219,6 +220,7 @@ class MemoryStore:
         return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]
 
     async def delete_thread(self, thread_id: str) -> bool:
+        forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
         async with self._lock:
             for kept in (
                 self._summaries,
@@ -249,6 +251,7 @@ class MemoryStore:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes
         in later `search_history` results (`bounded_agents.core.erasure`); with `digest`, only
         if the message at `seq` is still the one it names."""
+        forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
         async with self._lock:
             thread = self._threads.get(thread_id)
             found = [m for m in thread.messages if m.seq == seq] if thread is not None else []

@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from bounded_agents.core.messages import (
     MAX_SEQ,
     THREAD_ID_CHARS,
+    EncodedLists,
     Message,
     holdable_thread_id,
-    unstorable_text,
+    storable_lists,
     unstorable_thread,
 )
 from bounded_agents.core.ports import (
@@ -35,6 +36,7 @@ from bounded_agents.core.ports import (
     ThreadTurnQuery,
     Transaction,
 )
+from bounded_agents.core.prefix import forget_kept_json
 from bounded_agents.core.summary import chunk_digest
 from bounded_agents.errors import (
     DuplicateMessage,
@@ -291,12 +293,14 @@ class SqlAgentStore:
     ) -> list[Message]:
         if not messages_:
             return []
+        lists: list[EncodedLists] = []
         for m in messages_:
-            reason = unstorable_text(m)
+            reason, encoded = storable_lists(m)
             if reason is not None:
                 raise InvalidContent(reason)
+            lists.append(encoded)
         try:
-            return await self._append(thread_id, messages_, last_prompt, tx)
+            return await self._append(thread_id, messages_, lists, last_prompt, tx)
         except (sa_exc.IntegrityError, driver.UniqueConflict) as exc:
             if isinstance(exc, driver.UniqueConflict):
                 detail, name = exc.detail, exc.message
@@ -312,10 +316,12 @@ class SqlAgentStore:
         self,
         thread_id: str,
         messages_: Sequence[Message],
+        lists: Sequence[EncodedLists],
         last_prompt: tuple[str, int | None] | None,
         tx: Transaction | None,
     ) -> list[Message]:
-        """`last_prompt`: the answer's prompt digest and the provider's count, or None."""
+        """`lists`: each message's lists as its check encoded them (`storable_lists`);
+        `last_prompt`: the answer's prompt digest and the provider's count, or None."""
         n = len(messages_)
         costs = token_costs(messages_)
         added = sum(costs)
@@ -332,7 +338,7 @@ class SqlAgentStore:
             params["last_prompt"], params["reported"] = last_prompt
         async with writing(self._engine, tx, "append_messages") as conn:
             if only is not None and not on_citus(self._engine):
-                row = to_row(thread_id, 0, only)
+                row = to_row(thread_id, 0, only, lists[0])
                 params.update({k: row[k] for k in ENCODED})
                 stored = await self._append_one(conn, params, last_prompt is not None)
                 if stored is None:
@@ -348,7 +354,7 @@ class SqlAgentStore:
                 raise ThreadNotFound(thread_id)
             last, total, searchable = bumped
             first = last - n + 1
-            rows, _ = to_rows(thread_id, first, total - added, messages_, costs)
+            rows, _ = to_rows(thread_id, first, total - added, messages_, costs, lists)
             for row in rows:
                 row["indexed"] = searchable
             if n == 1:
@@ -572,6 +578,7 @@ class SqlAgentStore:
     async def delete_thread(self, thread_id: str) -> bool:
         erased = await erase.delete_thread(self._engine, thread_id)
         self.message_cache.forget(thread_id)
+        forget_kept_json()
         return erased
 
     async def delete_message(self, thread_id: str, seq: int, *, digest: str | None = None) -> bool:
@@ -580,6 +587,7 @@ class SqlAgentStore:
             return False
         erased = await erase.delete_message(self._engine, thread_id, seq, digest=digest)
         self.message_cache.forget(thread_id)
+        forget_kept_json()
         return erased
 
     async def prune_erased(self, older_than_seconds: float, limit: int) -> int:

@@ -4,10 +4,14 @@ next prompt repeats the very same message objects."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+
 import pytest
 
+from bounded_agents.core import prefix
 from bounded_agents.core.messages import ChatMessage, ToolCall
-from bounded_agents.core.prefix import PromptChain, prompt_digest
+from bounded_agents.core.prefix import DIGEST_BYTES, PromptChain, prompt_digest
 from bounded_agents.core.tokens import estimate_message_tokens
 
 
@@ -27,15 +31,16 @@ def _expected(messages: list[ChatMessage]) -> tuple[list[int], str]:
 
 
 def _encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The contents of the messages JSON-encoded from now on (what the digest costs)."""
+    """The contents of the messages the chain asks to be JSON-encoded from now on (what the
+    digest costs), each ask counted: the JSON kept between runs (`prefix._plain_json`, tested
+    on its own below) is left out, so what is counted is the chain's own reuse."""
     seen: list[str] = []
-    dump = ChatMessage.model_dump_json
 
-    def counted(self: ChatMessage, **kwargs: object) -> str:
-        seen.append(self.content)
-        return dump(self, **kwargs)  # type: ignore[arg-type]
+    def counted(message: ChatMessage) -> bytes:
+        seen.append(message.content)
+        return message.model_dump_json().encode()
 
-    monkeypatch.setattr(ChatMessage, "model_dump_json", counted)
+    monkeypatch.setattr(prefix, "_json", counted)
     return seen
 
 
@@ -71,3 +76,35 @@ def test_an_equal_but_new_message_is_measured_again_from_there_on(
     assert chain.measure(copied) == want_copied
     assert len(seen) == 4 + 4, "each time from the second message on"
     assert chain.measure(prompt[:2]) == _expected(prompt[:2]), "a shorter prompt"
+
+
+def test_a_message_without_tool_calls_is_encoded_once_across_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next turn sends the same stored text in new message objects: a message without tool
+    calls is encoded once by its role, content and call id (`prefix._plain_json`), one with
+    tool calls every time; the digest is that of `model_dump_json` either way."""
+    prefix._plain_json.cache_clear()
+    seen: list[str] = []
+    dump = ChatMessage.model_dump_json
+
+    def counted(self: ChatMessage, **kwargs: object) -> str:
+        seen.append(self.content)
+        return dump(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ChatMessage, "model_dump_json", counted)
+    first, again = _prompt(), _prompt()
+    measured = PromptChain().measure(first)
+    assert seen == [m.content for m in first]
+    seen.clear()
+    assert PromptChain().measure(again) == measured
+    assert seen == [""], "only the assistant message, which has a tool call"
+    monkeypatch.undo()
+    chain, digest = b"", ""
+    for m in again:
+        step = hashlib.blake2b(chain + m.model_dump_json().encode(), digest_size=DIGEST_BYTES)
+        chain = step.digest()
+        digest += base64.urlsafe_b64encode(chain).decode()
+    assert measured[1] == digest
+    prefix.forget_kept_json()  # what a store's erasure calls
+    assert prefix._plain_json.cache_info().currsize == 0
