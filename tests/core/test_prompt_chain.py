@@ -108,3 +108,10 @@ def test_a_message_without_tool_calls_is_encoded_once_across_runs(
     assert measured[1] == digest
     prefix.forget_kept_json()  # what a store's erasure calls
     assert prefix._plain_json.cache_info().currsize == 0
+
+
+def test_the_kept_json_covers_every_field_of_a_message_without_tool_calls() -> None:
+    """`prefix._plain_json` builds a message's JSON from its role, content and call id alone:
+    a field added to `ChatMessage` must be added there too, or two messages that differ in it
+    would share one digest. This fails first."""
+    assert set(ChatMessage.model_fields) == {"role", "content", "tool_calls", "tool_call_id"}
