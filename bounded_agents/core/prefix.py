@@ -49,6 +49,12 @@ KEPT_JSON = 64
 """JSON forms of messages without tool calls kept between runs (`_json`), by count: 64
 messages' text (most of it held by a store's message cache anyway) and their JSON."""
 
+KEPT_JSON_CHARS = 16 * 1024
+"""The longest content whose JSON is kept (`_json`): a kept 8 KB tool result still is, while 64
+messages of `max_content_bytes` of control characters (each escaped to 6 bytes) no longer pin
+over 100 MB in every process (found by review): at most 64 x (16 K characters of up to 4 bytes
++ their JSON, up to 6 bytes each), about 10 MB."""
+
 
 @functools.lru_cache(maxsize=KEPT_JSON)
 def _plain_json(role: ChatRole, content: str, tool_call_id: str | None) -> bytes:
@@ -66,7 +72,7 @@ def _json(message: ChatMessage) -> bytes:
     and call id, so it is kept by those (`_plain_json`): a kept window's 8 KB tool result is
     JSON-encoded once, not once every turn it stays in the window. The chain itself cannot be
     kept: the window's first message changes every turn, and each entry digests all before."""
-    if message.tool_calls:
+    if message.tool_calls or len(message.content) > KEPT_JSON_CHARS:
         return message.model_dump_json().encode()
     return _plain_json(message.role, message.content, message.tool_call_id)
 
