@@ -305,8 +305,8 @@ async def send_after_waiting(
     """`form` with `args` (a driver-way write), after the writes waiting on `conn`. The last of
     them, when nothing checks its outcome (`check` None), goes with it as ONE statement: its
     parts data-modifying CTEs in front of `form` (`_prefixed`), the ones before it sent first.
-    What comes back is `form`'s own. A failure is named by the waiting write's operation when
-    the database names a table that write writes, else by `operation`.
+    What comes back is `form`'s own. A failure is named by the write whose table the database
+    names, or by both when it names none (`_blamed`).
 
     Why only unchecked writes: in one statement a CTE's outcome is not returned. A waiting write
     whose check is a guarantee the database itself keeps (the ledger row's number, see
@@ -334,11 +334,21 @@ async def send_after_waiting(
             return Outcome(rows, len(rows))
         return Outcome([], status_count(await driver.execute(sql, *both)))
     except (*DRIVER_ERRORS, OSError) as exc:
-        name = last.operation if getattr(exc, "table_name", None) in tables else operation
-        raise driver_error(name, exc) from exc
+        raise driver_error(_blamed(exc, tables, last.operation, operation), exc) from exc
     except BaseException:
         await conn.invalidate()
         raise
+
+
+def _blamed(exc: BaseException, tables: frozenset[str], waited: str, operation: str) -> str:
+    """Whose failure a failed prefixed statement is: the waiting write's when the database
+    names a table it writes, the next write's when it names another, and both when it names
+    none (a refused value, a deadlock, a timeout: found by review, such a refusal of the ledger
+    row's data was reported as the answer's append alone)."""
+    table = getattr(exc, "table_name", None)
+    if table is None:
+        return f"{waited} or {operation}"
+    return waited if table in tables else operation
 
 
 _WAITED_AS = "waited_write"

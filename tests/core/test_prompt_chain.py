@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import tracemalloc
 
 import pytest
 
@@ -13,6 +14,8 @@ from bounded_agents.core import prefix
 from bounded_agents.core.messages import ChatMessage, ToolCall
 from bounded_agents.core.prefix import DIGEST_BYTES, PromptChain, prompt_digest
 from bounded_agents.core.tokens import estimate_message_tokens
+from bounded_agents.settings import Settings
+from bounded_agents.store.message_cache import MAX_BYTES
 
 
 def _prompt() -> list[ChatMessage]:
@@ -115,3 +118,26 @@ def test_the_kept_json_covers_every_field_of_a_message_without_tool_calls() -> N
     a field added to `ChatMessage` must be added there too, or two messages that differ in it
     would share one digest. This fails first."""
     assert set(ChatMessage.model_fields) == {"role", "content", "tool_calls", "tool_call_id"}
+
+
+def test_the_kept_prompt_json_is_bounded_in_bytes_like_the_message_cache() -> None:
+    """9b4dfa7: `prefix._plain_json` keeps 64 entries whatever their size, and keeps both the
+    content (its lru key) and its JSON. A message may hold `max_content_bytes` (256 KB) of
+    control characters, each JSON-escaped to 6 bytes (\\u0001): 64 such messages pin about
+    115 MB in every worker process until an erasure clears the cache, twice the byte budget of
+    a store's whole message cache (`MessageCache`, 64 MB, which also never keeps a message
+    over a quarter of it)."""
+    prefix.forget_kept_json()
+    size = Settings().max_content_bytes
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(prefix.KEPT_JSON):
+            content = f"{i:04d}" + "\x01" * (size - 4)
+            prefix.prompt_digest([ChatMessage(role="user", content=content)])
+            del content
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        prefix.forget_kept_json()
+    assert kept <= MAX_BYTES, f"{kept / 2**20:.0f} MiB kept by the prompt JSON cache"

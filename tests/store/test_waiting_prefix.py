@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from bounded_agents.core.ports import LedgerEntry
 from bounded_agents.durable.journal import INSERT_STEP
-from bounded_agents.errors import DuplicateMessage, StoreError
+from bounded_agents.errors import DuplicateMessage, InvalidContent, StoreError
 from bounded_agents.store import SqlAgentStore, direct
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.schema import ledger
@@ -97,6 +98,29 @@ async def test_a_failure_of_the_next_write_is_named_by_its_own_operation(
     finally:
         await tx.close(commit=False)
     assert await _ledger_ids(pg_store) == []
+
+
+@pytest.mark.postgres
+async def test_a_refusal_naming_no_table_is_named_by_both_writes_of_the_prefixed_statement(
+    pg_store: SqlAgentStore,
+) -> None:
+    """f752ee4: a refusal of the waiting ledger row's DATA (a DataError: too long a value, a
+    NUL, an out-of-range number) carries no table name, so `send_after_waiting` names it by the
+    next write's operation: the turn fails with `InvalidContent("append_messages: the database
+    refused the data ...")`, i.e. blames the answer's text, which was fine. Before the commit
+    the ledger row went alone and the error was `ledger_record`'s. The database names no table,
+    so nothing tells which of the two it was: the error names both."""
+    tid = await _thread_with_run(pg_store)
+    entry = ledger_entry(tid, _RUN)
+    bad = LedgerEntry(**{**entry.model_dump(), "purpose": "p" * 40})  # ledger.purpose is 32
+    tx = await open_unit(pg_store, tid)
+    try:
+        await SqlLedger(pg_store.engine).record(bad, tx=tx)
+        with pytest.raises(InvalidContent) as caught:
+            await pg_store.append_messages(tid, [assistant("done", run_id=_RUN)], tx=tx)
+    finally:
+        await tx.close(commit=False)
+    assert str(caught.value).startswith("ledger_record or append_messages: the database refused")
 
 
 @pytest.mark.postgres
