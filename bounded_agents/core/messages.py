@@ -203,6 +203,15 @@ EncodedLists = tuple[str | None, str | None, str | None]
 of each, in that order)."""
 
 
+def encoded_lists(message: Message) -> EncodedLists:
+    """The message's `EncodedLists`: what its storability check reads and its row holds."""
+    return (
+        encode_json_list(message.tool_calls),
+        encode_json_list(message.tool_results),
+        encode_json_list(message.attachments),
+    )
+
+
 def unstorable_text(message: Message) -> str | None:
     """Why a message cannot be stored as sent, or None if it can.
 
@@ -228,11 +237,7 @@ def storable_lists(message: Message) -> tuple[str | None, EncodedLists]:
             )
             return reason, unencoded
     try:
-        lists = (
-            encode_json_list(message.tool_calls),
-            encode_json_list(message.tool_results),
-            encode_json_list(message.attachments),
-        )
+        lists = encoded_lists(message)
         texts = [message.content, *(text for text in lists if text is not None)]
         for text in texts:
             if not text.isascii():  # ASCII (a flag CPython keeps) holds no surrogate

@@ -14,7 +14,7 @@ from bounded_agents.core.messages import (
     decode_attachments,
     decode_tool_calls,
     decode_tool_results,
-    encode_json_list,
+    encoded_lists,
 )
 from bounded_agents.core.ports import FoldHealth, Thread
 from bounded_agents.core.search_text import search_text
@@ -29,13 +29,7 @@ def to_row(
 ) -> dict[str, Any]:
     """`lists`: the message's lists encoded already (`storable_lists`, which a store's check
     before the write returns), so an 8 KB tool result is not encoded again here."""
-    if lists is None:
-        lists = (
-            encode_json_list(message.tool_calls),
-            encode_json_list(message.tool_results),
-            encode_json_list(message.attachments),
-        )
-    calls, results, attachments = lists
+    calls, results, attachments = lists if lists is not None else encoded_lists(message)
     return {
         "thread_id": thread_id,
         "seq": seq,

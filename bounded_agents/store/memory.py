@@ -220,8 +220,8 @@ class MemoryStore:
         return [m for m in thread.messages if (m.seq or 0) > after_seq][:limit]
 
     async def delete_thread(self, thread_id: str) -> bool:
-        forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
         async with self._lock:
+            forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
             for kept in (
                 self._summaries,
                 self._archive,
@@ -251,8 +251,8 @@ class MemoryStore:
         """The message, the summaries covering it, the thread's prompt digest, and its quotes
         in later `search_history` results (`bounded_agents.core.erasure`); with `digest`, only
         if the message at `seq` is still the one it names."""
-        forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
         async with self._lock:
+            forget_kept_json()  # prompt JSON kept in memory (`core.prefix`)
             thread = self._threads.get(thread_id)
             found = [m for m in thread.messages if m.seq == seq] if thread is not None else []
             if thread is None or not found:

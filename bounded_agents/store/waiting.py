@@ -192,11 +192,28 @@ class _Merged(NamedTuple):
     arrays: Compiled
     """The rows' insert alone (`INSERT ... SELECT ... FROM unnest($1::t1[], ...)`), for its
     parameters' names, binds and processors."""
+    waited_tables: frozenset[str]
+    """The tables the waiting write writes (`_tables_written`), to name a failure."""
 
 
 _MERGED: dict[tuple[int, int], tuple[Compiled, Compiled, _Merged | None]] = {}
 
 _PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _shifted(sql: str, offset: int) -> str:
+    """`sql` with each `$n` placeholder numbered `offset` higher: its parameters follow another
+    statement's in one argument list."""
+    return _PLACEHOLDER.sub(lambda m: f"${int(m[1]) + offset}", sql)
+
+
+_WRITES_TO = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.IGNORECASE)
+
+
+def _tables_written(sql: str) -> frozenset[str]:
+    """The tables `sql` inserts into, updates or deletes from, lower-cased (an upsert's
+    `DO UPDATE SET` reads as a table "set": harmless, no table has that name)."""
+    return frozenset(t.lower() for t in _WRITES_TO.findall(sql))
 
 
 def _merged(
@@ -231,14 +248,14 @@ def _merge(
     insert = table.insert().from_select(list(keys), sa.select(*(rows.c[k] for k in keys)))
     arrays = Compiled(insert, dialect)
     offset = len(first.names)
-    renumbered = _PLACEHOLDER.sub(lambda m: f"${int(m.group(1)) + offset}", arrays.sql)
+    renumbered = _shifted(arrays.sql, offset)
     if head.startswith("WITH "):
         merged = f"WITH {_MERGED_AS} AS ({renumbered}), {sql[5:]}"
     elif head.startswith(("INSERT ", "UPDATE ", "DELETE ")):
         merged = f"WITH {_MERGED_AS} AS ({renumbered}) {sql}"
     else:
         return None
-    return _Merged(merged, table.name, keys, arrays)
+    return _Merged(merged, table.name, keys, arrays, _tables_written(first.sql))
 
 
 async def _send_merged(
@@ -251,24 +268,36 @@ async def _send_merged(
 ) -> None:
     """`waiting` and `rows` as one statement (`_merged`); `waiting`'s check on what it returned
     (the statement's own RETURNING rows and row count are the waiting write's). A failure is
-    named by the waiting write's operation when the database names one of its tables, else by
-    the rows' `operation` (the unit's)."""
+    named as `_blamed` says, the rows' part being the unit's `operation`."""
     args = waiting.args + merged.arrays.args({k: [row[k] for row in rows] for k in merged.columns})
-    announce(conn.sync_engine, conn.sync_connection, merged.sql, args)
+    blame = (merged.waited_tables, waiting.operation, operation)
+    outcome = await _as_one(conn, driver, merged.sql, args, waiting.form.returns_rows, blame)
+    _checked(waiting, outcome)
+
+
+async def _as_one(
+    conn: AsyncConnection,
+    driver: Any,
+    sql: str,
+    args: tuple[Any, ...],
+    returns_rows: bool,
+    blame: tuple[frozenset[str], str, str],
+) -> Outcome:
+    """A waiting write merged with the next statement, sent as one (`_send_merged`,
+    `send_after_waiting`): announced as sent, its failure named by `_blamed` (`blame`: the
+    waiting write's tables and operation, the other part's operation), a cancellation
+    invalidating the connection."""
+    announce(conn.sync_engine, conn.sync_connection, sql, args)
     try:
-        if waiting.form.returns_rows:
-            found = await driver.fetch(merged.sql, *args)
-            outcome = Outcome(found, len(found))
-        else:
-            outcome = Outcome([], status_count(await driver.execute(merged.sql, *args)))
+        if returns_rows:
+            found = await driver.fetch(sql, *args)
+            return Outcome(found, len(found))
+        return Outcome([], status_count(await driver.execute(sql, *args)))
     except (*DRIVER_ERRORS, OSError) as exc:
-        table = getattr(exc, "table_name", None)
-        name = waiting.operation if table and table != merged.table else operation
-        raise driver_error(name, exc) from exc
+        raise driver_error(_blamed(exc, *blame), exc) from exc
     except BaseException:
         await conn.invalidate()
         raise
-    _checked(waiting, outcome)
 
 
 async def send_rows(
@@ -326,25 +355,16 @@ async def send_after_waiting(
     if len(queued) > 1:
         await send_all(conn, queued[:-1])
     sql, tables = prefixed
-    both = last.args + args
-    announce(conn.sync_engine, conn.sync_connection, sql, both)
-    try:
-        if form.returns_rows:
-            rows = await driver.fetch(sql, *both)
-            return Outcome(rows, len(rows))
-        return Outcome([], status_count(await driver.execute(sql, *both)))
-    except (*DRIVER_ERRORS, OSError) as exc:
-        raise driver_error(_blamed(exc, tables, last.operation, operation), exc) from exc
-    except BaseException:
-        await conn.invalidate()
-        raise
+    blame = (tables, last.operation, operation)
+    return await _as_one(conn, driver, sql, last.args + args, form.returns_rows, blame)
 
 
 def _blamed(exc: BaseException, tables: frozenset[str], waited: str, operation: str) -> str:
-    """Whose failure a failed prefixed statement is: the waiting write's when the database
-    names a table it writes, the next write's when it names another, and both when it names
-    none (a refused value, a deadlock, a timeout: found by review, such a refusal of the ledger
-    row's data was reported as the answer's append alone)."""
+    """Whose failure a failed merged statement is (a waiting write with the next write, or
+    with the unit's rows): the waiting write's when the database names a table it writes, the
+    other part's when it names another, and both when it names none (a refused value, a
+    deadlock, a timeout: found by review, such a refusal of the ledger row's data was reported
+    as the answer's append alone; the rows' merge named it the unit's alone)."""
     table = getattr(exc, "table_name", None)
     if table is None:
         return f"{waited} or {operation}"
@@ -355,8 +375,6 @@ _WAITED_AS = "waited_write"
 """The CTE name of a waiting write's own statement in front of the next one (`_prefixed`)."""
 
 _PREFIXED: dict[tuple[int, int], tuple[Compiled, Compiled, tuple[str, frozenset[str]] | None]] = {}
-
-_WRITES_TO = re.compile(r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?(\w+)", re.IGNORECASE)
 
 
 def _prefixed(first: Compiled, then: Compiled) -> tuple[str, frozenset[str]] | None:
@@ -384,13 +402,10 @@ def _prefix(first: Compiled, then: Compiled) -> tuple[str, frozenset[str]] | Non
     if len(set(names)) != len(names):
         return None
     offset = len(first.names)
-    renumbered = [
-        (n, _PLACEHOLDER.sub(lambda m: f"${int(m[1]) + offset}", b)) for n, b in then_ctes
-    ]
-    parts = [*ctes, (_WAITED_AS, main), *renumbered]
-    tail = _PLACEHOLDER.sub(lambda m: f"${int(m[1]) + offset}", then_main)
+    parts = [*ctes, (_WAITED_AS, main), *((n, _shifted(b, offset)) for n, b in then_ctes)]
+    tail = _shifted(then_main, offset)
     sql = "WITH " + ", ".join(f"{n} AS ({body})" for n, body in parts) + " " + tail
-    return sql, frozenset(t.lower() for t in _WRITES_TO.findall(first.sql))
+    return sql, _tables_written(first.sql)
 
 
 _CTE_HEAD = re.compile(r"\s*(\w+)\s+AS\s*\(", re.IGNORECASE)

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from bounded_agents.durable.journal import INSERT_STEP
-from bounded_agents.errors import StoreError
+from bounded_agents.errors import InvalidContent, StoreError
 from bounded_agents.store import SqlAgentStore, direct, driver
 from bounded_agents.store.engine import on_citus
 from bounded_agents.store.ledger import SqlLedger
@@ -237,6 +237,28 @@ async def test_on_postgresql_a_refused_check_in_the_merged_statement_leaves_noth
     await direct.write_many(tx.connection, INSERT_STEP, _steps(tid, 0), "unit", last=True)
     await tx.close(commit=True)
     assert await _stored_steps(pg_store) == [(0, "s0")]
+
+
+_ZERO_TOUCH = sa.text(
+    "UPDATE threads SET title = 'x' WHERE id = :tid AND 1 / CAST(:zero AS integer) = 1"
+)
+"""A waiting write the database refuses with an error that names no table (division by zero)."""
+
+
+async def test_on_postgresql_a_merged_failure_naming_no_table_is_named_by_both_parts(
+    pg_store: SqlAgentStore,
+) -> None:
+    """PostgreSQL names no table for a refused value: nothing tells the waiting write's part
+    from the rows' part, so the error names both (it named the unit's rows alone before)."""
+    tid = await _thread_with_run(pg_store)
+    tx = await open_unit(pg_store, tid)
+    try:
+        await direct.write_later(tx.connection, _ZERO_TOUCH, {"tid": tid, "zero": 0}, "touch")
+        with pytest.raises(InvalidContent, match=r"^touch or unit: the database refused"):
+            await direct.write_many(tx.connection, INSERT_STEP, _steps(tid, 0), "unit", last=True)
+    finally:
+        await tx.close(commit=False)
+    assert await _stored_steps(pg_store) == []
 
 
 async def test_on_postgresql_a_merged_statements_failure_is_named_by_the_part_that_failed(

@@ -18,15 +18,13 @@ from bounded_agents.store import SqlAgentStore, direct
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.schema import ledger
 from bounded_agents.store.waiting import split_with
-from tests.factories import TOUCH_THREAD, assistant, ledger_entry, open_unit
+from tests.factories import assistant, ledger_entry, open_unit
 from tests.store.test_direct_writes import announced
 from tests.store.test_merged_writes import (
-    _AT,
     _RUN,
-    _one_row,
     _steps,
     _thread_with_run,
-    _updated_at,
+    _touch_later,
     driver_calls,
     pg_store,
 )
@@ -131,16 +129,14 @@ async def test_a_waiting_write_with_a_check_goes_alone_before_the_next_write(
     tx = await open_unit(pg_store, tid)
     checked: list[int] = []
     with announced(pg_store) as seen, driver_calls(monkeypatch) as calls:
-        params = {"tid": tid, "at": _AT}
-        await direct.write_later(
-            tx.connection, TOUCH_THREAD, params, "touch", check=_one_row(checked)
-        )
+        await _touch_later(tx, tid, checked)
         await pg_store.append_messages(tid, [assistant("done", run_id=_RUN)], tx=tx)
     await tx.close(commit=True)
     assert calls == ["execute", "fetch"], "its check needs its own outcome: two round trips"
     assert [" ".join(s.split())[:14] for s, _ in seen] == ["UPDATE threads", "WITH bumped AS"]
-    assert checked == [1]
-    assert await _updated_at(pg_store, tid) is not None
+    assert checked == [1], "its check ran on its own row count"
+    loaded = await pg_store.get_thread(tid)
+    assert loaded is not None and [m.content for m in loaded.messages] == ["done"]
 
 
 _BUMPED_TITLE = sa.text(
