@@ -51,6 +51,12 @@ class UniqueConflict(StoreError):
         self.detail = detail
 
 
+class MissingParent(StoreError):
+    """A foreign key refused a write sent the driver's way: the row it points at is gone (a
+    thread erased while a run began on it). Still a `StoreError`, as through SQLAlchemy, for a
+    caller that names the missing parent, as the journal turns it into `ThreadNotFound`."""
+
+
 def driver_error(operation: str, exc: BaseException) -> AgentError:
     """The error `wrap_db_errors` makes of the same failure through SQLAlchemy."""
     if isinstance(exc, _DATA_ERRORS):
@@ -60,6 +66,10 @@ def driver_error(operation: str, exc: BaseException) -> AgentError:
         isinstance(exc, sqlite3.IntegrityError) and str(exc).startswith("UNIQUE")
     ):
         return UniqueConflict(message, str(exc))
+    if isinstance(exc, asyncpg.ForeignKeyViolationError) or (
+        isinstance(exc, sqlite3.IntegrityError) and str(exc).startswith("FOREIGN KEY")
+    ):
+        return MissingParent(message)
     return StoreError(message)
 
 

@@ -7,12 +7,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from bounded_agents.core.ports import RunRequest
 from bounded_agents.durable import SqlJournal
 from bounded_agents.errors import RunNotFound, ThreadBusy, ThreadNotFound
 from bounded_agents.store import SqlAgentStore
-from bounded_agents.store.schema import runs
+from bounded_agents.store.schema import runs, threads
+from tests.conftest import emptied_store
 
 
 def _request(thread_id: str) -> RunRequest:
@@ -190,3 +192,29 @@ async def test_a_run_on_another_actors_or_agents_thread_is_refused_and_leaves_no
     mine = _request(thread.id)  # the refusals left the thread's lease free
     await journal.begin(mine)
     await journal.complete(mine.run_id, {})
+
+
+@pytest.mark.postgres
+async def test_a_thread_deleted_while_its_runs_insert_waits_on_it_is_not_found(
+    postgres_url: str,
+) -> None:
+    """The run's insert reads its thread, then its foreign key waits for a transaction that
+    deletes that thread; once that commits, the database refuses the insert's reference. The
+    insert goes the driver's way (issue 37), so that refusal is the driver's, not SQLAlchemy's
+    `IntegrityError`: still `ThreadNotFound`, and no run row is left."""
+    async with emptied_store(postgres_url) as store:
+        journal = SqlJournal(store.engine)
+        thread = await store.create_thread(actor_id="a", agent="x")
+        request = _request(thread.id)
+        async with store.engine.connect() as deleting:
+            await deleting.begin()
+            await deleting.execute(sa.delete(threads).where(threads.c.id == thread.id))
+            begun = asyncio.create_task(journal.begin(request))
+            await asyncio.sleep(0.3)  # the insert now waits for the deleted row's lock
+            assert not begun.done()
+            await deleting.commit()
+        with pytest.raises(ThreadNotFound):
+            await begun
+        async with store.engine.connect() as conn:
+            left = await conn.execute(sa.select(runs.c.id).where(runs.c.id == request.run_id))
+            assert left.first() is None

@@ -56,16 +56,18 @@ model step rides in the answer's unit (its lease check, its COMMIT and its journ
 are gone), 8 since the ledger row and the run's end ride in the unit's next call, 7 since the
 later unit's lease check does too (deferred: `direct.write_later`), 6 since the run's insert
 checks the thread's owner (`owned_run_insert`: no ownership read before it)."""
-COMMON_TURN_SQLALCHEMY_STATEMENTS = {"sqlite": 1, "postgresql": 1, "citus": 2}
-"""Of those, the ones sent through SQLAlchemy's Core execute, at most: the run's insert (the
-first unit's first statement, whose unique violation the journal reads as `ThreadBusy`). On
-PostgreSQL the later unit's first statement (its lease check) went through SQLAlchemy too,
-for its BEGIN, until `direct` sent that BEGIN itself (2; 4 while the model step had a unit of
-its own, 3 while the thread check went through SQLAlchemy too: issue 37); the message appends
-were two more before they took the driver's way. The rest (the turn read, the lease checks
-and the writes after a unit's first) go through the driver (`bounded_agents.store.hotread`,
-`bounded_agents.store.direct`) at about 100 us less Python each. On Citus the owner's read
-before the run's insert goes through SQLAlchemy too (`SqlJournal._insert_run`)."""
+COMMON_TURN_SQLALCHEMY_STATEMENTS = {"sqlite": 0, "postgresql": 0, "citus": 2}
+"""Of those, the ones sent through SQLAlchemy's Core execute, at most: none. The run's insert
+went through SQLAlchemy until its unique violation (`ThreadBusy`) and foreign key refusal
+(`ThreadNotFound`) were read from the driver's own errors too (`UniqueConflict`,
+`MissingParent`: 1 before, issue 37). On PostgreSQL the later unit's first statement (its lease
+check) went through SQLAlchemy too, for its BEGIN, until `direct` sent that BEGIN itself (2; 4
+while the model step had a unit of its own, 3 while the thread check went through SQLAlchemy
+too: issue 37); the message appends were two more before they took the driver's way. Every
+statement (the run's insert, the turn read, the lease checks and the writes) goes through the
+driver (`bounded_agents.store.hotread`, `bounded_agents.store.direct`) at about 100 us less
+Python each. On Citus the owner's read and the run's insert after it go through SQLAlchemy
+(`SqlJournal._insert_run`)."""
 
 
 @dataclass

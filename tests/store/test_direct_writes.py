@@ -119,6 +119,28 @@ async def test_a_driver_error_is_a_store_error_naming_the_operation_and_the_unit
     assert loaded is not None and loaded.title is None, "the unit's first write rolled back too"
 
 
+async def test_a_foreign_key_refusal_is_a_missing_parent_naming_the_operation(
+    sql_store: SqlAgentStore,
+) -> None:
+    """A journal row of a run that is not there: the journal reads this class as
+    `ThreadNotFound` for the run's insert, so it must not be the plain `StoreError` of any
+    other failure, on either driver."""
+    thread = await sql_store.create_thread(actor_id="alice", agent="helper")
+    step = {
+        "thread_id": thread.id,
+        "run_id": "no-such-run",
+        "position": 0,
+        "name": "n",
+        "payload": "",
+    }
+    tx = await open_unit(sql_store, thread.id)
+    try:
+        with pytest.raises(driver.MissingParent, match=r"^journal_step: database error \(\w+\)$"):
+            await direct.write(tx.connection, INSERT_STEP, step, "journal_step")
+    finally:
+        await tx.close(commit=False)
+
+
 async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_sent(
     sql_store: SqlAgentStore,
 ) -> None:
