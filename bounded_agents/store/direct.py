@@ -14,10 +14,10 @@ What stays SQLAlchemy's:
   (`_begin_now`), and goes on the driver's way once asyncpg says a transaction is open. On
   SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
   at the first write), so once SQLAlchemy has begun, the first write may go too.
-- The run's insert, whose unique violation the journal turns into `ThreadBusy` by reading
-  SQLAlchemy's error. (A message's insert goes the driver's way: its unique violation comes
-  back as `UniqueConflict`, with the driver's words, which the store turns into
-  `DuplicateMessage`.)
+- Nothing else of a turn. Its refusals come back as the driver's: a unique violation as
+  `UniqueConflict`, with the driver's words (the store turns a message insert's into
+  `DuplicateMessage`, the journal a run insert's into `ThreadBusy`), a foreign key's as
+  `MissingParent` (the journal's `ThreadNotFound`: the run's thread was erased meanwhile).
 - Everything, on an engine with `after_cursor_execute` listeners: instrumentation that needs
   SQLAlchemy's cursor and execution context (OpenTelemetry's, Sentry's, a timing recipe) listens
   after execution too, to close what it opened, so there the driver's way is never taken; nor
