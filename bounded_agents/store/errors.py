@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,6 +11,8 @@ from sqlalchemy import exc as sa_exc
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
 from bounded_agents.store.onehop import PendingFailed
+
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -40,7 +43,13 @@ async def wrap_db_errors(operation: str) -> AsyncIterator[None]:
         raise StoreError(f"{operation}: database error ({cause_of(exc)})") from exc
     except (UnicodeEncodeError, OverflowError) as exc:
         # SQLite's driver, binding a lone surrogate or an integer past 64 bits: the caller's
-        # data, not an outage, as PostgreSQL's refusal of the same is (`_refused_data`).
+        # data, not an outage, as PostgreSQL's refusal of the same is (`_refused_data`). Logged,
+        # as no other 422 here is: these classes are Python's, not the driver's, so a bug of
+        # ours raising one would be the same 422 and otherwise never seen. The operation and
+        # the class only: the error's text quotes the value, which may be user content.
+        log.warning(
+            "%s: unstorable data refused as the caller's (%s)", operation, type(exc).__name__
+        )
         raise InvalidContent(
             f"{operation}: the data cannot be stored ({type(exc).__name__})"
         ) from exc
