@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import create_pg_database, drop_pg_database
-from tests.install.user_side import Server, build_wheel, run, user_env, wiring_block
+from tests.install.user_side import Built, Server, build_wheel, run, user_env, wiring_block
 
 INSTALL_ROOT = Path(
     os.environ.get("AGENT_INSTALL_TEST_ROOT") or Path(__file__).resolve().parents[2]
@@ -36,8 +36,13 @@ def pytest_runtest_makereport(
 
 
 @pytest.fixture(scope="session")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     return build_wheel(INSTALL_ROOT, tmp_path_factory.mktemp("build"))
+
+
+@pytest.fixture(scope="session")
+def wheel(built: Built) -> Path:
+    return built.wheel
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.install.conftest import INSTALL_ROOT
-from tests.install.user_side import Server, run, user_env, wheel_names
+from tests.install.user_side import Built, Server, run, user_env, wheel_names
 
 HTTP_SECONDS = 30
 
@@ -61,6 +61,23 @@ def test_the_wheel_carries_the_library_its_migrations_typing_marker_and_template
     assert "bounded_agents/http/templates/base.html" in templates
     assert templates - names == set(), "templates or static files missing from the wheel"
     assert sorted(n for n in names if n.startswith("app/")) == []
+
+
+LEFT_OUT_WARNING = re.compile(
+    r"Package '[\w.]+' is absent from the `packages` configuration"  # setuptools now
+    r"|Installing '[\w.]+' as data is deprecated"  # older setuptools
+    r"|Package would be ignored"  # the banner of both
+)
+"""setuptools' warning that an importable directory (one of data files is one too) is missing
+from `packages`: the wheel still carries its files, but every build and editable install (the
+lowest-versions job's) warned, until the data directories were listed (tests/test_packaging.py
+checks the configuration itself)."""
+
+
+def test_the_build_warns_of_no_directory_left_out_of_packages(built: Built) -> None:
+    assert "setuptools" in built.output, "pip's output holds no build backend's: not verbose?"
+    found = sorted({m.group(0) for m in LEFT_OUT_WARNING.finditer(built.output)})
+    assert found == [], "\n".join(found)
 
 
 def test_the_users_project_imports_its_own_app_and_the_installed_library(

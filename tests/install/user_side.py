@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -46,7 +47,14 @@ def wiring_block(readme: str) -> str:
     return found.group(1) + "\n"
 
 
-def build_wheel(root: Path, work: Path) -> Path:
+@dataclass(frozen=True)
+class Built:
+    wheel: Path
+    output: str
+    """pip's output, verbose so that it holds the build backend's own (setuptools' warnings)."""
+
+
+def build_wheel(root: Path, work: Path) -> Built:
     """`pip wheel --no-deps` of a copy of `root`, as `pip install .` of a fresh clone builds it.
 
     The copy leaves out what a build or an editable install leaves behind in a checkout
@@ -55,12 +63,12 @@ def build_wheel(root: Path, work: Path) -> Path:
     source = work / "source"
     shutil.copytree(root, source, ignore=_COPY_IGNORED)
     out = work / "wheel"
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)], work
+    done = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(out), str(source)], work
     )
     wheels = sorted(out.glob("*.whl"))
     assert len(wheels) == 1, f"expected one wheel in {out}, found {wheels}"
-    return wheels[0]
+    return Built(wheels[0], done.stdout + done.stderr)
 
 
 def wheel_names(wheel: Path) -> set[str]:
