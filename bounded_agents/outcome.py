@@ -32,8 +32,9 @@ POLL_MAX_SECONDS = 0.5
 
 _Ended = tuple[RunRecord, RunResult | None]
 """What an ended run left: its record, and its answer (None when failed or erased). The poll
-hands this, not an exception, to its waiters: each raises its own, as raising one exception
-object in many tasks would tangle their tracebacks."""
+hands this, not an exception, to its waiters, and each makes its own answer of it, as when it
+read for itself: a copy of the result (a mutable model its caller may change), its own
+exception (one object raised in many tasks would tangle their tracebacks)."""
 
 
 async def await_outcome(loop: AgentLoop, run_id: str, wait_seconds: float) -> RunResult | None:
@@ -54,7 +55,7 @@ async def await_outcome(loop: AgentLoop, run_id: str, wait_seconds: float) -> Ru
         raise RunFailed(run_id, RecordedFailure(code, record.error_message or code))
     if result is None:
         raise AnswerErased(run_id)
-    return result
+    return result.model_copy(deep=True)
 
 
 class _Poll:
