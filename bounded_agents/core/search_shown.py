@@ -22,7 +22,7 @@ class Shown:
     the rows the step's earlier search results quote (`quoted_rows`; only when the model is
     sent the prompt as it is), and the turn's own question (its last user message)."""
 
-    def __init__(self, prompt: Sequence[ChatMessage], sent_as_is: bool = False) -> None:
+    def __init__(self, prompt: Sequence[ChatMessage], sent_as_is: bool) -> None:
         self.messages = {(m.role, m.content) for m in prompt if m.role != "tool"}
         self.tools = [composed(m.content) for m in prompt if m.role == "tool"]
         self.rows = quoted_rows(sibling_results(prompt)) if sent_as_is else set()

@@ -37,7 +37,10 @@ _RUN = "run-1"
 async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
     async with emptied_store(postgres_url) as store:
         if on_citus(store.engine):
-            pytest.skip("PostgreSQL's merge: never on Citus (see the Citus test below)")
+            pytest.skip(
+                "PostgreSQL's merge: never on Citus (test_merged_writes.py's "
+                "test_on_citus_nothing_waits_and_nothing_is_merged checks it)"
+            )
         yield store
 
 
