@@ -36,6 +36,9 @@ hands this, not an exception, to its waiters, and each makes its own answer of i
 read for itself: a copy of the result (a mutable model its caller may change), its own
 exception (one object raised in many tasks would tangle their tracebacks)."""
 
+_Key = tuple[asyncio.AbstractEventLoop, AgentLoop, str]
+"""A poll's key in `_polls`: the event loop it runs on, the agent loop, the run id."""
+
 
 async def await_outcome(loop: AgentLoop, run_id: str, wait_seconds: float) -> RunResult | None:
     """The run's answer once it ended, waiting up to `wait_seconds` for it; None if it still
@@ -61,19 +64,20 @@ async def await_outcome(loop: AgentLoop, run_id: str, wait_seconds: float) -> Ru
 class _Poll:
     """One run's record, polled for all its waiters in this process."""
 
-    def __init__(self, loop: AgentLoop, run_id: str) -> None:
-        self.key = (loop, run_id)
+    def __init__(self, key: _Key, loop: AgentLoop, run_id: str) -> None:
+        self.key = key
         self.waiters = 0
-        self.read: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.read: asyncio.Future[None] = key[0].create_future()
         """Done once a read found the run still running."""
         self.task = asyncio.create_task(self._until_ended(loop, run_id))
         self.task.add_done_callback(self._ended)
 
     @staticmethod
     def join(loop: AgentLoop, run_id: str) -> _Poll:
-        poll = _polls.get((loop, run_id))
+        key = (asyncio.get_running_loop(), loop, run_id)
+        poll = _polls.get(key)
         if poll is None:
-            poll = _polls[(loop, run_id)] = _Poll(loop, run_id)
+            poll = _polls[key] = _Poll(key, loop, run_id)
         poll.waiters += 1
         return poll
 
@@ -119,9 +123,12 @@ class _Poll:
             del _polls[self.key]
 
 
-_polls: dict[tuple[AgentLoop, str], _Poll] = {}
-"""The polls under way, by loop and run id: by loop, as the poll reads through its runtime and
-store (a module has one loop). Emptied as polls end: it holds no run that nobody waits for."""
+_polls: dict[_Key, _Poll] = {}
+"""The polls under way, by event loop, agent loop and run id: by agent loop, as the poll reads
+through its runtime and store (a module has one); by event loop, as a waiter can only await a
+task of its own (one module served from two threads, each with its event loop: joined to the
+other's poll, a waiter was not woken by its end and sat out its whole wait). Emptied as polls
+end: it holds no run that nobody waits for."""
 
 
 async def stored_result(store: AgentStore, run_id: str, record: RunRecord) -> RunResult | None:
