@@ -14,7 +14,9 @@ What stays SQLAlchemy's:
   (`_begin_now`), and goes on the driver's way once asyncpg says a transaction is open. On
   SQLite there is no BEGIN of SQLAlchemy's to wait for (sqlite3 opens the transaction itself
   at the first write), so once SQLAlchemy has begun, the first write may go too.
-- Nothing else of a turn. Its refusals come back as the driver's: a unique violation as
+- Nothing else of a turn, but on Citus the run's insert and the owner's read before it
+  (`SqlJournal._insert_run`; the insert's refusals there are SQLAlchemy's `IntegrityError`).
+  The driver's way's refusals come back as the driver's: a unique violation as
   `UniqueConflict`, with the driver's words (the store turns a message insert's into
   `DuplicateMessage`, the journal a run insert's into `ThreadBusy`), a foreign key's as
   `MissingParent` (the journal's `ThreadNotFound`: the run's thread was erased meanwhile).
