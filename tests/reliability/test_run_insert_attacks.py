@@ -1,6 +1,8 @@
-"""Review of issue 37's eighth round: the run's insert on the driver's way (`direct.write`,
-after `_begin_now`), its refusals read from the driver's errors, and the shared outcome poll.
-Written as an outside attack, on SQLite and PostgreSQL where the store is involved."""
+"""The run's insert on the driver's way (`direct.write`, after `_begin_now`: issue 37), attacked
+as an outsider would: dead pooled connections before and during it, races on one thread, a
+keyed repeat racing its first turn, a cancellation while it waits on a lock, and its refusals
+(`ThreadBusy`, `TurnInProgress`, `ThreadNotFound`) alike on the driver's way and SQLAlchemy's.
+SQLite and PostgreSQL where the store is involved."""
 
 from __future__ import annotations
 
