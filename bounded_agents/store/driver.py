@@ -24,7 +24,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from bounded_agents.errors import AgentError, InvalidContent, StoreError
-from bounded_agents.store.engine import behind_pgbouncer
+from bounded_agents.store.engine import ConnectionLost, behind_pgbouncer
 from bounded_agents.store.onehop import PendingFailed, run_statement
 
 DRIVER_ERRORS = (
@@ -182,18 +182,38 @@ async def send(driver: Any, postgres: bool, stmt: Compiled, args: tuple[Any, ...
 
 
 async def guarded(conn: AsyncConnection, operation: str, call: Any) -> Any:
-    """Await the driver `call`: its errors translated, a cancellation invalidating `conn`."""
+    """Await the driver `call`: its errors translated, a cancellation invalidating `conn`. A
+    connection that died under the call is invalidated too, and said to be (`ConnectionLost`):
+    a unit's opening is then tried again on a fresh one (`open_write`), as when SQLAlchemy's
+    own statement meets a dead connection (found by review: it was a plain `StoreError`, and the
+    retry happened only because the rollback that followed failed on the dead connection)."""
     try:
         return await call
     except PendingFailed as exc:  # a deferred write sent ahead of this one
         raise driver_error(exc.operation, exc.cause) from exc.cause
     except (*DRIVER_ERRORS, OSError) as exc:
+        if _lost(conn, exc):
+            await conn.invalidate()
+            lost = f"{operation}: the database connection was lost ({type(exc).__name__})"
+            raise ConnectionLost(lost) from exc
         raise driver_error(operation, exc) from exc
     except AgentError:  # a deferred write's check: the transaction is the caller's to undo
         raise
     except BaseException:
         await conn.invalidate()
         raise
+
+
+def _lost(conn: AsyncConnection, exc: BaseException) -> bool:
+    """Whether `exc` means the PostgreSQL connection under `conn` is gone (as
+    `bounded_agents.store.hotread` tells it of its own connections)."""
+    if isinstance(exc, asyncpg.ConnectionDoesNotExistError | asyncpg.InternalClientError):
+        return True
+    sync = conn.sync_connection
+    if sync is None or sync.closed or sync.invalidated:
+        return False
+    driver = sync.connection.driver_connection
+    return isinstance(driver, asyncpg.Connection) and driver.is_closed()
 
 
 Check = Callable[[Outcome], AgentError | None]

@@ -238,11 +238,22 @@ def retrying_first_statement() -> Iterator[None]:
         _RETRIES_FIRST.reset(token)
 
 
+class ConnectionLost(StoreError):
+    """A statement sent the driver's way (`bounded_agents.store.driver.guarded`) whose
+    connection died under it: a backend terminated, a failover, a reset socket. The
+    connection is invalidated, as SQLAlchemy invalidates its own on such an error, and inside
+    a transaction nothing of it was committed, so the opening of a unit may be tried again on
+    a fresh connection (`is_dead_connection`)."""
+
+
 def is_dead_connection(error: BaseException | None) -> bool:
     """Whether `error` (or what it was raised from) is a statement that failed because its
     connection died: SQLAlchemy then invalidated that connection, and the pool replaces every
-    connection older than the failure at its next checkout."""
+    connection older than the failure at its next checkout (the driver's way says so with
+    `ConnectionLost`)."""
     while error is not None:
+        if isinstance(error, ConnectionLost):
+            return True
         if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
             return True
         error = error.__cause__

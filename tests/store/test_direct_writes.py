@@ -20,7 +20,8 @@ from bounded_agents.core.ports import ThreadTurnQuery
 from bounded_agents.durable.journal import INSERT_STEP
 from bounded_agents.errors import InvalidContent, StoreError
 from bounded_agents.store import SqlAgentStore, direct, driver, waiting
-from bounded_agents.store.engine import on_citus
+from bounded_agents.store.driver import raw_connection
+from bounded_agents.store.engine import ConnectionLost, is_dead_connection, on_citus
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.onehop import OneHopConnection
 from bounded_agents.store.schema import actor_usage, ledger, run_steps, threads
@@ -280,6 +281,32 @@ async def test_on_postgresql_a_failed_begin_leaves_the_first_write_to_sqlalchemy
     assert [by_driver for _, by_driver in seen] == [False, True]
     loaded = await pg_store.get_thread(thread.id)
     assert loaded is not None and loaded.title == "again"
+
+
+@pytest.mark.postgres
+async def test_on_postgresql_a_write_whose_connection_died_is_a_lost_connection(
+    pg_store: SqlAgentStore,
+) -> None:
+    """The unit's backend is terminated (a failover, an operator) before its next driver-way
+    write: the write fails as `ConnectionLost`, which `is_dead_connection` reads, with the
+    connection invalidated, as SQLAlchemy's own statement would leave it, so a unit's opening
+    is tried again on a fresh connection (`open_write`) for this reason and not by the accident
+    of a rollback failing after it (found by review); the unit rolls back cleanly."""
+    thread = await pg_store.create_thread(actor_id="alice", agent="helper", title="before")
+    tx = await open_unit(pg_store, thread.id)
+    try:
+        pid = (await raw_connection(tx.connection)).driver_connection.get_server_pid()
+        async with pg_store.engine.connect() as other:
+            await other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        with pytest.raises(ConnectionLost) as lost:
+            at = datetime.now(UTC)
+            await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": at}, "touch")
+        assert is_dead_connection(lost.value)
+        assert tx.connection.invalidated
+    finally:
+        await tx.close(commit=False)
+    loaded = await pg_store.get_thread(thread.id)
+    assert loaded is not None and loaded.title == "before"
 
 
 async def test_on_postgresql_a_begin_that_times_out_is_not_sent_again(
