@@ -34,7 +34,9 @@ _Ended = tuple[RunRecord, RunResult | None]
 """What an ended run left: its record, and its answer (None when failed or erased). The poll
 hands this, not an exception, to its waiters, and each makes its own answer of it, as when it
 read for itself: a copy of the result (a mutable model its caller may change), its own
-exception (one object raised in many tasks would tangle their tracebacks)."""
+exception (one object raised in many tasks would tangle their tracebacks). A read that failed
+(the store unreachable) is the one exception that is shared: every waiter of that poll raises
+the same `StoreError` object (copying an error generically would not rebuild every class)."""
 
 _Key = tuple[asyncio.AbstractEventLoop, AgentLoop, str]
 """A poll's key in `_polls`: the event loop it runs on, the agent loop, the run id."""

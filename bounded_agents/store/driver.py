@@ -61,6 +61,8 @@ def driver_error(operation: str, exc: BaseException) -> AgentError:
     """The error `wrap_db_errors` makes of the same failure through SQLAlchemy."""
     if isinstance(exc, _DATA_ERRORS):
         return InvalidContent(f"{operation}: the database refused the data ({type(exc).__name__})")
+    if isinstance(exc, TimeoutError):  # asyncpg's statement timeout, an OSError to Python
+        return StoreError(f"{operation}: the database did not answer in time")
     message = f"{operation}: database error ({type(exc).__name__})"
     if isinstance(exc, asyncpg.UniqueViolationError) or (
         isinstance(exc, sqlite3.IntegrityError) and str(exc).startswith("UNIQUE")

@@ -142,6 +142,15 @@ async def test_a_foreign_key_refusal_is_a_missing_parent_naming_the_operation(
         await tx.close(commit=False)
 
 
+def test_a_driver_timeout_is_named_as_sqlalchemys_way_names_it() -> None:
+    """asyncpg's statement timeout (a `TimeoutError`, which Python makes an `OSError`) reads as
+    `wrap_db_errors` words it, not as a database error of class TimeoutError (found by review:
+    the run's insert said "begin_run: database error (TimeoutError)" once it took this way)."""
+    error = driver.driver_error("begin_run", TimeoutError())
+    assert type(error) is StoreError
+    assert str(error) == "begin_run: the database did not answer in time"
+
+
 async def test_a_failure_injected_at_the_listener_fails_the_write_before_it_is_sent(
     sql_store: SqlAgentStore,
 ) -> None:
