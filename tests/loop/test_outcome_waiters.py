@@ -45,10 +45,8 @@ def counted_reads(env: LoopEnv, monkeypatch: pytest.MonkeyPatch) -> Counter[str]
     return reads
 
 
-async def held_turn(
-    env: LoopEnv, loop: AgentLoop, gate: Gate
-) -> tuple[str, asyncio.Task[RunResult]]:
-    """A turn started and held at its model call by `gate`: its run is `running`."""
+async def started_turn(env: LoopEnv, loop: AgentLoop) -> tuple[str, asyncio.Task[RunResult]]:
+    """A turn started in a new thread of alice's, as a task: its run id and the task."""
     run_id = str(uuid.uuid4())
     turn = asyncio.create_task(
         loop.run_turn(
@@ -59,8 +57,16 @@ async def held_turn(
             run_id=run_id,
         )
     )
-    await gate.reached()
     return run_id, turn
+
+
+async def held_turn(
+    env: LoopEnv, loop: AgentLoop, gate: Gate
+) -> tuple[str, asyncio.Task[RunResult]]:
+    """A turn started and held at its model call by `gate`: its run is `running`."""
+    started = await started_turn(env, loop)
+    await gate.reached()
+    return started
 
 
 def gated_loop(env: LoopEnv, *gates: Gate) -> AgentLoop:
@@ -194,16 +200,7 @@ async def test_a_failed_run_raises_run_failed_with_its_recorded_failure_for_ever
         raise ProviderTimeout("the model took too long")
 
     loop = env.loop(ScriptedProvider([times_out]), window_history(max_messages=10))
-    run_id = str(uuid.uuid4())
-    turn = asyncio.create_task(
-        loop.run_turn(
-            agent="helper",
-            thread_id=await env.thread(),
-            actor_id="alice",
-            content="q",
-            run_id=run_id,
-        )
-    )
+    run_id, turn = await started_turn(env, loop)
     await asyncio.wait_for(entered.wait(), 10)
     waiters = [asyncio.create_task(await_outcome(loop, run_id, LONG)) for _ in range(5)]
     await asyncio.sleep(0.3)

@@ -6,7 +6,6 @@ with the real journal."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from bounded_agents.errors import StoreError
 from bounded_agents.outcome import await_outcome
 from bounded_agents.testing import Gate, ScriptedProvider, reply
 from tests.loop.conftest import SQL_JOURNAL_ONLY, LoopEnv
+from tests.loop.test_outcome_waiters import held_turn
 
 RUN = "run-1"
 
@@ -166,17 +166,7 @@ async def test_a_store_failure_during_a_real_poll_is_a_store_error_for_each_wait
     starts a new poll and gets the answer."""
     gate = Gate(reply("the answer"))
     loop = env.loop(ScriptedProvider([gate]), window_history(max_messages=10))
-    run_id = str(uuid.uuid4())
-    turn = asyncio.create_task(
-        loop.run_turn(
-            agent="helper",
-            thread_id=await env.thread(),
-            actor_id="alice",
-            content="q",
-            run_id=run_id,
-        )
-    )
-    await gate.reached()
+    run_id, turn = await held_turn(env, loop, gate)
     inner = env.journal.get_run
     reads = 0
 
