@@ -306,7 +306,9 @@ async def test_on_postgresql_a_write_whose_connection_died_is_a_lost_connection(
     try:
         pid = (await raw_connection(tx.connection)).driver_connection.get_server_pid()
         async with pg_store.engine.connect() as other:
-            await other.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            # The cast: Citus adds pg_terminate_backend(bigint) for its global pids.
+            terminate = sa.text("SELECT pg_terminate_backend(CAST(:pid AS integer))")
+            await other.execute(terminate, {"pid": pid})
         with pytest.raises(ConnectionLost) as lost:
             at = datetime.now(UTC)
             await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": at}, "touch")
