@@ -187,7 +187,6 @@ class _Merged(NamedTuple):
     rows, passed as one array per column, inserted by a data-modifying CTE in front of it."""
 
     sql: str
-    table: str
     columns: tuple[str, ...]
     arrays: Compiled
     """The rows' insert alone (`INSERT ... SELECT ... FROM unnest($1::t1[], ...)`), for its
@@ -255,7 +254,7 @@ def _merge(
         merged = f"WITH {_MERGED_AS} AS ({renumbered}) {sql}"
     else:
         return None
-    return _Merged(merged, table.name, keys, arrays, _tables_written(first.sql))
+    return _Merged(merged, keys, arrays, _tables_written(first.sql))
 
 
 async def _send_merged(
