@@ -55,12 +55,45 @@ settings.register_profile("project", deadline=None)
 settings.load_profile("project")
 
 
-def _asyncpg_dsn(url: str) -> str:
+def asyncpg_dsn(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as asyncpg's own `connect` takes it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+async def terminate_backends(url: str, pids: list[int] | None = None) -> int:
+    """`pg_terminate_backend` on backends `pids` of `url`'s server, or on every other backend
+    of its database: how many were asked to end. (The pids are typed: Citus adds a bigint
+    overload that an untyped call cannot choose from.)"""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        if pids is None:
+            killed = await conn.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        else:
+            killed = await conn.fetch(
+                "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids
+            )
+        return len(killed)
+    finally:
+        await conn.close()
+
+
+def recorded_statements(store: SqlAgentStore) -> list[str]:
+    """Every statement the store's engine announces to its `before_cursor_execute` listeners
+    from now on (both SQLAlchemy's and the driver's way announce), appended as sent."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    sa.event.listen(store.engine.sync_engine, "before_cursor_execute", record)
+    return seen
+
+
 async def _pg_admin(sql: str) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(PG_ADMIN_URL), timeout=5)
+    conn = await asyncpg.connect(asyncpg_dsn(PG_ADMIN_URL), timeout=5)
     try:
         await conn.execute(sql)
     finally:

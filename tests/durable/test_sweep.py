@@ -24,7 +24,7 @@ from bounded_agents.durable import SqlJournal
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.clock import db_now
 from bounded_agents.store.schema import runs
-from tests.conftest import emptied_store
+from tests.conftest import emptied_store, recorded_statements
 
 
 def _request(thread_id: str) -> RunRequest:
@@ -112,7 +112,7 @@ async def test_a_claimed_run_is_reopened_without_a_second_claim_and_others_canno
     sweeper, other = SqlJournal(sql_store.engine), SqlJournal(sql_store.engine)
     assert await sweeper.claim_expired(10) == [run_id]
     assert await other.claim_expired(10) == []
-    statements = _record_statements(sql_store)
+    statements = recorded_statements(sql_store)
     request, _ctx = await sweeper.reopen(run_id)
     assert request.run_id == run_id
     assert not [s for s in statements if s.lstrip().upper().startswith("UPDATE")], statements
@@ -121,16 +121,6 @@ async def test_a_claimed_run_is_reopened_without_a_second_claim_and_others_canno
     await sweeper.complete(run_id, {})  # the claim's token is the one that ends it
     record = await sweeper.get_run(run_id)
     assert record is not None and record.status == "completed"
-
-
-def _record_statements(store: SqlAgentStore) -> list[str]:
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", record)
-    return seen
 
 
 async def test_no_lease_time_is_ever_taken_from_the_hosts_clock(sql_store: SqlAgentStore) -> None:

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from bounded_agents.core.history import window_history
 from bounded_agents.core.loop import AgentDefinition, AgentLoop
@@ -18,23 +17,10 @@ from bounded_agents.errors import RunFailed, StoreError
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.testing import ScriptedProvider, reply
-from tests.conftest import emptied_store
+from tests.conftest import emptied_store, terminate_backends
 from tests.factories import sql_loop
 
 pytestmark = pytest.mark.postgres
-
-
-async def _terminate_other_backends(url: str) -> int:
-    dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    conn = await asyncpg.connect(dsn)
-    try:
-        killed = await conn.fetch(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-        return len(killed)
-    finally:
-        await conn.close()
 
 
 @pytest.fixture
@@ -54,7 +40,7 @@ async def test_connections_killed_during_the_model_call_do_not_break_the_turn(
     killed: list[int] = []
 
     async def kill_then_answer(_request: ModelRequest) -> ModelResponse:
-        killed.append(await _terminate_other_backends(postgres_url))
+        killed.append(await terminate_backends(postgres_url))
         return reply("survived")
 
     loop = _loop(pg_store, ScriptedProvider([kill_then_answer, reply("next")]))
@@ -122,7 +108,7 @@ async def test_checkouts_without_a_ping_retry_a_dead_connection_once(
     tid = (await pg_store.create_thread(actor_id="alice", agent="helper")).id
     journal = SqlJournal(pg_store.engine)
     await pg_store.get_thread_info(tid)  # connections in the pool
-    assert await _terminate_other_backends(postgres_url) >= 1
+    assert await terminate_backends(postgres_url) >= 1
     failures: list[object] = []
 
     def on_error(context: object) -> None:

@@ -24,7 +24,7 @@ from bounded_agents.durable import SqlJournal
 from bounded_agents.errors import StoreError, ThreadBusy, ThreadNotFound, TurnInProgress
 from bounded_agents.store import SqlAgentStore
 from bounded_agents.store.schema import runs, threads
-from tests.conftest import emptied_store
+from tests.conftest import asyncpg_dsn, emptied_store, recorded_statements, terminate_backends
 
 
 def _request(thread_id: str, key: str | None = None) -> RunRequest:
@@ -44,42 +44,10 @@ async def _run_ids(store: SqlAgentStore, thread_id: str) -> list[str]:
         return [r.id for r in rows]
 
 
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-async def _terminate(url: str, pids: list[int] | None = None) -> int:
-    conn = await asyncpg.connect(_dsn(url))
-    try:
-        if pids is None:
-            killed = await conn.fetch(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
-        else:
-            killed = await conn.fetch(
-                "SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) AS pid", pids
-            )
-        return len(killed)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 async def pg_store(postgres_url: str) -> AsyncIterator[SqlAgentStore]:
     async with emptied_store(postgres_url, pool_size=2, max_overflow=0, pool_timeout=5) as store:
         yield store
-
-
-def _captured(store: SqlAgentStore) -> list[str]:
-    """Statements the engine's `before_cursor_execute` listeners are told of."""
-    seen: list[str] = []
-
-    def capture(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        seen.append(statement)
-
-    event.listen(store.engine.sync_engine, "before_cursor_execute", capture)
-    return seen
 
 
 # --- dead pooled connections (PostgreSQL) ------------------------------------------------------
@@ -99,7 +67,7 @@ async def test_a_pooled_connection_killed_before_begin_is_retried_and_the_run_be
     async with pg_store.engine.connect() as a, pg_store.engine.connect() as b:
         await a.execute(sa.text("SELECT 1"))
         await b.execute(sa.text("SELECT 1"))
-    assert await _terminate(postgres_url) >= 2
+    assert await terminate_backends(postgres_url) >= 2
     await asyncio.sleep(0.2)  # asyncpg reads the goodbye
     request = _request(tid)
     ctx = await journal.begin(request)
@@ -128,7 +96,7 @@ async def test_a_connection_killed_between_begin_and_the_runs_insert_is_retried(
         killed.append(pid)
         _kill_now(postgres_url, pid)
 
-    seen = _captured(pg_store)
+    seen = recorded_statements(pg_store)
     event.listen(pg_store.engine.sync_engine, "before_cursor_execute", kill_first_insert)
     try:
         request = _request(tid)
@@ -148,7 +116,7 @@ async def test_a_connection_killed_between_begin_and_the_runs_insert_is_retried(
 async def test_statement_capture_sees_the_runs_insert_once(sql_store: SqlAgentStore) -> None:
     tid = (await sql_store.create_thread(actor_id="alice", agent="helper")).id
     journal = SqlJournal(sql_store.engine)
-    seen = _captured(sql_store)
+    seen = recorded_statements(sql_store)
     request = _request(tid)
     await journal.begin(request)
     inserts = [s for s in seen if s.lstrip().upper().startswith("INSERT INTO RUNS")]
@@ -224,7 +192,7 @@ async def test_a_begin_cancelled_while_its_insert_waits_leaves_nothing_and_frees
     request = _request(tid)
     postgres = sql_store.engine.dialect.name == "postgresql"
     if postgres:
-        blocker: Any = await asyncpg.connect(_dsn(db_url))
+        blocker: Any = await asyncpg.connect(asyncpg_dsn(db_url))
         await blocker.execute("BEGIN")
         await blocker.execute("SELECT 1 FROM threads WHERE id = $1 FOR UPDATE", tid)
     else:
@@ -267,7 +235,7 @@ def _kill_now(url: str, pid: int) -> None:
     done = threading.Event()
 
     def kill() -> None:
-        asyncio.run(_terminate(url, [pid]))
+        asyncio.run(terminate_backends(url, [pid]))
         done.set()
 
     threading.Thread(target=kill).start()
