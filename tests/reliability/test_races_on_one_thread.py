@@ -201,3 +201,35 @@ async def test_six_keyed_v1_requests_at_once_without_a_conversation_make_one_tur
     assert len(ids) == 1 and len(provider.calls) == 1
     assert await _count(sql_store, threads) == 1
     assert await _count(sql_store, messages) == 2
+
+
+async def test_keyed_repeats_sharing_one_poll_are_answered_then_the_erased_thread_is_404(
+    stack: AsyncExitStack, make_module: ModuleFactory, sql_store: SqlAgentStore
+) -> None:
+    """Twenty repeats of one Idempotency-Key wait on its running turn (one shared poll of the
+    run, `bounded_agents.outcome`) while the thread's erasure is refused as busy; once the
+    turn answers, every repeat is that answer (same run, same text); the thread erased, a late
+    repeat is 404 `thread_not_found` (natively the request names the thread; `/v1`'s
+    conversation-less keys are the 410 case): never a 500, a second turn, or a waiter left
+    hanging."""
+    gate = Gate(reply("the one answer"))
+    client = await open_client(
+        stack, openai_app(make_module(model=ScriptedProvider([gate], default=reply("again"))))
+    )
+    thread_id = await new_thread(client)
+    keyed = {**ALICE, "Idempotency-Key": "storm-1"}
+    first = asyncio.create_task(post(client, thread_id, "question", keyed))
+    await gate.reached()
+    repeats = [asyncio.create_task(post(client, thread_id, "question", keyed)) for _ in range(20)]
+    busy = await client.delete(f"/threads/{thread_id}", headers=ALICE)
+    assert_error(busy, 409, "thread_busy")
+    gate.release.set()
+    answered = [await first, *[await r for r in repeats]]
+    assert {r.status_code for r in answered} == {200}, [r.text for r in answered]
+    assert len({r.json()["run_id"] for r in answered}) == 1
+    assert {r.json()["message"]["content"] for r in answered} == {"the one answer"}
+    assert await _count(sql_store, runs, runs.c.thread_id == thread_id) == 1
+    assert (await client.delete(f"/threads/{thread_id}", headers=ALICE)).status_code == 204
+    late = await post(client, thread_id, "question", keyed)
+    assert_error(late, 404, "thread_not_found")  # natively the key names a thread that is gone
+    assert await _count(sql_store, runs, runs.c.thread_id == thread_id) == 0
