@@ -26,7 +26,7 @@ from bounded_agents.store.ledger import SqlLedger
 from bounded_agents.store.onehop import OneHopConnection
 from bounded_agents.store.schema import actor_usage, ledger, run_steps, threads
 from bounded_agents.store.tx import SqlTransaction, open_write
-from tests.conftest import emptied_store, worker_calls
+from tests.conftest import emptied_store, terminate_backends, worker_calls
 from tests.factories import TOUCH_THREAD, ledger_entry, open_unit, tool_answer, user
 
 _INSERT = ledger.insert()
@@ -294,7 +294,7 @@ async def test_on_postgresql_a_failed_begin_leaves_the_first_write_to_sqlalchemy
 
 @pytest.mark.postgres
 async def test_on_postgresql_a_write_whose_connection_died_is_a_lost_connection(
-    pg_store: SqlAgentStore,
+    pg_store: SqlAgentStore, postgres_url: str
 ) -> None:
     """The unit's backend is terminated (a failover, an operator) before its next driver-way
     write: the write fails as `ConnectionLost`, which `is_dead_connection` reads, with the
@@ -305,10 +305,7 @@ async def test_on_postgresql_a_write_whose_connection_died_is_a_lost_connection(
     tx = await open_unit(pg_store, thread.id)
     try:
         pid = (await raw_connection(tx.connection)).driver_connection.get_server_pid()
-        async with pg_store.engine.connect() as other:
-            # The cast: Citus adds pg_terminate_backend(bigint) for its global pids.
-            terminate = sa.text("SELECT pg_terminate_backend(CAST(:pid AS integer))")
-            await other.execute(terminate, {"pid": pid})
+        assert await terminate_backends(postgres_url, [pid]) == 1
         with pytest.raises(ConnectionLost) as lost:
             at = datetime.now(UTC)
             await direct.write(tx.connection, TOUCH_THREAD, {"tid": thread.id, "at": at}, "touch")
